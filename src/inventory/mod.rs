@@ -1,0 +1,178 @@
+//! The cluster inventory: what the user declared, validated.
+//!
+//! `raw.rs` mirrors the YAML file; `validate.rs` checks it and reports **every** problem at once,
+//! each with its place (`lab.yaml: hosts[2].address: duplicate of hosts[0]`). Everything else in
+//! hactl takes an [`Inventory`], which is known to be consistent.
+//! Invariant: hosts keep the order of the file; every output that lists hosts follows it.
+
+pub mod raw;
+pub mod validate;
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+pub use validate::{load, load_str, InventoryError, Problem};
+
+/// API version this build reads and writes.
+pub const API_VERSION: &str = "hactl.io/v1alpha1";
+/// The only kind of document.
+pub const KIND: &str = "Cluster";
+
+/// A validated inventory.
+#[derive(Debug, Clone)]
+pub struct Inventory {
+    /// The file it was read from (used to resolve relative paths and name the state dir).
+    pub source: PathBuf,
+    pub name: String,
+    pub hosts: Vec<Host>,
+    pub vip: Option<Vip>,
+    pub etcd: EtcdSpec,
+    pub kubernetes: Option<KubernetesSpec>,
+    pub pki: PkiSpec,
+    /// Absolute state directory for this cluster.
+    pub state_dir: PathBuf,
+    pub allow_single_member: bool,
+}
+
+/// What a host does in the cluster. A host may hold several roles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    Etcd,
+    ControlPlane,
+    LoadBalancer,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Etcd => "etcd",
+            Role::ControlPlane => "control-plane",
+            Role::LoadBalancer => "load-balancer",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "etcd" => Some(Role::Etcd),
+            "control-plane" => Some(Role::ControlPlane),
+            "load-balancer" => Some(Role::LoadBalancer),
+            _ => None,
+        }
+    }
+}
+
+/// One machine, reached over SSH.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Host {
+    pub name: String,
+    pub address: IpAddr,
+    pub prefix_length: u8,
+    pub roles: Vec<Role>,
+    pub interface: Option<String>,
+    pub ssh: SshSpec,
+}
+
+impl Host {
+    pub fn has(&self, role: Role) -> bool {
+        self.roles.contains(&role)
+    }
+    /// `address` as it appears in a URL (IPv6 in brackets).
+    pub fn url_host(&self) -> String {
+        match self.address {
+            IpAddr::V4(a) => a.to_string(),
+            IpAddr::V6(a) => format!("[{a}]"),
+        }
+    }
+}
+
+/// How to reach a host (or a bastion) over SSH, after defaults were applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SshSpec {
+    pub address: IpAddr,
+    pub port: u16,
+    pub user: String,
+    pub auth: SshAuth,
+    /// Prefix every command with `sudo -n --`.
+    pub sudo: bool,
+    pub bastion: Option<Box<SshSpec>>,
+    pub connect_timeout_secs: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum SshAuth {
+    /// A private key file (absolute path).
+    KeyFile(PathBuf),
+    /// The keys of the running ssh-agent.
+    Agent,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Vip {
+    pub address: IpAddr,
+    pub router_id: u8,
+}
+
+/// Where a component's binaries come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BinarySource {
+    Package,
+    Release { url: String, sha256: String },
+    Bundle { dir: PathBuf },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EtcdSpec {
+    pub version: Option<semver::Version>,
+    pub source: BinarySource,
+    pub data_dir: String,
+    pub client_port: u16,
+    pub peer_port: u16,
+    pub heartbeat_interval_ms: u32,
+    pub election_timeout_ms: u32,
+    pub quota_backend_bytes: u64,
+    pub auto_compaction_retention: String,
+    pub extra_args: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KubernetesMode {
+    Systemd,
+    StaticPod,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubernetesSpec {
+    pub version: semver::Version,
+    pub source: BinarySource,
+    pub service_cidr: ipnet::IpNet,
+    pub pod_cidr: ipnet::IpNet,
+    pub mode: KubernetesMode,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyType {
+    EcdsaP256,
+    Rsa2048,
+    Rsa4096,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PkiSpec {
+    pub key_type: KeyType,
+    pub ca_validity_days: u32,
+    pub cert_validity_days: u32,
+}
+
+impl Inventory {
+    /// Hosts holding `role`, in inventory order.
+    pub fn with_role(&self, role: Role) -> Vec<&Host> {
+        self.hosts.iter().filter(|h| h.has(role)).collect()
+    }
+    pub fn host(&self, name: &str) -> Option<&Host> {
+        self.hosts.iter().find(|h| h.name == name)
+    }
+    /// The inventory file's directory, against which relative paths resolve.
+    pub fn base_dir(&self) -> &Path {
+        self.source.parent().unwrap_or_else(|| Path::new("."))
+    }
+}

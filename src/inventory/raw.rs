@@ -1,0 +1,175 @@
+//! The serde mirror of the inventory file, exactly as written by the user.
+//!
+//! Invariant: every struct here denies unknown fields, and nothing here is trusted: `validate.rs`
+//! turns a [`RawInventory`] into an [`crate::inventory::Inventory`] or a list of every problem.
+//! The README's inventory reference table is kept in step with this file.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// The whole file: `apiVersion: hactl.io/v1alpha1`, `kind: Cluster`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawInventory {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: RawMetadata,
+    pub spec: RawSpec,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawMetadata {
+    /// Cluster name: `[a-z0-9-]`, at most 40 characters. Names the state directory.
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawSpec {
+    /// SSH settings every host inherits unless it overrides them.
+    #[serde(default)]
+    pub ssh: RawSsh,
+    pub hosts: Vec<RawHost>,
+    /// The floating address of the control plane, held by one load-balancer host at a time.
+    #[serde(default)]
+    pub vip: Option<RawVip>,
+    #[serde(default)]
+    pub etcd: RawEtcd,
+    #[serde(default)]
+    pub kubernetes: Option<RawKubernetes>,
+    #[serde(default)]
+    pub pki: RawPki,
+    /// Where hactl keeps this cluster's state on the operator machine; default `.hactl/<name>/`
+    /// next to the inventory file. Relative paths are relative to the inventory file.
+    #[serde(default)]
+    pub state_dir: Option<PathBuf>,
+    /// A single etcd member is refused unless this is true (development only).
+    #[serde(default)]
+    pub allow_single_member: bool,
+}
+
+/// SSH settings; every field is optional so hosts can override only what differs.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawSsh {
+    pub user: Option<String>,
+    pub port: Option<u16>,
+    /// A private key file; relative paths are relative to the inventory file.
+    pub key_file: Option<PathBuf>,
+    /// Use the keys of the running ssh-agent (`SSH_AUTH_SOCK`).
+    pub agent: Option<bool>,
+    /// Prefix commands with `sudo -n` (default: true when the user is not root).
+    pub sudo: Option<bool>,
+    /// A jump host reached first; the host is then reached through it.
+    pub bastion: Option<RawBastion>,
+    /// Seconds to wait for a connection (default 10).
+    pub connect_timeout: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawBastion {
+    pub address: String,
+    pub port: Option<u16>,
+    pub user: Option<String>,
+    pub key_file: Option<PathBuf>,
+    pub agent: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawHost {
+    /// Host name: also the etcd member name and the Kubernetes node name.
+    pub name: String,
+    /// An IPv4 or IPv6 literal; etcd peer and client URLs use it.
+    pub address: String,
+    /// Prefix length of the host's subnet (default 24 for IPv4, 64 for IPv6).
+    #[serde(default)]
+    pub prefix_length: Option<u8>,
+    /// `etcd`, `control-plane`, `load-balancer`; a host may hold several, or none (a spare).
+    #[serde(default)]
+    pub roles: Vec<String>,
+    /// Network interface that carries `address` (keepalived binds the VIP there); default: detected.
+    #[serde(default)]
+    pub interface: Option<String>,
+    #[serde(default)]
+    pub ssh: RawSsh,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawVip {
+    pub address: String,
+    /// keepalived virtual_router_id, 1..=255 (default 51).
+    #[serde(default)]
+    pub router_id: Option<u8>,
+}
+
+/// Where a component's binaries come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum RawSourceKind {
+    /// The distribution's package, installed with apt-get (what the lab uses).
+    #[default]
+    Package,
+    /// An official release tarball at `releaseUrl`, checked against `sha256` before use.
+    Release,
+    /// A directory of binaries on the operator machine (`bundleDir`).
+    Bundle,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawEtcd {
+    /// Expected etcd version, `MAJOR.MINOR.PATCH` (for `package`, what the package must provide).
+    pub version: Option<String>,
+    #[serde(default)]
+    pub source: RawSourceKind,
+    pub release_url: Option<String>,
+    pub sha256: Option<String>,
+    pub bundle_dir: Option<PathBuf>,
+    /// Absolute data directory (default `/var/lib/etcd`).
+    pub data_dir: Option<String>,
+    /// Client port (default 2379) and peer port (default 2380).
+    pub client_port: Option<u16>,
+    pub peer_port: Option<u16>,
+    /// Milliseconds (defaults 100 and 1000).
+    pub heartbeat_interval: Option<u32>,
+    pub election_timeout: Option<u32>,
+    /// Backend quota in bytes (default 8 GiB).
+    pub quota_backend_bytes: Option<u64>,
+    /// Auto-compaction retention, e.g. `8h` (periodic mode).
+    pub auto_compaction_retention: Option<String>,
+    /// Extra flags appended to the etcd command line, `--name=value` strings.
+    #[serde(default)]
+    pub extra_args: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawKubernetes {
+    /// Kubernetes version, `MAJOR.MINOR.PATCH`.
+    pub version: Option<String>,
+    #[serde(default)]
+    pub source: RawSourceKind,
+    pub release_url: Option<String>,
+    pub sha256: Option<String>,
+    pub bundle_dir: Option<PathBuf>,
+    /// Service CIDR (default 10.96.0.0/12); its first address is the `kubernetes` Service IP.
+    pub service_cidr: Option<String>,
+    /// Pod CIDR for the controller-manager (default 10.244.0.0/16).
+    pub pod_cidr: Option<String>,
+    /// `systemd` (default) or `static-pod`.
+    pub mode: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawPki {
+    /// `ecdsa-p256` (default), `rsa-2048`, `rsa-4096`.
+    pub key_type: Option<String>,
+    /// Validity in days: CAs (default 3650) and leaf certificates (default 365).
+    pub ca_validity_days: Option<u32>,
+    pub cert_validity_days: Option<u32>,
+}

@@ -1,0 +1,31 @@
+//! hactl: bring up, and keep alive, a highly available Kubernetes control plane on hosts you own.
+//!
+//! ```text
+//! inventory.yaml ──load + validate──▶ Inventory        (pure; reports every problem at once)
+//!       │                                  │
+//!       │                  pki::ensure(state_dir, &inv) ──▶ Pki  (local files, 0600/0700, idempotent)
+//!       ▼                                  ▼
+//! facts::gather(&inv) ──(read-only SSH)──▶ Facts       (units, file hashes, etcd members per host)
+//!       ▼
+//! commands::<verb> builds phases ──▶ Plan of Steps     (pure: no I/O)
+//!       ▼
+//! exec::run(&plan, Mode::{Live | DryRun}) ──▶ Report   (the one place where a run and a dry-run differ)
+//!       ▼
+//! Step::Wait(Check) inside the plan = verification
+//! ```
+//! See ARCHITECTURE.md for the code map and the invariants.
+
+pub mod cli;
+pub mod commands;
+pub mod etcd;
+pub mod exec;
+pub mod facts;
+pub mod inventory;
+pub mod lab;
+pub mod output;
+pub mod phases;
+pub mod pki;
+pub mod plan;
+pub mod render;
+pub mod ssh;
+pub mod state;

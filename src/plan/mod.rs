@@ -1,0 +1,240 @@
+//! Plans as data: phases produce [`Step`]s for hosts; `exec` runs them (Live) or prints them (DryRun).
+//!
+//! Invariants:
+//! - nothing in this module or in `phases/` opens a connection or touches a file;
+//! - the text printed for a [`RemoteCommand`] is the exact line `Live` sends over SSH
+//!   (both come from [`crate::ssh::quote::command_line`]);
+//! - an [`Upload`] prints path, mode, owner, size and sha256, never its content.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+
+use crate::ssh::quote;
+
+/// One change or check on one host. Built by phases; run or recorded by `exec`.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Write a file; skipped when the remote sha256 already matches.
+    Upload(Upload),
+    /// Run a command.
+    Run(RemoteCommand),
+    /// Poll a read-only probe until it holds or its deadline passes.
+    Wait(Check),
+}
+
+/// A command given as an exact argv; quoted once, in [`quote`], when it is sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteCommand {
+    pub argv: Vec<String>,
+    /// True when the command only reads (facts, probes). A dry run may send read-only commands.
+    pub read_only: bool,
+    /// Give up after this long; the command's channel is closed.
+    pub timeout: Duration,
+}
+
+impl RemoteCommand {
+    /// A command that changes the host.
+    pub fn new<I, S>(argv: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RemoteCommand {
+            argv: argv.into_iter().map(Into::into).collect(),
+            read_only: false,
+            timeout: Duration::from_secs(120),
+        }
+    }
+    /// A command that only reads.
+    pub fn read_only<I, S>(argv: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        RemoteCommand {
+            read_only: true,
+            ..Self::new(argv)
+        }
+    }
+    /// A shell script run with `sh -c` (for pipelines that must run on the host in one round trip).
+    pub fn script(script: impl Into<String>) -> Self {
+        Self::new(["sh".to_string(), "-c".to_string(), script.into()])
+    }
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+    /// The exact line sent over SSH for a host with or without sudo.
+    pub fn line(&self, sudo: bool) -> String {
+        quote::command_line(&self.argv, sudo)
+    }
+}
+
+impl fmt::Display for RemoteCommand {
+    /// Without sudo; `exec` prints [`RemoteCommand::line`] with the host's sudo setting.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.line(false))
+    }
+}
+
+/// A file to place on a host: written to `<path>.hactl-tmp`, then renamed, mode and owner set.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Upload {
+    pub path: String,
+    pub mode: u32,
+    pub owner: String,
+    pub group: String,
+    pub content: Arc<Vec<u8>>,
+    /// Hex sha256 of `content`.
+    pub sha256: String,
+}
+
+impl Upload {
+    pub fn new(path: impl Into<String>, mode: u32, owner: &str, group: &str, content: Vec<u8>) -> Self {
+        let sha256 = hex::encode(Sha256::digest(&content));
+        Upload {
+            path: path.into(),
+            mode,
+            owner: owner.to_string(),
+            group: group.to_string(),
+            content: Arc::new(content),
+            sha256,
+        }
+    }
+    pub fn size(&self) -> usize {
+        self.content.len()
+    }
+}
+
+impl fmt::Debug for Upload {
+    /// Never prints content: keys stay out of logs and snapshots.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Upload({self})")
+    }
+}
+
+impl fmt::Display for Upload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} mode={:04o} owner={}:{} size={} sha256={}",
+            self.path,
+            self.mode,
+            self.owner,
+            self.group,
+            self.size(),
+            self.sha256
+        )
+    }
+}
+
+/// A read-only probe polled until it holds.
+#[derive(Debug, Clone)]
+pub struct Check {
+    /// What holding means, for people: `etcd member cp1 is healthy`.
+    pub description: String,
+    pub probe: Probe,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub enum Probe {
+    /// Holds when the command exits 0.
+    Command(RemoteCommand),
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.probe {
+            Probe::Command(c) => write!(
+                f,
+                "wait up to {}s: {} ({})",
+                self.timeout.as_secs(),
+                self.description,
+                c
+            ),
+        }
+    }
+}
+
+/// How a phase spreads over its hosts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parallelism {
+    /// Every host at once (within `--concurrency`).
+    All,
+    /// One host after the other, each finishing before the next starts: quorum members.
+    OneAtATime,
+}
+
+/// One phase of a plan with the steps for each of its hosts, hosts in inventory order.
+#[derive(Debug, Clone)]
+pub struct PlannedPhase {
+    pub title: String,
+    pub parallelism: Parallelism,
+    pub hosts: Vec<HostSteps>,
+}
+
+#[derive(Debug, Clone)]
+pub struct HostSteps {
+    pub host: String,
+    /// Whether commands on this host are sent through `sudo -n --`.
+    pub sudo: bool,
+    pub steps: Vec<Step>,
+}
+
+/// A whole plan: phases in order. Empty phases are dropped when the plan is built.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    pub phases: Vec<PlannedPhase>,
+}
+
+impl Plan {
+    pub fn is_empty(&self) -> bool {
+        self.phases.iter().all(|p| p.hosts.iter().all(|h| h.steps.is_empty()))
+    }
+    /// Adds a phase, dropping hosts with no steps and the phase itself when nothing is left.
+    pub fn push(&mut self, phase: PlannedPhase) {
+        let hosts: Vec<HostSteps> = phase.hosts.into_iter().filter(|h| !h.steps.is_empty()).collect();
+        if !hosts.is_empty() {
+            self.phases.push(PlannedPhase { hosts, ..phase });
+        }
+    }
+}
+
+impl fmt::Display for Plan {
+    /// The text `hactl plan` prints: per phase, per host in inventory order, the exact lines.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_empty() {
+            return writeln!(f, "no changes");
+        }
+        for phase in &self.phases {
+            let how = match phase.parallelism {
+                Parallelism::All => "",
+                Parallelism::OneAtATime => " (one host at a time)",
+            };
+            writeln!(f, "== {}{}", phase.title, how)?;
+            for h in &phase.hosts {
+                for step in &h.steps {
+                    match step {
+                        Step::Upload(u) => writeln!(f, "{}: write {}", h.host, u)?,
+                        Step::Run(c) => writeln!(f, "{}: run {}", h.host, c.line(h.sudo))?,
+                        Step::Wait(c) => match &c.probe {
+                            Probe::Command(cmd) => writeln!(
+                                f,
+                                "{}: wait up to {}s: {} ({})",
+                                h.host,
+                                c.timeout.as_secs(),
+                                c.description,
+                                cmd.line(h.sudo)
+                            )?,
+                        },
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
