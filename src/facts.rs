@@ -1,1 +1,279 @@
-//! TODO
+//! Read-only probes: what is on each host now, in one round trip per host.
+//!
+//! Invariant: the probe only reads (it is a `RemoteCommand::read_only`), so `hactl plan` and
+//! `hactl check` may send it; everything a phase needs to know about a host comes from here.
+
+use std::collections::BTreeMap;
+
+use crate::exec::Transport;
+use crate::plan::RemoteCommand;
+
+/// What one host reported.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostFacts {
+    /// `ID` and `VERSION_ID` from /etc/os-release.
+    pub os_id: String,
+    pub os_version: String,
+    /// The name of PID 1 (`systemd` on supported hosts).
+    pub init: String,
+    /// Host clock at the probe, nanoseconds since the epoch.
+    pub time_ns: i128,
+    /// Whether `sudo -n true` worked (or the user is root).
+    pub privileged: bool,
+    pub arch: String,
+    /// Listening TCP ports → process names (from `ss -Hltnp`).
+    pub listeners: BTreeMap<u16, String>,
+    /// Free bytes on the filesystem that holds (or will hold) the etcd data dir.
+    pub data_dir_free_bytes: Option<u64>,
+    /// Whether `<data dir>/member` exists.
+    pub data_dir_has_member: bool,
+    /// Binary name → path, for the binaries hactl uses.
+    pub binaries: BTreeMap<String, String>,
+    /// Mode, owner and group of the etcd data dir when it exists.
+    pub data_dir: Option<FileState>,
+    /// Whether the `etcd` system user exists.
+    pub etcd_user: bool,
+    /// `member list -w json` as seen by this host's running member.
+    pub members: Option<crate::etcd::MemberList>,
+    /// `etcd --version` first line, when installed.
+    pub etcd_version: Option<String>,
+    /// Whether apt-get exists (binaries from packages are obtainable).
+    pub apt: bool,
+    /// Unit name → state.
+    pub units: BTreeMap<String, UnitState>,
+    /// Managed path → its state; absent paths are missing here.
+    pub files: BTreeMap<String, FileState>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UnitState {
+    /// `active`, `inactive`, `failed`, … (systemd ActiveState).
+    pub active: String,
+    pub main_pid: u32,
+    /// `enabled`, `disabled`, `masked`, … (UnitFileState).
+    pub enabled: String,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileState {
+    pub sha256: String,
+    pub mode: u32,
+    pub owner: String,
+    pub group: String,
+}
+
+/// What to ask a host about, besides the fixed facts.
+#[derive(Debug, Clone, Default)]
+pub struct Query {
+    pub data_dir: String,
+    pub units: Vec<String>,
+    pub files: Vec<String>,
+    pub binaries: Vec<String>,
+}
+
+/// The probe script; arguments: data dir, then `u:<unit>`, `f:<path>` and `b:<binary>` words.
+const PROBE: &str = r#"
+dd=$1; shift
+. /etc/os-release 2>/dev/null
+echo "os $ID $VERSION_ID"
+echo "init $(cat /proc/1/comm 2>/dev/null)"
+echo "time $(date +%s%N)"
+echo "arch $(uname -m)"
+if [ "$(id -u)" = 0 ]; then echo "privileged yes"; else echo "privileged no"; fi
+command -v apt-get >/dev/null 2>&1 && echo "apt yes"
+ss -Hltnp 2>/dev/null | while read -r _ _ _ local _ proc; do
+  port=${local##*:}; name=$(printf '%s' "$proc" | sed -n 's/.*(("\([^"]*\)".*/\1/p')
+  echo "listen $port ${name:--}"
+done
+d=$dd; while [ ! -e "$d" ] && [ "$d" != / ]; do d=$(dirname "$d"); done
+echo "free $(df -PB1 "$d" 2>/dev/null | awk 'NR==2 {print $4}')"
+[ -d "$dd/member" ] && echo "member yes"
+[ -d "$dd" ] && echo "datadir $(stat -c '%a %U %G' "$dd")"
+id etcd >/dev/null 2>&1 && echo "etcduser yes"
+if [ -x /usr/local/sbin/hactl-etcdctl ] && [ "$(systemctl is-active etcd.service 2>/dev/null)" = active ]; then
+  m=$(/usr/local/sbin/hactl-etcdctl --command-timeout=3s member list -w json 2>/dev/null | tr -d '\n') && echo "members $m"
+fi
+command -v etcd >/dev/null 2>&1 && echo "etcdversion $(etcd --version 2>/dev/null | head -n1)"
+for a in "$@"; do
+  case $a in
+  u:*) u=${a#u:}
+       s=$(systemctl show "$u" -p ActiveState -p MainPID -p UnitFileState 2>/dev/null | tr '\n' ' ')
+       echo "unit $u $s" ;;
+  f:*) p=${a#f:}
+       if [ -f "$p" ]; then echo "file $p $(sha256sum "$p" | cut -d' ' -f1) $(stat -c '%a %U %G' "$p")"; fi ;;
+  b:*) b=${a#b:}; w=$(command -v "$b" 2>/dev/null) && echo "bin $b $w" ;;
+  esac
+done
+"#;
+
+/// The read-only command that gathers facts for `query`.
+pub fn probe_command(query: &Query) -> RemoteCommand {
+    let mut argv = vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        PROBE.to_string(),
+        "hactl-facts".to_string(),
+        query.data_dir.clone(),
+    ];
+    argv.extend(query.units.iter().map(|u| format!("u:{u}")));
+    argv.extend(query.files.iter().map(|f| format!("f:{f}")));
+    argv.extend(query.binaries.iter().map(|b| format!("b:{b}")));
+    RemoteCommand::read_only(argv)
+}
+
+/// Errors while gathering facts.
+#[derive(Debug, thiserror::Error)]
+pub enum FactsError {
+    #[error("failed to run the facts probe")]
+    Transport(#[from] crate::ssh::Error),
+    #[error("the facts probe exited with {status:?}: {stderr}")]
+    Probe { status: Option<u32>, stderr: String },
+}
+
+/// Gathers facts from one host in one round trip.
+pub async fn gather(t: &dyn Transport, query: &Query) -> Result<HostFacts, FactsError> {
+    let out = t.run(&probe_command(query)).await?;
+    if !out.success() {
+        return Err(FactsError::Probe {
+            status: out.status,
+            stderr: out.stderr_str().trim().to_string(),
+        });
+    }
+    let mut facts = parse(&out.stdout_str());
+    if !facts.privileged && t.sudo() {
+        // Commands run through `sudo -n`, which would have failed above; reaching here means
+        // the probe ran as the login user without sudo.
+        facts.privileged = false;
+    }
+    Ok(facts)
+}
+
+/// Parses the probe's output (one fact per line; unknown lines are ignored).
+pub fn parse(text: &str) -> HostFacts {
+    let mut f = HostFacts::default();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let Some(key) = words.next() else { continue };
+        let rest: Vec<&str> = words.collect();
+        match key {
+            "os" => {
+                f.os_id = rest.first().unwrap_or(&"").to_string();
+                f.os_version = rest.get(1).unwrap_or(&"").to_string();
+            }
+            "init" => f.init = rest.join(" "),
+            "time" => f.time_ns = rest.first().and_then(|t| t.parse().ok()).unwrap_or(0),
+            "arch" => f.arch = rest.join(" "),
+            "privileged" => f.privileged = rest.first() == Some(&"yes"),
+            "apt" => f.apt = true,
+            "listen" => {
+                if let Some(port) = rest.first().and_then(|p| p.parse().ok()) {
+                    f.listeners.insert(port, rest.get(1).unwrap_or(&"-").to_string());
+                }
+            }
+            "free" => f.data_dir_free_bytes = rest.first().and_then(|b| b.parse().ok()),
+            "member" => f.data_dir_has_member = true,
+            "datadir" => {
+                if let [mode, owner, group] = rest.as_slice() {
+                    f.data_dir = Some(FileState {
+                        sha256: String::new(),
+                        mode: u32::from_str_radix(mode, 8).unwrap_or(0),
+                        owner: owner.to_string(),
+                        group: group.to_string(),
+                    });
+                }
+            }
+            "etcduser" => f.etcd_user = true,
+            "members" => f.members = serde_json::from_str(&rest.join(" ")).ok(),
+            "etcdversion" => f.etcd_version = Some(rest.join(" ")),
+            "bin" => {
+                if let [name, path, ..] = rest.as_slice() {
+                    f.binaries.insert(name.to_string(), path.to_string());
+                }
+            }
+            "unit" => {
+                if let Some((name, props)) = rest.split_first() {
+                    let mut u = UnitState::default();
+                    for p in props {
+                        match p.split_once('=') {
+                            Some(("ActiveState", v)) => u.active = v.to_string(),
+                            Some(("MainPID", v)) => u.main_pid = v.parse().unwrap_or(0),
+                            Some(("UnitFileState", v)) => u.enabled = v.to_string(),
+                            _ => {}
+                        }
+                    }
+                    f.units.insert(name.to_string(), u);
+                }
+            }
+            "file" => {
+                if let [path, sha, mode, owner, group] = rest.as_slice() {
+                    f.files.insert(
+                        path.to_string(),
+                        FileState {
+                            sha256: sha.to_string(),
+                            mode: u32::from_str_radix(mode, 8).unwrap_or(0),
+                            owner: owner.to_string(),
+                            group: group.to_string(),
+                        },
+                    );
+                }
+            }
+            _ => {}
+        }
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_recorded_probe() {
+        let text = "os debian 13\ninit systemd\ntime 1763776000123456789\narch x86_64\nprivileged yes\napt yes\n\
+listen 22 sshd\nlisten 2379 etcd\nfree 52428800000\nmember yes\netcdversion etcd Version: 3.5.16\n\
+unit etcd.service ActiveState=active MainPID=412 UnitFileState=enabled \n\
+file /etc/hactl/pki/etcd/ca.crt 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 644 root root\n\
+bin etcd /usr/bin/etcd\n";
+        let f = parse(text);
+        assert_eq!((f.os_id.as_str(), f.os_version.as_str()), ("debian", "13"));
+        assert_eq!(f.init, "systemd");
+        assert_eq!(f.time_ns, 1763776000123456789);
+        assert!(f.privileged && f.apt && f.data_dir_has_member);
+        assert_eq!(f.listeners.get(&2379).map(String::as_str), Some("etcd"));
+        assert_eq!(f.data_dir_free_bytes, Some(52428800000));
+        assert_eq!(f.etcd_version.as_deref(), Some("etcd Version: 3.5.16"));
+        let u = &f.units["etcd.service"];
+        assert_eq!((u.active.as_str(), u.main_pid, u.enabled.as_str()), ("active", 412, "enabled"));
+        let file = &f.files["/etc/hactl/pki/etcd/ca.crt"];
+        assert_eq!((file.mode, file.owner.as_str()), (0o644, "root"));
+        assert_eq!(f.binaries["etcd"], "/usr/bin/etcd");
+    }
+
+    #[test]
+    fn the_probe_is_read_only_and_names_its_queries() {
+        let cmd = probe_command(&Query {
+            data_dir: "/var/lib/etcd".into(),
+            units: vec!["etcd.service".into()],
+            files: vec!["/etc/a b".into()],
+            binaries: vec!["etcd".into()],
+        });
+        assert!(cmd.read_only);
+        assert_eq!(&cmd.argv[4..], ["/var/lib/etcd", "u:etcd.service", "f:/etc/a b", "b:etcd"]);
+    }
+
+    #[test]
+    fn the_probe_runs_in_a_real_shell() {
+        let cmd = probe_command(&Query {
+            data_dir: "/nonexistent/etcd".into(),
+            units: vec![],
+            files: vec!["/etc/hostname".into()],
+            binaries: vec!["sh".into()],
+        });
+        let out = std::process::Command::new("sh").arg("-c").arg(cmd.line(false)).output().unwrap();
+        let f = parse(&String::from_utf8_lossy(&out.stdout));
+        assert!(f.time_ns > 0);
+        assert!(f.data_dir_free_bytes.is_some(), "free space of the nearest existing parent");
+        assert!(!f.data_dir_has_member);
+        assert!(f.binaries.contains_key("sh"));
+    }
+}

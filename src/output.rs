@@ -1,1 +1,75 @@
-//! TODO
+//! Logs and progress on stderr; data on stdout.
+//!
+//! Invariant: nothing here prints to stdout, so `-o json` output stays parseable.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tracing_subscriber::EnvFilter;
+
+/// `-v` → debug, `-vv` → trace, `-q` → errors only; `RUST_LOG` wins when set.
+pub fn init_logging(verbose: u8, quiet: bool) {
+    let level = if quiet {
+        "error"
+    } else {
+        match verbose {
+            0 => "info",
+            1 => "debug",
+            _ => "trace",
+        }
+    };
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(format!("hactl={level},warn")));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .without_time()
+        .try_init();
+}
+
+/// A spinner on a terminal, plain lines otherwise (CI logs, pipes).
+pub struct Progress {
+    bar: Option<ProgressBar>,
+}
+
+impl Progress {
+    pub fn new(message: impl Into<String>) -> Progress {
+        let message = message.into();
+        if std::io::stderr().is_terminal() {
+            let bar = ProgressBar::new_spinner();
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+            );
+            bar.enable_steady_tick(Duration::from_millis(120));
+            bar.set_message(message);
+            Progress { bar: Some(bar) }
+        } else {
+            eprintln!("{message}");
+            Progress { bar: None }
+        }
+    }
+    /// A line above the spinner (or a plain line).
+    pub fn println(&self, line: impl AsRef<str>) {
+        match &self.bar {
+            Some(bar) => bar.println(line.as_ref()),
+            None => eprintln!("{}", line.as_ref()),
+        }
+    }
+    pub fn set_message(&self, message: impl Into<String>) {
+        let message = message.into();
+        match &self.bar {
+            Some(bar) => bar.set_message(message),
+            None => eprintln!("{message}"),
+        }
+    }
+    pub fn finish(self, line: impl AsRef<str>) {
+        match self.bar {
+            Some(bar) => bar.finish_and_clear(),
+            None => {}
+        }
+        eprintln!("{}", line.as_ref());
+    }
+}

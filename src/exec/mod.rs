@@ -1,5 +1,7 @@
-//! Runs plans: `Live` sends each step over a [`Transport`]; `DryRun` only records it.
+//! Runs plans: `Live` sends each step over a [`Transport`]; `DryRun` only prints it.
 
+pub mod run;
 pub mod transport;
 
+pub use run::{run, Mode, PhaseFailed, Report, Transports};
 pub use transport::{Output, Transport, UploadOutcome};

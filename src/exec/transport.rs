@@ -47,4 +47,11 @@ pub trait Transport: Send + Sync {
     async fn run(&self, cmd: &RemoteCommand) -> Result<Output, crate::ssh::Error>;
     /// Places a file atomically; skipped when the remote sha256, mode and owner already match.
     async fn upload(&self, upload: &Upload) -> Result<UploadOutcome, crate::ssh::Error>;
+    /// Forwards a local loopback port to `remote_host:remote_port` as seen from this host, for
+    /// as long as the returned guard lives. Returns the local port.
+    async fn forward(
+        &self,
+        remote_host: &str,
+        remote_port: u16,
+    ) -> Result<(u16, crate::ssh::ForwardGuard), crate::ssh::Error>;
 }

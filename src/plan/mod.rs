@@ -138,6 +138,24 @@ pub struct Check {
     pub description: String,
     pub probe: Probe,
     pub timeout: Duration,
+    /// Run when the check times out; its output goes into the error (e.g. a journal tail).
+    pub diagnose: Option<RemoteCommand>,
+}
+
+impl Check {
+    /// Holds when `cmd` (made read-only here) exits 0 within `timeout`.
+    pub fn command(description: impl Into<String>, cmd: RemoteCommand, timeout: Duration) -> Check {
+        Check {
+            description: description.into(),
+            probe: Probe::Command(RemoteCommand { read_only: true, ..cmd }),
+            timeout,
+            diagnose: None,
+        }
+    }
+    pub fn diagnose_with(mut self, cmd: RemoteCommand) -> Check {
+        self.diagnose = Some(RemoteCommand { read_only: true, ..cmd });
+        self
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -174,6 +192,8 @@ pub enum Parallelism {
 pub struct PlannedPhase {
     pub title: String,
     pub parallelism: Parallelism,
+    /// Restarts or stops something that serves (asks for confirmation on a terminal).
+    pub disruptive: bool,
     pub hosts: Vec<HostSteps>,
 }
 
@@ -192,6 +212,10 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// Whether any phase restarts or stops something that serves.
+    pub fn is_disruptive(&self) -> bool {
+        self.phases.iter().any(|p| p.disruptive)
+    }
     pub fn is_empty(&self) -> bool {
         self.phases.iter().all(|p| p.hosts.iter().all(|h| h.steps.is_empty()))
     }

@@ -1,0 +1,164 @@
+//! Binaries from a release tarball or a bundle directory, read on the operator machine and
+//! uploaded to hosts, so hosts need no internet.
+//!
+//! Invariant: a downloaded tarball is checked against the inventory's sha256 **before** it is
+//! kept or anything in it is used; the cache is named by that sha256, so a verified file is
+//! downloaded once.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use crate::inventory::BinarySource;
+
+/// Binaries to upload: file name → content, in a fixed order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalBinaries {
+    pub files: Vec<(String, Vec<u8>)>,
+    /// Where they came from, for messages.
+    pub origin: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BinariesError {
+    #[error("failed to download {url}")]
+    Download {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("download of {url} failed with HTTP {status}")]
+    HttpStatus { url: String, status: u16 },
+    #[error("{url} has sha256 {actual}, but the inventory expects {expected}: nothing was installed; check the URL and the sha256 published with the release")]
+    Sha256Mismatch { url: String, expected: String, actual: String },
+    #[error("{archive} holds no {name} binary (looked for a file named {name} in the archive)")]
+    MissingInArchive { archive: String, name: String },
+    #[error("failed to read the archive {archive}")]
+    Archive {
+        archive: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("bundle directory {dir} holds no {name}: put the {name} binary there")]
+    MissingInBundle { dir: String, name: String },
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+/// Reads (and downloads once, when needed) the binaries named in `wanted` for `source`.
+/// `optional` names are taken when present. Returns `None` for distribution packages.
+pub async fn ensure(
+    source: &BinarySource,
+    cache_dir: &Path,
+    wanted: &[&str],
+    optional: &[&str],
+) -> Result<Option<LocalBinaries>, BinariesError> {
+    match source {
+        BinarySource::Package => Ok(None),
+        BinarySource::Bundle { dir } => {
+            let mut files = Vec::new();
+            for name in wanted.iter().chain(optional) {
+                let path = dir.join(name);
+                match fs_err::read(&path) {
+                    Ok(content) => files.push((name.to_string(), content)),
+                    Err(_) if optional.contains(name) => {}
+                    Err(_) => {
+                        return Err(BinariesError::MissingInBundle {
+                            dir: dir.display().to_string(),
+                            name: name.to_string(),
+                        })
+                    }
+                }
+            }
+            Ok(Some(LocalBinaries {
+                files,
+                origin: format!("bundle {}", dir.display()),
+            }))
+        }
+        BinarySource::Release { url, sha256 } => {
+            let archive = download_verified(url, sha256, cache_dir).await?;
+            let files = extract(&archive, wanted, optional)?;
+            Ok(Some(LocalBinaries {
+                files,
+                origin: format!("release {url}"),
+            }))
+        }
+    }
+}
+
+/// Downloads `url` into `cache_dir/<sha256>.tar.gz` unless a verified copy is there.
+pub async fn download_verified(url: &str, sha256: &str, cache_dir: &Path) -> Result<PathBuf, BinariesError> {
+    let expected = sha256.to_ascii_lowercase();
+    let target = cache_dir.join(format!("{expected}.tar.gz"));
+    if let Ok(bytes) = fs_err::read(&target) {
+        if hex::encode(Sha256::digest(&bytes)) == expected {
+            return Ok(target);
+        }
+    }
+    tracing::info!("downloading {url}");
+    let response = reqwest::get(url).await.map_err(|source| BinariesError::Download {
+        url: url.to_string(),
+        source,
+    })?;
+    if !response.status().is_success() {
+        return Err(BinariesError::HttpStatus {
+            url: url.to_string(),
+            status: response.status().as_u16(),
+        });
+    }
+    let bytes = response.bytes().await.map_err(|source| BinariesError::Download {
+        url: url.to_string(),
+        source,
+    })?;
+    let actual = hex::encode(Sha256::digest(&bytes));
+    if actual != expected {
+        return Err(BinariesError::Sha256Mismatch {
+            url: url.to_string(),
+            expected,
+            actual,
+        });
+    }
+    fs_err::create_dir_all(cache_dir)?;
+    let tmp = cache_dir.join(format!("{expected}.tar.gz.part"));
+    fs_err::write(&tmp, &bytes)?;
+    fs_err::rename(&tmp, &target)?;
+    Ok(target)
+}
+
+/// Takes the files named `wanted` (and `optional` when present) out of a `.tar.gz`, wherever
+/// they sit in its tree (release tarballs nest them in `etcd-vX.Y.Z-linux-amd64/`).
+pub fn extract(archive: &Path, wanted: &[&str], optional: &[&str]) -> Result<Vec<(String, Vec<u8>)>, BinariesError> {
+    let name = archive.display().to_string();
+    let err = |source| BinariesError::Archive {
+        archive: name.clone(),
+        source,
+    };
+    let file = fs_err::File::open(archive)?;
+    let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(file));
+    let mut found: Vec<(String, Vec<u8>)> = Vec::new();
+    for entry in tar.entries().map_err(err)? {
+        let mut entry = entry.map_err(err)?;
+        if !entry.header().entry_type().is_file() {
+            continue;
+        }
+        let path = entry.path().map_err(err)?.into_owned();
+        let Some(base) = path.file_name().and_then(|b| b.to_str()) else { continue };
+        if wanted.iter().chain(optional).any(|w| *w == base) && !found.iter().any(|(n, _)| n == base) {
+            let mut content = Vec::new();
+            entry.read_to_end(&mut content).map_err(err)?;
+            found.push((base.to_string(), content));
+        }
+    }
+    for w in wanted {
+        if !found.iter().any(|(n, _)| n == w) {
+            return Err(BinariesError::MissingInArchive {
+                archive: name,
+                name: w.to_string(),
+            });
+        }
+    }
+    let order: Vec<&str> = wanted.iter().chain(optional).copied().collect();
+    found.sort_by_key(|(n, _)| order.iter().position(|o| o == n));
+    Ok(found)
+}

@@ -1,0 +1,337 @@
+//! `hactl status`: the etcd cluster's health as the members see it, through SSH tunnels.
+//!
+//! Invariant: read-only. Exit code 0 when healthy; 5 (degraded) when there is no single leader,
+//! a member is unreachable or unhealthy, or an alarm is raised.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use serde::Serialize;
+
+use crate::cli::{OutputFormat, StatusArgs};
+use crate::etcd::client::{self, ClientTls, MemberStatus};
+use crate::etcd::{self as etcd_paths};
+use crate::inventory::{Host, Inventory, Role};
+use crate::pki;
+
+/// The JSON document of `hactl status -o json` (schema in README.md).
+#[derive(Debug, Clone, Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStatus {
+    pub cluster: String,
+    /// Hex cluster ID, as etcdctl prints it; empty when no member answered.
+    pub cluster_id: String,
+    /// The leader's member name (or hex ID when it has no name yet); empty when none.
+    pub leader: String,
+    pub raft_term: u64,
+    pub revision: i64,
+    pub members: Vec<MemberRow>,
+    pub alarms: Vec<AlarmRow>,
+    pub certificates: Vec<CertRow>,
+    /// Why the cluster is degraded; empty when it is healthy.
+    pub problems: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberRow {
+    pub name: String,
+    pub id: String,
+    pub peer_urls: Vec<String>,
+    pub client_urls: Vec<String>,
+    pub is_learner: bool,
+    /// Has published its name (a member added but never started has not).
+    pub started: bool,
+    /// In the inventory (false: a member the inventory does not know).
+    pub in_inventory: bool,
+    pub healthy: bool,
+    pub latency_ms: f64,
+    pub db_size_bytes: i64,
+    pub version: String,
+    pub raft_index: u64,
+    pub raft_applied_index: u64,
+    pub errors: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AlarmRow {
+    pub member_id: String,
+    pub alarm: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CertRow {
+    /// Path stem in the state directory's pki/, e.g. `etcd/server-cp1`.
+    pub name: String,
+    /// RFC 3339.
+    pub not_after: String,
+    pub days_left: i64,
+}
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+pub async fn run(args: &StatusArgs) -> anyhow::Result<i32> {
+    let (inv, state) = super::load(&args.inventory)?;
+    let status = gather(&inv, &state, &args.connect).await?;
+    match args.output {
+        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&status)?),
+        OutputFormat::Table => print!("{}", table(&status)),
+    }
+    if status.problems.is_empty() {
+        Ok(super::exit::OK)
+    } else {
+        Ok(super::exit::DEGRADED)
+    }
+}
+
+/// Reads the cluster's status through every reachable etcd host.
+pub async fn gather(
+    inv: &Inventory,
+    state: &crate::state::StateDir,
+    connect: &crate::cli::ConnectArgs,
+) -> anyhow::Result<ClusterStatus> {
+    let pki_dir = state.path.join("pki");
+    let tls = read_client_tls(&pki_dir)?;
+    let hosts: Vec<&Host> = inv.with_role(Role::Etcd);
+    let conns = super::connect(inv, state, &hosts, connect).await;
+    let mut results: Vec<(MemberStatus, Option<client::MemberClient>)> = futures::stream::iter(hosts.iter().map(|h| {
+        let conn = conns.get(&h.name).cloned();
+        let tls = tls.clone();
+        async move {
+            let unreachable = |why: String| MemberStatus {
+                host: h.name.clone(),
+                errors: vec![why],
+                ..MemberStatus::default()
+            };
+            let t = match conn {
+                Some(Ok(t)) => t,
+                Some(Err(e)) => return (unreachable(format!("ssh: {e}")), None),
+                None => return (unreachable("ssh: not connected".into()), None),
+            };
+            match client::connect(t.as_ref(), inv.etcd.client_port, &tls, TIMEOUT).await {
+                Ok(mut c) => {
+                    let mut s = client::member_status(&mut c, TIMEOUT).await;
+                    if s.is_learner && s.errors.is_empty() {
+                        s.healthy = true; // learners serve status, not linearizable reads
+                    }
+                    (s, Some(c))
+                }
+                Err(e) => (unreachable(format!("{:#}", anyhow::Error::from(e))), None),
+            }
+        }
+    }))
+    .buffered(connect.concurrency.max(1))
+    .collect()
+    .await;
+    let per_host: Vec<MemberStatus> = results.iter().map(|(s, _)| s.clone()).collect();
+    let mut status = ClusterStatus {
+        cluster: inv.name.clone(),
+        ..ClusterStatus::default()
+    };
+    // Member list and alarms from the first healthy voter.
+    let source = per_host.iter().position(|s| s.healthy && !s.is_learner);
+    let mut list = None;
+    let mut alarms = Vec::new();
+    if let Some(i) = source {
+        if let Some(c) = results[i].1.as_mut() {
+            {
+                if let Ok(Ok(resp)) = tokio::time::timeout(TIMEOUT, c.client.member_list()).await {
+                    status.cluster_id = resp.header().map(|h| format!("{:x}", h.cluster_id())).unwrap_or_default();
+                    list = Some(resp.members().to_vec());
+                }
+                if let Ok(Ok(resp)) = tokio::time::timeout(
+                    TIMEOUT,
+                    c.client.alarm(etcd_client::AlarmAction::Get, etcd_client::AlarmType::None, None),
+                )
+                .await
+                {
+                    for a in resp.alarms() {
+                        alarms.push(AlarmRow {
+                            member_id: format!("{:x}", a.member_id()),
+                            alarm: format!("{:?}", a.alarm()).to_uppercase(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+    let leaders: std::collections::BTreeSet<&str> =
+        per_host.iter().filter(|s| !s.leader.is_empty()).map(|s| s.leader.as_str()).collect();
+    status.raft_term = per_host.iter().map(|s| s.raft_term).max().unwrap_or(0);
+    status.revision = per_host.iter().map(|s| s.revision).max().unwrap_or(0);
+    let mut rows = Vec::new();
+    for (host, s) in hosts.iter().zip(&per_host) {
+        let url = etcd_paths::peer_url(inv, host);
+        let m = list.as_ref().and_then(|l| l.iter().find(|m| m.peer_urls().contains(&url)));
+        rows.push(MemberRow {
+            name: host.name.clone(),
+            id: m.map(|m| format!("{:x}", m.id())).unwrap_or_else(|| s.id.clone()),
+            peer_urls: m.map(|m| m.peer_urls().to_vec()).unwrap_or_else(|| vec![url.clone()]),
+            client_urls: m.map(|m| m.client_urls().to_vec()).unwrap_or_default(),
+            is_learner: m.map(|m| m.is_learner()).unwrap_or(s.is_learner),
+            started: m.map(|m| !m.name().is_empty()).unwrap_or(s.healthy),
+            in_inventory: true,
+            healthy: s.healthy,
+            latency_ms: s.latency_ms,
+            db_size_bytes: s.db_size_bytes,
+            version: s.version.clone(),
+            raft_index: s.raft_index,
+            raft_applied_index: s.raft_applied_index,
+            errors: s.errors.clone(),
+        });
+        if list.is_some() && m.is_none() {
+            status.problems.push(format!("{} is in the inventory but not a member of the cluster: run `hactl up` to join it", host.name));
+        }
+    }
+    if let Some(list) = &list {
+        for m in list {
+            if !rows.iter().any(|r| r.id == format!("{:x}", m.id())) {
+                status.problems.push(format!(
+                    "member {:x} ({}) is not in the inventory: add its host back, or remove it with `hactl replace`",
+                    m.id(),
+                    if m.name().is_empty() { "unstarted" } else { m.name() }
+                ));
+                rows.push(MemberRow {
+                    name: m.name().to_string(),
+                    id: format!("{:x}", m.id()),
+                    peer_urls: m.peer_urls().to_vec(),
+                    client_urls: m.client_urls().to_vec(),
+                    is_learner: m.is_learner(),
+                    started: !m.name().is_empty(),
+                    in_inventory: false,
+                    ..MemberRow::default()
+                });
+            }
+        }
+    }
+    match leaders.len() {
+        0 => status.problems.push("no leader: the cluster has lost quorum or no member answered".into()),
+        1 => {
+            let id = *leaders.iter().next().unwrap_or(&"");
+            status.leader = rows.iter().find(|r| r.id == id).map(|r| r.name.clone()).unwrap_or_else(|| id.to_string());
+        }
+        _ => status.problems.push(format!("members disagree about the leader: {}", leaders.into_iter().collect::<Vec<_>>().join(", "))),
+    }
+    for r in rows.iter().filter(|r| r.in_inventory && !r.healthy) {
+        status.problems.push(format!("member {} is unhealthy: {}", r.name, r.errors.join("; ")));
+    }
+    for a in &alarms {
+        status.problems.push(format!("alarm {} on member {}", a.alarm, a.member_id));
+    }
+    status.members = rows;
+    status.alarms = alarms;
+    status.certificates = certificate_rows(&pki_dir);
+    for c in status.certificates.iter().filter(|c| c.days_left < 30) {
+        status.problems.push(format!("certificate {} expires in {} days: run `hactl up` to re-issue it", c.name, c.days_left));
+    }
+    Ok(status)
+}
+
+fn read_client_tls(pki_dir: &std::path::Path) -> anyhow::Result<ClientTls> {
+    let read = |rel: &str| {
+        fs_err::read_to_string(pki_dir.join(rel)).map_err(|e| {
+            anyhow::anyhow!("{e}: the cluster's PKI is missing; run `hactl up` first (or point --state-dir at the cluster's state)")
+        })
+    };
+    Ok(ClientTls {
+        ca_pem: read("etcd/ca.crt")?,
+        cert_pem: read("etcd/hactl-client.crt")?,
+        key_pem: read("etcd/hactl-client.key")?,
+    })
+}
+
+/// Every certificate under `pki/`, soonest expiry first.
+pub fn certificate_rows(pki_dir: &std::path::Path) -> Vec<CertRow> {
+    let now = time::OffsetDateTime::now_utc();
+    let mut rows = Vec::new();
+    for sub in ["etcd", "kubernetes", "front-proxy"] {
+        let Ok(entries) = fs_err::read_dir(pki_dir.join(sub)) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().and_then(|e| e.to_str()) != Some("crt") {
+                continue;
+            }
+            let Ok(pem) = fs_err::read_to_string(&path) else { continue };
+            let Ok(info) = pki::inspect(&pem) else { continue };
+            let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("?");
+            rows.push(CertRow {
+                name: format!("{sub}/{stem}"),
+                not_after: info
+                    .not_after
+                    .format(&time::format_description::well_known::Rfc3339)
+                    .unwrap_or_default(),
+                days_left: (info.not_after - now).whole_days(),
+            });
+        }
+    }
+    rows.sort_by(|a, b| a.days_left.cmp(&b.days_left).then(a.name.cmp(&b.name)));
+    rows
+}
+
+fn human_size(bytes: i64) -> String {
+    let b = bytes as f64;
+    if b >= 1024.0 * 1024.0 {
+        format!("{:.1} MiB", b / 1024.0 / 1024.0)
+    } else {
+        format!("{:.0} KiB", b / 1024.0)
+    }
+}
+
+/// The human table.
+pub fn table(s: &ClusterStatus) -> String {
+    let mut out = format!(
+        "cluster {}  id {}  leader {}  term {}  revision {}\n\n",
+        s.cluster,
+        if s.cluster_id.is_empty() { "?" } else { &s.cluster_id },
+        if s.leader.is_empty() { "NONE" } else { &s.leader },
+        s.raft_term,
+        s.revision
+    );
+    out.push_str(&format!(
+        "{:<10} {:<16} {:<7} {:<7} {:<9} {:>9} {:>9} {:<8} {:>15}  {}\n",
+        "MEMBER", "ID", "ROLE", "STARTED", "HEALTH", "LATENCY", "DB", "VERSION", "RAFT IDX/APPLIED", "PEER / CLIENT URL"
+    ));
+    for m in &s.members {
+        out.push_str(&format!(
+            "{:<10} {:<16} {:<7} {:<7} {:<9} {:>9} {:>9} {:<8} {:>15}  {} {}\n",
+            m.name,
+            m.id,
+            if m.is_learner { "learner" } else { "voter" },
+            if m.started { "yes" } else { "no" },
+            if m.healthy { "healthy" } else { "UNHEALTHY" },
+            if m.healthy && !m.is_learner { format!("{:.1} ms", m.latency_ms) } else { "-".into() },
+            if m.db_size_bytes > 0 { human_size(m.db_size_bytes) } else { "-".into() },
+            if m.version.is_empty() { "-" } else { &m.version },
+            format!("{}/{}", m.raft_index, m.raft_applied_index),
+            m.peer_urls.join(","),
+            m.client_urls.join(","),
+        ));
+    }
+    out.push_str(&format!(
+        "\nalarms: {}\n",
+        if s.alarms.is_empty() {
+            "none".to_string()
+        } else {
+            s.alarms.iter().map(|a| format!("{} on {}", a.alarm, a.member_id)).collect::<Vec<_>>().join(", ")
+        }
+    ));
+    if let Some(first) = s.certificates.first() {
+        out.push_str(&format!(
+            "certificates: {} (soonest: {} in {} days)\n",
+            s.certificates.len(),
+            first.name,
+            first.days_left
+        ));
+    }
+    if s.problems.is_empty() {
+        out.push_str("state: healthy\n");
+    } else {
+        out.push_str("state: DEGRADED\n");
+        for p in &s.problems {
+            out.push_str(&format!("  - {p}\n"));
+        }
+    }
+    out
+}

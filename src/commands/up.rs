@@ -1,0 +1,252 @@
+//! `hactl up` and `hactl plan`: one code path. Facts are gathered read-only, the plan is built
+//! from [`phases`], then `up` executes it and `plan` prints it.
+//!
+//! Invariant: `plan` sends only read-only commands to hosts (it may create the cluster's local
+//! PKI in the state directory, so the sha256 it prints are the ones `up` will upload).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use futures::StreamExt;
+
+use crate::binaries::{self, LocalBinaries};
+use crate::cli::UpArgs;
+use crate::exec::{self, Mode, Transports};
+use crate::facts::{self, HostFacts, Query};
+use crate::inventory::{Host, Inventory, Role};
+use crate::phases::{self, configure_etcd, etcd_files, install_etcd, join_etcd, roll_etcd, start_etcd};
+use crate::phases::{Ctx, EtcdView, Phase};
+use crate::pki::{self, Pki};
+use crate::plan::{HostSteps, Parallelism, Plan, PlannedPhase, Step};
+use crate::state::StateDir;
+
+/// The table of contents of a cluster bring-up, in order.
+pub fn phases() -> Vec<Box<dyn Phase>> {
+    vec![
+        Box::new(install_etcd::InstallEtcd),
+        Box::new(configure_etcd::ConfigureEtcd),
+        Box::new(start_etcd::StartEtcd),
+        Box::new(join_etcd::JoinEtcd),
+        Box::new(roll_etcd::RollEtcd),
+    ]
+}
+
+/// Everything a plan was built from, kept for executing it.
+pub struct Prepared {
+    pub inv: Inventory,
+    pub state: StateDir,
+    pub pki: Pki,
+    pub transports: Transports,
+    pub facts: BTreeMap<String, HostFacts>,
+    pub view: EtcdView,
+    pub binaries: Option<LocalBinaries>,
+    pub plan: Plan,
+}
+
+/// What the facts probe asks `host`.
+pub fn query_for(inv: &Inventory, host: &Host) -> Query {
+    let mut q = super::check::query_for(inv, host);
+    if host.has(Role::Etcd) {
+        q.files = etcd_files::managed_paths(&inv.etcd.source);
+    }
+    q
+}
+
+/// Connects to every host, gathers facts and builds the plan. Changes nothing on hosts.
+pub async fn prepare(args: &UpArgs) -> anyhow::Result<Prepared> {
+    let (inv, state) = super::load(&args.inventory)?;
+    let pki = pki::ensure(&state.path.join("pki"), &inv, time::OffsetDateTime::now_utc())
+        .context("failed to prepare the cluster's certificates")?;
+    for change in pki.report.iter().filter(|c| c.is_change()) {
+        tracing::info!("pki: {change}");
+    }
+    for warning in &pki.warnings {
+        tracing::warn!("pki: {warning}");
+    }
+    let hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
+    let transports = connect_or_refuse(&inv, &state, &hosts, &args.connect).await?;
+    let facts = gather_facts(&inv, &hosts, &transports, args.connect.concurrency).await?;
+    let view = EtcdView::from_facts(&inv, &facts)?;
+    let binaries = binaries::ensure(&inv.etcd.source, &state.path.join("downloads"), &["etcd", "etcdctl"], &["etcdutl"])
+        .await
+        .context("failed to prepare the etcd binaries")?;
+    let ctx = Ctx {
+        inv: &inv,
+        pki: &pki,
+        facts: &facts,
+        etcd: &view,
+        binaries: binaries.as_ref(),
+    };
+    let mut plan = phases::build(&phases(), &ctx)?;
+    if !plan.is_empty() {
+        plan.push(verify_phase(&inv));
+    }
+    Ok(Prepared {
+        inv,
+        state,
+        pki,
+        transports,
+        facts,
+        view,
+        binaries,
+        plan,
+    })
+}
+
+/// The last phase of a run that changed something: the cluster is healthy with one leader.
+fn verify_phase(inv: &Inventory) -> PlannedPhase {
+    let first = inv.with_role(Role::Etcd)[0];
+    PlannedPhase {
+        title: "Verify etcd".to_string(),
+        parallelism: Parallelism::All,
+        disruptive: false,
+        hosts: vec![HostSteps {
+            host: first.name.clone(),
+            sudo: first.ssh.sudo,
+            steps: vec![Step::Wait(crate::etcd::probe::cluster_has_one_leader(Duration::from_secs(60)))],
+        }],
+    }
+}
+
+/// Connects to every host; any unreachable host stops the run before anything changes.
+pub async fn connect_or_refuse(
+    inv: &Inventory,
+    state: &StateDir,
+    hosts: &[&Host],
+    args: &crate::cli::ConnectArgs,
+) -> anyhow::Result<Transports> {
+    let conns = super::connect(inv, state, hosts, args).await;
+    let mut transports = Transports::new();
+    let mut failures = Vec::new();
+    for host in hosts {
+        match conns.get(&host.name) {
+            Some(Ok(t)) => {
+                transports.insert(host.name.clone(), t.clone());
+            }
+            Some(Err(e)) => failures.push(format!("{}: {e}", host.name)),
+            None => failures.push(format!("{}: not connected", host.name)),
+        }
+    }
+    if !failures.is_empty() {
+        bail!(
+            "cannot reach every host, so nothing was changed:\n{}\nfix the connection (or remove the host from the inventory) and run again",
+            failures.join("\n")
+        );
+    }
+    Ok(transports)
+}
+
+/// Gathers facts from every host in one round trip each.
+pub async fn gather_facts(
+    inv: &Inventory,
+    hosts: &[&Host],
+    transports: &Transports,
+    concurrency: usize,
+) -> anyhow::Result<BTreeMap<String, HostFacts>> {
+    let results: Vec<(String, anyhow::Result<HostFacts>)> = futures::stream::iter(hosts.iter().map(|h| {
+        let t = transports[&h.name].clone();
+        let query = query_for(inv, h);
+        async move {
+            let r = facts::gather(t.as_ref(), &query).await.map_err(anyhow::Error::from);
+            (h.name.clone(), r)
+        }
+    }))
+    .buffered(concurrency.max(1))
+    .collect()
+    .await;
+    let mut facts = BTreeMap::new();
+    let mut failures = Vec::new();
+    for (name, r) in results {
+        match r {
+            Ok(f) => {
+                facts.insert(name, f);
+            }
+            Err(e) => failures.push(format!("{name}: {e:#}")),
+        }
+    }
+    if !failures.is_empty() {
+        bail!("failed to read the state of every host, so nothing was changed:\n{}", failures.join("\n"));
+    }
+    Ok(facts)
+}
+
+/// `hactl plan`: prints what `up` would do.
+pub async fn plan(args: &UpArgs) -> anyhow::Result<i32> {
+    let prepared = prepare(args).await?;
+    exec::run(&prepared.plan, Mode::DryRun, &prepared.transports).await?;
+    Ok(super::exit::OK)
+}
+
+/// `hactl up`: converges the hosts on the inventory.
+pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
+    let started = Instant::now();
+    let (inv, state) = super::load(&args.inventory)?;
+    let _lock = state.lock("up").context("cannot start hactl up")?;
+    drop((inv, state));
+    let prepared = prepare(args).await?;
+    if prepared.plan.is_empty() {
+        println!("no changes");
+        return Ok(super::exit::OK);
+    }
+    eprint!("{}", plan_summary(&prepared.plan));
+    if prepared.plan.is_disruptive() && !args.yes {
+        confirm("this plan restarts running etcd members one at a time")?;
+    }
+    exec::run::stop_between_steps_on_ctrl_c();
+    match exec::run(&prepared.plan, Mode::Live, &prepared.transports).await {
+        Ok(report) => {
+            println!(
+                "up: done in {:.1}s: {} commands run, {} files written, {} unchanged",
+                started.elapsed().as_secs_f64(),
+                report.commands_run,
+                report.files_written,
+                report.files_unchanged
+            );
+            Ok(super::exit::OK)
+        }
+        Err(failed) => {
+            eprint!("{}", failed.details());
+            Err(anyhow::Error::new(failed).context("hactl up stopped; nothing after the failed step ran; fix the cause and run `hactl up` again to continue"))
+        }
+    }
+}
+
+/// One line per phase: its title and the hosts it touches.
+pub fn plan_summary(plan: &Plan) -> String {
+    let mut out = String::from("plan:\n");
+    for p in &plan.phases {
+        let hosts: Vec<&str> = p.hosts.iter().map(|h| h.host.as_str()).collect();
+        let mut seen = Vec::new();
+        for h in hosts {
+            if !seen.contains(&h) {
+                seen.push(h);
+            }
+        }
+        out.push_str(&format!("  {} ({})\n", p.title, seen.join(", ")));
+    }
+    out
+}
+
+/// Asks on the terminal before a disruptive plan; refuses without a terminal.
+pub fn confirm(what: &str) -> anyhow::Result<()> {
+    if !std::io::stdin().is_terminal() {
+        return Err(anyhow::Error::new(super::Refusal {
+            code: super::exit::NEEDS_INPUT,
+            message: format!("{what}; no terminal to confirm on: run again with --yes to proceed"),
+        }));
+    }
+    eprint!("{what}. Proceed? [y/N] ");
+    std::io::stderr().flush().ok();
+    let mut answer = String::new();
+    std::io::stdin().lock().read_line(&mut answer)?;
+    if matches!(answer.trim(), "y" | "Y" | "yes") {
+        Ok(())
+    } else {
+        Err(anyhow::Error::new(super::Refusal {
+            code: super::exit::REFUSED,
+            message: "not confirmed: nothing was changed".into(),
+        }))
+    }
+}

@@ -1,0 +1,262 @@
+//! The executor: the one place where a run and a dry run differ.
+//!
+//! Invariants: phases run in order, each starting only when every host finished the previous one;
+//! a `OneAtATime` phase stops at its first failure (it is used for quorum members); an `All` phase
+//! lets every host finish and collects every failure with its error chain; a Ctrl-C stops the run
+//! between steps, never inside one.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, Context};
+
+use super::transport::{Transport, UploadOutcome};
+use crate::plan::{Check, Parallelism, Plan, PlannedPhase, Probe, Step};
+
+/// Whether steps are sent to hosts or only printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Live,
+    DryRun,
+}
+
+/// Hosts by inventory name.
+pub type Transports = BTreeMap<String, Arc<dyn Transport>>;
+
+/// Set by the Ctrl-C handler; the executor stops before the next step.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Installs a Ctrl-C handler that asks running plans to stop between steps.
+pub fn stop_between_steps_on_ctrl_c() {
+    tokio::spawn(async {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            eprintln!("interrupt: stopping after the steps under way (press Ctrl-C again to abort now)");
+            INTERRUPTED.store(true, Ordering::SeqCst);
+            if tokio::signal::ctrl_c().await.is_ok() {
+                std::process::exit(130);
+            }
+        }
+    });
+}
+
+/// What a live run did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub commands_run: usize,
+    pub files_written: usize,
+    pub files_unchanged: usize,
+    pub waits: usize,
+}
+
+impl Report {
+    fn add(&mut self, other: &Report) {
+        self.commands_run += other.commands_run;
+        self.files_written += other.files_written;
+        self.files_unchanged += other.files_unchanged;
+        self.waits += other.waits;
+    }
+    /// True when the run changed nothing on any host.
+    pub fn no_changes(&self) -> bool {
+        self.commands_run == 0 && self.files_written == 0
+    }
+}
+
+/// A phase in which one or more hosts failed.
+#[derive(Debug, thiserror::Error)]
+#[error("phase \"{phase}\" failed on {}", hosts.iter().map(|(h, _)| h.as_str()).collect::<Vec<_>>().join(", "))]
+pub struct PhaseFailed {
+    pub phase: String,
+    /// Each failed host with its error (the chain is kept).
+    pub hosts: Vec<(String, anyhow::Error)>,
+    /// What completed before the failure.
+    pub report: Report,
+}
+
+impl PhaseFailed {
+    /// Every host's error chain, one block per host, each line prefixed with the host name.
+    pub fn details(&self) -> String {
+        let mut out = String::new();
+        for (host, err) in &self.hosts {
+            for line in format!("{err:#}").lines() {
+                out.push_str(&format!("{host}: {line}\n"));
+            }
+        }
+        out
+    }
+}
+
+/// Runs `plan` (Live) or prints it to stdout (DryRun).
+pub async fn run(plan: &Plan, mode: Mode, transports: &Transports) -> Result<Report, PhaseFailed> {
+    if mode == Mode::DryRun {
+        print!("{plan}");
+        return Ok(Report::default());
+    }
+    let mut report = Report::default();
+    for phase in &plan.phases {
+        tracing::info!("== {}", phase.title);
+        let phase_report = run_phase(phase, transports).await.map_err(|mut failed| {
+            failed.report.add(&report);
+            failed
+        })?;
+        report.add(&phase_report);
+    }
+    Ok(report)
+}
+
+async fn run_phase(phase: &PlannedPhase, transports: &Transports) -> Result<Report, PhaseFailed> {
+    let mut report = Report::default();
+    let mut failures = Vec::new();
+    match phase.parallelism {
+        Parallelism::OneAtATime => {
+            for host in &phase.hosts {
+                match run_host(&host.host, &host.steps, transports).await {
+                    Ok(r) => report.add(&r),
+                    Err((r, e)) => {
+                        report.add(&r);
+                        failures.push((host.host.clone(), e));
+                        break;
+                    }
+                }
+            }
+        }
+        Parallelism::All => {
+            let mut set = tokio::task::JoinSet::new();
+            for (i, host) in phase.hosts.iter().enumerate() {
+                let transports = transports.clone();
+                let name = host.host.clone();
+                let steps = host.steps.clone();
+                set.spawn(async move { (i, run_host(&name, &steps, &transports).await) });
+            }
+            let mut results = Vec::new();
+            while let Some(joined) = set.join_next().await {
+                match joined {
+                    Ok(r) => results.push(r),
+                    Err(e) => failures.push(("?".to_string(), anyhow!("a host task panicked: {e}"))),
+                }
+            }
+            results.sort_by_key(|(i, _)| *i);
+            for (i, result) in results {
+                match result {
+                    Ok(r) => report.add(&r),
+                    Err((r, e)) => {
+                        report.add(&r);
+                        failures.push((phase.hosts[i].host.clone(), e));
+                    }
+                }
+            }
+        }
+    }
+    if failures.is_empty() {
+        Ok(report)
+    } else {
+        Err(PhaseFailed {
+            phase: phase.title.clone(),
+            hosts: failures,
+            report,
+        })
+    }
+}
+
+async fn run_host(host: &str, steps: &[Step], transports: &Transports) -> Result<Report, (Report, anyhow::Error)> {
+    let mut report = Report::default();
+    let Some(t) = transports.get(host) else {
+        return Err((report, anyhow!("no connection to {host}")));
+    };
+    for step in steps {
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            return Err((report, anyhow!("interrupted before: {}", describe(step, t.sudo()))));
+        }
+        if let Err(e) = run_step(t.as_ref(), step, &mut report).await {
+            return Err((report, e));
+        }
+    }
+    Ok(report)
+}
+
+fn describe(step: &Step, sudo: bool) -> String {
+    match step {
+        Step::Upload(u) => format!("write {u}"),
+        Step::Run(c) => format!("run {}", c.line(sudo)),
+        Step::Wait(c) => c.description.clone(),
+    }
+}
+
+async fn run_step(t: &dyn Transport, step: &Step, report: &mut Report) -> anyhow::Result<()> {
+    let host = t.host();
+    match step {
+        Step::Upload(u) => {
+            let outcome = t.upload(u).await.with_context(|| format!("failed to write {}", u.path))?;
+            match outcome {
+                UploadOutcome::Unchanged => {
+                    report.files_unchanged += 1;
+                    tracing::debug!("{host}: unchanged {}", u.path);
+                }
+                UploadOutcome::Written => {
+                    report.files_written += 1;
+                    tracing::info!("{host}: wrote {u}");
+                }
+            }
+        }
+        Step::Run(c) => {
+            tracing::info!("{host}: run {}", c.line(t.sudo()));
+            let out = t.run(c).await.with_context(|| format!("failed to run {}", c.line(t.sudo())))?;
+            report.commands_run += 1;
+            if !out.success() {
+                return Err(anyhow!(
+                    "command exited with {}: {}\n{}",
+                    out.status.map(|s| s.to_string()).unwrap_or_else(|| "no status".into()),
+                    c.line(t.sudo()),
+                    tail(&out.stderr_str(), &out.stdout_str())
+                ));
+            }
+        }
+        Step::Wait(check) => {
+            report.waits += 1;
+            wait(t, check).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The last lines of a command's output, for error messages.
+fn tail(stderr: &str, stdout: &str) -> String {
+    let text = if stderr.trim().is_empty() { stdout } else { stderr };
+    let lines: Vec<&str> = text.trim_end().lines().collect();
+    let start = lines.len().saturating_sub(15);
+    lines[start..].join("\n")
+}
+
+/// Polls `check` with a growing interval (50 ms upward, at most 2 s) until it holds or times out.
+pub async fn wait(t: &dyn Transport, check: &Check) -> anyhow::Result<()> {
+    let host = t.host();
+    let deadline = Instant::now() + check.timeout;
+    let mut interval = Duration::from_millis(50);
+    tracing::info!("{host}: waiting: {}", check.description);
+    loop {
+        let last = match &check.probe {
+            Probe::Command(cmd) => match t.run(cmd).await {
+                Ok(out) if out.success() => return Ok(()),
+                Ok(out) => tail(&out.stderr_str(), &out.stdout_str()),
+                Err(e) => format!("{e:#}"),
+            },
+        };
+        if Instant::now() + interval > deadline {
+            let mut msg = format!(
+                "timed out after {}s waiting for: {}\nlast probe said: {}",
+                check.timeout.as_secs(),
+                check.description,
+                last.trim()
+            );
+            if let Some(diag) = &check.diagnose {
+                if let Ok(out) = t.run(diag).await {
+                    msg.push_str(&format!("\n{}:\n{}", diag.line(t.sudo()), out.stdout_str().trim_end()));
+                }
+            }
+            return Err(anyhow!(msg));
+        }
+        tokio::time::sleep(interval).await;
+        interval = (interval * 2).min(Duration::from_secs(2));
+    }
+}
