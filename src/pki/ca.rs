@@ -107,11 +107,12 @@ pub(crate) fn ensure(ledger: &mut Ledger<'_>, kind: CaKind, cluster: &str) -> Re
     if !x509.is_ca() {
         return Err(unusable("it is not a CA certificate".into()));
     }
+    let not_before = x509.validity().not_before.to_datetime();
     let not_after = x509.validity().not_after.to_datetime();
     let key_type = key_type_of(&x509);
     drop(x509);
 
-    if not_after - ledger.now < Duration::days(super::RENEW_WITHIN_DAYS) {
+    if not_after - ledger.now < super::renewal_window(not_before, not_after) {
         ledger.warnings.push(format!(
             "{cert_rel} expires on {}: CAs are not renewed automatically; plan a CA rotation",
             not_after.date()

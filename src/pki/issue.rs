@@ -367,13 +367,14 @@ fn check(
     }
 
     let left = info.not_after - ledger.now;
+    let window = super::renewal_window(info.not_before, info.not_after);
     if left <= Duration::ZERO {
         reasons.push(format!("expired on {}", info.not_after.date()));
-    } else if left < Duration::days(super::RENEW_WITHIN_DAYS) {
+    } else if left < window {
         reasons.push(format!(
             "expires on {}, within {} days",
             info.not_after.date(),
-            super::RENEW_WITHIN_DAYS
+            window.whole_days()
         ));
     }
 

@@ -6,7 +6,8 @@
 //! Invariants:
 //! - idempotent: a second `ensure` with the same inventory rewrites nothing (same bytes, same mtimes);
 //! - a leaf is re-issued from the **same** CA when its SANs, subject, usages or key type no longer match
-//!   the inventory, when it was not signed by the current CA, or when it expires within 30 days;
+//!   the inventory, when it was not signed by the current CA, or when it expires within 30 days (or a
+//!   third of its lifetime, if shorter: see [`renewal_window`]);
 //! - a CA (and the service-account key) is never replaced automatically: it only yields a warning;
 //! - directories are 0700 and private keys 0600 from the moment they exist (see `store.rs`);
 //! - key material never reaches `Debug` output or logs ([`KeyPem`]).
@@ -42,8 +43,14 @@ use crate::inventory::{Inventory, KeyType};
 pub use ca::CaKind;
 pub use issue::{inspect, is_signed_by, requests, CertInfo, CertRequest, San, Usage};
 
-/// A leaf or CA is renewed (leaf) or warned about (CA) when it expires within this many days.
+/// A leaf is renewed, and a CA warned about, when it expires within this many days, or within a
+/// third of its lifetime when that is shorter (so short-lived certificates are not re-issued on every run).
 pub const RENEW_WITHIN_DAYS: i64 = 30;
+
+/// How long before `not_after` a certificate valid from `not_before` is due for renewal.
+pub fn renewal_window(not_before: OffsetDateTime, not_after: OffsetDateTime) -> time::Duration {
+    time::Duration::days(RENEW_WITHIN_DAYS).min((not_after - not_before) / 3)
+}
 
 /// Errors of [`ensure`] and [`inspect`].
 #[derive(Debug, thiserror::Error)]
