@@ -1,0 +1,584 @@
+//! Leaf certificates: what the inventory implies ([`requests`]), whether an existing one still fits,
+//! and issuing one; plus [`inspect`], which reads any certificate back.
+//!
+//! Invariant: the decision to re-issue a leaf is made only from what [`inspect`] reads out of the
+//! certificate on disk compared with its [`CertRequest`]; the reasons are reported word for word.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use rcgen::{
+    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+    KeyUsagePurpose, PublicKeyData, RsaKeySize, SanType, SerialNumber,
+};
+use time::{Duration, OffsetDateTime};
+use x509_parser::certificate::X509Certificate;
+use x509_parser::extensions::GeneralName;
+use x509_parser::public_key::PublicKey;
+use x509_parser::x509::SubjectPublicKeyInfo;
+
+use super::ca::{Ca, CaKind};
+use super::{key_type_name, store, Action, CertFiles, Entry, KeyPem, Ledger, PkiError};
+use crate::inventory::{Inventory, KeyType, Role};
+
+/// notBefore is set this far in the past, so a host whose clock lags a little accepts a new cert.
+pub(crate) const CLOCK_SKEW: Duration = Duration::minutes(5);
+
+pub(crate) const FRONT_PROXY_CLIENT: &str = "front-proxy/client";
+
+pub(crate) fn etcd_server_name(host: &str) -> String {
+    format!("etcd/server-{host}")
+}
+pub(crate) fn etcd_peer_name(host: &str) -> String {
+    format!("etcd/peer-{host}")
+}
+pub(crate) fn apiserver_name(host: &str) -> String {
+    format!("kubernetes/apiserver-{host}")
+}
+
+/// A subject alternative name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum San {
+    Dns(String),
+    Ip(IpAddr),
+}
+
+impl fmt::Display for San {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            San::Dns(name) => f.write_str(name),
+            San::Ip(ip) => write!(f, "{ip}"),
+        }
+    }
+}
+
+/// An extended key usage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Usage {
+    ServerAuth,
+    ClientAuth,
+}
+
+impl Usage {
+    /// As [`CertInfo::ext_key_usages`] spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Usage::ServerAuth => "server_auth",
+            Usage::ClientAuth => "client_auth",
+        }
+    }
+}
+
+/// A leaf certificate the inventory implies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertRequest {
+    /// Path stem relative to the PKI directory, e.g. `etcd/server-cp1`.
+    pub name: String,
+    pub ca: CaKind,
+    pub common_name: String,
+    pub organization: Option<String>,
+    pub sans: Vec<San>,
+    pub usages: Vec<Usage>,
+}
+
+impl CertRequest {
+    fn new(name: String, ca: CaKind, common_name: &str, usages: &[Usage]) -> Self {
+        CertRequest {
+            name,
+            ca,
+            common_name: common_name.to_string(),
+            organization: None,
+            sans: Vec::new(),
+            usages: usages.to_vec(),
+        }
+    }
+    fn org(mut self, organization: &str) -> Self {
+        self.organization = Some(organization.to_string());
+        self
+    }
+    fn san(mut self, san: San) -> Self {
+        if !self.sans.contains(&san) {
+            self.sans.push(san);
+        }
+        self
+    }
+}
+
+const SERVER_AND_CLIENT: &[Usage] = &[Usage::ServerAuth, Usage::ClientAuth];
+const CLIENT: &[Usage] = &[Usage::ClientAuth];
+const SYSTEM_MASTERS: &str = "system:masters";
+
+/// Every leaf certificate `inv` implies, in a stable order (per-host certs in inventory order).
+pub fn requests(inv: &Inventory) -> Vec<CertRequest> {
+    let mut out = Vec::new();
+    let local = |r: CertRequest| {
+        r.san(San::Dns("localhost".into()))
+            .san(San::Ip(Ipv4Addr::LOCALHOST.into()))
+            .san(San::Ip(Ipv6Addr::LOCALHOST.into()))
+    };
+    for host in inv.with_role(Role::Etcd) {
+        for name in [etcd_server_name(&host.name), etcd_peer_name(&host.name)] {
+            // etcd members also dial each other and themselves as clients with these certs.
+            let r = CertRequest::new(name, CaKind::Etcd, &host.name, SERVER_AND_CLIENT)
+                .san(San::Ip(host.address))
+                .san(San::Dns(host.name.clone()));
+            out.push(local(r));
+        }
+    }
+    for (name, cn) in [
+        ("etcd/hactl-client", "hactl"),
+        ("etcd/apiserver-etcd-client", "kube-apiserver-etcd-client"),
+        ("etcd/healthcheck-client", "kube-etcd-healthcheck-client"),
+    ] {
+        out.push(CertRequest::new(name.into(), CaKind::Etcd, cn, CLIENT));
+    }
+
+    let Some(kubernetes) = &inv.kubernetes else {
+        return out;
+    };
+    let control_plane = inv.with_role(Role::ControlPlane);
+    for host in &control_plane {
+        let mut r = CertRequest::new(
+            apiserver_name(&host.name),
+            CaKind::Kubernetes,
+            "kube-apiserver",
+            &[Usage::ServerAuth],
+        );
+        if let Some(vip) = &inv.vip {
+            r = r.san(San::Ip(vip.address));
+        }
+        for cp in &control_plane {
+            r = r.san(San::Ip(cp.address)).san(San::Dns(cp.name.clone()));
+        }
+        for dns in [
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+        ] {
+            r = r.san(San::Dns(dns.into()));
+        }
+        r = r
+            .san(San::Ip(first_ip(&kubernetes.service_cidr)))
+            .san(San::Dns("localhost".into()))
+            .san(San::Ip(Ipv4Addr::LOCALHOST.into()));
+        out.push(r);
+    }
+    let k8s = |name: &str, cn: &str| CertRequest::new(name.into(), CaKind::Kubernetes, cn, CLIENT);
+    out.push(
+        k8s(
+            "kubernetes/apiserver-kubelet-client",
+            "kube-apiserver-kubelet-client",
+        )
+        .org(SYSTEM_MASTERS),
+    );
+    out.push(k8s("kubernetes/admin", "kubernetes-admin").org(SYSTEM_MASTERS));
+    out.push(k8s(
+        "kubernetes/controller-manager",
+        "system:kube-controller-manager",
+    ));
+    out.push(k8s("kubernetes/scheduler", "system:kube-scheduler"));
+    out.push(CertRequest::new(
+        FRONT_PROXY_CLIENT.into(),
+        CaKind::FrontProxy,
+        "front-proxy-client",
+        CLIENT,
+    ));
+    out
+}
+
+/// The first host address of a CIDR: the ClusterIP of the `kubernetes` Service.
+fn first_ip(net: &ipnet::IpNet) -> IpAddr {
+    match net {
+        ipnet::IpNet::V4(n) => Ipv4Addr::from(u32::from(n.network()).wrapping_add(1)).into(),
+        ipnet::IpNet::V6(n) => Ipv6Addr::from(u128::from(n.network()).wrapping_add(1)).into(),
+    }
+}
+
+/// Reuses the leaf on disk if it still fits `request`, or issues it from `ca`.
+pub(crate) fn ensure_leaf(
+    ledger: &mut Ledger<'_>,
+    request: &CertRequest,
+    ca: &Ca,
+) -> Result<(), PkiError> {
+    let cert_rel = format!("{}.crt", request.name);
+    let key_rel = format!("{}.key", request.name);
+    let cert_path = ledger.path(&cert_rel);
+    let key_path = ledger.path(&key_rel);
+    let existing_cert = store::read_if_exists(&cert_path)?;
+    let existing_key = ledger.read_key(&key_rel)?;
+
+    let action = match (&existing_cert, &existing_key) {
+        (None, _) => Action::Created,
+        (Some(cert), key) => match check(ledger, request, ca, cert, key.as_deref()) {
+            Ok(not_after) => {
+                ledger.record(cert_rel, Action::Reused);
+                ledger.entries.push(Entry {
+                    name: request.name.clone(),
+                    files: CertFiles {
+                        cert_path,
+                        key_path,
+                        cert_pem: existing_cert.expect("matched Some"),
+                        key_pem: KeyPem::new(existing_key.expect("check needs a key")),
+                    },
+                    not_after,
+                });
+                return Ok(());
+            }
+            Err(reasons) => Action::Reissued(reasons),
+        },
+    };
+
+    let key = generate_key(ledger.key_type, &key_rel)?;
+    let key_pem = key.serialize_pem();
+    let not_after = ledger.now + Duration::days(ledger.cert_validity_days.into());
+    let cert_pem = leaf_params(request, ledger.now, not_after)
+        .and_then(|params| params.signed_by(&key, &ca.issuer))
+        .map_err(|source| PkiError::Generate {
+            what: format!("certificate {cert_rel}"),
+            source,
+        })?
+        .pem();
+    // Key first: after a crash in between, the next run finds a key that does not match the
+    // certificate and re-issues both.
+    store::write_atomic(&key_path, key_pem.as_bytes(), store::KEY_MODE)?;
+    store::write_atomic(&cert_path, cert_pem.as_bytes(), store::CERT_MODE)?;
+    ledger.record(cert_rel, action);
+    ledger.entries.push(Entry {
+        name: request.name.clone(),
+        files: CertFiles {
+            cert_path,
+            key_path,
+            cert_pem,
+            key_pem: KeyPem::new(key_pem),
+        },
+        not_after,
+    });
+    Ok(())
+}
+
+fn leaf_params(
+    request: &CertRequest,
+    now: OffsetDateTime,
+    not_after: OffsetDateTime,
+) -> Result<CertificateParams, rcgen::Error> {
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    if let Some(org) = &request.organization {
+        dn.push(DnType::OrganizationName, org.as_str());
+    }
+    dn.push(DnType::CommonName, request.common_name.as_str());
+    params.distinguished_name = dn;
+    params.subject_alt_names = request
+        .sans
+        .iter()
+        .map(|san| {
+            Ok(match san {
+                San::Dns(name) => SanType::DnsName(name.clone().try_into()?),
+                San::Ip(ip) => SanType::IpAddress(*ip),
+            })
+        })
+        .collect::<Result<_, rcgen::Error>>()?;
+    params.is_ca = IsCa::ExplicitNoCa;
+    params.key_usages = vec![
+        KeyUsagePurpose::DigitalSignature,
+        KeyUsagePurpose::KeyEncipherment,
+    ];
+    params.extended_key_usages = request
+        .usages
+        .iter()
+        .map(|u| match u {
+            Usage::ServerAuth => ExtendedKeyUsagePurpose::ServerAuth,
+            Usage::ClientAuth => ExtendedKeyUsagePurpose::ClientAuth,
+        })
+        .collect();
+    params.use_authority_key_identifier_extension = true;
+    params.not_before = now - CLOCK_SKEW;
+    params.not_after = not_after;
+    params.serial_number = Some(random_serial());
+    Ok(params)
+}
+
+/// `Ok(not_after)` when the leaf on disk still fits, else every reason it does not.
+fn check(
+    ledger: &Ledger<'_>,
+    request: &CertRequest,
+    ca: &Ca,
+    cert_pem: &str,
+    key_pem: Option<&str>,
+) -> Result<OffsetDateTime, Vec<String>> {
+    let der = pem_to_der(cert_pem).map_err(|e| vec![format!("unreadable certificate: {e}")])?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der)
+        .map_err(|e| vec![format!("unreadable certificate: {e}")])?;
+    let info = info_of(&cert);
+    let mut reasons = Vec::new();
+
+    match key_pem.map(KeyPair::from_pem) {
+        None => reasons.push("key file missing".to_string()),
+        Some(Err(e)) => reasons.push(format!("unreadable key: {e}")),
+        Some(Ok(key)) => {
+            if cert.public_key().subject_public_key.data.as_ref() != key.der_bytes() {
+                reasons.push("key does not match the certificate".into());
+            }
+        }
+    }
+    if !signed_by(&cert, &ca.der) {
+        reasons.push(format!("issuer is not the current {} CA", ca.kind.dir()));
+    }
+
+    let want: BTreeSet<String> = request.sans.iter().map(San::to_string).collect();
+    let have: BTreeSet<String> = info.sans.iter().cloned().collect();
+    if want != have {
+        let added = want.difference(&have).map(|s| format!("+{s}"));
+        let removed = have.difference(&want).map(|s| format!("-{s}"));
+        let diff: Vec<String> = added.chain(removed).collect();
+        reasons.push(format!("SANs changed: {}", diff.join(", ")));
+    }
+
+    let want_subject = subject_string(
+        &request.common_name,
+        request.organization.iter().map(String::as_str),
+    );
+    let have_subject = subject_string(
+        &info.subject_cn,
+        info.subject_organizations.iter().map(String::as_str),
+    );
+    if want_subject != have_subject {
+        reasons.push(format!("subject changed: {have_subject} -> {want_subject}"));
+    }
+
+    let want_usages: BTreeSet<&str> = request.usages.iter().map(|u| u.as_str()).collect();
+    let have_usages: BTreeSet<&str> = info.ext_key_usages.iter().map(String::as_str).collect();
+    if want_usages != have_usages || info.is_ca {
+        reasons.push(format!(
+            "usages changed: {} -> {}",
+            info.ext_key_usages.join("+"),
+            want_usages.into_iter().collect::<Vec<_>>().join("+")
+        ));
+    }
+
+    if info.key_type != Some(ledger.key_type) {
+        reasons.push(format!(
+            "key type changed: {} -> {}",
+            info.key_type.map_or("other", key_type_name),
+            key_type_name(ledger.key_type)
+        ));
+    }
+
+    let left = info.not_after - ledger.now;
+    let window = super::renewal_window(info.not_before, info.not_after);
+    if left <= Duration::ZERO {
+        reasons.push(format!("expired on {}", info.not_after.date()));
+    } else if left < window {
+        reasons.push(format!(
+            "expires on {}, within {} days",
+            info.not_after.date(),
+            window.whole_days()
+        ));
+    }
+
+    if reasons.is_empty() {
+        Ok(info.not_after)
+    } else {
+        Err(reasons)
+    }
+}
+
+fn subject_string<'a>(cn: &str, orgs: impl Iterator<Item = &'a str>) -> String {
+    let mut s = format!("CN={cn}");
+    for o in orgs {
+        s.push_str(",O=");
+        s.push_str(o);
+    }
+    s
+}
+
+/// Whether `cert` names the CA in `ca_der` as its issuer and carries a valid signature by its key.
+fn signed_by(cert: &X509Certificate<'_>, ca_der: &[u8]) -> bool {
+    let Ok((_, ca)) = x509_parser::parse_x509_certificate(ca_der) else {
+        return false;
+    };
+    cert.issuer().as_raw() == ca.subject().as_raw()
+        && cert.verify_signature(Some(ca.public_key())).is_ok()
+}
+
+/// Whether the certificate `cert_pem` was signed by the CA certificate `ca_pem` (its name and key).
+pub fn is_signed_by(cert_pem: &str, ca_pem: &str) -> Result<bool, PkiError> {
+    let invalid = |reason: String| PkiError::InvalidCertificate { reason };
+    let der = pem_to_der(cert_pem).map_err(invalid)?;
+    let ca_der = pem_to_der(ca_pem).map_err(invalid)?;
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(&der).map_err(|e| PkiError::InvalidCertificate {
+            reason: e.to_string(),
+        })?;
+    Ok(signed_by(&cert, &ca_der))
+}
+
+/// A new private key of `key_type`; `what` names it in errors.
+pub(crate) fn generate_key(key_type: KeyType, what: &str) -> Result<KeyPair, PkiError> {
+    match key_type {
+        KeyType::EcdsaP256 => KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256),
+        KeyType::Rsa2048 => KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, RsaKeySize::_2048),
+        KeyType::Rsa4096 => KeyPair::generate_rsa_for(&rcgen::PKCS_RSA_SHA256, RsaKeySize::_4096),
+    }
+    .map_err(|source| PkiError::Generate {
+        what: format!("key {what}"),
+        source,
+    })
+}
+
+/// 16 random bytes, positive and without a leading zero byte (RFC 5280 allows up to 20).
+pub(crate) fn random_serial() -> SerialNumber {
+    use rand::RngCore;
+    let mut bytes = [0u8; 16];
+    rand::rng().fill_bytes(&mut bytes);
+    bytes[0] = (bytes[0] & 0x7f) | 0x40;
+    SerialNumber::from_slice(&bytes)
+}
+
+/// The DER of the first `CERTIFICATE` block in `pem`.
+pub(crate) fn pem_to_der(pem: &str) -> Result<Vec<u8>, String> {
+    let (_, block) =
+        x509_parser::pem::parse_x509_pem(pem.as_bytes()).map_err(|e| format!("not PEM: {e}"))?;
+    if block.label != "CERTIFICATE" {
+        return Err(format!("PEM block is {}, not CERTIFICATE", block.label));
+    }
+    Ok(block.contents)
+}
+
+fn key_type_of_spki(spki: &SubjectPublicKeyInfo<'_>) -> Option<KeyType> {
+    match spki.parsed().ok()? {
+        PublicKey::EC(_) => {
+            let curve = spki.algorithm.parameters.as_ref()?.as_oid().ok()?;
+            (curve == x509_parser::oid_registry::OID_EC_P256).then_some(KeyType::EcdsaP256)
+        }
+        PublicKey::RSA(rsa) => match rsa.key_size() {
+            2048 => Some(KeyType::Rsa2048),
+            4096 => Some(KeyType::Rsa4096),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The key type of a certificate's public key, if it is one hactl issues.
+pub(crate) fn key_type_of(cert: &X509Certificate<'_>) -> Option<KeyType> {
+    key_type_of_spki(cert.public_key())
+}
+
+/// The key type of a private key, if it is one hactl issues.
+pub(crate) fn key_type_of_key(key: &KeyPair) -> Option<KeyType> {
+    use x509_parser::prelude::FromDer;
+    let spki_der = key.subject_public_key_info();
+    let (_, spki) = SubjectPublicKeyInfo::from_der(&spki_der).ok()?;
+    key_type_of_spki(&spki)
+}
+
+/// What a certificate says, read back with x509-parser.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CertInfo {
+    pub subject_cn: String,
+    pub subject_organizations: Vec<String>,
+    pub issuer_cn: String,
+    /// Hex, colon-separated (as `openssl x509 -serial` groups it, lowercase).
+    pub serial: String,
+    /// DNS names and IP addresses, as strings, in certificate order.
+    pub sans: Vec<String>,
+    pub not_before: OffsetDateTime,
+    pub not_after: OffsetDateTime,
+    pub is_ca: bool,
+    /// `digital_signature`, `key_encipherment`, `key_cert_sign`, `crl_sign`, … (RFC 5280 order).
+    pub key_usages: Vec<String>,
+    /// `server_auth`, `client_auth` (others by OID).
+    pub ext_key_usages: Vec<String>,
+    /// `None` for a key type hactl does not issue.
+    pub key_type: Option<KeyType>,
+}
+
+/// Reads a PEM certificate back (used by the re-issue logic, `hactl status` and tests).
+pub fn inspect(pem: &str) -> Result<CertInfo, PkiError> {
+    let der = pem_to_der(pem).map_err(|reason| PkiError::InvalidCertificate { reason })?;
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(&der).map_err(|e| PkiError::InvalidCertificate {
+            reason: e.to_string(),
+        })?;
+    Ok(info_of(&cert))
+}
+
+fn info_of(cert: &X509Certificate<'_>) -> CertInfo {
+    let cn = |name: &x509_parser::x509::X509Name<'_>| {
+        name.iter_common_name()
+            .next()
+            .and_then(|a| a.as_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    let sans = match cert.subject_alternative_name() {
+        Ok(Some(ext)) => ext
+            .value
+            .general_names
+            .iter()
+            .filter_map(|name| match name {
+                GeneralName::DNSName(dns) => Some(dns.to_string()),
+                GeneralName::IPAddress(bytes) => ip_from_bytes(bytes).map(|ip| ip.to_string()),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let mut key_usages = Vec::new();
+    if let Ok(Some(ku)) = cert.key_usage() {
+        let ku = ku.value;
+        for (set, name) in [
+            (ku.digital_signature(), "digital_signature"),
+            (ku.non_repudiation(), "non_repudiation"),
+            (ku.key_encipherment(), "key_encipherment"),
+            (ku.data_encipherment(), "data_encipherment"),
+            (ku.key_agreement(), "key_agreement"),
+            (ku.key_cert_sign(), "key_cert_sign"),
+            (ku.crl_sign(), "crl_sign"),
+        ] {
+            if set {
+                key_usages.push(name.to_string());
+            }
+        }
+    }
+    let mut ext_key_usages = Vec::new();
+    if let Ok(Some(eku)) = cert.extended_key_usage() {
+        let eku = eku.value;
+        if eku.server_auth {
+            ext_key_usages.push("server_auth".to_string());
+        }
+        if eku.client_auth {
+            ext_key_usages.push("client_auth".to_string());
+        }
+        ext_key_usages.extend(eku.other.iter().map(|oid| oid.to_id_string()));
+    }
+    CertInfo {
+        subject_cn: cn(cert.subject()),
+        subject_organizations: cert
+            .subject()
+            .iter_organization()
+            .filter_map(|a| a.as_str().ok())
+            .map(str::to_string)
+            .collect(),
+        issuer_cn: cn(cert.issuer()),
+        serial: cert.raw_serial_as_string(),
+        sans,
+        not_before: cert.validity().not_before.to_datetime(),
+        not_after: cert.validity().not_after.to_datetime(),
+        is_ca: cert.is_ca(),
+        key_usages,
+        ext_key_usages,
+        key_type: key_type_of(cert),
+    }
+}
+
+fn ip_from_bytes(bytes: &[u8]) -> Option<IpAddr> {
+    match bytes.len() {
+        4 => Some(IpAddr::from(<[u8; 4]>::try_from(bytes).ok()?)),
+        16 => Some(IpAddr::from(<[u8; 16]>::try_from(bytes).ok()?)),
+        _ => None,
+    }
+}
