@@ -371,14 +371,21 @@ mod tests {
 
     #[test]
     fn open_refuses_a_directory_of_another_user() {
-        // `/` belongs to root; only meaningful when the tests do not run as root.
-        if current_uid().unwrap() == 0 {
-            return;
+        let tmp = tempfile::tempdir().unwrap();
+        let (path, owner) = if current_uid().unwrap() == 0 {
+            // As root: a private directory handed to `nobody`.
+            let path = tmp.path().join("state");
+            fs_err::create_dir(&path).unwrap();
+            fs_err::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).unwrap();
+            std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+            (path, 65534)
+        } else {
+            (PathBuf::from("/"), 0) // `/` belongs to root
+        };
+        match StateDir::open(&path) {
+            Err(StateError::NotOwned { owner: o, .. }) => assert_eq!(o, owner),
+            other => panic!("expected NotOwned, got {other:?}"),
         }
-        assert!(matches!(
-            StateDir::open(Path::new("/")),
-            Err(StateError::NotOwned { owner: 0, .. })
-        ));
     }
 
     #[test]
