@@ -88,6 +88,17 @@ fn bad_inventories_report_every_problem_with_its_place() {
             vec!["lab.yaml: hosts: 4 etcd members: an even count adds no fault tolerance; use 3 or 5".into()],
         ),
         (
+            "two etcd members",
+            edit(&[(
+                "192.168.56.13\n      roles: [etcd, control-plane]",
+                "192.168.56.13\n      roles: [control-plane]",
+            )]),
+            vec![
+                "lab.yaml: hosts: 2 etcd members: an even count adds no fault tolerance; use 3"
+                    .into(),
+            ],
+        ),
+        (
             "zero etcd members",
             edit(&[
                 ("roles: [etcd, control-plane]", "roles: [control-plane]"),

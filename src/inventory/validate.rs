@@ -81,16 +81,26 @@ impl std::error::Error for InventoryError {}
 
 /// Reads and validates the inventory at `path`.
 pub fn load(path: &Path) -> Result<Inventory, InventoryError> {
-    match fs_err::read_to_string(path) {
+    match std::fs::read_to_string(path) {
         Ok(text) => load_str(path, &text),
-        Err(err) => Err(InventoryError {
-            file: file_name(path),
-            problems: vec![Problem {
+        Err(err) => {
+            let message = if err.kind() == std::io::ErrorKind::NotFound {
+                format!(
+                    "{}: no such file; `hactl init` writes an example to start from",
+                    path.display()
+                )
+            } else {
+                format!("{} cannot be read: {err}", path.display())
+            };
+            Err(InventoryError {
                 file: file_name(path),
-                place: String::new(),
-                message: format!("cannot be read: {err}"),
-            }],
-        }),
+                problems: vec![Problem {
+                    file: file_name(path),
+                    place: String::new(),
+                    message,
+                }],
+            })
+        }
     }
 }
 
@@ -637,10 +647,14 @@ impl Checker {
                 "{n} etcd members: more than 7 slows every write and adds little fault \
                  tolerance; use 3, 5 or 7"
             )),
+            // 2 → "use 3": one member is no improvement; 6 → "use 5 or 7".
             n if n % 2 == 0 => Some(format!(
-                "{n} etcd members: an even count adds no fault tolerance; use {} or {}",
-                n - 1,
-                n + 1
+                "{n} etcd members: an even count adds no fault tolerance; use {}",
+                if n == 2 {
+                    "3".to_string()
+                } else {
+                    format!("{} or {}", n - 1, n + 1)
+                }
             )),
             _ => None,
         };
@@ -1356,8 +1370,10 @@ mod tests {
     fn a_missing_file_is_one_problem() {
         let err = load(Path::new("/nonexistent/hactl/lab.yaml")).unwrap_err();
         assert_eq!(err.problems.len(), 1);
-        assert!(err
-            .to_string()
-            .starts_with("inventory lab.yaml has 1 problem\n  lab.yaml: cannot be read: "));
+        assert_eq!(
+            err.to_string(),
+            "inventory lab.yaml has 1 problem\n  lab.yaml: /nonexistent/hactl/lab.yaml: no such \
+             file; `hactl init` writes an example to start from"
+        );
     }
 }
