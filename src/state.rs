@@ -1,1 +1,482 @@
-//! TODO
+//! The state directory on the operator machine: CA keys, issued certificates, `known_hosts`, locks.
+//!
+//! Invariant: nothing in it is ever readable by another user. The directory is 0700 and owned
+//! by the current user (an existing one that is not is refused, never silently fixed), secrets
+//! are created 0600 from their first byte and moved into place by rename, so a reader sees either
+//! the old file or the whole new one.
+//!
+//! Only one hactl changes a cluster at a time: [`StateDir::lock`] takes `locks/<what>.lock`,
+//! created with `O_CREAT|O_EXCL` and holding the owner's pid; a lock whose pid is gone is stale
+//! and taken over.
+
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use fs_err::os::unix::fs::OpenOptionsExt;
+
+/// Why the state directory cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// Carries its path (the I/O is done with `fs_err`).
+    #[error(transparent)]
+    Io(#[from] io::Error),
+    #[error("state directory {path} is not a directory: move it aside or set spec.stateDir")]
+    NotADirectory { path: PathBuf },
+    #[error(
+        "state directory {path} has mode {mode:03o}, so other users can reach its keys: \
+         run `chmod 700 {path}`"
+    )]
+    TooOpen { path: PathBuf, mode: u32 },
+    #[error(
+        "state directory {path} belongs to uid {owner}, not to you (uid {uid}): run hactl as its \
+         owner, or set spec.stateDir to a directory of your own"
+    )]
+    NotOwned { path: PathBuf, owner: u32, uid: u32 },
+    #[error("{rel} is not a relative path inside the state directory")]
+    OutsideState { rel: PathBuf },
+    #[error(
+        "another hactl {what} is running (pid {pid}, since {since}); wait for it or remove \
+         {path} if that process is gone"
+    )]
+    Locked {
+        what: String,
+        pid: u32,
+        since: String,
+        path: PathBuf,
+    },
+    #[error("lock file {path} cannot be read as a hactl lock: remove it if no hactl is running")]
+    BadLock { path: PathBuf },
+}
+
+/// An opened (and checked) state directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateDir {
+    /// Absolute when opened from an [`crate::inventory::Inventory`].
+    pub path: PathBuf,
+}
+
+impl StateDir {
+    /// Opens `path`, creating it (and its parents) with mode 0700 if missing. An existing
+    /// directory must be owned by the current user and closed to group and others.
+    pub fn open(path: &Path) -> Result<StateDir, StateError> {
+        if !path.exists() {
+            create_private_dir(path)?;
+        }
+        let meta = fs_err::metadata(path)?;
+        if !meta.is_dir() {
+            return Err(StateError::NotADirectory {
+                path: path.to_path_buf(),
+            });
+        }
+        let uid = current_uid()?;
+        if meta.uid() != uid {
+            return Err(StateError::NotOwned {
+                path: path.to_path_buf(),
+                owner: meta.uid(),
+                uid,
+            });
+        }
+        let mode = meta.mode() & 0o7777;
+        if mode & 0o077 != 0 {
+            return Err(StateError::TooOpen {
+                path: path.to_path_buf(),
+                mode,
+            });
+        }
+        Ok(StateDir {
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The path of `rel` inside the directory (nothing is created).
+    pub fn file(&self, rel: impl AsRef<Path>) -> PathBuf {
+        self.path.join(rel)
+    }
+
+    /// `rel` as a directory, created 0700 (with its parents) if missing.
+    pub fn subdir(&self, rel: impl AsRef<Path>) -> Result<PathBuf, StateError> {
+        let rel = inside(rel.as_ref())?;
+        let path = self.path.join(rel);
+        if !path.is_dir() {
+            create_private_dir(&path)?;
+        }
+        Ok(path)
+    }
+
+    /// Writes a secret (a private key, a token): mode 0600 from creation, then renamed over
+    /// `rel`, so it is never readable by others, even for a moment, and never half-written.
+    pub fn write_secret(&self, rel: impl AsRef<Path>, bytes: &[u8]) -> Result<PathBuf, StateError> {
+        self.write_file(rel, bytes, 0o600)
+    }
+
+    /// Writes `rel` atomically (temporary file, then rename) with exactly `mode`. The temporary
+    /// file is created with `mode & 0o600`, so nothing is readable by others before the final
+    /// mode is set.
+    pub fn write_file(
+        &self,
+        rel: impl AsRef<Path>,
+        bytes: &[u8],
+        mode: u32,
+    ) -> Result<PathBuf, StateError> {
+        let rel = inside(rel.as_ref())?;
+        let path = self.path.join(rel);
+        if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+            self.subdir(parent)?;
+        }
+        let name = path
+            .file_name()
+            .ok_or_else(|| StateError::OutsideState {
+                rel: rel.to_path_buf(),
+            })?
+            .to_string_lossy()
+            .into_owned();
+        let temp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+        if temp.exists() {
+            // Left by a crashed run of this pid number; it was never the real file.
+            fs_err::remove_file(&temp)?;
+        }
+        let mut file = fs_err::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode & 0o600)
+            .open(&temp)?;
+        let written = file
+            .write_all(bytes)
+            .and_then(|()| file.sync_all())
+            .and_then(|()| fs_err::set_permissions(&temp, std::fs::Permissions::from_mode(mode)))
+            .and_then(|()| fs_err::rename(&temp, &path));
+        if let Err(err) = written {
+            let _ = fs_err::remove_file(&temp);
+            return Err(err.into());
+        }
+        Ok(path)
+    }
+
+    /// Where hactl records the SSH host keys it has seen (trust on first use).
+    pub fn known_hosts_path(&self) -> PathBuf {
+        self.file("known_hosts")
+    }
+
+    /// Takes the lock `locks/<what>.lock`. A lock held by a live process is refused with its pid
+    /// and start time; one whose process is gone is stale and taken over. Dropping the
+    /// [`StateLock`] releases it.
+    pub fn lock(&self, what: &str) -> Result<StateLock, StateError> {
+        debug_assert!(
+            !what.is_empty() && !what.contains(['/', '\0']),
+            "lock names are single path components"
+        );
+        let dir = self.subdir("locks")?;
+        let path = dir.join(format!("{what}.lock"));
+        let content = format!(
+            "pid {}\nsince {}\n",
+            std::process::id(),
+            time::OffsetDateTime::now_utc()
+                .format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_else(|_| "an unknown time".to_string())
+        );
+        // Two attempts: the second follows the removal of a stale lock.
+        for _ in 0..2 {
+            match fs_err::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+            {
+                Ok(mut file) => {
+                    // From here on the lock is ours: dropping it on a failed write removes it.
+                    let lock = StateLock { path };
+                    file.write_all(content.as_bytes())?;
+                    file.sync_all()?;
+                    return Ok(lock);
+                }
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+                    let held = fs_err::read_to_string(&path)?;
+                    let Some((pid, since)) = parse_lock(&held) else {
+                        return Err(StateError::BadLock { path });
+                    };
+                    if pid_alive(pid) {
+                        return Err(StateError::Locked {
+                            what: what.to_string(),
+                            pid,
+                            since,
+                            path,
+                        });
+                    }
+                    tracing::warn!(
+                        "taking over stale lock {} (pid {pid} is gone)",
+                        path.display()
+                    );
+                    match fs_err::remove_file(&path) {
+                        Ok(()) => {}
+                        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                        Err(err) => return Err(err.into()),
+                    }
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+        // Someone else took it between our removal and our creation.
+        let held = fs_err::read_to_string(&path)?;
+        match parse_lock(&held) {
+            Some((pid, since)) => Err(StateError::Locked {
+                what: what.to_string(),
+                pid,
+                since,
+                path,
+            }),
+            None => Err(StateError::BadLock { path }),
+        }
+    }
+}
+
+/// A held lock; dropping it removes the lock file.
+#[derive(Debug)]
+pub struct StateLock {
+    path: PathBuf,
+}
+
+impl StateLock {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for StateLock {
+    fn drop(&mut self) {
+        if let Err(err) = fs_err::remove_file(&self.path) {
+            tracing::warn!("failed to release lock: {err}");
+        }
+    }
+}
+
+fn parse_lock(text: &str) -> Option<(u32, String)> {
+    let mut pid = None;
+    let mut since = None;
+    for line in text.lines() {
+        if let Some(p) = line.strip_prefix("pid ") {
+            pid = p.trim().parse().ok();
+        } else if let Some(s) = line.strip_prefix("since ") {
+            since = Some(s.trim().to_string());
+        }
+    }
+    Some((pid?, since.unwrap_or_else(|| "an unknown time".to_string())))
+}
+
+/// `rel` must stay inside the state directory: relative, no `..`.
+fn inside(rel: &Path) -> Result<&Path, StateError> {
+    let ok = !rel.as_os_str().is_empty()
+        && rel
+            .components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    if ok {
+        Ok(rel)
+    } else {
+        Err(StateError::OutsideState {
+            rel: rel.to_path_buf(),
+        })
+    }
+}
+
+/// `mkdir -p -m 0700`: every directory created is private from its creation.
+fn create_private_dir(path: &Path) -> io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|err| {
+            io::Error::new(
+                err.kind(),
+                format!("failed to create directory `{}`: {err}", path.display()),
+            )
+        })
+}
+
+/// The effective uid. `unsafe` is forbidden in this crate, so no `libc::geteuid`: on Linux,
+/// `/proc/self` belongs to the effective uid; elsewhere, ask `id -u`.
+fn current_uid() -> io::Result<u32> {
+    if cfg!(target_os = "linux") {
+        return Ok(fs_err::metadata("/proc/self")?.uid());
+    }
+    let out = std::process::Command::new("id").arg("-u").output()?;
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .map_err(|_| io::Error::other("`id -u` did not print a uid"))
+}
+
+/// Whether a process with this pid exists (for stale-lock detection).
+fn pid_alive(pid: u32) -> bool {
+    if pid == std::process::id() {
+        return true;
+    }
+    if cfg!(target_os = "linux") {
+        return Path::new("/proc").join(pid.to_string()).exists();
+    }
+    std::process::Command::new("kill")
+        .args(["-0", &pid.to_string()])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(true) // cannot tell: assume held, the message says how to clear it
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode(path: &Path) -> u32 {
+        fs_err::metadata(path).unwrap().mode() & 0o7777
+    }
+
+    #[test]
+    fn open_creates_the_directory_and_its_parents_private() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join(".hactl/lab");
+        let state = StateDir::open(&path).unwrap();
+        assert_eq!(state.path, path);
+        assert_eq!(mode(&path), 0o700);
+        assert_eq!(mode(&tmp.path().join(".hactl")), 0o700);
+        // Opening again is fine.
+        StateDir::open(&path).unwrap();
+    }
+
+    #[test]
+    fn open_refuses_a_directory_others_can_reach() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("state");
+        fs_err::create_dir(&path).unwrap();
+        fs_err::set_permissions(&path, std::fs::Permissions::from_mode(0o750)).unwrap();
+        let err = StateDir::open(&path).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "state directory {p} has mode 750, so other users can reach its keys: \
+                 run `chmod 700 {p}`",
+                p = path.display()
+            )
+        );
+    }
+
+    #[test]
+    fn open_refuses_a_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("state");
+        fs_err::write(&path, "x").unwrap();
+        assert!(matches!(
+            StateDir::open(&path),
+            Err(StateError::NotADirectory { .. })
+        ));
+    }
+
+    #[test]
+    fn open_refuses_a_directory_of_another_user() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (path, owner) = if current_uid().unwrap() == 0 {
+            // As root: a private directory handed to `nobody`.
+            let path = tmp.path().join("state");
+            fs_err::create_dir(&path).unwrap();
+            fs_err::set_permissions(&path, std::fs::Permissions::from_mode(0o700)).unwrap();
+            std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+            (path, 65534)
+        } else {
+            (PathBuf::from("/"), 0) // `/` belongs to root
+        };
+        match StateDir::open(&path) {
+            Err(StateError::NotOwned { owner: o, .. }) => assert_eq!(o, owner),
+            other => panic!("expected NotOwned, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn secrets_are_0600_and_replace_the_old_content() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir::open(&tmp.path().join("s")).unwrap();
+        let path = state.write_secret("pki/ca.key", b"one").unwrap();
+        assert_eq!(path, state.file("pki/ca.key"));
+        assert_eq!(mode(&path), 0o600);
+        assert_eq!(mode(&state.file("pki")), 0o700);
+        state.write_secret("pki/ca.key", b"two").unwrap();
+        assert_eq!(fs_err::read(&path).unwrap(), b"two");
+        // No temporary file left behind.
+        let names: Vec<_> = fs_err::read_dir(state.file("pki"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("ca.key")]);
+    }
+
+    #[test]
+    fn files_get_exactly_their_mode() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir::open(&tmp.path().join("s")).unwrap();
+        let path = state.write_file("pki/ca.crt", b"cert", 0o644).unwrap();
+        assert_eq!(mode(&path), 0o644);
+        assert_eq!(state.known_hosts_path(), state.path.join("known_hosts"));
+    }
+
+    #[test]
+    fn paths_must_stay_inside() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir::open(&tmp.path().join("s")).unwrap();
+        for rel in ["../x", "/etc/passwd", "a/../../x", ""] {
+            assert!(
+                matches!(
+                    state.write_secret(rel, b"x"),
+                    Err(StateError::OutsideState { .. })
+                ),
+                "{rel}"
+            );
+        }
+        assert!(state.subdir("../x").is_err());
+    }
+
+    #[test]
+    fn a_live_lock_is_refused_and_released_on_drop() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir::open(&tmp.path().join("s")).unwrap();
+        let lock = state.lock("up").unwrap();
+        assert_eq!(mode(lock.path()), 0o600);
+        let err = state.lock("up").unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.starts_with(&format!(
+                "another hactl up is running (pid {}, since ",
+                std::process::id()
+            )),
+            "{message}"
+        );
+        assert!(message.ends_with(&format!(
+            "); wait for it or remove {} if that process is gone",
+            lock.path().display()
+        )));
+        // A different lock name is independent.
+        let other = state.lock("recover").unwrap();
+        let path = lock.path().to_path_buf();
+        drop(lock);
+        assert!(!path.exists());
+        drop(other);
+        state.lock("up").unwrap();
+    }
+
+    #[test]
+    fn a_stale_lock_is_taken_over() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir::open(&tmp.path().join("s")).unwrap();
+        let path = state.subdir("locks").unwrap().join("up.lock");
+        // A pid above the kernel's maximum (4194304) cannot be alive.
+        fs_err::write(&path, "pid 4194305\nsince 2020-01-01T00:00:00Z\n").unwrap();
+        let lock = state.lock("up").unwrap();
+        let held = fs_err::read_to_string(lock.path()).unwrap();
+        assert!(held.starts_with(&format!("pid {}\n", std::process::id())));
+    }
+
+    #[test]
+    fn a_garbled_lock_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir::open(&tmp.path().join("s")).unwrap();
+        let path = state.subdir("locks").unwrap().join("up.lock");
+        fs_err::write(&path, "").unwrap();
+        assert!(matches!(state.lock("up"), Err(StateError::BadLock { .. })));
+    }
+}

@@ -1,9 +1,1379 @@
-//! Raw → validated inventory.
-use std::path::Path;
+//! Raw → validated inventory: parse the YAML, check it, apply defaults.
+//!
+//! Invariant: validation never stops at the first problem. It walks the whole file and returns
+//! either a consistent [`Inventory`] or an [`InventoryError`] listing **every** problem, each with
+//! its place: `lab.yaml: hosts[2].address: duplicate of hosts[0]`.
+//!
+//! Places are YAML paths: top-level fields as written (`apiVersion`, `metadata.name`), fields
+//! under `spec` without the `spec.` prefix (`hosts[2].address`, `vip.address`, `etcd.version`).
+//! A parse error has no path, only a position: `lab.yaml:7:3: unknown field ...`.
+//! Problems come in schema order (apiVersion, kind, metadata, ssh, hosts in file order, the
+//! etcd member count, vip, etcd, kubernetes, pki, stateDir), so the output is deterministic.
+//!
+//! The only I/O besides reading the file: key files and bundle directories are checked on disk,
+//! because a missing key is better reported with every other problem than at connect time.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Component, Path, PathBuf};
+
+use ipnet::IpNet;
+use serde_saphyr::MessageFormatter;
+
+use super::raw::{RawBastion, RawInventory, RawSourceKind, RawSsh};
+use super::{
+    BinarySource, EtcdSpec, Host, Inventory, KeyType, KubernetesMode, KubernetesSpec, PkiSpec,
+    Role, SshAuth, SshSpec, Vip, API_VERSION, KIND,
+};
+
+/// One thing wrong with the inventory, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem { pub place: String, pub message: String }
-#[derive(Debug, thiserror::Error)]
-#[error("invalid inventory")]
-pub struct InventoryError { pub problems: Vec<Problem> }
-pub fn load(_path: &Path) -> Result<super::Inventory, InventoryError> { todo!() }
-pub fn load_str(_name: &Path, _text: &str) -> Result<super::Inventory, InventoryError> { todo!() }
+pub struct Problem {
+    /// The inventory's file name as given (`lab.yaml`).
+    pub file: String,
+    /// A YAML path (`hosts[2].address`), a `line:column` position for a parse error, or empty
+    /// when the problem is the whole file (it cannot be read).
+    pub place: String,
+    /// Lowercase; says what is wrong and, where it helps, what to write instead.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.place.is_empty() {
+            write!(f, "{}: {}", self.file, self.message)
+        } else if self.place.starts_with(|c: char| c.is_ascii_digit()) {
+            // A position: `lab.yaml:7:3: ...`, the form editors and terminals jump to.
+            write!(f, "{}:{}: {}", self.file, self.place, self.message)
+        } else {
+            write!(f, "{}: {}: {}", self.file, self.place, self.message)
+        }
+    }
+}
+
+/// Every problem found in one inventory file. `Display` prints a header line and then each
+/// problem on its own line, indented by two spaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InventoryError {
+    /// The inventory's file name as given (`lab.yaml`).
+    pub file: String,
+    /// In schema order; never empty.
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for InventoryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.problems.len();
+        write!(
+            f,
+            "inventory {} has {n} problem{}",
+            self.file,
+            if n == 1 { "" } else { "s" }
+        )?;
+        for problem in &self.problems {
+            write!(f, "\n  {problem}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for InventoryError {}
+
+/// Reads and validates the inventory at `path`.
+pub fn load(path: &Path) -> Result<Inventory, InventoryError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => load_str(path, &text),
+        Err(err) => {
+            let message = if err.kind() == std::io::ErrorKind::NotFound {
+                format!(
+                    "{}: no such file; `hactl init` writes an example to start from",
+                    path.display()
+                )
+            } else {
+                format!("{} cannot be read: {err}", path.display())
+            };
+            Err(InventoryError {
+                file: file_name(path),
+                problems: vec![Problem {
+                    file: file_name(path),
+                    place: String::new(),
+                    message,
+                }],
+            })
+        }
+    }
+}
+
+/// Validates `text`, the content of the inventory file `source`. `source` names the file in
+/// messages, and relative paths in the inventory (`keyFile`, `bundleDir`, `stateDir`) resolve
+/// against its directory.
+pub fn load_str(source: &Path, text: &str) -> Result<Inventory, InventoryError> {
+    let file = file_name(source);
+    let options = serde_saphyr::options! {
+        // `yes`/`no`/`on` are strings in YAML 1.2; refuse them instead of guessing.
+        strict_booleans: true,
+        with_snippet: false,
+    };
+    let raw: RawInventory = match serde_saphyr::from_str_with_options(text, options) {
+        Ok(raw) => raw,
+        Err(err) => {
+            let place = err
+                .location()
+                .map(|at| format!("{}:{}", at.line(), at.column()))
+                .unwrap_or_default();
+            let message = serde_saphyr::UserMessageFormatter
+                .format_message(err.without_snippet())
+                .into_owned();
+            return Err(InventoryError {
+                file: file.clone(),
+                problems: vec![Problem {
+                    file,
+                    place,
+                    message,
+                }],
+            });
+        }
+    };
+    let source = std::path::absolute(source).unwrap_or_else(|_| source.to_path_buf());
+    let base_dir = source
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("/"));
+    let mut checker = Checker {
+        file,
+        base_dir,
+        problems: Vec::new(),
+    };
+    let inventory = checker.inventory(raw, source);
+    if checker.problems.is_empty() {
+        Ok(inventory.expect("an inventory without problems is complete"))
+    } else {
+        Err(InventoryError {
+            file: checker.file,
+            problems: checker.problems,
+        })
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+/// Walks a [`RawInventory`], collecting problems. Each section returns `None` when it had one;
+/// the final `Inventory` is only assembled when every section succeeded.
+struct Checker {
+    file: String,
+    base_dir: PathBuf,
+    problems: Vec<Problem>,
+}
+
+/// Authentication as written at one level (spec `ssh`, a host's `ssh`, a bastion).
+#[derive(Debug, Clone)]
+enum Auth {
+    /// Neither `keyFile` nor `agent` written here: inherit.
+    Unset,
+    /// Only `agent: false`: written, but gives no way in.
+    Disabled,
+    /// Written, but wrong; already reported.
+    Invalid,
+    Ok(SshAuth),
+}
+
+/// One level of SSH settings, checked once (so a bad spec-level value is reported once, not
+/// once per host).
+#[derive(Debug, Clone)]
+struct SshLevel {
+    user: Option<String>,
+    port: Option<u16>,
+    auth: Auth,
+    sudo: Option<bool>,
+    bastion: Option<Result<BastionLevel, ()>>,
+    connect_timeout: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+struct BastionLevel {
+    address: IpAddr,
+    port: u16,
+    user: Option<String>,
+    auth: Auth,
+}
+
+/// A host as far as it could be read; the cross-host checks run on these.
+struct HostDraft {
+    name: String,
+    address: Option<IpAddr>,
+    prefix_length: Option<u8>,
+    roles: Vec<Role>,
+    interface: Option<String>,
+    ssh: Option<SshSpec>,
+}
+
+impl HostDraft {
+    fn has(&self, role: Role) -> bool {
+        self.roles.contains(&role)
+    }
+    fn subnet(&self) -> Option<IpNet> {
+        IpNet::new(self.address?, self.prefix_length?)
+            .ok()
+            .map(|n| n.trunc())
+    }
+}
+
+impl Checker {
+    fn report(&mut self, place: impl Into<String>, message: impl Into<String>) {
+        self.problems.push(Problem {
+            file: self.file.clone(),
+            place: place.into(),
+            message: message.into(),
+        });
+    }
+
+    fn inventory(&mut self, raw: RawInventory, source: PathBuf) -> Option<Inventory> {
+        if raw.api_version != API_VERSION {
+            self.report(
+                "apiVersion",
+                format!("{:?} is not supported: use {API_VERSION}", raw.api_version),
+            );
+        }
+        if raw.kind != KIND {
+            self.report(
+                "kind",
+                format!("{:?} is not supported: use {KIND}", raw.kind),
+            );
+        }
+        let name = raw.metadata.name;
+        if !is_dns_label(&name, 40) {
+            self.report(
+                "metadata.name",
+                format!(
+                    "{name:?} is not a valid cluster name: use at most 40 lowercase letters, \
+                     digits and '-', starting and ending with a letter or digit"
+                ),
+            );
+        }
+        let spec = raw.spec;
+
+        let spec_ssh = self.ssh_level(&spec.ssh, "ssh");
+        let drafts = self.hosts(&spec_ssh, &spec.hosts);
+        self.etcd_members(&drafts, spec.allow_single_member);
+        let vip = self.vip(&spec.vip, &drafts);
+        let etcd = self.etcd(&spec.etcd);
+        let kubernetes = self.kubernetes(&spec.kubernetes, &drafts, vip.as_ref());
+        let pki = self.pki(&spec.pki);
+        let state_dir = match &spec.state_dir {
+            Some(dir) if dir.as_os_str().is_empty() => {
+                self.report(
+                    "stateDir",
+                    "empty: remove it to use .hactl/<name>/ next to the inventory",
+                );
+                None
+            }
+            Some(dir) => Some(self.resolve(dir)),
+            None => Some(self.base_dir.join(".hactl").join(&name)),
+        };
+
+        let hosts = drafts
+            .into_iter()
+            .map(|d| {
+                Some(Host {
+                    name: d.name,
+                    address: d.address?,
+                    prefix_length: d.prefix_length?,
+                    roles: d.roles,
+                    interface: d.interface,
+                    ssh: d.ssh?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Inventory {
+            source,
+            name,
+            hosts,
+            vip: vip?,
+            etcd: etcd?,
+            kubernetes: kubernetes?,
+            pki: pki?,
+            state_dir: state_dir?,
+            allow_single_member: spec.allow_single_member,
+        })
+    }
+
+    /// A path from the inventory: `~/` is the home directory, relative paths start at the
+    /// inventory file's directory.
+    fn resolve(&self, path: &Path) -> PathBuf {
+        if let Ok(rest) = path.strip_prefix("~") {
+            if let Some(home) = std::env::var_os("HOME") {
+                return PathBuf::from(home).join(rest);
+            }
+        }
+        let joined = self.base_dir.join(path);
+        std::path::absolute(&joined).unwrap_or(joined)
+    }
+
+    // ── SSH ──────────────────────────────────────────────────────────────────────────────────
+
+    fn ssh_level(&mut self, raw: &RawSsh, place: &str) -> SshLevel {
+        if let Some(user) = &raw.user {
+            self.check_user(user, &format!("{place}.user"));
+        }
+        if raw.port == Some(0) {
+            self.report(
+                format!("{place}.port"),
+                "0 is not a port: use 22 or the port sshd listens on",
+            );
+        }
+        let auth = self.auth(raw.key_file.as_deref(), raw.agent, place);
+        let bastion = raw
+            .bastion
+            .as_ref()
+            .map(|b| self.bastion(b, &format!("{place}.bastion")));
+        if raw.connect_timeout == Some(0) {
+            self.report(
+                format!("{place}.connectTimeout"),
+                "0 seconds leaves no time to connect: use a positive number of seconds (default 10)",
+            );
+        }
+        SshLevel {
+            user: raw.user.clone(),
+            port: raw.port,
+            auth,
+            sudo: raw.sudo,
+            bastion,
+            connect_timeout: raw.connect_timeout,
+        }
+    }
+
+    fn check_user(&mut self, user: &str, place: &str) {
+        let ok = !user.is_empty()
+            && !user.starts_with('-')
+            && user
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+        if !ok {
+            self.report(
+                place,
+                format!("{user:?} is not a valid user name: use letters, digits, '.', '_' and '-'"),
+            );
+        }
+    }
+
+    fn auth(&mut self, key_file: Option<&Path>, agent: Option<bool>, place: &str) -> Auth {
+        match (key_file, agent) {
+            (None, None) => Auth::Unset,
+            (None, Some(false)) => Auth::Disabled,
+            (None, Some(true)) => Auth::Ok(SshAuth::Agent),
+            (Some(_), Some(true)) => {
+                self.report(
+                    place,
+                    "both keyFile and agent: true are set: keep one (keyFile for a key on disk, \
+                     agent for the keys of the running ssh-agent)",
+                );
+                Auth::Invalid
+            }
+            (Some(key), _) => {
+                let path = self.resolve(key);
+                let place = format!("{place}.keyFile");
+                if key.as_os_str().is_empty() {
+                    self.report(place, "empty: give the path of a private key file");
+                    Auth::Invalid
+                } else if !path.exists() {
+                    self.report(place, format!("{}: no such file", path.display()));
+                    Auth::Invalid
+                } else if !path.is_file() {
+                    self.report(place, format!("{}: not a file", path.display()));
+                    Auth::Invalid
+                } else {
+                    Auth::Ok(SshAuth::KeyFile(path))
+                }
+            }
+        }
+    }
+
+    fn bastion(&mut self, raw: &RawBastion, place: &str) -> Result<BastionLevel, ()> {
+        let before = self.problems.len();
+        let address = raw.address.parse::<IpAddr>().ok();
+        if address.is_none() {
+            self.report(
+                format!("{place}.address"),
+                format!(
+                    "{:?} is not an IP address: write the bastion's IPv4 or IPv6 address \
+                     (hactl does not resolve names)",
+                    raw.address
+                ),
+            );
+        }
+        if raw.port == Some(0) {
+            self.report(
+                format!("{place}.port"),
+                "0 is not a port: use 22 or the port sshd listens on",
+            );
+        }
+        if let Some(user) = &raw.user {
+            self.check_user(user, &format!("{place}.user"));
+        }
+        let auth = self.auth(raw.key_file.as_deref(), raw.agent, place);
+        match address {
+            Some(address) if self.problems.len() == before => Ok(BastionLevel {
+                address,
+                port: raw.port.unwrap_or(22),
+                user: raw.user.clone(),
+                auth,
+            }),
+            _ => Err(()),
+        }
+    }
+
+    /// The SSH settings of one host: its own level over the spec level over the defaults.
+    fn host_ssh(
+        &mut self,
+        spec: &SshLevel,
+        own: &SshLevel,
+        address: IpAddr,
+        place: &str,
+    ) -> Option<SshSpec> {
+        let user = own
+            .user
+            .clone()
+            .or_else(|| spec.user.clone())
+            .unwrap_or_else(|| "root".to_string());
+        let auth = match (&own.auth, &spec.auth) {
+            (Auth::Unset, inherited) => inherited.clone(),
+            (own, _) => own.clone(),
+        };
+        let auth = match auth {
+            Auth::Ok(auth) => Some(auth),
+            Auth::Invalid => None,
+            Auth::Unset | Auth::Disabled => {
+                // Reported once for the whole file when no host has a way in: see `hosts`.
+                self.report(
+                    format!("{place}.ssh"),
+                    "no ssh authentication: set keyFile or agent: true here or in spec ssh",
+                );
+                None
+            }
+        };
+        let timeout = own.connect_timeout.or(spec.connect_timeout).unwrap_or(10);
+        let bastion = match own.bastion.as_ref().or(spec.bastion.as_ref()) {
+            None => None,
+            Some(Err(())) => return None,
+            Some(Ok(b)) => {
+                let bastion_auth = match &b.auth {
+                    Auth::Ok(a) => a.clone(),
+                    Auth::Unset | Auth::Disabled => auth.clone()?,
+                    Auth::Invalid => return None,
+                };
+                Some(Box::new(SshSpec {
+                    address: b.address,
+                    port: b.port,
+                    user: b.user.clone().unwrap_or_else(|| user.clone()),
+                    auth: bastion_auth,
+                    sudo: false,
+                    bastion: None,
+                    connect_timeout_secs: timeout,
+                }))
+            }
+        };
+        Some(SshSpec {
+            address,
+            port: own.port.or(spec.port).unwrap_or(22),
+            sudo: own.sudo.or(spec.sudo).unwrap_or(user != "root"),
+            user,
+            auth: auth?,
+            bastion,
+            connect_timeout_secs: timeout,
+        })
+    }
+
+    // ── hosts ────────────────────────────────────────────────────────────────────────────────
+
+    fn hosts(&mut self, spec_ssh: &SshLevel, raw: &[super::raw::RawHost]) -> Vec<HostDraft> {
+        if raw.is_empty() {
+            self.report(
+                "hosts",
+                "no hosts: list at least one (3 for a highly available cluster)",
+            );
+            return Vec::new();
+        }
+        // When no level anywhere gives a way to authenticate, say so once, not per host.
+        let spec_has_auth = matches!(spec_ssh.auth, Auth::Ok(_) | Auth::Invalid);
+        let any_host_auth = raw
+            .iter()
+            .any(|h| h.ssh.key_file.is_some() || h.ssh.agent == Some(true));
+        let no_auth_anywhere = !spec_has_auth && !any_host_auth;
+        if no_auth_anywhere {
+            self.report(
+                "ssh",
+                "no ssh authentication: set keyFile: <private key> or agent: true \
+                 (here for every host, or per host)",
+            );
+        }
+
+        let mut drafts: Vec<HostDraft> = Vec::with_capacity(raw.len());
+        for (i, host) in raw.iter().enumerate() {
+            let place = format!("hosts[{i}]");
+            if !is_dns_label(&host.name, 63) {
+                self.report(
+                    format!("{place}.name"),
+                    format!(
+                        "{:?} is not a valid host name: use at most 63 lowercase letters, digits \
+                         and '-', starting and ending with a letter or digit",
+                        host.name
+                    ),
+                );
+            } else if let Some(j) = drafts.iter().position(|d| d.name == host.name) {
+                self.report(format!("{place}.name"), format!("duplicate of hosts[{j}]"));
+            }
+
+            let address = match host.address.parse::<IpAddr>() {
+                Err(_) => {
+                    self.report(
+                        format!("{place}.address"),
+                        format!(
+                            "{:?} is not an IP address: write the host's IPv4 or IPv6 address \
+                             (hactl does not resolve names)",
+                            host.address
+                        ),
+                    );
+                    None
+                }
+                Ok(a) if a.is_unspecified() || a.is_multicast() => {
+                    self.report(
+                        format!("{place}.address"),
+                        format!("{a} cannot be a host's address: write the address the host is reached at"),
+                    );
+                    None
+                }
+                Ok(a) => {
+                    if let Some(j) = drafts.iter().position(|d| d.address == Some(a)) {
+                        self.report(
+                            format!("{place}.address"),
+                            format!("duplicate of hosts[{j}]"),
+                        );
+                    }
+                    Some(a)
+                }
+            };
+
+            let prefix_length = match (address, host.prefix_length) {
+                (Some(IpAddr::V4(_)), None) => Some(24),
+                (Some(IpAddr::V6(_)), None) => Some(64),
+                (Some(a), Some(p)) => {
+                    let max = if a.is_ipv4() { 32 } else { 128 };
+                    if p == 0 || p > max {
+                        self.report(
+                            format!("{place}.prefixLength"),
+                            format!("{p} is not a prefix length for {a}: use 1 to {max}"),
+                        );
+                        None
+                    } else {
+                        Some(p)
+                    }
+                }
+                (None, _) => None,
+            };
+
+            let mut roles = Vec::with_capacity(host.roles.len());
+            for (k, role) in host.roles.iter().enumerate() {
+                let role_place = format!("{place}.roles[{k}]");
+                match Role::parse(role) {
+                    None => self.report(
+                        role_place,
+                        format!("unknown role {role:?}: use etcd, control-plane or load-balancer"),
+                    ),
+                    Some(r) => match host.roles.iter().position(|o| o == role) {
+                        Some(first) if first < k => {
+                            self.report(role_place, format!("duplicate of roles[{first}]"))
+                        }
+                        _ => roles.push(r),
+                    },
+                }
+            }
+
+            if let Some(interface) = &host.interface {
+                let ok = !interface.is_empty()
+                    && interface.len() <= 15
+                    && interface
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "._-@".contains(c));
+                if !ok {
+                    self.report(
+                        format!("{place}.interface"),
+                        format!(
+                            "{interface:?} is not a network interface name: at most 15 letters, \
+                             digits, '.', '_', '-' (as `ip link` shows them), or remove it to detect"
+                        ),
+                    );
+                }
+            }
+
+            let own_ssh = self.ssh_level(&host.ssh, &format!("{place}.ssh"));
+            // With no authentication anywhere, that was reported once at `ssh`.
+            let ssh = match address {
+                Some(address) if !no_auth_anywhere => {
+                    self.host_ssh(spec_ssh, &own_ssh, address, &place)
+                }
+                _ => None,
+            };
+
+            drafts.push(HostDraft {
+                name: host.name.clone(),
+                address,
+                prefix_length,
+                roles,
+                interface: host.interface.clone(),
+                ssh,
+            });
+        }
+        drafts
+    }
+
+    /// Quorum arithmetic on the number of etcd members.
+    fn etcd_members(&mut self, hosts: &[HostDraft], allow_single_member: bool) {
+        if hosts.is_empty() {
+            return; // already reported
+        }
+        let n = hosts.iter().filter(|h| h.has(Role::Etcd)).count();
+        let message = match n {
+            0 => Some("no host has the etcd role: give it to 3 hosts (or 5)".to_string()),
+            1 if !allow_single_member => Some(
+                "1 etcd member survives no failure: use 3 members, or set \
+                 allowSingleMember: true for a development cluster"
+                    .to_string(),
+            ),
+            n if n > 7 => Some(format!(
+                "{n} etcd members: more than 7 slows every write and adds little fault \
+                 tolerance; use 3, 5 or 7"
+            )),
+            // 2 → "use 3": one member is no improvement; 6 → "use 5 or 7".
+            n if n % 2 == 0 => Some(format!(
+                "{n} etcd members: an even count adds no fault tolerance; use {}",
+                if n == 2 {
+                    "3".to_string()
+                } else {
+                    format!("{} or {}", n - 1, n + 1)
+                }
+            )),
+            _ => None,
+        };
+        if let Some(message) = message {
+            self.report("hosts", message);
+        }
+    }
+
+    // ── vip ──────────────────────────────────────────────────────────────────────────────────
+
+    /// `Some(None)`: no VIP, and none needed.
+    fn vip(
+        &mut self,
+        raw: &Option<super::raw::RawVip>,
+        hosts: &[HostDraft],
+    ) -> Option<Option<Vip>> {
+        let balancers: Vec<usize> = (0..hosts.len())
+            .filter(|&i| hosts[i].has(Role::LoadBalancer))
+            .collect();
+        let Some(raw) = raw else {
+            if let Some(&i) = balancers.first() {
+                self.report(
+                    "vip",
+                    format!(
+                        "required because hosts[{i}] has the load-balancer role: set vip.address \
+                         to a free address in the load balancers' subnet"
+                    ),
+                );
+                return None;
+            }
+            return Some(None);
+        };
+        let before = self.problems.len();
+        if balancers.is_empty() && !hosts.is_empty() {
+            self.report(
+                "vip",
+                "no host has the load-balancer role to hold this address: give the role to 2 \
+                 hosts, or remove vip",
+            );
+        }
+        let address = match raw.address.parse::<IpAddr>() {
+            Err(_) => {
+                self.report(
+                    "vip.address",
+                    format!(
+                        "{:?} is not an IP address: write a free IPv4 or IPv6 address in the \
+                         load balancers' subnet",
+                        raw.address
+                    ),
+                );
+                None
+            }
+            Ok(a) => Some(a),
+        };
+        if let Some(address) = address {
+            if let Some(i) = hosts.iter().position(|h| h.address == Some(address)) {
+                self.report("vip.address", format!("equal to hosts[{i}].address"));
+            } else {
+                self.vip_subnet(address, hosts, &balancers);
+            }
+        }
+        let router_id = raw.router_id.unwrap_or(51);
+        if router_id == 0 {
+            self.report(
+                "vip.routerId",
+                "0 is not a virtual router id: use 1 to 255, unique on the network (default 51)",
+            );
+        }
+        if self.problems.len() != before {
+            return None;
+        }
+        Some(Some(Vip {
+            address: address?,
+            router_id,
+        }))
+    }
+
+    /// keepalived can only hold an address in a subnet of the interface it runs on: the VIP must
+    /// be in every load balancer's subnet (or, without load balancers, in some host's subnet).
+    fn vip_subnet(&mut self, vip: IpAddr, hosts: &[HostDraft], balancers: &[usize]) {
+        let candidates: Vec<usize> = if balancers.is_empty() {
+            (0..hosts.len()).collect()
+        } else {
+            balancers.to_vec()
+        };
+        let with_subnet: Vec<(usize, IpNet)> = candidates
+            .iter()
+            .filter_map(|&i| hosts[i].subnet().map(|net| (i, net)))
+            .collect();
+        if with_subnet.is_empty() {
+            return; // no usable host address: reported there
+        }
+        let outside: Vec<&(usize, IpNet)> = with_subnet
+            .iter()
+            .filter(|(_, net)| !net.contains(&vip))
+            .collect();
+        if outside.len() == with_subnet.len() {
+            let mut subnets: Vec<String> = Vec::new();
+            for (_, net) in &with_subnet {
+                let s = net.to_string();
+                if !subnets.contains(&s) {
+                    subnets.push(s);
+                }
+            }
+            let whose = if balancers.is_empty() {
+                "host's"
+            } else {
+                "load balancer's"
+            };
+            self.report(
+                "vip.address",
+                format!(
+                    "{vip} is in no {whose} subnet ({}): keepalived can only hold an address of \
+                     the network it is on",
+                    subnets.join(", ")
+                ),
+            );
+        } else {
+            for (i, net) in outside {
+                self.report(
+                    "vip.address",
+                    format!(
+                        "{vip} is outside the subnet of hosts[{i}] ({net}): keepalived there \
+                         could not hold it"
+                    ),
+                );
+            }
+        }
+    }
+
+    // ── binaries ─────────────────────────────────────────────────────────────────────────────
+
+    fn version(&mut self, raw: &str, place: &str, example: &str) -> Option<semver::Version> {
+        match parse_version(raw) {
+            Some(v) => Some(v),
+            None => {
+                self.report(
+                    place,
+                    format!("{raw:?} is not a version (use MAJOR.MINOR.PATCH, e.g. {example})"),
+                );
+                None
+            }
+        }
+    }
+
+    fn source(
+        &mut self,
+        kind: RawSourceKind,
+        release_url: Option<&str>,
+        sha256: Option<&str>,
+        bundle_dir: Option<&Path>,
+        section: &str,
+    ) -> Option<BinarySource> {
+        let before = self.problems.len();
+        let name = match kind {
+            RawSourceKind::Package => "package",
+            RawSourceKind::Release => "release",
+            RawSourceKind::Bundle => "bundle",
+        };
+        let stray = |field: &str, belongs: &str| {
+            format!(
+                "only used with source: {belongs}, but source is {name}: remove {field} or set \
+                 source: {belongs}"
+            )
+        };
+        if kind != RawSourceKind::Release {
+            if release_url.is_some() {
+                self.report(
+                    format!("{section}.releaseUrl"),
+                    stray("releaseUrl", "release"),
+                );
+            }
+            if sha256.is_some() {
+                self.report(format!("{section}.sha256"), stray("sha256", "release"));
+            }
+        }
+        if kind != RawSourceKind::Bundle && bundle_dir.is_some() {
+            self.report(format!("{section}.bundleDir"), stray("bundleDir", "bundle"));
+        }
+        let source = match kind {
+            RawSourceKind::Package => Some(BinarySource::Package),
+            RawSourceKind::Release => {
+                let url = match release_url {
+                    None => {
+                        self.report(
+                            format!("{section}.releaseUrl"),
+                            "required when source is release: the https:// address of the \
+                             release tarball",
+                        );
+                        None
+                    }
+                    Some(url) if !is_http_url(url) => {
+                        self.report(
+                            format!("{section}.releaseUrl"),
+                            format!("{url:?} is not an http:// or https:// address"),
+                        );
+                        None
+                    }
+                    Some(url) => Some(url.to_string()),
+                };
+                let sha256 = match sha256 {
+                    None => {
+                        self.report(
+                            format!("{section}.sha256"),
+                            "required when source is release: the sha256 of the tarball \
+                             (64 hex digits), so a changed download is refused",
+                        );
+                        None
+                    }
+                    Some(s) if s.len() != 64 || !s.chars().all(|c| c.is_ascii_hexdigit()) => {
+                        self.report(
+                            format!("{section}.sha256"),
+                            format!("{s:?} is not a sha256: write 64 hex digits"),
+                        );
+                        None
+                    }
+                    Some(s) => Some(s.to_ascii_lowercase()),
+                };
+                Some(BinarySource::Release {
+                    url: url?,
+                    sha256: sha256?,
+                })
+            }
+            RawSourceKind::Bundle => match bundle_dir {
+                None => {
+                    self.report(
+                        format!("{section}.bundleDir"),
+                        "required when source is bundle: the directory holding the binaries",
+                    );
+                    None
+                }
+                Some(dir) => {
+                    let path = self.resolve(dir);
+                    if path.is_dir() {
+                        Some(BinarySource::Bundle { dir: path })
+                    } else {
+                        self.report(
+                            format!("{section}.bundleDir"),
+                            format!("{}: no such directory", path.display()),
+                        );
+                        None
+                    }
+                }
+            },
+        };
+        if self.problems.len() == before {
+            source
+        } else {
+            None
+        }
+    }
+
+    // ── etcd ─────────────────────────────────────────────────────────────────────────────────
+
+    fn etcd(&mut self, raw: &super::raw::RawEtcd) -> Option<EtcdSpec> {
+        let before = self.problems.len();
+        let version = raw
+            .version
+            .as_ref()
+            .map(|v| self.version(v, "etcd.version", "3.5.16"));
+        let source = self.source(
+            raw.source,
+            raw.release_url.as_deref(),
+            raw.sha256.as_deref(),
+            raw.bundle_dir.as_deref(),
+            "etcd",
+        );
+
+        let data_dir = raw.data_dir.as_deref().unwrap_or("/var/lib/etcd");
+        let data_dir = if data_dir.len() > 1 {
+            data_dir.trim_end_matches('/')
+        } else {
+            data_dir
+        };
+        if !data_dir.starts_with('/') {
+            self.report(
+                "etcd.dataDir",
+                format!("{data_dir:?} is not an absolute path: write one, e.g. /var/lib/etcd"),
+            );
+        } else if data_dir == "/" {
+            self.report(
+                "etcd.dataDir",
+                "the root directory cannot hold etcd's data: use e.g. /var/lib/etcd",
+            );
+        } else if Path::new(data_dir)
+            .components()
+            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
+            || !data_dir
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c))
+        {
+            self.report(
+                "etcd.dataDir",
+                format!(
+                    "{data_dir:?}: use a plain absolute path (letters, digits, '/', '.', '_', '-'; \
+                     no '..'), e.g. /var/lib/etcd"
+                ),
+            );
+        }
+
+        let client_port = raw.client_port.unwrap_or(2379);
+        let peer_port = raw.peer_port.unwrap_or(2380);
+        if client_port == 0 {
+            self.report("etcd.clientPort", "0 is not a port: use 2379");
+        }
+        if peer_port == 0 {
+            self.report("etcd.peerPort", "0 is not a port: use 2380");
+        } else if peer_port == client_port {
+            self.report(
+                "etcd.peerPort",
+                format!(
+                    "equal to clientPort ({client_port}): give peers their own port, e.g. 2380"
+                ),
+            );
+        }
+
+        let heartbeat = raw.heartbeat_interval.unwrap_or(100);
+        let election = raw.election_timeout.unwrap_or(1000);
+        if heartbeat == 0 {
+            self.report(
+                "etcd.heartbeatInterval",
+                "0 ms: use a positive interval (default 100)",
+            );
+        } else if u64::from(election) < 5 * u64::from(heartbeat) {
+            self.report(
+                "etcd.electionTimeout",
+                format!(
+                    "{election} ms is less than 5 × heartbeatInterval ({heartbeat} ms): use at \
+                     least {}",
+                    5 * u64::from(heartbeat)
+                ),
+            );
+        } else if election > 50_000 {
+            self.report(
+                "etcd.electionTimeout",
+                format!("{election} ms is more than etcd accepts: use at most 50000"),
+            );
+        }
+
+        let quota = raw.quota_backend_bytes.unwrap_or(8 << 30);
+        if quota == 0 {
+            self.report(
+                "etcd.quotaBackendBytes",
+                "0 bytes: give the quota in bytes, e.g. 8589934592 (8 GiB, the default)",
+            );
+        }
+        let retention = raw.auto_compaction_retention.as_deref().unwrap_or("8h");
+        if !is_retention(retention) {
+            self.report(
+                "etcd.autoCompactionRetention",
+                format!("{retention:?} is not a retention period: use hours (8) or a duration such as 8h or 30m"),
+            );
+        }
+        for (i, arg) in raw.extra_args.iter().enumerate() {
+            if !arg.starts_with("--") || arg.len() < 3 || arg.contains(['\n', '\r', '\0']) {
+                self.report(
+                    format!("etcd.extraArgs[{i}]"),
+                    format!("{arg:?} is not a flag: write --name=value"),
+                );
+            }
+        }
+
+        if self.problems.len() != before {
+            return None;
+        }
+        Some(EtcdSpec {
+            version: version.flatten(),
+            source: source?,
+            data_dir: data_dir.to_string(),
+            client_port,
+            peer_port,
+            heartbeat_interval_ms: heartbeat,
+            election_timeout_ms: election,
+            quota_backend_bytes: quota,
+            auto_compaction_retention: retention.to_string(),
+            extra_args: raw.extra_args.clone(),
+        })
+    }
+
+    // ── kubernetes ───────────────────────────────────────────────────────────────────────────
+
+    /// `Some(None)`: no kubernetes section, and none needed.
+    fn kubernetes(
+        &mut self,
+        raw: &Option<super::raw::RawKubernetes>,
+        hosts: &[HostDraft],
+        vip: Option<&Option<Vip>>,
+    ) -> Option<Option<KubernetesSpec>> {
+        let control_plane = hosts.iter().position(|h| h.has(Role::ControlPlane));
+        let Some(raw) = raw else {
+            if let Some(i) = control_plane {
+                self.report(
+                    "kubernetes",
+                    format!(
+                        "required because hosts[{i}] has the control-plane role: add a \
+                         kubernetes section with a version, e.g. 1.31.4"
+                    ),
+                );
+                return None;
+            }
+            return Some(None);
+        };
+        let before = self.problems.len();
+        if control_plane.is_none() && !hosts.is_empty() {
+            self.report(
+                "kubernetes",
+                "no host has the control-plane role: give it to the hosts that run the apiserver \
+                 (3 for high availability), or remove the kubernetes section",
+            );
+        }
+        let version = match &raw.version {
+            None => {
+                self.report(
+                    "kubernetes.version",
+                    "required: the Kubernetes version to run, e.g. 1.31.4",
+                );
+                None
+            }
+            Some(v) => self.version(v, "kubernetes.version", "1.31.4"),
+        };
+        let source = self.source(
+            raw.source,
+            raw.release_url.as_deref(),
+            raw.sha256.as_deref(),
+            raw.bundle_dir.as_deref(),
+            "kubernetes",
+        );
+        let service_cidr = self.cidr(
+            raw.service_cidr.as_deref().unwrap_or("10.96.0.0/12"),
+            "kubernetes.serviceCidr",
+            "10.96.0.0/12",
+        );
+        let pod_cidr = self.cidr(
+            raw.pod_cidr.as_deref().unwrap_or("10.244.0.0/16"),
+            "kubernetes.podCidr",
+            "10.244.0.0/16",
+        );
+        if let (Some(service), Some(pod)) = (service_cidr, pod_cidr) {
+            if service.contains(&pod) || pod.contains(&service) {
+                self.report(
+                    "kubernetes.podCidr",
+                    format!("{pod} overlaps serviceCidr ({service}): give pods a separate range"),
+                );
+            }
+        }
+        for (field, net) in [("serviceCidr", service_cidr), ("podCidr", pod_cidr)] {
+            let Some(net) = net else { continue };
+            for (i, host) in hosts.iter().enumerate() {
+                if let Some(a) = host.address.filter(|a| net.contains(a)) {
+                    self.report(
+                        format!("kubernetes.{field}"),
+                        format!(
+                            "{net} contains hosts[{i}].address ({a}): pick a range the hosts' \
+                             network does not use"
+                        ),
+                    );
+                }
+            }
+            if let Some(Some(vip)) = vip {
+                if net.contains(&vip.address) {
+                    self.report(
+                        format!("kubernetes.{field}"),
+                        format!(
+                            "{net} contains vip.address ({}): pick another range",
+                            vip.address
+                        ),
+                    );
+                }
+            }
+        }
+        let mode = match raw.mode.as_deref() {
+            None | Some("systemd") => Some(KubernetesMode::Systemd),
+            Some("static-pod") => Some(KubernetesMode::StaticPod),
+            Some(other) => {
+                self.report(
+                    "kubernetes.mode",
+                    format!("unknown mode {other:?}: use systemd or static-pod"),
+                );
+                None
+            }
+        };
+        if self.problems.len() != before {
+            return None;
+        }
+        Some(Some(KubernetesSpec {
+            version: version?,
+            source: source?,
+            service_cidr: service_cidr?,
+            pod_cidr: pod_cidr?,
+            mode: mode?,
+        }))
+    }
+
+    fn cidr(&mut self, raw: &str, place: &str, example: &str) -> Option<IpNet> {
+        match raw.parse::<IpNet>() {
+            Err(_) => {
+                self.report(
+                    place,
+                    format!("{raw:?} is not a CIDR: write ADDRESS/PREFIX, e.g. {example}"),
+                );
+                None
+            }
+            Ok(net) if net.trunc() != net => {
+                self.report(
+                    place,
+                    format!(
+                        "{raw} has host bits set: write the network address, {}",
+                        net.trunc()
+                    ),
+                );
+                None
+            }
+            Ok(net) => Some(net),
+        }
+    }
+
+    // ── pki ──────────────────────────────────────────────────────────────────────────────────
+
+    fn pki(&mut self, raw: &super::raw::RawPki) -> Option<PkiSpec> {
+        let before = self.problems.len();
+        let key_type = match raw.key_type.as_deref() {
+            None | Some("ecdsa-p256") => Some(KeyType::EcdsaP256),
+            Some("rsa-2048") => Some(KeyType::Rsa2048),
+            Some("rsa-4096") => Some(KeyType::Rsa4096),
+            Some(other) => {
+                self.report(
+                    "pki.keyType",
+                    format!("unknown key type {other:?}: use ecdsa-p256, rsa-2048 or rsa-4096"),
+                );
+                None
+            }
+        };
+        let ca = raw.ca_validity_days.unwrap_or(3650);
+        let cert = raw.cert_validity_days.unwrap_or(365);
+        if ca == 0 {
+            self.report(
+                "pki.caValidityDays",
+                "0 days: use a positive number (default 3650)",
+            );
+        }
+        if cert == 0 {
+            self.report(
+                "pki.certValidityDays",
+                "0 days: use a positive number (default 365)",
+            );
+        } else if ca != 0 && cert > ca {
+            self.report(
+                "pki.certValidityDays",
+                format!(
+                    "{cert} days is longer than caValidityDays ({ca}): a certificate cannot \
+                     outlive its CA"
+                ),
+            );
+        }
+        if self.problems.len() != before {
+            return None;
+        }
+        Some(PkiSpec {
+            key_type: key_type?,
+            ca_validity_days: ca,
+            cert_validity_days: cert,
+        })
+    }
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most `max` characters.
+fn is_dns_label(s: &str, max: usize) -> bool {
+    !s.is_empty()
+        && s.len() <= max
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+/// `MAJOR.MINOR.PATCH` with an optional leading `v` (and semver pre-release/build parts).
+fn parse_version(s: &str) -> Option<semver::Version> {
+    semver::Version::parse(s.strip_prefix('v').unwrap_or(s)).ok()
+}
+
+fn is_http_url(s: &str) -> bool {
+    let rest = s
+        .strip_prefix("https://")
+        .or_else(|| s.strip_prefix("http://"));
+    match rest {
+        Some(rest) => {
+            let host = rest.split('/').next().unwrap_or("");
+            !host.is_empty() && !s.chars().any(|c| c.is_whitespace() || c.is_control())
+        }
+        None => false,
+    }
+}
+
+/// etcd's periodic retention: a bare number of hours, or a Go duration of h/m/s units.
+fn is_retention(s: &str) -> bool {
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        return true;
+    }
+    let mut rest = s;
+    let mut parts = 0;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return false;
+        }
+        rest = &rest[digits..];
+        let unit = ["ms", "h", "m", "s"]
+            .into_iter()
+            .find(|u| rest.starts_with(u));
+        match unit {
+            Some(u) => rest = &rest[u.len()..],
+            None => return false,
+        }
+        parts += 1;
+    }
+    parts > 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns_labels() {
+        assert!(is_dns_label("cp1", 63));
+        assert!(is_dns_label("a", 63));
+        assert!(is_dns_label("lab-01", 40));
+        assert!(!is_dns_label("", 63));
+        assert!(!is_dns_label("-a", 63));
+        assert!(!is_dns_label("a-", 63));
+        assert!(!is_dns_label("Cp1", 63));
+        assert!(!is_dns_label("cp_1", 63));
+        assert!(!is_dns_label("cp.1", 63));
+        assert!(is_dns_label(&"a".repeat(40), 40));
+        assert!(!is_dns_label(&"a".repeat(41), 40));
+    }
+
+    #[test]
+    fn versions_accept_a_leading_v_only() {
+        assert_eq!(
+            parse_version("3.5.16"),
+            Some(semver::Version::new(3, 5, 16))
+        );
+        assert_eq!(
+            parse_version("v1.31.4"),
+            Some(semver::Version::new(1, 31, 4))
+        );
+        assert_eq!(parse_version("3.5"), None);
+        assert_eq!(parse_version("vv3.5.1"), None);
+        assert_eq!(parse_version("latest"), None);
+    }
+
+    #[test]
+    fn retention_periods() {
+        for ok in ["8", "8h", "30m", "1h30m", "90s", "500ms"] {
+            assert!(is_retention(ok), "{ok}");
+        }
+        for bad in ["", "h", "8d", "8 h", "1.5h", "-1"] {
+            assert!(!is_retention(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn urls() {
+        assert!(is_http_url(
+            "https://github.com/etcd-io/etcd/releases/x.tar.gz"
+        ));
+        assert!(is_http_url("http://mirror.lan/etcd.tgz"));
+        assert!(!is_http_url("ftp://x/y"));
+        assert!(!is_http_url("https:///y"));
+        assert!(!is_http_url("https://x/a b"));
+    }
+
+    #[test]
+    fn problem_display_uses_a_colon_before_positions() {
+        let p = |place: &str| Problem {
+            file: "lab.yaml".into(),
+            place: place.into(),
+            message: "m".into(),
+        };
+        assert_eq!(
+            p("hosts[2].address").to_string(),
+            "lab.yaml: hosts[2].address: m"
+        );
+        assert_eq!(p("7:3").to_string(), "lab.yaml:7:3: m");
+        assert_eq!(p("").to_string(), "lab.yaml: m");
+    }
+
+    #[test]
+    fn error_display_lists_every_problem_under_a_header() {
+        let err = InventoryError {
+            file: "lab.yaml".into(),
+            problems: vec![
+                Problem {
+                    file: "lab.yaml".into(),
+                    place: "kind".into(),
+                    message: "a".into(),
+                },
+                Problem {
+                    file: "lab.yaml".into(),
+                    place: "hosts".into(),
+                    message: "b".into(),
+                },
+            ],
+        };
+        assert_eq!(
+            err.to_string(),
+            "inventory lab.yaml has 2 problems\n  lab.yaml: kind: a\n  lab.yaml: hosts: b"
+        );
+    }
+
+    #[test]
+    fn a_missing_file_is_one_problem() {
+        let err = load(Path::new("/nonexistent/hactl/lab.yaml")).unwrap_err();
+        assert_eq!(err.problems.len(), 1);
+        assert_eq!(
+            err.to_string(),
+            "inventory lab.yaml has 1 problem\n  lab.yaml: /nonexistent/hactl/lab.yaml: no such \
+             file; `hactl init` writes an example to start from"
+        );
+    }
+}

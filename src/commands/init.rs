@@ -1,0 +1,77 @@
+//! `hactl init`: write a commented example inventory to start from.
+//!
+//! Invariant: the example is `inventories/example.yaml`, embedded, so the file in the repository,
+//! the one `init` writes and the one the tests validate are the same text. It uses `agent: true`,
+//! so it validates on any machine.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::{bail, Context};
+
+/// The example inventory, every field present and explained by a comment.
+pub fn example_inventory() -> &'static str {
+    include_str!("../../inventories/example.yaml")
+}
+
+/// Writes the example to `path`. An existing file is kept unless `force`.
+pub fn run(path: &Path, force: bool) -> anyhow::Result<()> {
+    let mut options = fs_err::OpenOptions::new();
+    options.write(true);
+    if force {
+        options.create(true).truncate(true);
+    } else {
+        // `create_new` refuses an existing file atomically, without a check-then-write race.
+        options.create_new(true);
+    }
+    let mut file = match options.open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => bail!(
+            "{} already exists; edit it, or run `hactl init --force` to replace it with the example",
+            path.display()
+        ),
+        Err(err) => return Err(err).context("failed to write the example inventory"),
+    };
+    file.write_all(example_inventory().as_bytes())
+        .context("failed to write the example inventory")?;
+    eprintln!(
+        "wrote {}: set the hosts, then check it with `hactl plan`",
+        path.display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_validates() {
+        let inventory = crate::inventory::load_str(Path::new("example.yaml"), example_inventory())
+            .unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(inventory.name, "example");
+        assert_eq!(inventory.hosts.len(), 5);
+    }
+
+    #[test]
+    fn run_refuses_to_overwrite_without_force() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("cluster.yaml");
+        run(&path, false).unwrap();
+        assert_eq!(fs_err::read_to_string(&path).unwrap(), example_inventory());
+
+        fs_err::write(&path, "mine").unwrap();
+        let err = run(&path, false).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{} already exists; edit it, or run `hactl init --force` to replace it with the example",
+                path.display()
+            )
+        );
+        assert_eq!(fs_err::read_to_string(&path).unwrap(), "mine");
+
+        run(&path, true).unwrap();
+        assert_eq!(fs_err::read_to_string(&path).unwrap(), example_inventory());
+    }
+}

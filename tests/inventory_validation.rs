@@ -1,0 +1,583 @@
+//! Inventory validation: a table of bad inventories, each with the exact messages it must
+//! produce (all of them, in order), and good inventories with their defaults.
+
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+
+use hactl::inventory::{
+    self, BinarySource, KeyType, KubernetesMode, Role, SshAuth, SshSpec, API_VERSION,
+};
+
+/// Three stacked control-plane hosts, two load balancers, a VIP: valid as it is. Each case below
+/// changes one thing.
+const GOOD: &str = "\
+apiVersion: hactl.io/v1alpha1
+kind: Cluster
+metadata:
+  name: lab
+spec:
+  ssh:
+    agent: true
+  hosts:
+    - name: cp1
+      address: 192.168.56.11
+      roles: [etcd, control-plane]
+    - name: cp2
+      address: 192.168.56.12
+      roles: [etcd, control-plane]
+    - name: cp3
+      address: 192.168.56.13
+      roles: [etcd, control-plane]
+    - name: lb1
+      address: 192.168.56.21
+      roles: [load-balancer]
+    - name: lb2
+      address: 192.168.56.22
+      roles: [load-balancer]
+  vip:
+    address: 192.168.56.100
+  kubernetes:
+    version: 1.31.4
+";
+
+/// `GOOD` with each `(from, to)` replaced once; panics if `from` is not there, so a case cannot
+/// silently test the good inventory.
+fn edit(edits: &[(&str, &str)]) -> String {
+    let mut text = GOOD.to_string();
+    for (from, to) in edits {
+        assert!(text.contains(from), "{from:?} is not in GOOD");
+        text = text.replacen(from, to, 1);
+    }
+    text
+}
+
+fn problems(dir: &Path, text: &str) -> Vec<String> {
+    match inventory::load_str(&dir.join("lab.yaml"), text) {
+        Ok(_) => Vec::new(),
+        Err(err) => err.problems.iter().map(ToString::to_string).collect(),
+    }
+}
+
+fn hosts_yaml(n: usize, roles: &str) -> String {
+    (1..=n)
+        .map(|i| format!("    - {{ name: h{i}, address: 10.0.0.{i}, roles: {roles} }}\n"))
+        .collect()
+}
+
+#[test]
+fn bad_inventories_report_every_problem_with_its_place() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let missing_key = dir.join("keys/id_ed25519");
+    let missing_bundle = dir.join("bundle/etcd");
+
+    let cases: Vec<(&str, String, Vec<String>)> = vec![
+        (
+            "duplicate host name",
+            edit(&[("name: cp3", "name: cp1")]),
+            vec!["lab.yaml: hosts[2].name: duplicate of hosts[0]".into()],
+        ),
+        (
+            "duplicate address",
+            edit(&[("address: 192.168.56.13", "address: 192.168.56.11")]),
+            vec!["lab.yaml: hosts[2].address: duplicate of hosts[0]".into()],
+        ),
+        (
+            "even etcd count",
+            edit(&[("roles: [load-balancer]", "roles: [load-balancer, etcd]")]),
+            vec!["lab.yaml: hosts: 4 etcd members: an even count adds no fault tolerance; use 3 or 5".into()],
+        ),
+        (
+            "two etcd members",
+            edit(&[(
+                "192.168.56.13\n      roles: [etcd, control-plane]",
+                "192.168.56.13\n      roles: [control-plane]",
+            )]),
+            vec![
+                "lab.yaml: hosts: 2 etcd members: an even count adds no fault tolerance; use 3"
+                    .into(),
+            ],
+        ),
+        (
+            "zero etcd members",
+            edit(&[
+                ("roles: [etcd, control-plane]", "roles: [control-plane]"),
+                ("roles: [etcd, control-plane]", "roles: [control-plane]"),
+                ("roles: [etcd, control-plane]", "roles: [control-plane]"),
+            ]),
+            vec!["lab.yaml: hosts: no host has the etcd role: give it to 3 hosts (or 5)".into()],
+        ),
+        (
+            "single member without allowSingleMember",
+            edit(&[
+                ("192.168.56.12\n      roles: [etcd, control-plane]", "192.168.56.12\n      roles: [control-plane]"),
+                ("192.168.56.13\n      roles: [etcd, control-plane]", "192.168.56.13\n      roles: [control-plane]"),
+            ]),
+            vec!["lab.yaml: hosts: 1 etcd member survives no failure: use 3 members, or set allowSingleMember: true for a development cluster".into()],
+        ),
+        (
+            "nine etcd members",
+            format!(
+                "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: lab\nspec:\n  ssh:\n    agent: true\n  hosts:\n{}  kubernetes:\n    version: 1.31.4\n",
+                hosts_yaml(9, "[etcd, control-plane]")
+            ),
+            vec!["lab.yaml: hosts: 9 etcd members: more than 7 slows every write and adds little fault tolerance; use 3, 5 or 7".into()],
+        ),
+        (
+            "vip equal to a host address",
+            edit(&[("address: 192.168.56.100", "address: 192.168.56.12")]),
+            vec!["lab.yaml: vip.address: equal to hosts[1].address".into()],
+        ),
+        (
+            "vip in no subnet",
+            edit(&[("address: 192.168.56.100", "address: 10.1.2.3")]),
+            vec!["lab.yaml: vip.address: 10.1.2.3 is in no load balancer's subnet (192.168.56.0/24): keepalived can only hold an address of the network it is on".into()],
+        ),
+        (
+            "vip outside one load balancer's subnet",
+            edit(&[("address: 192.168.56.22", "address: 192.168.57.22")]),
+            vec!["lab.yaml: vip.address: 192.168.56.100 is outside the subnet of hosts[4] (192.168.57.0/24): keepalived there could not hold it".into()],
+        ),
+        (
+            "vip not an address",
+            edit(&[("address: 192.168.56.100", "address: vip.lan")]),
+            vec!["lab.yaml: vip.address: \"vip.lan\" is not an IP address: write a free IPv4 or IPv6 address in the load balancers' subnet".into()],
+        ),
+        (
+            "router id 0",
+            edit(&[("address: 192.168.56.100\n", "address: 192.168.56.100\n    routerId: 0\n")]),
+            vec!["lab.yaml: vip.routerId: 0 is not a virtual router id: use 1 to 255, unique on the network (default 51)".into()],
+        ),
+        (
+            "load balancer without vip",
+            edit(&[("  vip:\n    address: 192.168.56.100\n", "")]),
+            vec!["lab.yaml: vip: required because hosts[3] has the load-balancer role: set vip.address to a free address in the load balancers' subnet".into()],
+        ),
+        (
+            "missing key file",
+            edit(&[("    agent: true\n", "    keyFile: keys/id_ed25519\n")]),
+            vec![format!("lab.yaml: ssh.keyFile: {}: no such file", missing_key.display())],
+        ),
+        (
+            "key file and agent both",
+            edit(&[("    agent: true\n", "    agent: true\n    keyFile: keys/id_ed25519\n")]),
+            vec!["lab.yaml: ssh: both keyFile and agent: true are set: keep one (keyFile for a key on disk, agent for the keys of the running ssh-agent)".into()],
+        ),
+        (
+            "no ssh authentication anywhere",
+            edit(&[("  ssh:\n    agent: true\n", "")]),
+            vec!["lab.yaml: ssh: no ssh authentication: set keyFile: <private key> or agent: true (here for every host, or per host)".into()],
+        ),
+        (
+            "one host without ssh authentication",
+            edit(&[
+                ("  ssh:\n    agent: true\n", ""),
+                ("192.168.56.21\n      roles: [load-balancer]\n", "192.168.56.21\n      roles: [load-balancer]\n      ssh: { agent: true }\n"),
+                ("192.168.56.22\n      roles: [load-balancer]\n", "192.168.56.22\n      roles: [load-balancer]\n      ssh: { agent: true }\n"),
+            ]),
+            vec![
+                "lab.yaml: hosts[0].ssh: no ssh authentication: set keyFile or agent: true here or in spec ssh".into(),
+                "lab.yaml: hosts[1].ssh: no ssh authentication: set keyFile or agent: true here or in spec ssh".into(),
+                "lab.yaml: hosts[2].ssh: no ssh authentication: set keyFile or agent: true here or in spec ssh".into(),
+            ],
+        ),
+        (
+            "ssh port 0",
+            edit(&[("    agent: true\n", "    agent: true\n    port: 0\n")]),
+            vec!["lab.yaml: ssh.port: 0 is not a port: use 22 or the port sshd listens on".into()],
+        ),
+        (
+            "bastion by host name",
+            edit(&[("    agent: true\n", "    agent: true\n    bastion: { address: jump.example.com }\n")]),
+            vec!["lab.yaml: ssh.bastion.address: \"jump.example.com\" is not an IP address: write the bastion's IPv4 or IPv6 address (hactl does not resolve names)".into()],
+        ),
+        (
+            "bad etcd version",
+            edit(&[("  kubernetes:\n", "  etcd:\n    version: \"3.5\"\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.version: \"3.5\" is not a version (use MAJOR.MINOR.PATCH, e.g. 3.5.16)".into()],
+        ),
+        (
+            "unquoted two-part kubernetes version",
+            edit(&[("version: 1.31.4", "version: 1.31")]),
+            vec!["lab.yaml: kubernetes.version: \"1.31\" is not a version (use MAJOR.MINOR.PATCH, e.g. 1.31.4)".into()],
+        ),
+        (
+            "unknown field, with its position",
+            edit(&[("    agent: true\n", "    agent: true\n    identityFile: x\n")]),
+            vec!["lab.yaml:8:5: unknown field `identityFile`, expected one of user, port, keyFile, agent, sudo, bastion, connectTimeout".into()],
+        ),
+        (
+            "duplicate key",
+            edit(&[("  name: lab\n", "  name: lab\n  name: lab2\n")]),
+            vec!["lab.yaml:5:3: duplicate mapping key `name` is not allowed here".into()],
+        ),
+        (
+            "yes is not a boolean",
+            edit(&[("    agent: true\n", "    agent: yes\n")]),
+            vec!["lab.yaml:7:12: invalid boolean (true or false expected)".into()],
+        ),
+        (
+            "wrong apiVersion",
+            edit(&[("apiVersion: hactl.io/v1alpha1", "apiVersion: v1")]),
+            vec!["lab.yaml: apiVersion: \"v1\" is not supported: use hactl.io/v1alpha1".into()],
+        ),
+        (
+            "wrong kind",
+            edit(&[("kind: Cluster", "kind: cluster")]),
+            vec!["lab.yaml: kind: \"cluster\" is not supported: use Cluster".into()],
+        ),
+        (
+            "bad cluster name",
+            edit(&[("name: lab\n", "name: Lab_1\n")]),
+            vec!["lab.yaml: metadata.name: \"Lab_1\" is not a valid cluster name: use at most 40 lowercase letters, digits and '-', starting and ending with a letter or digit".into()],
+        ),
+        (
+            "bad host name",
+            edit(&[("name: cp1", "name: CP1")]),
+            vec!["lab.yaml: hosts[0].name: \"CP1\" is not a valid host name: use at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit".into()],
+        ),
+        (
+            "address is a host name",
+            edit(&[("address: 192.168.56.11", "address: cp1.lan")]),
+            vec!["lab.yaml: hosts[0].address: \"cp1.lan\" is not an IP address: write the host's IPv4 or IPv6 address (hactl does not resolve names)".into()],
+        ),
+        (
+            "bad role and duplicate role",
+            edit(&[("roles: [etcd, control-plane]", "roles: [etcd, master, etcd, control-plane]")]),
+            vec![
+                "lab.yaml: hosts[0].roles[1]: unknown role \"master\": use etcd, control-plane or load-balancer".into(),
+                "lab.yaml: hosts[0].roles[2]: duplicate of roles[0]".into(),
+            ],
+        ),
+        (
+            "no hosts",
+            format!(
+                "apiVersion: {API_VERSION}\nkind: Cluster\nmetadata:\n  name: lab\nspec:\n  ssh: {{ agent: true }}\n  hosts: []\n"
+            ),
+            vec!["lab.yaml: hosts: no hosts: list at least one (3 for a highly available cluster)".into()],
+        ),
+        (
+            "release without sha256",
+            edit(&[("  kubernetes:\n", "  etcd:\n    source: release\n    releaseUrl: https://example.com/etcd.tar.gz\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.sha256: required when source is release: the sha256 of the tarball (64 hex digits), so a changed download is refused".into()],
+        ),
+        (
+            "release with a bad sha256 and no url",
+            edit(&[("  kubernetes:\n", "  etcd:\n    source: release\n    sha256: abc123\n  kubernetes:\n")]),
+            vec![
+                "lab.yaml: etcd.releaseUrl: required when source is release: the https:// address of the release tarball".into(),
+                "lab.yaml: etcd.sha256: \"abc123\" is not a sha256: write 64 hex digits".into(),
+            ],
+        ),
+        (
+            "release url not http",
+            edit(&[("version: 1.31.4\n", &format!("version: 1.31.4\n    source: release\n    releaseUrl: ftp://mirror/k.tgz\n    sha256: {}\n", "a".repeat(64)))]),
+            vec!["lab.yaml: kubernetes.releaseUrl: \"ftp://mirror/k.tgz\" is not an http:// or https:// address".into()],
+        ),
+        (
+            "bundle dir missing",
+            edit(&[("  kubernetes:\n", "  etcd:\n    source: bundle\n    bundleDir: bundle/etcd\n  kubernetes:\n")]),
+            vec![format!("lab.yaml: etcd.bundleDir: {}: no such directory", missing_bundle.display())],
+        ),
+        (
+            "package with a release url",
+            edit(&[("  kubernetes:\n", "  etcd:\n    releaseUrl: https://example.com/etcd.tar.gz\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.releaseUrl: only used with source: release, but source is package: remove releaseUrl or set source: release".into()],
+        ),
+        (
+            "relative data dir",
+            edit(&[("  kubernetes:\n", "  etcd:\n    dataDir: var/lib/etcd\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.dataDir: \"var/lib/etcd\" is not an absolute path: write one, e.g. /var/lib/etcd".into()],
+        ),
+        (
+            "root data dir",
+            edit(&[("  kubernetes:\n", "  etcd:\n    dataDir: /\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.dataDir: the root directory cannot hold etcd's data: use e.g. /var/lib/etcd".into()],
+        ),
+        (
+            "ports and timings",
+            edit(&[("  kubernetes:\n", "  etcd:\n    clientPort: 2380\n    heartbeatInterval: 200\n    electionTimeout: 500\n  kubernetes:\n")]),
+            vec![
+                "lab.yaml: etcd.peerPort: equal to clientPort (2380): give peers their own port, e.g. 2380".into(),
+                "lab.yaml: etcd.electionTimeout: 500 ms is less than 5 × heartbeatInterval (200 ms): use at least 1000".into(),
+            ],
+        ),
+        (
+            "control plane without kubernetes section",
+            edit(&[("  kubernetes:\n    version: 1.31.4\n", "")]),
+            vec!["lab.yaml: kubernetes: required because hosts[0] has the control-plane role: add a kubernetes section with a version, e.g. 1.31.4".into()],
+        ),
+        (
+            "kubernetes without version, bad cidrs and mode",
+            edit(&[("    version: 1.31.4\n", "    serviceCidr: 10.96.0.1/12\n    podCidr: 192.168.0.0/16\n    mode: kubeadm\n")]),
+            vec![
+                "lab.yaml: kubernetes.version: required: the Kubernetes version to run, e.g. 1.31.4".into(),
+                "lab.yaml: kubernetes.serviceCidr: 10.96.0.1/12 has host bits set: write the network address, 10.96.0.0/12".into(),
+                "lab.yaml: kubernetes.podCidr: 192.168.0.0/16 contains hosts[0].address (192.168.56.11): pick a range the hosts' network does not use".into(),
+                "lab.yaml: kubernetes.podCidr: 192.168.0.0/16 contains hosts[1].address (192.168.56.12): pick a range the hosts' network does not use".into(),
+                "lab.yaml: kubernetes.podCidr: 192.168.0.0/16 contains hosts[2].address (192.168.56.13): pick a range the hosts' network does not use".into(),
+                "lab.yaml: kubernetes.podCidr: 192.168.0.0/16 contains hosts[3].address (192.168.56.21): pick a range the hosts' network does not use".into(),
+                "lab.yaml: kubernetes.podCidr: 192.168.0.0/16 contains hosts[4].address (192.168.56.22): pick a range the hosts' network does not use".into(),
+                "lab.yaml: kubernetes.podCidr: 192.168.0.0/16 contains vip.address (192.168.56.100): pick another range".into(),
+                "lab.yaml: kubernetes.mode: unknown mode \"kubeadm\": use systemd or static-pod".into(),
+            ],
+        ),
+        (
+            "pki",
+            format!("{GOOD}  pki:\n    keyType: ed25519\n    caValidityDays: 100\n    certValidityDays: 365\n"),
+            vec![
+                "lab.yaml: pki.keyType: unknown key type \"ed25519\": use ecdsa-p256, rsa-2048 or rsa-4096".into(),
+                "lab.yaml: pki.certValidityDays: 365 days is longer than caValidityDays (100): a certificate cannot outlive its CA".into(),
+            ],
+        ),
+        (
+            "several problems at once, in order",
+            edit(&[
+                ("apiVersion: hactl.io/v1alpha1", "apiVersion: hactl.io/v1"),
+                ("address: 192.168.56.13", "address: 192.168.56.11"),
+                ("roles: [load-balancer]", "roles: [load-balancer, etcd]"),
+                ("address: 192.168.56.100", "address: 192.168.56.21"),
+                ("version: 1.31.4", "version: latest"),
+            ]),
+            vec![
+                "lab.yaml: apiVersion: \"hactl.io/v1\" is not supported: use hactl.io/v1alpha1".into(),
+                "lab.yaml: hosts[2].address: duplicate of hosts[0]".into(),
+                "lab.yaml: hosts: 4 etcd members: an even count adds no fault tolerance; use 3 or 5".into(),
+                "lab.yaml: vip.address: equal to hosts[3].address".into(),
+                "lab.yaml: kubernetes.version: \"latest\" is not a version (use MAJOR.MINOR.PATCH, e.g. 1.31.4)".into(),
+            ],
+        ),
+    ];
+
+    let mut failures = Vec::new();
+    for (name, text, expected) in &cases {
+        let got = problems(dir, text);
+        if &got != expected {
+            failures.push(format!("{name}:\n  expected {expected:#?}\n  got {got:#?}"));
+        }
+    }
+    assert!(cases.len() >= 20);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_error_lists_every_problem_under_a_header() {
+    let text = edit(&[
+        ("name: cp3", "name: cp1"),
+        ("address: 192.168.56.13", "address: 192.168.56.11"),
+    ]);
+    let err = inventory::load_str(Path::new("/srv/lab.yaml"), &text).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "inventory lab.yaml has 2 problems\n\
+         \x20 lab.yaml: hosts[2].name: duplicate of hosts[0]\n\
+         \x20 lab.yaml: hosts[2].address: duplicate of hosts[0]"
+    );
+}
+
+#[test]
+fn a_good_inventory_gets_its_defaults() {
+    let inv = inventory::load_str(Path::new("/srv/clusters/lab.yaml"), GOOD).unwrap();
+    assert_eq!(inv.name, "lab");
+    assert_eq!(inv.source, PathBuf::from("/srv/clusters/lab.yaml"));
+    assert_eq!(inv.state_dir, PathBuf::from("/srv/clusters/.hactl/lab"));
+    let names: Vec<_> = inv.hosts.iter().map(|h| h.name.as_str()).collect();
+    assert_eq!(names, ["cp1", "cp2", "cp3", "lb1", "lb2"]);
+    assert_eq!(inv.with_role(Role::Etcd).len(), 3);
+    assert_eq!(inv.with_role(Role::LoadBalancer).len(), 2);
+
+    let cp1 = &inv.hosts[0];
+    assert_eq!(cp1.address, "192.168.56.11".parse::<IpAddr>().unwrap());
+    assert_eq!(cp1.prefix_length, 24);
+    assert_eq!(cp1.roles, [Role::Etcd, Role::ControlPlane]);
+    assert_eq!(cp1.interface, None);
+    assert_eq!(
+        cp1.ssh,
+        SshSpec {
+            address: cp1.address,
+            port: 22,
+            user: "root".into(),
+            auth: SshAuth::Agent,
+            sudo: false,
+            bastion: None,
+            connect_timeout_secs: 10,
+        }
+    );
+
+    let vip = inv.vip.as_ref().unwrap();
+    assert_eq!(vip.address, "192.168.56.100".parse::<IpAddr>().unwrap());
+    assert_eq!(vip.router_id, 51);
+
+    let etcd = &inv.etcd;
+    assert_eq!(etcd.version, None);
+    assert_eq!(etcd.source, BinarySource::Package);
+    assert_eq!(etcd.data_dir, "/var/lib/etcd");
+    assert_eq!((etcd.client_port, etcd.peer_port), (2379, 2380));
+    assert_eq!(
+        (etcd.heartbeat_interval_ms, etcd.election_timeout_ms),
+        (100, 1000)
+    );
+    assert_eq!(etcd.quota_backend_bytes, 8 * 1024 * 1024 * 1024);
+    assert_eq!(etcd.auto_compaction_retention, "8h");
+    assert!(etcd.extra_args.is_empty());
+
+    let kube = inv.kubernetes.as_ref().unwrap();
+    assert_eq!(kube.version, semver::Version::new(1, 31, 4));
+    assert_eq!(kube.source, BinarySource::Package);
+    assert_eq!(kube.service_cidr, "10.96.0.0/12".parse().unwrap());
+    assert_eq!(kube.pod_cidr, "10.244.0.0/16".parse().unwrap());
+    assert_eq!(kube.mode, KubernetesMode::Systemd);
+
+    assert_eq!(inv.pki.key_type, KeyType::EcdsaP256);
+    assert_eq!(
+        (inv.pki.ca_validity_days, inv.pki.cert_validity_days),
+        (3650, 365)
+    );
+    assert!(!inv.allow_single_member);
+}
+
+#[test]
+fn a_single_member_is_allowed_when_asked_for() {
+    let text = format!(
+        "apiVersion: {API_VERSION}\nkind: Cluster\nmetadata:\n  name: dev\nspec:\n  allowSingleMember: true\n  ssh: {{ agent: true }}\n  hosts:\n    - {{ name: dev1, address: 'fd00::1', roles: [etcd] }}\n"
+    );
+    let inv = inventory::load_str(Path::new("dev.yaml"), &text).unwrap();
+    assert!(inv.allow_single_member);
+    assert_eq!(inv.hosts[0].prefix_length, 64);
+    assert_eq!(inv.hosts[0].url_host(), "[fd00::1]");
+    assert!(inv.vip.is_none() && inv.kubernetes.is_none());
+    // Relative source: the state dir is still absolute.
+    assert!(inv.state_dir.is_absolute());
+    assert!(inv.state_dir.ends_with(".hactl/dev"));
+}
+
+#[test]
+fn ssh_settings_are_inherited_and_overridden_field_by_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    fs_err::create_dir(tmp.path().join("keys")).unwrap();
+    fs_err::write(tmp.path().join("keys/lb"), "key").unwrap();
+    fs_err::create_dir(tmp.path().join("etcd-bin")).unwrap();
+    let text = edit(&[
+        (
+            "    agent: true\n",
+            "    agent: true\n    user: debian\n    connectTimeout: 5\n    bastion: { address: 203.0.113.10, user: jump }\n",
+        ),
+        (
+            "roles: [load-balancer]\n",
+            "roles: [load-balancer]\n      ssh: { keyFile: keys/lb, port: 2222, user: root }\n",
+        ),
+        (
+            "  kubernetes:\n",
+            "  etcd:\n    version: v3.5.16\n    source: bundle\n    bundleDir: etcd-bin\n    extraArgs: [--log-level=warn]\n  stateDir: state\n  kubernetes:\n",
+        ),
+    ]);
+    let inv = inventory::load_str(&tmp.path().join("lab.yaml"), &text)
+        .unwrap_or_else(|err| panic!("{err}"));
+
+    let bastion = SshSpec {
+        address: "203.0.113.10".parse().unwrap(),
+        port: 22,
+        user: "jump".into(),
+        auth: SshAuth::Agent,
+        sudo: false,
+        bastion: None,
+        connect_timeout_secs: 5,
+    };
+    let cp1 = &inv.hosts[0].ssh;
+    assert_eq!(
+        (cp1.user.as_str(), cp1.port, cp1.sudo, &cp1.auth),
+        ("debian", 22, true, &SshAuth::Agent)
+    );
+    assert_eq!(cp1.connect_timeout_secs, 5);
+    assert_eq!(cp1.bastion.as_deref(), Some(&bastion));
+
+    let lb1 = &inv.hosts[3].ssh;
+    assert_eq!(
+        (lb1.user.as_str(), lb1.port, lb1.sudo),
+        ("root", 2222, false)
+    );
+    assert_eq!(lb1.auth, SshAuth::KeyFile(tmp.path().join("keys/lb")));
+    // The bastion inherits the host's authentication, its own user stays.
+    assert_eq!(
+        lb1.bastion.as_deref().map(|b| (&b.user, &b.auth)),
+        Some((
+            &"jump".to_string(),
+            &SshAuth::KeyFile(tmp.path().join("keys/lb"))
+        ))
+    );
+
+    assert_eq!(inv.etcd.version, Some(semver::Version::new(3, 5, 16)));
+    assert_eq!(
+        inv.etcd.source,
+        BinarySource::Bundle {
+            dir: tmp.path().join("etcd-bin")
+        }
+    );
+    assert_eq!(inv.etcd.extra_args, ["--log-level=warn"]);
+    assert_eq!(inv.state_dir, tmp.path().join("state"));
+}
+
+#[test]
+fn a_release_source_keeps_its_url_and_lowercases_the_sha256() {
+    let sha = "AB".repeat(32);
+    let text = edit(&[(
+        "version: 1.31.4\n",
+        &format!("version: 1.31.4\n    source: release\n    releaseUrl: https://dl.k8s.io/v1.31.4/kubernetes-server-linux-amd64.tar.gz\n    sha256: {sha}\n"),
+    )]);
+    let inv = inventory::load_str(Path::new("/srv/lab.yaml"), &text).unwrap();
+    assert_eq!(
+        inv.kubernetes.unwrap().source,
+        BinarySource::Release {
+            url: "https://dl.k8s.io/v1.31.4/kubernetes-server-linux-amd64.tar.gz".into(),
+            sha256: "ab".repeat(32),
+        }
+    );
+}
+
+#[test]
+fn the_shipped_inventories_validate() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut seen = 0;
+    for entry in fs_err::read_dir(root.join("inventories")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            inventory::load(&path).unwrap_or_else(|err| panic!("{err}"));
+            seen += 1;
+        }
+    }
+    assert!(seen >= 3, "example.yaml, five-members.yaml, vagrant.yaml");
+
+    let five = inventory::load(&root.join("inventories/five-members.yaml")).unwrap();
+    assert_eq!(five.with_role(Role::Etcd).len(), 5);
+    let vagrant = inventory::load(&root.join("inventories/vagrant.yaml")).unwrap();
+    let addresses: Vec<String> = vagrant
+        .hosts
+        .iter()
+        .map(|h| h.address.to_string())
+        .collect();
+    assert_eq!(
+        addresses,
+        [
+            "192.168.56.11",
+            "192.168.56.12",
+            "192.168.56.13",
+            "192.168.56.21",
+            "192.168.56.22"
+        ]
+    );
+    assert!(vagrant
+        .hosts
+        .iter()
+        .all(|h| h.ssh.user == "vagrant" && h.ssh.sudo));
+}
+
+#[test]
+fn the_init_example_is_the_shipped_example_and_validates() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let example = hactl::commands::init::example_inventory();
+    assert_eq!(
+        example,
+        fs_err::read_to_string(root.join("inventories/example.yaml")).unwrap()
+    );
+    inventory::load_str(Path::new("cluster.yaml"), example).unwrap_or_else(|err| panic!("{err}"));
+}
