@@ -303,11 +303,6 @@ fn bad_inventories_report_every_problem_with_its_place() {
             ],
         ),
         (
-            "control plane without kubernetes section",
-            edit(&[("  kubernetes:\n    version: 1.31.4\n", "")]),
-            vec!["lab.yaml: kubernetes: required because hosts[0] has the control-plane role: add a kubernetes section with a version, e.g. 1.31.4".into()],
-        ),
-        (
             "kubernetes without version, bad cidrs and mode",
             edit(&[("    version: 1.31.4\n", "    serviceCidr: 10.96.0.1/12\n    podCidr: 192.168.0.0/16\n    mode: kubeadm\n")]),
             vec![

@@ -1036,7 +1036,7 @@ impl Checker {
 
     // ── kubernetes ───────────────────────────────────────────────────────────────────────────
 
-    /// `Some(None)`: no kubernetes section, and none needed.
+    /// `Some(None)`: no kubernetes section (control-plane hosts then run etcd only).
     fn kubernetes(
         &mut self,
         raw: &Option<super::raw::RawKubernetes>,
@@ -1044,17 +1044,9 @@ impl Checker {
         vip: Option<&Option<Vip>>,
     ) -> Option<Option<KubernetesSpec>> {
         let control_plane = hosts.iter().position(|h| h.has(Role::ControlPlane));
+        // Without a kubernetes section the control-plane hosts run etcd only: the Kubernetes
+        // components are installed once the section names a version and a source.
         let Some(raw) = raw else {
-            if let Some(i) = control_plane {
-                self.report(
-                    "kubernetes",
-                    format!(
-                        "required because hosts[{i}] has the control-plane role: add a \
-                         kubernetes section with a version, e.g. 1.31.4"
-                    ),
-                );
-                return None;
-            }
             return Some(None);
         };
         let before = self.problems.len();
