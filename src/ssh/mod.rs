@@ -1,10 +1,186 @@
 //! SSH transport on russh: verified host keys, key files or ssh-agent, bastions, sudo, uploads.
+//!
+//! - [`Session`] is one authenticated connection to one host, kept for the whole run; commands,
+//!   uploads and port forwards each open their own channel on it, so they run in parallel.
+//! - [`KnownHosts`] is the cluster's own known_hosts file: trust on first use, and a changed key
+//!   refuses the host before anything is run on it.
+//! - [`quote`] is the one place where argv becomes a shell line.
+//!
+//! Invariants: upload content and key material never appear in argv, logs or errors; every log
+//! line about a host starts with the host's name.
 
+pub mod known_hosts;
 pub mod quote;
+pub mod session;
 
-/// Errors of the SSH transport.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+pub use known_hosts::{HostKeyCheck, KnownHosts};
+pub use session::{ConnectOptions, ForwardGuard, OutputChunk, Session};
+
+/// Errors of the SSH transport. Each says what was being done and on which host.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("{0}")]
-    Other(String),
+    #[error("failed to connect to {host} at {addr}")]
+    Connect {
+        host: String,
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("ssh handshake with {host} at {addr} failed")]
+    Handshake {
+        host: String,
+        addr: SocketAddr,
+        #[source]
+        source: Box<russh::Error>,
+    },
+
+    #[error("timed out after {secs}s {what} on {host}")]
+    Timeout {
+        host: String,
+        what: String,
+        secs: u64,
+    },
+
+    #[error("{host} refused authentication as {user} (tried: {tried})")]
+    AuthenticationRefused {
+        host: String,
+        user: String,
+        tried: String,
+    },
+
+    #[error("authentication as {user} on {host} failed")]
+    Authentication {
+        host: String,
+        user: String,
+        #[source]
+        source: Box<russh::Error>,
+    },
+
+    #[error("key file {} is encrypted or unreadable: load it into ssh-agent and set agent: true", path.display())]
+    KeyFileEncrypted {
+        path: PathBuf,
+        #[source]
+        source: Box<russh::keys::Error>,
+    },
+
+    #[error("failed to read key file {}", path.display())]
+    KeyFile {
+        path: PathBuf,
+        #[source]
+        source: Box<russh::keys::Error>,
+    },
+
+    #[error(
+        "ssh-agent is unavailable: SSH_AUTH_SOCK is not set (start an agent or use a key file)"
+    )]
+    AgentUnset,
+
+    #[error("failed to talk to ssh-agent at {}", socket.display())]
+    Agent {
+        socket: PathBuf,
+        #[source]
+        source: Box<russh::keys::Error>,
+    },
+
+    #[error(
+        "the host key of {host} ({addr}) changed: known {known}, presented {presented} (known_hosts: {}); \
+         nothing was run on it. If {host} was re-installed, run again with --accept-new-host-key {host}",
+        known_hosts.display()
+    )]
+    HostKeyChanged {
+        host: String,
+        /// `ip:port` as connected to.
+        addr: String,
+        /// SHA256 fingerprint of the recorded key.
+        known: String,
+        /// SHA256 fingerprint of the key the server presented.
+        presented: String,
+        known_hosts: PathBuf,
+    },
+
+    #[error("failed to read known_hosts file {}", path.display())]
+    KnownHostsRead {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("{}:{line}: invalid known_hosts line: {reason}", path.display())]
+    KnownHostsParse {
+        path: PathBuf,
+        line: usize,
+        reason: String,
+    },
+
+    #[error("failed to write known_hosts file {}", path.display())]
+    KnownHostsWrite {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("failed to reach {host} through bastion {bastion}")]
+    Bastion {
+        host: String,
+        bastion: SocketAddr,
+        #[source]
+        source: Box<Error>,
+    },
+
+    #[error("failed to open a channel on {host}")]
+    Channel {
+        host: String,
+        #[source]
+        source: Box<russh::Error>,
+    },
+
+    #[error("failed to run `{line}` on {host}")]
+    Command {
+        host: String,
+        line: String,
+        #[source]
+        source: Box<russh::Error>,
+    },
+
+    #[error(
+        "sudo on {host} needs a password for {user}: hactl runs `sudo -n`; add a NOPASSWD rule, \
+         e.g. `{user} ALL=(ALL) NOPASSWD: ALL` in /etc/sudoers.d/hactl"
+    )]
+    SudoPasswordRequired { host: String, user: String },
+
+    #[error("failed to upload {path} to {host}")]
+    Upload {
+        host: String,
+        path: String,
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// A remote step failed with this exit status and stderr (never the content).
+    #[error("`{what}` exited with {status}: {stderr}")]
+    Remote {
+        what: String,
+        status: String,
+        stderr: String,
+    },
+
+    #[error("sftp failed on {host}")]
+    Sftp {
+        host: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("failed to forward 127.0.0.1:{local_port} to {target} through {host}")]
+    Forward {
+        host: String,
+        target: String,
+        local_port: u16,
+        #[source]
+        source: std::io::Error,
+    },
 }

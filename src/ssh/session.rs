@@ -1,0 +1,947 @@
+//! One authenticated SSH connection to one host, kept for the whole run.
+//!
+//! Every command, upload and forwarded connection opens its own channel on the connection, so
+//! callers may use one [`Session`] from many tasks at once (`&self` everywhere).
+//!
+//! Invariants:
+//! - the host key is checked against the cluster's [`KnownHosts`] during the handshake; a changed
+//!   key ends the connection before authentication, so nothing can run on such a host;
+//! - the line sent for a [`RemoteCommand`] is `quote::command_line(argv, sudo)`, as `hactl plan`
+//!   prints it;
+//! - upload content travels over SFTP or stdin, never in argv, logs or errors.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use russh::client;
+use russh::keys::agent::client::AgentClient;
+use russh::keys::ssh_key::PublicKey;
+use russh::keys::{PrivateKeyWithHashAlg, PublicKeyOrCertificate};
+use russh::{ChannelMsg, Disconnect, Sig};
+use russh_sftp::client::SftpSession;
+use russh_sftp::protocol::{FileAttributes, OpenFlags};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::OnceCell;
+use tracing::{debug, info, warn};
+
+use super::known_hosts::{fingerprint, Verdict};
+use super::{quote, Error, KnownHosts};
+use crate::exec::{Output, Transport, UploadOutcome};
+use crate::inventory::{SshAuth, SshSpec};
+use crate::plan::{RemoteCommand, Upload};
+
+/// How to connect, shared by all hosts of a run.
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    /// The cluster's known_hosts file.
+    pub known_hosts: Arc<KnownHosts>,
+    /// Host names (or bastion addresses) whose changed host key the user accepts
+    /// (`--accept-new-host-key`).
+    pub accept_new_host_key: Vec<String>,
+    /// Overrides each host's `connect_timeout_secs` when set.
+    pub timeout: Option<Duration>,
+    /// The ssh-agent socket for `SshAuth::Agent`; `None` reads `SSH_AUTH_SOCK`.
+    pub agent_socket: Option<PathBuf>,
+}
+
+impl ConnectOptions {
+    pub fn new(known_hosts: Arc<KnownHosts>) -> ConnectOptions {
+        ConnectOptions {
+            known_hosts,
+            accept_new_host_key: Vec::new(),
+            timeout: None,
+            agent_socket: None,
+        }
+    }
+}
+
+/// A piece of a command's output, as it arrives.
+#[derive(Debug, Clone, Copy)]
+pub enum OutputChunk<'a> {
+    Stdout(&'a [u8]),
+    Stderr(&'a [u8]),
+}
+
+/// An open connection to one host.
+pub struct Session {
+    host: String,
+    user: String,
+    sudo: bool,
+    handle: Arc<client::Handle<Client>>,
+    /// Opened on the first upload without sudo, then reused.
+    sftp: OnceCell<SftpSession>,
+    /// Kept so the tunnel under this connection stays up.
+    bastion: Option<Box<Session>>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("host", &self.host)
+            .field("user", &self.user)
+            .field("sudo", &self.sudo)
+            .field("bastion", &self.bastion.as_ref().map(|b| &b.host))
+            .finish()
+    }
+}
+
+/// The russh handler: checks the server's key against known_hosts.
+struct Client {
+    host: String,
+    addr: SocketAddr,
+    known_hosts: Arc<KnownHosts>,
+    accept_changed: bool,
+    /// Why the key was refused, so connect reports it instead of a bare "disconnected".
+    refusal: Arc<Mutex<Option<Error>>>,
+}
+
+impl client::Handler for Client {
+    type Error = russh::Error;
+
+    async fn check_server_key(
+        &mut self,
+        key: &PublicKeyOrCertificate,
+    ) -> Result<bool, Self::Error> {
+        let key = key.public_key();
+        let presented = fingerprint(&key);
+        let (ip, port) = (self.addr.ip(), self.addr.port());
+        let refusal = match self.known_hosts.verify(ip, port, &key, self.accept_changed) {
+            Ok(Verdict::Known) => return Ok(true),
+            Ok(Verdict::Recorded) => {
+                info!(
+                    "{}: recorded host key {presented} in {}",
+                    self.host,
+                    self.known_hosts.path().display()
+                );
+                return Ok(true);
+            }
+            Ok(Verdict::Replaced { old }) => {
+                warn!(
+                    "{}: replaced host key {} with {presented} as asked (--accept-new-host-key)",
+                    self.host,
+                    fingerprint(&old)
+                );
+                return Ok(true);
+            }
+            Ok(Verdict::Refused { known }) => Error::HostKeyChanged {
+                host: self.host.clone(),
+                addr: self.addr.to_string(),
+                known: fingerprint(&known),
+                presented,
+                known_hosts: self.known_hosts.path().to_path_buf(),
+            },
+            Err(e) => e,
+        };
+        warn!("{}: refusing the connection: {refusal}", self.host);
+        *self.refusal.lock().unwrap_or_else(|p| p.into_inner()) = Some(refusal);
+        Ok(false)
+    }
+}
+
+impl Session {
+    /// Connects to `spec` (through its bastion if it has one), checks the host key and logs in.
+    /// The whole of it is bounded by the connect timeout.
+    pub async fn connect(
+        host_name: &str,
+        spec: &SshSpec,
+        opts: &ConnectOptions,
+    ) -> Result<Session, Error> {
+        let limit = opts
+            .timeout
+            .unwrap_or(Duration::from_secs(spec.connect_timeout_secs.max(1)));
+        match tokio::time::timeout(limit, Self::connect_unbounded(host_name, spec, opts)).await {
+            Ok(result) => result,
+            Err(_) => Err(Error::Timeout {
+                host: host_name.to_string(),
+                what: "connecting".to_string(),
+                secs: limit.as_secs(),
+            }),
+        }
+    }
+
+    async fn connect_unbounded(
+        host_name: &str,
+        spec: &SshSpec,
+        opts: &ConnectOptions,
+    ) -> Result<Session, Error> {
+        let addr = SocketAddr::new(spec.address, spec.port);
+        let (handle, bastion) = match &spec.bastion {
+            None => {
+                debug!("{host_name}: connecting to {addr}");
+                let tcp = TcpStream::connect(addr)
+                    .await
+                    .map_err(|source| Error::Connect {
+                        host: host_name.to_string(),
+                        addr,
+                        source,
+                    })?;
+                let _ = tcp.set_nodelay(true);
+                (handshake(host_name, addr, tcp, spec, opts).await?, None)
+            }
+            Some(b) => {
+                let b_addr = SocketAddr::new(b.address, b.port);
+                let via = |source: Error| Error::Bastion {
+                    host: host_name.to_string(),
+                    bastion: b_addr,
+                    source: Box::new(source),
+                };
+                // The bastion is named by its address: that is what --accept-new-host-key takes for it.
+                let b_name = b.address.to_string();
+                let jump = Box::pin(Self::connect_unbounded(&b_name, b, opts))
+                    .await
+                    .map_err(via)?;
+                debug!("{host_name}: connecting to {addr} through bastion {b_addr}");
+                let channel = jump
+                    .handle
+                    .channel_open_direct_tcpip(
+                        addr.ip().to_string(),
+                        u32::from(addr.port()),
+                        "127.0.0.1",
+                        0,
+                    )
+                    .await
+                    .map_err(|source| {
+                        via(Error::Channel {
+                            host: b_name.clone(),
+                            source: Box::new(source),
+                        })
+                    })?;
+                let handle = handshake(host_name, addr, channel.into_stream(), spec, opts).await?;
+                (handle, Some(Box::new(jump)))
+            }
+        };
+        debug!("{host_name}: logged in as {}", spec.user);
+        Ok(Session {
+            host: host_name.to_string(),
+            user: spec.user.clone(),
+            sudo: spec.sudo,
+            handle: Arc::new(handle),
+            sftp: OnceCell::new(),
+            bastion,
+        })
+    }
+
+    /// The login user.
+    pub fn user(&self) -> &str {
+        &self.user
+    }
+
+    /// Runs `cmd`, feeding `stdin` to it and closing its stdin after (secrets go this way, never
+    /// in argv).
+    pub async fn run_with_stdin(&self, cmd: &RemoteCommand, stdin: &[u8]) -> Result<Output, Error> {
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        let status = self
+            .exec(cmd, Some(stdin), &mut |chunk| match chunk {
+                OutputChunk::Stdout(b) => stdout.extend_from_slice(b),
+                OutputChunk::Stderr(b) => stderr.extend_from_slice(b),
+            })
+            .await?;
+        Ok(Output {
+            status,
+            stdout,
+            stderr,
+        })
+    }
+
+    /// Runs `cmd` and hands its output to `on_output` as it arrives; returns the exit status.
+    pub async fn run_streaming(
+        &self,
+        cmd: &RemoteCommand,
+        mut on_output: impl FnMut(OutputChunk<'_>) + Send,
+    ) -> Result<Option<u32>, Error> {
+        self.exec(cmd, None, &mut on_output).await
+    }
+
+    /// Forwards a local port to `remote_host:remote_port` as seen from this host. Each connection
+    /// accepted on `127.0.0.1:<port>` gets its own channel. The listener stops when the guard drops.
+    pub async fn forward(
+        &self,
+        remote_host: &str,
+        remote_port: u16,
+    ) -> Result<(u16, ForwardGuard), Error> {
+        let target = format!("{remote_host}:{remote_port}");
+        let err = |local_port, source| Error::Forward {
+            host: self.host.clone(),
+            target: target.clone(),
+            local_port,
+            source,
+        };
+        let listener = TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(|e| err(0, e))?;
+        let port = listener.local_addr().map_err(|e| err(0, e))?.port();
+        debug!("{}: forwarding 127.0.0.1:{port} to {target}", self.host);
+        let handle = self.handle.clone();
+        let host = self.host.clone();
+        let remote_host = remote_host.to_string();
+        let task = tokio::spawn(async move {
+            // Dropping the set (when the guard aborts this task) aborts every open connection.
+            let mut conns = tokio::task::JoinSet::new();
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => match accepted {
+                        Ok((socket, peer)) => {
+                            let (handle, host, remote_host) = (handle.clone(), host.clone(), remote_host.clone());
+                            conns.spawn(async move {
+                                if let Err(e) = pipe(&handle, socket, peer, &remote_host, remote_port).await {
+                                    debug!("{host}: forwarded connection to {remote_host}:{remote_port} ended: {e}");
+                                }
+                            });
+                        }
+                        Err(e) => {
+                            warn!("{host}: forward listener on 127.0.0.1:{port} failed: {e}");
+                            break;
+                        }
+                    },
+                    Some(_) = conns.join_next(), if !conns.is_empty() => {}
+                }
+            }
+        });
+        Ok((port, ForwardGuard { port, task }))
+    }
+
+    /// Ends the connection (and its bastion's).
+    pub async fn close(&self) -> Result<(), Error> {
+        let result = self
+            .handle
+            .disconnect(Disconnect::ByApplication, "", "en")
+            .await
+            .map_err(|source| Error::Channel {
+                host: self.host.clone(),
+                source: Box::new(source),
+            });
+        if let Some(b) = &self.bastion {
+            let _ = Box::pin(b.close()).await;
+        }
+        result
+    }
+
+    fn channel_err(&self) -> impl Fn(russh::Error) -> Error + '_ {
+        move |source| Error::Channel {
+            host: self.host.clone(),
+            source: Box::new(source),
+        }
+    }
+
+    /// The one place a command is sent: opens a channel, sends the line, feeds stdin, collects
+    /// output until the channel closes or `cmd.timeout` passes.
+    async fn exec(
+        &self,
+        cmd: &RemoteCommand,
+        stdin: Option<&[u8]>,
+        sink: &mut (dyn FnMut(OutputChunk<'_>) + Send),
+    ) -> Result<Option<u32>, Error> {
+        let line = quote::command_line(&cmd.argv, self.sudo);
+        debug!("{}: run {line}", self.host);
+        let command_err = |source| Error::Command {
+            host: self.host.clone(),
+            line: line.clone(),
+            source: Box::new(source),
+        };
+        let channel = self
+            .handle
+            .channel_open_session()
+            .await
+            .map_err(self.channel_err())?;
+        channel
+            .exec(true, line.as_bytes())
+            .await
+            .map_err(command_err)?;
+        let (mut read, write) = channel.split();
+
+        let mut sudo_wants_password = false;
+        let io = async {
+            let writer = async {
+                if let Some(bytes) = stdin {
+                    write.data(bytes).await?;
+                }
+                write.eof().await
+            };
+            let reader = async {
+                let mut status = None;
+                while let Some(msg) = read.wait().await {
+                    match msg {
+                        ChannelMsg::Data { data } => sink(OutputChunk::Stdout(&data)),
+                        ChannelMsg::ExtendedData { data, ext: 1 } => {
+                            if self.sudo && contains(&data, b"sudo: a password is required") {
+                                sudo_wants_password = true;
+                            }
+                            sink(OutputChunk::Stderr(&data))
+                        }
+                        ChannelMsg::ExitStatus { exit_status } => status = Some(exit_status),
+                        ChannelMsg::ExitSignal { signal_name, .. } => {
+                            debug!("{}: `{line}` killed by signal {signal_name:?}", self.host)
+                        }
+                        ChannelMsg::Close => break,
+                        _ => {}
+                    }
+                }
+                status
+            };
+            tokio::join!(writer, reader)
+        };
+        match tokio::time::timeout(cmd.timeout, io).await {
+            Ok((written, status)) => {
+                if sudo_wants_password {
+                    return Err(Error::SudoPasswordRequired {
+                        host: self.host.clone(),
+                        user: self.user.clone(),
+                    });
+                }
+                // A command may exit without reading its stdin; its status is what counts then.
+                if let (Err(e), None) = (written, status) {
+                    return Err(command_err(e));
+                }
+                Ok(status)
+            }
+            Err(_) => {
+                warn!(
+                    "{}: `{line}` timed out after {}s; closing its channel",
+                    self.host,
+                    cmd.timeout.as_secs()
+                );
+                let _ = write.signal(Sig::TERM).await;
+                let _ = write.close().await;
+                Err(Error::Timeout {
+                    host: self.host.clone(),
+                    what: format!("running `{line}`"),
+                    secs: cmd.timeout.as_secs(),
+                })
+            }
+        }
+    }
+
+    /// Runs `cmd` and turns a non-zero exit into an error carrying its stderr.
+    async fn run_checked(
+        &self,
+        cmd: &RemoteCommand,
+        stdin: Option<&[u8]>,
+        what: &str,
+    ) -> Result<Output, Error> {
+        let out = match stdin {
+            Some(bytes) => self.run_with_stdin(cmd, bytes).await?,
+            None => self.run(cmd).await?,
+        };
+        if out.success() {
+            Ok(out)
+        } else {
+            Err(Error::Remote {
+                what: what.to_string(),
+                status: out
+                    .status
+                    .map_or("no status".to_string(), |s| format!("status {s}")),
+                stderr: out.stderr_str().trim().to_string(),
+            })
+        }
+    }
+
+    async fn sftp(&self) -> Result<&SftpSession, Error> {
+        self.sftp
+            .get_or_try_init(|| async {
+                let channel = self
+                    .handle
+                    .channel_open_session()
+                    .await
+                    .map_err(self.channel_err())?;
+                channel
+                    .request_subsystem(true, "sftp")
+                    .await
+                    .map_err(self.channel_err())?;
+                SftpSession::new(channel.into_stream())
+                    .await
+                    .map_err(|e| self.sftp_err(e.into()))
+            })
+            .await
+    }
+
+    fn sftp_err(&self, source: std::io::Error) -> Error {
+        Error::Sftp {
+            host: self.host.clone(),
+            source,
+        }
+    }
+
+    async fn upload_unwrapped(&self, upload: &Upload) -> Result<UploadOutcome, Error> {
+        // Round trip 1: what is there now (read-only, through sudo when the host needs it).
+        let probe = RemoteCommand::read_only(["sh", "-c", PROBE_SCRIPT, "sh", &upload.path]);
+        let out = self
+            .run_checked(&probe, None, "reading the current file")
+            .await?;
+        let remote = RemoteFile::parse(&out.stdout_str());
+        if remote.matches(upload) {
+            debug!("{}: {} unchanged", self.host, upload.path);
+            return Ok(UploadOutcome::Unchanged);
+        }
+        let tmp = format!("{}.hactl-tmp", upload.path);
+        let owner = format!("{}:{}", upload.owner, upload.group);
+        let mode = format!("{:04o}", upload.mode & 0o7777);
+        let timeout = upload_timeout(upload.size());
+        debug!("{}: write {upload}", self.host);
+
+        if !self.sudo {
+            match self.sftp().await {
+                Ok(sftp) => {
+                    if !remote.parent_exists {
+                        let mkdir =
+                            RemoteCommand::new(["sh", "-c", MKDIR_SCRIPT, "sh", &upload.path]);
+                        self.run_checked(&mkdir, None, "creating the parent directory")
+                            .await?;
+                    }
+                    // Round trip 2: the content, into a temporary file only we can read.
+                    let attrs = FileAttributes {
+                        permissions: Some(0o600),
+                        ..FileAttributes::empty()
+                    };
+                    let flags = OpenFlags::CREATE | OpenFlags::TRUNCATE | OpenFlags::WRITE;
+                    let write = async {
+                        let mut file = sftp
+                            .open_with_flags_and_attributes(tmp.clone(), flags, attrs)
+                            .await
+                            .map_err(std::io::Error::from)?;
+                        file.write_all(&upload.content).await?;
+                        file.shutdown().await
+                    };
+                    match tokio::time::timeout(timeout, write).await {
+                        Ok(r) => r.map_err(|e| self.sftp_err(e))?,
+                        Err(_) => {
+                            return Err(Error::Timeout {
+                                host: self.host.clone(),
+                                what: format!("writing {tmp} over sftp"),
+                                secs: timeout.as_secs(),
+                            })
+                        }
+                    }
+                    // Round trip 3: owner, mode, then the atomic rename.
+                    let finish = RemoteCommand::new([
+                        "sh",
+                        "-c",
+                        FINISH_SCRIPT,
+                        "sh",
+                        &tmp,
+                        &owner,
+                        &mode,
+                        &upload.path,
+                    ])
+                    .with_timeout(timeout);
+                    self.run_checked(&finish, None, "placing the file").await?;
+                    return Ok(UploadOutcome::Written);
+                }
+                Err(e) => debug!(
+                    "{}: sftp unavailable ({e}); writing through stdin",
+                    self.host
+                ),
+            }
+        }
+        // Round trip 2 (sudo, or no sftp): everything in one command, content on stdin.
+        let install = RemoteCommand::new([
+            "sh",
+            "-c",
+            INSTALL_SCRIPT,
+            "sh",
+            &tmp,
+            &owner,
+            &mode,
+            &upload.path,
+        ])
+        .with_timeout(timeout);
+        self.run_checked(&install, Some(&upload.content), "writing the file")
+            .await?;
+        Ok(UploadOutcome::Written)
+    }
+}
+
+#[async_trait]
+impl Transport for Session {
+    fn host(&self) -> &str {
+        &self.host
+    }
+
+    fn sudo(&self) -> bool {
+        self.sudo
+    }
+
+    async fn run(&self, cmd: &RemoteCommand) -> Result<Output, Error> {
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        let status = self
+            .exec(cmd, None, &mut |chunk| match chunk {
+                OutputChunk::Stdout(b) => stdout.extend_from_slice(b),
+                OutputChunk::Stderr(b) => stderr.extend_from_slice(b),
+            })
+            .await?;
+        Ok(Output {
+            status,
+            stdout,
+            stderr,
+        })
+    }
+
+    async fn upload(&self, upload: &Upload) -> Result<UploadOutcome, Error> {
+        self.upload_unwrapped(upload)
+            .await
+            .map_err(|source| Error::Upload {
+                host: self.host.clone(),
+                path: upload.path.clone(),
+                source: Box::new(source),
+            })
+    }
+}
+
+/// Stops a [`Session::forward`] listener and its connections when dropped.
+#[derive(Debug)]
+pub struct ForwardGuard {
+    port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ForwardGuard {
+    /// The local port (also returned by `forward`).
+    pub fn local_port(&self) -> u16 {
+        self.port
+    }
+}
+
+impl Drop for ForwardGuard {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn pipe(
+    handle: &client::Handle<Client>,
+    mut socket: TcpStream,
+    peer: SocketAddr,
+    remote_host: &str,
+    remote_port: u16,
+) -> Result<(), russh::Error> {
+    let _ = socket.set_nodelay(true);
+    let channel = handle
+        .channel_open_direct_tcpip(
+            remote_host,
+            u32::from(remote_port),
+            peer.ip().to_string(),
+            u32::from(peer.port()),
+        )
+        .await?;
+    let mut stream = channel.into_stream();
+    tokio::io::copy_bidirectional(&mut socket, &mut stream).await?;
+    Ok(())
+}
+
+/// Key exchange (with the host-key check) and login over an established stream.
+async fn handshake<S>(
+    host: &str,
+    addr: SocketAddr,
+    stream: S,
+    spec: &SshSpec,
+    opts: &ConnectOptions,
+) -> Result<client::Handle<Client>, Error>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let config = Arc::new(client::Config {
+        keepalive_interval: Some(Duration::from_secs(15)),
+        keepalive_max: 4,
+        nodelay: true,
+        ..Default::default()
+    });
+    let refusal = Arc::new(Mutex::new(None));
+    let handler = Client {
+        host: host.to_string(),
+        addr,
+        known_hosts: opts.known_hosts.clone(),
+        accept_changed: opts.accept_new_host_key.iter().any(|h| h == host),
+        refusal: refusal.clone(),
+    };
+    let mut handle = match client::connect_stream(config, stream, handler).await {
+        Ok(h) => h,
+        Err(source) => {
+            if let Some(e) = refusal.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                return Err(e);
+            }
+            return Err(Error::Handshake {
+                host: host.to_string(),
+                addr,
+                source: Box::new(source),
+            });
+        }
+    };
+    authenticate(&mut handle, host, spec, opts).await?;
+    Ok(handle)
+}
+
+async fn authenticate(
+    handle: &mut client::Handle<Client>,
+    host: &str,
+    spec: &SshSpec,
+    opts: &ConnectOptions,
+) -> Result<(), Error> {
+    let user = spec.user.as_str();
+    let auth_err = |source| Error::Authentication {
+        host: host.to_string(),
+        user: user.to_string(),
+        source: Box::new(source),
+    };
+    let refused = |tried: String| Error::AuthenticationRefused {
+        host: host.to_string(),
+        user: user.to_string(),
+        tried,
+    };
+    match &spec.auth {
+        SshAuth::KeyFile(path) => {
+            let key =
+                russh::keys::load_secret_key(path, None).map_err(|e| key_file_error(path, e))?;
+            let fp = fingerprint(key.public_key());
+            let hash = if key.algorithm().is_rsa() {
+                handle
+                    .best_supported_rsa_hash()
+                    .await
+                    .map_err(auth_err)?
+                    .flatten()
+            } else {
+                None
+            };
+            let result = handle
+                .authenticate_publickey(user, PrivateKeyWithHashAlg::new(Arc::new(key), hash))
+                .await
+                .map_err(auth_err)?;
+            if result.success() {
+                Ok(())
+            } else {
+                Err(refused(format!("publickey from {} ({fp})", path.display())))
+            }
+        }
+        SshAuth::Agent => {
+            let socket = opts
+                .agent_socket
+                .clone()
+                .or_else(|| std::env::var_os("SSH_AUTH_SOCK").map(PathBuf::from))
+                .filter(|p| !p.as_os_str().is_empty())
+                .ok_or(Error::AgentUnset)?;
+            let agent_err = |source| Error::Agent {
+                socket: socket.clone(),
+                source: Box::new(source),
+            };
+            let mut agent = AgentClient::connect_uds(&socket).await.map_err(agent_err)?;
+            let identities = agent.request_identities().await.map_err(agent_err)?;
+            let mut tried = Vec::new();
+            for identity in identities {
+                let key: PublicKey = identity.public_key().into_owned();
+                let fp = fingerprint(&key);
+                let hash = if key.algorithm().is_rsa() {
+                    handle
+                        .best_supported_rsa_hash()
+                        .await
+                        .map_err(auth_err)?
+                        .flatten()
+                } else {
+                    None
+                };
+                match handle
+                    .authenticate_publickey_with(user, key, hash, &mut agent)
+                    .await
+                {
+                    Ok(r) if r.success() => return Ok(()),
+                    Ok(_) => tried.push(fp),
+                    Err(e) => tried.push(format!("{fp} (agent refused to sign: {e})")),
+                }
+            }
+            if tried.is_empty() {
+                Err(refused(format!(
+                    "ssh-agent at {} holds no keys",
+                    socket.display()
+                )))
+            } else {
+                Err(refused(format!(
+                    "publickey from ssh-agent: {}",
+                    tried.join(", ")
+                )))
+            }
+        }
+    }
+}
+
+/// A key we cannot decrypt says so and points at the agent; other failures keep their cause.
+fn key_file_error(path: &std::path::Path, source: russh::keys::Error) -> Error {
+    let encrypted = matches!(
+        source,
+        russh::keys::Error::KeyIsEncrypted
+            | russh::keys::Error::SshKey(russh::keys::ssh_key::Error::Crypto)
+    );
+    if encrypted {
+        Error::KeyFileEncrypted {
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        }
+    } else {
+        Error::KeyFile {
+            path: path.to_path_buf(),
+            source: Box::new(source),
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// A generous bound: 2 minutes plus a second per MiB.
+fn upload_timeout(size: usize) -> Duration {
+    Duration::from_secs(120 + (size as u64 >> 20))
+}
+
+/// Prints `sha256 <hex>` and `stat <mode> <owner> <group>` when the file exists, and `parent`
+/// when its directory does. `$1` = path.
+const PROBE_SCRIPT: &str = r#"if [ -e "$1" ]; then s=$(sha256sum < "$1") || exit 1; echo "sha256 ${s%% *}"; stat -L -c "stat %a %U %G" -- "$1" || exit 1; fi; if [ -d "$(dirname -- "$1")" ]; then echo parent; fi"#;
+
+/// `$1` = path.
+const MKDIR_SCRIPT: &str = r#"mkdir -p -- "$(dirname -- "$1")""#;
+
+/// Owner and mode on the temporary file, then rename it over the path; the temporary file goes
+/// on failure. `$1` = tmp, `$2` = owner:group, `$3` = mode, `$4` = path.
+const FINISH_SCRIPT: &str = r#"{ chown -- "$2" "$1" && chmod -- "$3" "$1" && mv -f -- "$1" "$4"; } || { rc=$?; rm -f -- "$1"; exit $rc; }"#;
+
+/// Parent directory, stdin into a fresh 0600 temporary file, then as [`FINISH_SCRIPT`].
+const INSTALL_SCRIPT: &str = r#"mkdir -p -- "$(dirname -- "$4")" && rm -f -- "$1" && { ( umask 077 && cat > "$1" ) && chown -- "$2" "$1" && chmod -- "$3" "$1" && mv -f -- "$1" "$4"; } || { rc=$?; rm -f -- "$1"; exit $rc; }"#;
+
+/// What [`PROBE_SCRIPT`] saw.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct RemoteFile {
+    sha256: Option<String>,
+    mode: Option<u32>,
+    owner: Option<(String, String)>,
+    parent_exists: bool,
+}
+
+impl RemoteFile {
+    fn parse(text: &str) -> RemoteFile {
+        let mut f = RemoteFile::default();
+        for line in text.lines() {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.as_slice() {
+                ["sha256", hex] => f.sha256 = Some(hex.trim_start_matches('\\').to_string()),
+                ["stat", mode, user, group] => {
+                    f.mode = u32::from_str_radix(mode, 8).ok();
+                    f.owner = Some((user.to_string(), group.to_string()));
+                }
+                ["parent"] => f.parent_exists = true,
+                _ => {}
+            }
+        }
+        f
+    }
+
+    fn matches(&self, upload: &Upload) -> bool {
+        self.sha256.as_deref() == Some(upload.sha256.as_str())
+            && self.mode == Some(upload.mode & 0o7777)
+            && self
+                .owner
+                .as_ref()
+                .is_some_and(|(u, g)| *u == upload.owner && *g == upload.group)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_output_is_parsed() {
+        let f = RemoteFile::parse("sha256 abc\nstat 640 root etcd\nparent\n");
+        assert_eq!(
+            f,
+            RemoteFile {
+                sha256: Some("abc".into()),
+                mode: Some(0o640),
+                owner: Some(("root".into(), "etcd".into())),
+                parent_exists: true,
+            }
+        );
+        assert_eq!(RemoteFile::parse(""), RemoteFile::default());
+    }
+
+    #[test]
+    fn upload_matches_only_when_content_mode_and_owner_agree() {
+        let u = Upload::new("/etc/x", 0o640, "root", "etcd", b"hello".to_vec());
+        let same = format!("sha256 {}\nstat 640 root etcd\nparent\n", u.sha256);
+        assert!(RemoteFile::parse(&same).matches(&u));
+        let mode = format!("sha256 {}\nstat 644 root etcd\nparent\n", u.sha256);
+        assert!(!RemoteFile::parse(&mode).matches(&u));
+        let owner = format!("sha256 {}\nstat 640 root root\nparent\n", u.sha256);
+        assert!(!RemoteFile::parse(&owner).matches(&u));
+        assert!(!RemoteFile::parse("parent\n").matches(&u));
+    }
+
+    #[test]
+    fn scripts_run_in_a_real_shell() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a/b/file").to_string_lossy().into_owned();
+        let tmp = format!("{path}.hactl-tmp");
+        let sh = |script: &str, args: &[&str], stdin: &[u8]| {
+            use std::io::Write;
+            let mut child = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(script)
+                .arg("sh")
+                .args(args)
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            child.stdin.take().unwrap().write_all(stdin).unwrap();
+            let out = child.wait_with_output().unwrap();
+            (out.status.success(), String::from_utf8(out.stdout).unwrap())
+        };
+        let (ok, out) = sh(PROBE_SCRIPT, &[&path], b"");
+        assert!(ok);
+        assert_eq!(RemoteFile::parse(&out), RemoteFile::default());
+
+        let user = String::from_utf8(
+            std::process::Command::new("id")
+                .arg("-un")
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        let group = String::from_utf8(
+            std::process::Command::new("id")
+                .arg("-gn")
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        let owner = format!("{}:{}", user.trim(), group.trim());
+        let (ok, _) = sh(INSTALL_SCRIPT, &[&tmp, &owner, "0640", &path], b"content");
+        assert!(ok);
+        assert_eq!(std::fs::read(&path).unwrap(), b"content");
+        assert!(!std::path::Path::new(&tmp).exists());
+
+        let u = Upload::new(
+            path.clone(),
+            0o640,
+            user.trim(),
+            group.trim(),
+            b"content".to_vec(),
+        );
+        let (ok, out) = sh(PROBE_SCRIPT, &[&path], b"");
+        assert!(ok);
+        assert!(RemoteFile::parse(&out).matches(&u), "{out}");
+
+        // A failing step removes the temporary file.
+        std::fs::write(&tmp, b"x").unwrap();
+        let (ok, _) = sh(
+            FINISH_SCRIPT,
+            &[&tmp, "no-such-user-hactl:nogroup", "0640", &path],
+            b"",
+        );
+        assert!(!ok);
+        assert!(!std::path::Path::new(&tmp).exists());
+    }
+}
