@@ -1,1 +1,2 @@
-//! TODO
+//! Subcommands: one file each.
+pub mod lab;
