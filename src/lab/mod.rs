@@ -74,9 +74,15 @@ pub enum LabError {
     },
     #[error("failed to write the inventory {path}: {message}")]
     Inventory { path: PathBuf, message: String },
+    #[error("lab {name} is already up ({running} of {total} hosts running); use it, or run `hactl lab down --name {name}` first")]
+    AlreadyUp {
+        name: String,
+        running: usize,
+        total: usize,
+    },
     #[error("no free 10.213.X.0/24 subnet left for a lab bridge")]
     NoSubnet,
-    #[error("{host} ({address}) did not answer with an SSH banner within {seconds} s; last lines of {log}:\n{tail}")]
+    #[error("{host} ({address}) did not answer with an SSH banner within {seconds} s (what was made stays for inspection until `hactl lab down`); last lines of {log}:\n{tail}")]
     BootTimeout {
         host: String,
         address: Ipv4Addr,
@@ -84,7 +90,7 @@ pub enum LabError {
         log: PathBuf,
         tail: String,
     },
-    #[error("{host} stopped while booting; last lines of {log}:\n{tail}")]
+    #[error("{host} stopped while booting (what was made stays for inspection until `hactl lab down`); last lines of {log}:\n{tail}")]
     BootExited {
         host: String,
         log: PathBuf,
@@ -373,6 +379,17 @@ pub fn up(opts: &LabUpOptions) -> Result<Lab> {
 
     let dir = lab_dir(&opts.root, name);
     if dir.exists() || net::bridge_exists(&net::bridge_name(name)) {
+        if let Ok(old) = Lab::load(&opts.root, name) {
+            let states = old.host_states();
+            let running = states.iter().filter(|s| **s != HostState::Stopped).count();
+            if running > 0 {
+                return Err(LabError::AlreadyUp {
+                    name: name.to_string(),
+                    running,
+                    total: states.len(),
+                });
+            }
+        }
         progress(name, "removing what is left of an earlier lab of this name");
         down_at(&opts.root, name)?;
     }
