@@ -1,0 +1,152 @@
+//! `hactl lab`: bring up, inspect, enter, break and remove a lab of real Linux hosts on this
+//! machine (systemd-nspawn containers on a private bridge). See `crate::lab`.
+//!
+//! Invariant: this file only parses arguments and prints; the lab itself is `crate::lab`, which
+//! blocks, so it runs on tokio's blocking pool.
+
+use crate::lab::{self, Fault, LabUpOptions};
+use anyhow::{bail, Context, Result};
+use std::path::PathBuf;
+
+#[derive(Debug, clap::Subcommand)]
+pub enum LabCommand {
+    /// Build (once) a Debian base image, boot the hosts, write an inventory for them.
+    Up(LabUpArgs),
+    /// Stop the lab's hosts and remove everything it made.
+    Down {
+        #[arg(long, default_value = "hactl", conflicts_with = "all")]
+        name: String,
+        /// Remove every lab.
+        #[arg(long)]
+        all: bool,
+    },
+    /// List labs, their hosts, addresses and states.
+    Status,
+    /// Run a command on a lab host (through nsenter, no SSH needed), or open a shell there.
+    Ssh {
+        #[arg(long, default_value = "hactl")]
+        name: String,
+        /// Host name: cp1, lb1, spare1, …
+        host: String,
+        /// The command and its arguments, after `--`; none opens a login shell.
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// Break or repair one host: poweroff, poweron, power-cut, isolate, rejoin.
+    Fault {
+        #[arg(long, default_value = "hactl")]
+        name: String,
+        host: String,
+        fault: Fault,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LabUpArgs {
+    /// Lab name: names the bridge, the machines and the lab's directory.
+    #[arg(long, default_value = "hactl")]
+    pub name: String,
+    #[arg(long, default_value_t = 3)]
+    pub control_planes: u8,
+    #[arg(long, default_value_t = 2)]
+    pub load_balancers: u8,
+    #[arg(long, default_value_t = 0)]
+    pub spares: u8,
+    /// Debian suite of the hosts: trixie (etcd 3.5) or bookworm (etcd 3.4).
+    #[arg(long, default_value = "trixie")]
+    pub suite: String,
+    /// Where to write the inventory (default: inventory.yaml in the lab's directory).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Once the lab is up, bring the cluster up on it with that inventory.
+    #[arg(long)]
+    pub apply: bool,
+}
+
+/// Runs a lab subcommand. Returns `Some(inventory)` when `lab up --apply` asks the caller to go on
+/// and bring the cluster up with that inventory; `None` otherwise.
+pub async fn run(cmd: LabCommand) -> Result<Option<PathBuf>> {
+    tokio::task::spawn_blocking(move || run_blocking(cmd))
+        .await
+        .context("the lab task panicked")?
+}
+
+fn run_blocking(cmd: LabCommand) -> Result<Option<PathBuf>> {
+    lab::require_root()?;
+    match cmd {
+        LabCommand::Up(args) => {
+            let mut opts = LabUpOptions::new(&args.name);
+            opts.control_planes = args.control_planes;
+            opts.load_balancers = args.load_balancers;
+            opts.spares = args.spares;
+            opts.suite = args.suite;
+            if let Some(out) = args.out {
+                opts.out = out;
+            }
+            let lab =
+                lab::up(&opts).with_context(|| format!("failed to bring up lab {}", args.name))?;
+            for h in &lab.hosts {
+                println!("{}\t{}\t{}", h.name, h.ip, h.machine);
+            }
+            println!("inventory\t{}", lab.inventory_path.display());
+            Ok(args.apply.then_some(lab.inventory_path))
+        }
+        LabCommand::Down { name, all } => {
+            let names: Vec<String> = if all {
+                lab::status()?.into_iter().map(|s| s.lab.name).collect()
+            } else {
+                vec![name]
+            };
+            for name in names {
+                let started = std::time::Instant::now();
+                lab::down(&name).with_context(|| format!("failed to remove lab {name}"))?;
+                eprintln!(
+                    "lab {name}: removed in {:.1} s",
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            Ok(None)
+        }
+        LabCommand::Status => {
+            let labs = lab::status().context("failed to read the labs")?;
+            if labs.is_empty() {
+                println!("no labs under {}", lab::lab_root().display());
+            }
+            for s in labs {
+                println!(
+                    "{}\t{}\tbridge {}\tsubnet {}\tvip {}\tinventory {}",
+                    s.lab.name,
+                    s.lab.suite,
+                    s.lab.bridge,
+                    s.lab.subnet,
+                    s.lab.vip,
+                    s.lab.inventory_path.display()
+                );
+                for (h, state) in s.lab.hosts.iter().zip(&s.hosts) {
+                    println!("  {}\t{}\t{}\t{}", h.name, h.ip, h.machine, state);
+                }
+            }
+            Ok(None)
+        }
+        LabCommand::Ssh {
+            name,
+            host,
+            command,
+        } => {
+            let lab = lab::Lab::load(&lab::lab_root(), &name)?;
+            let mut cmd = lab.command(&host, &command)?;
+            let status = cmd
+                .status()
+                .with_context(|| format!("failed to enter {host} of lab {name}"))?;
+            if !status.success() {
+                bail!("{host}: `{}` exited with {status}", command.join(" "));
+            }
+            Ok(None)
+        }
+        LabCommand::Fault { name, host, fault } => {
+            lab::fault(&name, &host, fault)
+                .with_context(|| format!("failed to apply {fault} to {host} of lab {name}"))?;
+            Ok(None)
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! A lab for one test: `TestLab::up` brings up real hosts (systemd-nspawn) named after the test,
+//! and dropping it tears them down, also when the test panics.
+//!
+//! Use from a test file with `#[path = "support/lab.rs"] mod lab_support;`.
+//! Tests that need a lab need root; without it `TestLab::up` prints `SKIPPED <test>: needs root`
+//! and returns `None`, and the test returns early.
+#![allow(dead_code)]
+
+use hactl::lab::{self, Fault, Lab, LabHost, LabUpOptions};
+use std::io::Read;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+/// A running lab, removed on drop.
+pub struct TestLab {
+    lab: Lab,
+    root: PathBuf,
+    removed: bool,
+}
+
+/// Whether this process runs as root; prints the skip line when not.
+pub fn have_root(test_name: &str) -> bool {
+    if lab::require_root().is_ok() {
+        true
+    } else {
+        println!("SKIPPED {test_name}: needs root");
+        false
+    }
+}
+
+/// A short lab name for a test: `t<hash of the test name>-<pid>`, so the same test in two
+/// processes (two work trees, two CI jobs) gets two labs.
+fn lab_name(test_name: &str, pid: u32) -> String {
+    format!("t{:04x}-{pid}", fnv(test_name) & 0xffff)
+}
+
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Removes labs of this test left by processes that are gone (a run killed before its drops).
+fn remove_stale(root: &Path, test_name: &str) {
+    let prefix = format!("t{:04x}-", fnv(test_name) & 0xffff);
+    let Ok(entries) = std::fs::read_dir(root.join("labs")) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix(&prefix)
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            eprintln!("removing stale lab {name}");
+            if let Err(e) = lab::down_at(root, &name) {
+                eprintln!("could not remove stale lab {name}: {e}");
+            }
+        }
+    }
+}
+
+impl TestLab {
+    /// Brings up `cps` control planes, `lbs` load balancers and `spares` spares on `suite`
+    /// (`trixie`, `bookworm`); `None` (after printing `SKIPPED`) when not root. Panics if the lab
+    /// does not come up.
+    pub fn up(test_name: &str, cps: u8, lbs: u8, spares: u8, suite: &str) -> Option<TestLab> {
+        if !have_root(test_name) {
+            return None;
+        }
+        let root = lab::lab_root();
+        remove_stale(&root, test_name);
+        let name = lab_name(test_name, std::process::id());
+        let mut opts = LabUpOptions::new(&name);
+        opts.control_planes = cps;
+        opts.load_balancers = lbs;
+        opts.spares = spares;
+        opts.suite = suite.to_string();
+        opts.root = root.clone();
+        opts.out = lab::lab_dir(&root, &name).join("inventory.yaml");
+        let started = Instant::now();
+        match lab::up(&opts) {
+            Ok(lab) => {
+                eprintln!(
+                    "{test_name}: lab {name} up in {:.1} s",
+                    started.elapsed().as_secs_f64()
+                );
+                Some(TestLab {
+                    lab,
+                    root,
+                    removed: false,
+                })
+            }
+            Err(e) => {
+                let _ = lab::down_at(&root, &name);
+                panic!("{test_name}: lab {name} did not come up: {e}");
+            }
+        }
+    }
+
+    pub fn lab(&self) -> &Lab {
+        &self.lab
+    }
+
+    pub fn name(&self) -> &str {
+        &self.lab.name
+    }
+
+    pub fn inventory(&self) -> &Path {
+        &self.lab.inventory_path
+    }
+
+    pub fn hosts(&self) -> &[LabHost] {
+        &self.lab.hosts
+    }
+
+    pub fn host(&self, name: &str) -> &LabHost {
+        self.lab.host(name).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    pub fn ip(&self, host: &str) -> Ipv4Addr {
+        self.host(host).ip
+    }
+
+    /// Runs `argv` on `host` (nsenter into its namespaces); panics if it cannot be started.
+    pub fn exec(&self, host: &str, argv: &[&str]) -> Output {
+        self.lab
+            .exec(host, argv)
+            .unwrap_or_else(|e| panic!("{host}: {argv:?}: {e}"))
+    }
+
+    /// Runs `argv` on `host` and returns its stdout; panics unless it exits 0.
+    pub fn exec_ok(&self, host: &str, argv: &[&str]) -> String {
+        let out = self.exec(host, argv);
+        assert!(
+            out.status.success(),
+            "{host}: {argv:?} exited with {}: {}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn fault(&mut self, host: &str, fault: Fault) {
+        self.lab
+            .fault(host, fault)
+            .unwrap_or_else(|e| panic!("{host}: {fault}: {e}"));
+    }
+
+    /// Tears the lab down now and returns what `down` said.
+    pub fn down(mut self) -> Result<(), lab::LabError> {
+        self.removed = true;
+        lab::down_at(&self.root, &self.lab.name)
+    }
+}
+
+impl Drop for TestLab {
+    fn drop(&mut self) {
+        if self.removed {
+            return;
+        }
+        if let Err(e) = lab::down_at(&self.root, &self.lab.name) {
+            if std::thread::panicking() {
+                eprintln!("lab {}: teardown failed: {e}", self.lab.name);
+            } else {
+                panic!("lab {}: teardown failed: {e}", self.lab.name);
+            }
+        }
+    }
+}
+
+/// Whether `addr:22` sends an SSH banner within about two seconds.
+pub fn ssh_banner(addr: Ipv4Addr) -> bool {
+    let Ok(mut s) =
+        TcpStream::connect_timeout(&SocketAddr::from((addr, 22)), Duration::from_secs(1))
+    else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut buf = [0u8; 7];
+    s.read_exact(&mut buf).is_ok() && &buf == b"SSH-2.0"
+}
+
+/// Polls `cond` with a growing interval until it holds or `timeout` passes.
+pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    let mut interval = Duration::from_millis(50);
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(interval);
+        interval = (interval * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// Live processes (not zombies) whose command line contains `needle`.
+pub fn processes_mentioning(needle: &str) -> Vec<String> {
+    let me = std::process::id().to_string();
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = e.file_name().to_string_lossy().into_owned();
+        if pid == me || !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| {
+                s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(true);
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+            .unwrap_or_default();
+        if !zombie && cmd.contains(needle) {
+            found.push(format!("{pid}: {cmd}"));
+        }
+    }
+    found
+}
+
+/// Mount points at or under `dir`.
+pub fn mounts_under(dir: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let dir = dir.to_string_lossy().into_owned();
+    text.lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| *m == dir || m.starts_with(&format!("{dir}/")))
+        .map(str::to_string)
+        .collect()
+}
+
+pub fn link_exists(ifname: &str) -> bool {
+    Path::new("/sys/class/net").join(ifname).exists()
+}
