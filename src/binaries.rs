@@ -31,7 +31,11 @@ pub enum BinariesError {
     #[error("download of {url} failed with HTTP {status}")]
     HttpStatus { url: String, status: u16 },
     #[error("{url} has sha256 {actual}, but the inventory expects {expected}: nothing was installed; check the URL and the sha256 published with the release")]
-    Sha256Mismatch { url: String, expected: String, actual: String },
+    Sha256Mismatch {
+        url: String,
+        expected: String,
+        actual: String,
+    },
     #[error("{archive} holds no {name} binary (looked for a file named {name} in the archive)")]
     MissingInArchive { archive: String, name: String },
     #[error("failed to read the archive {archive}")]
@@ -97,10 +101,12 @@ pub async fn download_verified(url: &str, sha256: &str, cache_dir: &Path) -> Res
         }
     }
     tracing::info!("downloading {url}");
-    let response = reqwest::get(url).await.map_err(|source| BinariesError::Download {
-        url: url.to_string(),
-        source,
-    })?;
+    let response = reqwest::get(url)
+        .await
+        .map_err(|source| BinariesError::Download {
+            url: url.to_string(),
+            source,
+        })?;
     if !response.status().is_success() {
         return Err(BinariesError::HttpStatus {
             url: url.to_string(),
@@ -128,7 +134,11 @@ pub async fn download_verified(url: &str, sha256: &str, cache_dir: &Path) -> Res
 
 /// Takes the files named `wanted` (and `optional` when present) out of a `.tar.gz`, wherever
 /// they sit in its tree (release tarballs nest them in `etcd-vX.Y.Z-linux-amd64/`).
-pub fn extract(archive: &Path, wanted: &[&str], optional: &[&str]) -> Result<Vec<(String, Vec<u8>)>, BinariesError> {
+pub fn extract(
+    archive: &Path,
+    wanted: &[&str],
+    optional: &[&str],
+) -> Result<Vec<(String, Vec<u8>)>, BinariesError> {
     let name = archive.display().to_string();
     let err = |source| BinariesError::Archive {
         archive: name.clone(),
@@ -143,7 +153,9 @@ pub fn extract(archive: &Path, wanted: &[&str], optional: &[&str]) -> Result<Vec
             continue;
         }
         let path = entry.path().map_err(err)?.into_owned();
-        let Some(base) = path.file_name().and_then(|b| b.to_str()) else { continue };
+        let Some(base) = path.file_name().and_then(|b| b.to_str()) else {
+            continue;
+        };
         if wanted.iter().chain(optional).any(|w| *w == base) && !found.iter().any(|(n, _)| n == base) {
             let mut content = Vec::new();
             entry.read_to_end(&mut content).map_err(err)?;

@@ -243,7 +243,10 @@ bin etcd /usr/bin/etcd\n";
         assert_eq!(f.data_dir_free_bytes, Some(52428800000));
         assert_eq!(f.etcd_version.as_deref(), Some("etcd Version: 3.5.16"));
         let u = &f.units["etcd.service"];
-        assert_eq!((u.active.as_str(), u.main_pid, u.enabled.as_str()), ("active", 412, "enabled"));
+        assert_eq!(
+            (u.active.as_str(), u.main_pid, u.enabled.as_str()),
+            ("active", 412, "enabled")
+        );
         let file = &f.files["/etc/hactl/pki/etcd/ca.crt"];
         assert_eq!((file.mode, file.owner.as_str()), (0o644, "root"));
         assert_eq!(f.binaries["etcd"], "/usr/bin/etcd");
@@ -258,7 +261,10 @@ bin etcd /usr/bin/etcd\n";
             binaries: vec!["etcd".into()],
         });
         assert!(cmd.read_only);
-        assert_eq!(&cmd.argv[4..], ["/var/lib/etcd", "u:etcd.service", "f:/etc/a b", "b:etcd"]);
+        assert_eq!(
+            &cmd.argv[4..],
+            ["/var/lib/etcd", "u:etcd.service", "f:/etc/a b", "b:etcd"]
+        );
     }
 
     #[test]
@@ -269,10 +275,17 @@ bin etcd /usr/bin/etcd\n";
             files: vec!["/etc/hostname".into()],
             binaries: vec!["sh".into()],
         });
-        let out = std::process::Command::new("sh").arg("-c").arg(cmd.line(false)).output().unwrap();
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(cmd.line(false))
+            .output()
+            .unwrap();
         let f = parse(&String::from_utf8_lossy(&out.stdout));
         assert!(f.time_ns > 0);
-        assert!(f.data_dir_free_bytes.is_some(), "free space of the nearest existing parent");
+        assert!(
+            f.data_dir_free_bytes.is_some(),
+            "free space of the nearest existing parent"
+        );
         assert!(!f.data_dir_has_member);
         assert!(f.binaries.contains_key("sh"));
     }

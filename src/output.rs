@@ -19,8 +19,8 @@ pub fn init_logging(verbose: u8, quiet: bool) {
             _ => "trace",
         }
     };
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(format!("hactl={level},warn")));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("hactl={level},warn")));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -66,9 +66,8 @@ impl Progress {
         }
     }
     pub fn finish(self, line: impl AsRef<str>) {
-        match self.bar {
-            Some(bar) => bar.finish_and_clear(),
-            None => {}
+        if let Some(bar) = self.bar {
+            bar.finish_and_clear();
         }
         eprintln!("{}", line.as_ref());
     }

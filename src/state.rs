@@ -113,12 +113,7 @@ impl StateDir {
     /// Writes `rel` atomically (temporary file, then rename) with exactly `mode`. The temporary
     /// file is created with `mode & 0o600`, so nothing is readable by others before the final
     /// mode is set.
-    pub fn write_file(
-        &self,
-        rel: impl AsRef<Path>,
-        bytes: &[u8],
-        mode: u32,
-    ) -> Result<PathBuf, StateError> {
+    pub fn write_file(&self, rel: impl AsRef<Path>, bytes: &[u8], mode: u32) -> Result<PathBuf, StateError> {
         let rel = inside(rel.as_ref())?;
         let path = self.path.join(rel);
         if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -203,10 +198,7 @@ impl StateDir {
                             path,
                         });
                     }
-                    tracing::warn!(
-                        "taking over stale lock {} (pid {pid} is gone)",
-                        path.display()
-                    );
+                    tracing::warn!("taking over stale lock {} (pid {pid} is gone)", path.display());
                     match fs_err::remove_file(&path) {
                         Ok(()) => {}
                         Err(err) if err.kind() == io::ErrorKind::NotFound => {}

@@ -4,9 +4,7 @@
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
-use hactl::inventory::{
-    self, BinarySource, KeyType, KubernetesMode, Role, SshAuth, SshSpec, API_VERSION,
-};
+use hactl::inventory::{self, BinarySource, KeyType, KubernetesMode, Role, SshAuth, SshSpec, API_VERSION};
 
 /// Three stacked control-plane hosts, two load balancers, a VIP: valid as it is. Each case below
 /// changes one thing.
@@ -466,8 +464,7 @@ fn ssh_settings_are_inherited_and_overridden_field_by_field() {
             "  etcd:\n    version: v3.5.16\n    source: bundle\n    bundleDir: etcd-bin\n    extraArgs: [--log-level=warn]\n  stateDir: state\n  kubernetes:\n",
         ),
     ]);
-    let inv = inventory::load_str(&tmp.path().join("lab.yaml"), &text)
-        .unwrap_or_else(|err| panic!("{err}"));
+    let inv = inventory::load_str(&tmp.path().join("lab.yaml"), &text).unwrap_or_else(|err| panic!("{err}"));
 
     let bastion = SshSpec {
         address: "203.0.113.10".parse().unwrap(),
@@ -487,18 +484,12 @@ fn ssh_settings_are_inherited_and_overridden_field_by_field() {
     assert_eq!(cp1.bastion.as_deref(), Some(&bastion));
 
     let lb1 = &inv.hosts[3].ssh;
-    assert_eq!(
-        (lb1.user.as_str(), lb1.port, lb1.sudo),
-        ("root", 2222, false)
-    );
+    assert_eq!((lb1.user.as_str(), lb1.port, lb1.sudo), ("root", 2222, false));
     assert_eq!(lb1.auth, SshAuth::KeyFile(tmp.path().join("keys/lb")));
     // The bastion inherits the host's authentication, its own user stays.
     assert_eq!(
         lb1.bastion.as_deref().map(|b| (&b.user, &b.auth)),
-        Some((
-            &"jump".to_string(),
-            &SshAuth::KeyFile(tmp.path().join("keys/lb"))
-        ))
+        Some((&"jump".to_string(), &SshAuth::KeyFile(tmp.path().join("keys/lb"))))
     );
 
     assert_eq!(inv.etcd.version, Some(semver::Version::new(3, 5, 16)));
@@ -545,11 +536,7 @@ fn the_shipped_inventories_validate() {
     let five = inventory::load(&root.join("inventories/five-members.yaml")).unwrap();
     assert_eq!(five.with_role(Role::Etcd).len(), 5);
     let vagrant = inventory::load(&root.join("inventories/vagrant.yaml")).unwrap();
-    let addresses: Vec<String> = vagrant
-        .hosts
-        .iter()
-        .map(|h| h.address.to_string())
-        .collect();
+    let addresses: Vec<String> = vagrant.hosts.iter().map(|h| h.address.to_string()).collect();
     assert_eq!(
         addresses,
         [

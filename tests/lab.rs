@@ -5,9 +5,7 @@
 mod lab_support;
 
 use hactl::lab::{Fault, HostState};
-use lab_support::{
-    eventually, link_exists, mounts_under, processes_mentioning, ssh_banner, TestLab,
-};
+use lab_support::{eventually, link_exists, mounts_under, processes_mentioning, ssh_banner, TestLab};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -36,11 +34,7 @@ fn lab_up_boots_real_hosts_and_down_leaves_nothing() {
         );
         assert!(ssh_banner(h.ip), "{}: no SSH banner on {}:22", h.name, h.ip);
         let version = lab.exec_ok(&h.name, &["etcd", "--version"]);
-        assert!(
-            version.contains("etcd Version: 3.5"),
-            "{}: {version}",
-            h.name
-        );
+        assert!(version.contains("etcd Version: 3.5"), "{}: {version}", h.name);
         assert_eq!(lab.exec_ok(&h.name, &["hostname"]).trim(), h.name);
         machine_ids.insert(lab.exec_ok(&h.name, &["cat", "/etc/machine-id"]));
         for unit in ["etcd.service", "haproxy.service", "keepalived.service"] {
@@ -92,10 +86,7 @@ fn lab_up_boots_real_hosts_and_down_leaves_nothing() {
 
     // The inventory is the one hactl reads.
     let inventory = std::fs::read_to_string(lab.inventory()).unwrap();
-    assert!(
-        inventory.contains("apiVersion: hactl.io/v1alpha1"),
-        "{inventory}"
-    );
+    assert!(inventory.contains("apiVersion: hactl.io/v1alpha1"), "{inventory}");
 
     let dir = lab.lab().dir.clone();
     let bridge = lab.lab().bridge.clone();
@@ -109,11 +100,7 @@ fn lab_up_boots_real_hosts_and_down_leaves_nothing() {
         assert!(left.is_empty(), "processes left for {m}: {left:?}");
     }
     let left = processes_mentioning(&dir.to_string_lossy());
-    assert!(
-        left.is_empty(),
-        "processes left in {}: {left:?}",
-        dir.display()
-    );
+    assert!(left.is_empty(), "processes left in {}: {left:?}", dir.display());
     assert_eq!(mounts_under(&dir), Vec::<String>::new(), "mounts left");
     assert!(!link_exists(&bridge), "bridge {bridge} left");
     assert!(!dir.exists(), "{} left", dir.display());
@@ -141,10 +128,7 @@ fn power_cut_stops_sshd_and_poweron_brings_it_back() {
     assert_eq!(lab.lab().host_states()[0], HostState::Stopped);
 
     lab.fault("cp1", Fault::Poweron);
-    assert!(
-        ssh_banner(cp1),
-        "cp1 does not answer on port 22 after poweron"
-    );
+    assert!(ssh_banner(cp1), "cp1 does not answer on port 22 after poweron");
     assert_eq!(lab.lab().host_states()[0], HostState::Running);
 
     // Isolation cuts the host off the bridge, and rejoining restores it.

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use hactl::inventory::{
-    BinarySource, EtcdSpec, Host, Inventory, KeyType, KubernetesMode, KubernetesSpec, PkiSpec,
-    Role, SshAuth, SshSpec, Vip,
+    BinarySource, EtcdSpec, Host, Inventory, KeyType, KubernetesMode, KubernetesSpec, PkiSpec, Role, SshAuth,
+    SshSpec, Vip,
 };
 use hactl::pki::{self, Action, CertFiles, EtcdClient, KubernetesClient, Pki};
 use time::macros::datetime;
@@ -145,9 +145,7 @@ fn ensure_creates_every_certificate_of_a_three_member_cluster() {
     for h in ["cp1", "cp2", "cp3"] {
         expected.push(Box::leak(format!("etcd/server-{h}").into_boxed_str()));
         expected.push(Box::leak(format!("etcd/peer-{h}").into_boxed_str()));
-        expected.push(Box::leak(
-            format!("kubernetes/apiserver-{h}").into_boxed_str(),
-        ));
+        expected.push(Box::leak(format!("kubernetes/apiserver-{h}").into_boxed_str()));
     }
     expected.extend([
         "etcd/hactl-client",
@@ -174,17 +172,11 @@ fn ensure_creates_every_certificate_of_a_three_member_cluster() {
             fs_err::read_to_string(&e.files.key_path).unwrap(),
             e.files.key_pem.expose()
         );
-        assert_eq!(
-            action_of(&pki, &format!("{}.crt", e.name)),
-            &Action::Created
-        );
+        assert_eq!(action_of(&pki, &format!("{}.crt", e.name)), &Action::Created);
     }
     let sa = pki.service_account_key().expect("sa key");
     assert!(sa.pub_pem.starts_with("-----BEGIN PUBLIC KEY-----"));
-    assert!(sa
-        .key_pem
-        .expose()
-        .starts_with("-----BEGIN PRIVATE KEY-----"));
+    assert!(sa.key_pem.expose().starts_with("-----BEGIN PRIVATE KEY-----"));
     assert!(pki.warnings.is_empty(), "{:?}", pki.warnings);
     assert_eq!(pki.changes().count(), pki.report.len());
 }
@@ -316,12 +308,7 @@ fn every_leaf_is_signed_by_its_own_ca_and_no_other() {
     for e in pki.entries.iter().filter(|e| !e.name.ends_with("/ca")) {
         for (prefix, ca) in &cas {
             let signed = pki::is_signed_by(&e.files.cert_pem, &ca.cert_pem).unwrap();
-            assert_eq!(
-                signed,
-                e.name.starts_with(prefix),
-                "{} by {prefix}ca",
-                e.name
-            );
+            assert_eq!(signed, e.name.starts_with(prefix), "{} by {prefix}ca", e.name);
         }
         // The same check, spelled out with x509-parser directly.
         let (prefix, ca) = cas.iter().find(|(p, _)| e.name.starts_with(p)).unwrap();
@@ -348,9 +335,7 @@ fn every_leaf_is_signed_by_its_own_ca_and_no_other() {
         let ski = ca_x509
             .iter_extensions()
             .find_map(|x| match x.parsed_extension() {
-                x509_parser::extensions::ParsedExtension::SubjectKeyIdentifier(k) => {
-                    Some(k.0.to_vec())
-                }
+                x509_parser::extensions::ParsedExtension::SubjectKeyIdentifier(k) => Some(k.0.to_vec()),
                 _ => None,
             })
             .expect("subject key identifier");
@@ -382,10 +367,7 @@ fn cas_last_ten_years_and_leaves_one_year_from_five_minutes_ago() {
     }
     let report = pki.expiry_report();
     assert_eq!(report.len(), pki.entries.len());
-    assert_eq!(
-        report[0],
-        ("etcd/ca.crt".to_string(), NOW + Duration::days(3650))
-    );
+    assert_eq!(report[0], ("etcd/ca.crt".to_string(), NOW + Duration::days(3650)));
 }
 
 #[test]
@@ -407,10 +389,7 @@ fn a_second_ensure_rewrites_nothing() {
     let second = ensure(dir.path(), &inv, NOW + Duration::days(1));
     assert_eq!(snapshot(dir.path()), before);
     assert_eq!(second.changes().count(), 0, "{:?}", second.report);
-    assert!(second
-        .report
-        .iter()
-        .all(|c| c.to_string().ends_with(": reused")));
+    assert!(second.report.iter().all(|c| c.to_string().ends_with(": reused")));
     assert_eq!(second.report.len(), first.report.len());
     for (a, b) in first.entries.iter().zip(&second.entries) {
         assert_eq!(a.name, b.name);
@@ -435,10 +414,7 @@ fn changing_a_host_address_reissues_only_the_certs_that_name_it_from_the_same_ca
     cp2.address = "10.0.0.14".parse().unwrap();
     let second = ensure(dir.path(), &inv, NOW + Duration::days(1));
 
-    assert_eq!(
-        fs_err::read(dir.path().join("etcd/ca.crt")).unwrap(),
-        ca_before
-    );
+    assert_eq!(fs_err::read(dir.path().join("etcd/ca.crt")).unwrap(), ca_before);
     assert_eq!(
         fs_err::read(dir.path().join("etcd/ca.key")).unwrap(),
         ca_key_before
@@ -590,10 +566,7 @@ fn a_ca_key_without_its_certificate_gets_a_new_certificate_and_leaves_stay_valid
     let first = ensure(dir.path(), &inv, NOW);
     fs_err::remove_file(dir.path().join("etcd/ca.crt")).unwrap();
     let second = ensure(dir.path(), &inv, NOW);
-    assert_eq!(
-        action_of(&second, "etcd/ca.crt"),
-        &Action::CreatedFromExistingKey
-    );
+    assert_eq!(action_of(&second, "etcd/ca.crt"), &Action::CreatedFromExistingKey);
     assert_eq!(second.changes().count(), 1, "{:?}", second.report);
     assert!(pki::is_signed_by(
         &first.etcd_server("cp1").unwrap().cert_pem,
@@ -620,8 +593,7 @@ fn changing_the_key_type_reissues_leaves_but_only_warns_about_cas() {
     assert_eq!(action_of(&pki, "etcd/ca.crt"), &Action::Reused);
     assert_eq!(action_of(&pki, "sa.key"), &Action::Reused);
     assert_eq!(pki.warnings.len(), 4, "{:?}", pki.warnings); // three CAs and sa.key
-    assert!(pki.warnings[0]
-        .starts_with("etcd/ca.key is ecdsa-p256 but the inventory asks for rsa-2048"));
+    assert!(pki.warnings[0].starts_with("etcd/ca.key is ecdsa-p256 but the inventory asks for rsa-2048"));
 }
 
 #[test]
@@ -631,12 +603,7 @@ fn rsa_2048_keys_work_end_to_end() {
     inv.kubernetes = None;
     let pki = ensure(dir.path(), &inv, NOW);
     for e in &pki.entries {
-        assert_eq!(
-            info(&e.files).key_type,
-            Some(KeyType::Rsa2048),
-            "{}",
-            e.name
-        );
+        assert_eq!(info(&e.files).key_type, Some(KeyType::Rsa2048), "{}", e.name);
     }
     let server = pki.etcd_server("cp1").unwrap();
     assert!(pki::is_signed_by(&server.cert_pem, &pki.etcd_ca().cert_pem).unwrap());
@@ -651,12 +618,7 @@ fn rsa_4096_keys_work_end_to_end() {
     inv.kubernetes = None;
     let pki = ensure(dir.path(), &inv, NOW);
     for e in &pki.entries {
-        assert_eq!(
-            info(&e.files).key_type,
-            Some(KeyType::Rsa4096),
-            "{}",
-            e.name
-        );
+        assert_eq!(info(&e.files).key_type, Some(KeyType::Rsa4096), "{}", e.name);
     }
     assert_eq!(ensure(dir.path(), &inv, NOW).changes().count(), 0);
 }
@@ -701,10 +663,7 @@ fn a_loosened_key_file_is_tightened_with_a_warning() {
         fs_err::metadata(&key).unwrap().permissions().mode() & 0o777,
         0o600
     );
-    assert_eq!(
-        pki.warnings,
-        ["etcd/ca.key: permissions were 0644, set to 0600"]
-    );
+    assert_eq!(pki.warnings, ["etcd/ca.key: permissions were 0644, set to 0600"]);
 }
 
 #[test]

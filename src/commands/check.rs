@@ -61,7 +61,11 @@ pub fn owned_units(host: &Host) -> Vec<&'static str> {
         units.push("etcd.service");
     }
     if host.has(Role::ControlPlane) {
-        units.extend(["kube-apiserver.service", "kube-controller-manager.service", "kube-scheduler.service"]);
+        units.extend([
+            "kube-apiserver.service",
+            "kube-controller-manager.service",
+            "kube-scheduler.service",
+        ]);
     }
     if host.has(Role::LoadBalancer) {
         units.extend(["haproxy.service", "keepalived.service"]);
@@ -92,7 +96,12 @@ pub fn ports_for(inv: &Inventory, host: &Host) -> Vec<(u16, &'static str)> {
 }
 
 /// Turns one host's facts (or its connection error) into rows. Pure, so it is unit-tested.
-pub fn evaluate(inv: &Inventory, host: &Host, facts: Result<&HostFacts, &str>, local_time_ns: i128) -> Vec<CheckRow> {
+pub fn evaluate(
+    inv: &Inventory,
+    host: &Host,
+    facts: Result<&HostFacts, &str>,
+    local_time_ns: i128,
+) -> Vec<CheckRow> {
     let row = |check: &'static str, verdict: Verdict, detail: String| CheckRow {
         host: host.name.clone(),
         check,
@@ -112,20 +121,38 @@ pub fn evaluate(inv: &Inventory, host: &Host, facts: Result<&HostFacts, &str>, l
     let mut rows = vec![row(
         "ssh",
         Verdict::Pass,
-        format!("{}@{}:{} (host key verified)", host.ssh.user, host.ssh.address, host.ssh.port),
+        format!(
+            "{}@{}:{} (host key verified)",
+            host.ssh.user, host.ssh.address, host.ssh.port
+        ),
     )];
     rows.push(if f.privileged {
-        row("sudo", Verdict::Pass, if host.ssh.sudo { "sudo -n works".into() } else { "root".into() })
+        row(
+            "sudo",
+            Verdict::Pass,
+            if host.ssh.sudo {
+                "sudo -n works".into()
+            } else {
+                "root".into()
+            },
+        )
     } else {
         row(
             "sudo",
             Verdict::Fail,
-            format!("{} is not root and sudo was not used: set ssh.sudo: true", host.ssh.user),
+            format!(
+                "{} is not root and sudo was not used: set ssh.sudo: true",
+                host.ssh.user
+            ),
         )
     });
     let supported_os = matches!(f.os_id.as_str(), "debian" | "ubuntu");
     rows.push(match (supported_os, f.init.as_str()) {
-        (true, "systemd") => row("os", Verdict::Pass, format!("{} {}, systemd", f.os_id, f.os_version)),
+        (true, "systemd") => row(
+            "os",
+            Verdict::Pass,
+            format!("{} {}, systemd", f.os_id, f.os_version),
+        ),
         (_, init) if init != "systemd" => row(
             "os",
             Verdict::Fail,
@@ -134,7 +161,10 @@ pub fn evaluate(inv: &Inventory, host: &Host, facts: Result<&HostFacts, &str>, l
         _ => row(
             "os",
             Verdict::Warn,
-            format!("{} {} is untested (Debian and Ubuntu are); systemd present", f.os_id, f.os_version),
+            format!(
+                "{} {} is untested (Debian and Ubuntu are); systemd present",
+                f.os_id, f.os_version
+            ),
         ),
     });
     let skew = f.time_ns - local_time_ns;
@@ -153,18 +183,32 @@ pub fn evaluate(inv: &Inventory, host: &Host, facts: Result<&HostFacts, &str>, l
     for (port, owner) in ports_for(inv, host) {
         match f.listeners.get(&port) {
             None => {}
-            Some(p) if p == owner || (owner == "haproxy" && p == "haproxy") => held.push(format!("{port} by {p}")),
+            Some(p) if p == owner || (owner == "haproxy" && p == "haproxy") => {
+                held.push(format!("{port} by {p}"))
+            }
             Some(p) => busy.push(format!("{port} held by {p} (hactl needs it for {owner})")),
         }
     }
     let wanted: BTreeSet<u16> = ports_for(inv, host).iter().map(|(p, _)| *p).collect();
-    let list = wanted.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ");
+    let list = wanted
+        .iter()
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
     rows.push(if !busy.is_empty() {
-        row("ports", Verdict::Fail, format!("{}: stop that service or move it", busy.join("; ")))
+        row(
+            "ports",
+            Verdict::Fail,
+            format!("{}: stop that service or move it", busy.join("; ")),
+        )
     } else if held.is_empty() {
         row("ports", Verdict::Pass, format!("{list} free"))
     } else {
-        row("ports", Verdict::Pass, format!("{list} free or held by hactl's units ({})", held.join(", ")))
+        row(
+            "ports",
+            Verdict::Pass,
+            format!("{list} free or held by hactl's units ({})", held.join(", ")),
+        )
     });
     rows.push(if !host.has(Role::Etcd) {
         row("disk", Verdict::Skip, "no etcd role".into())
@@ -185,7 +229,11 @@ pub fn evaluate(inv: &Inventory, host: &Host, facts: Result<&HostFacts, &str>, l
                     human_bytes(MIN_ETCD_FREE_BYTES)
                 ),
             ),
-            None => row("disk", Verdict::Fail, format!("could not read free space for {}", inv.etcd.data_dir)),
+            None => row(
+                "disk",
+                Verdict::Fail,
+                format!("could not read free space for {}", inv.etcd.data_dir),
+            ),
         }
     });
     rows.push(binaries_row(inv, host, f));
@@ -224,7 +272,14 @@ fn binaries_row(inv: &Inventory, host: &Host, f: &HostFacts) -> CheckRow {
     let etcd_obtainable = !etcd_missing || !matches!(inv.etcd.source, BinarySource::Package) || f.apt;
     let lb_obtainable = !lb_missing || f.apt;
     if etcd_obtainable && lb_obtainable {
-        make(Verdict::Pass, format!("{} missing, obtainable ({})", missing.join(", "), source_word(inv, f)))
+        make(
+            Verdict::Pass,
+            format!(
+                "{} missing, obtainable ({})",
+                missing.join(", "),
+                source_word(inv, f)
+            ),
+        )
     } else {
         make(
             Verdict::Fail,
@@ -264,13 +319,19 @@ pub fn table(rows: &[CheckRow]) -> String {
             Verdict::Fail => "FAIL",
             Verdict::Skip => "skip",
         };
-        out.push_str(&format!("{:<w_host$}  {:<8}  {:<6}  {}\n", r.host, r.check, verdict, r.detail));
+        out.push_str(&format!(
+            "{:<w_host$}  {:<8}  {:<6}  {}\n",
+            r.host, r.check, verdict, r.detail
+        ));
     }
     out
 }
 
 fn now_ns() -> i128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i128).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0)
 }
 
 /// Runs the preflight; returns the exit code (0 when every check passed).

@@ -83,8 +83,7 @@ fn run_blocking(cmd: LabCommand) -> Result<Option<PathBuf>> {
             if let Some(out) = args.out {
                 opts.out = out;
             }
-            let lab =
-                lab::up(&opts).with_context(|| format!("failed to bring up lab {}", args.name))?;
+            let lab = lab::up(&opts).with_context(|| format!("failed to bring up lab {}", args.name))?;
             for h in &lab.hosts {
                 println!("{}\t{}\t{}", h.name, h.ip, h.machine);
             }
@@ -100,10 +99,7 @@ fn run_blocking(cmd: LabCommand) -> Result<Option<PathBuf>> {
             for name in names {
                 let started = std::time::Instant::now();
                 lab::down(&name).with_context(|| format!("failed to remove lab {name}"))?;
-                eprintln!(
-                    "lab {name}: removed in {:.1} s",
-                    started.elapsed().as_secs_f64()
-                );
+                eprintln!("lab {name}: removed in {:.1} s", started.elapsed().as_secs_f64());
             }
             Ok(None)
         }
@@ -128,11 +124,7 @@ fn run_blocking(cmd: LabCommand) -> Result<Option<PathBuf>> {
             }
             Ok(None)
         }
-        LabCommand::Ssh {
-            name,
-            host,
-            command,
-        } => {
+        LabCommand::Ssh { name, host, command } => {
             let lab = lab::Lab::load(&lab::lab_root(), &name)?;
             let mut cmd = lab.command(&host, &command)?;
             let status = cmd

@@ -73,7 +73,31 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Plan(args) => up::plan(&args).await,
         Command::Reset(args) => reset::run(&args).await,
         Command::Status(args) => status::run(&args).await,
-        Command::Lab(cmd) => lab::run(cmd).await,
+        Command::Lab(cmd) => {
+            let Some(inventory) = lab::run(cmd).await? else {
+                return Ok(exit::OK);
+            };
+            // `lab up --apply`: bring the cluster up on the new lab and show its state.
+            let args = crate::cli::UpArgs {
+                inventory: InventoryArgs {
+                    inventory,
+                    state_dir: None,
+                },
+                connect: ConnectArgs {
+                    concurrency: 16,
+                    accept_new_host_key: vec![],
+                    connect_timeout: None,
+                },
+                yes: true,
+            };
+            up::up(&args).await?;
+            status::run(&crate::cli::StatusArgs {
+                inventory: args.inventory.clone(),
+                connect: args.connect.clone(),
+                output: crate::cli::OutputFormat::Table,
+            })
+            .await
+        }
     }
 }
 
@@ -81,7 +105,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
 pub fn load_inventory(args: &InventoryArgs) -> anyhow::Result<(Inventory, ())> {
     let mut inv = inventory::load(&args.inventory)?;
     if let Some(dir) = &args.state_dir {
-        inv.state_dir = std::path::absolute(dir).with_context(|| format!("bad state dir {}", dir.display()))?;
+        inv.state_dir =
+            std::path::absolute(dir).with_context(|| format!("bad state dir {}", dir.display()))?;
     }
     Ok((inv, ()))
 }
@@ -106,7 +131,7 @@ pub async fn connect(
     args: &ConnectArgs,
 ) -> BTreeMap<String, Connection> {
     let _ = inv;
-    let known = match crate::ssh::KnownHosts::load(&state.known_hosts_path()) {
+    let known = match crate::ssh::KnownHosts::load(state.known_hosts_path()) {
         Ok(k) => Arc::new(k),
         Err(e) => {
             let msg = format!("{:#}", anyhow::Error::from(e));
@@ -117,6 +142,7 @@ pub async fn connect(
         known_hosts: known,
         accept_new_host_key: args.accept_new_host_key.clone(),
         timeout: args.connect_timeout.map(Duration::from_secs),
+        agent_socket: None,
     };
     let results: Vec<(String, Connection)> = futures::stream::iter(hosts.iter().map(|h| {
         let opts = &opts;

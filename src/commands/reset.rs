@@ -19,13 +19,25 @@ use crate::plan::{HostSteps, Parallelism, Plan, PlannedPhase, RemoteCommand, Ste
 /// The steps that undo `up` on one etcd host, from what its facts show is there.
 pub fn reset_steps(inv: &Inventory, facts: &HostFacts, stamp: &str) -> Vec<Step> {
     let mut steps = Vec::new();
-    let unit_known = facts.files.contains_key(etcd::UNIT_PATH) || facts.units.get(etcd::UNIT).is_some_and(|u| u.active == "active");
+    let unit_known = facts.files.contains_key(etcd::UNIT_PATH)
+        || facts.units.get(etcd::UNIT).is_some_and(|u| u.active == "active");
     if unit_known {
-        steps.push(Step::Run(RemoteCommand::new(["systemctl", "disable", "--now", etcd::UNIT])));
+        steps.push(Step::Run(RemoteCommand::new([
+            "systemctl",
+            "disable",
+            "--now",
+            etcd::UNIT,
+        ])));
     }
     if facts.data_dir.is_some() {
         let aside = format!("{}.hactl-reset-{stamp}", inv.etcd.data_dir);
-        steps.push(Step::Run(RemoteCommand::new(["mv", "--no-clobber", "--", &inv.etcd.data_dir, &aside])));
+        steps.push(Step::Run(RemoteCommand::new([
+            "mv",
+            "--no-clobber",
+            "--",
+            &inv.etcd.data_dir,
+            &aside,
+        ])));
     }
     let present: Vec<String> = managed_paths(&inv.etcd.source)
         .into_iter()
@@ -50,7 +62,10 @@ pub fn plan(inv: &Inventory, facts: &BTreeMap<String, HostFacts>, stamp: &str) -
         .map(|h| HostSteps {
             host: h.name.clone(),
             sudo: h.ssh.sudo,
-            steps: facts.get(&h.name).map(|f| reset_steps(inv, f, stamp)).unwrap_or_default(),
+            steps: facts
+                .get(&h.name)
+                .map(|f| reset_steps(inv, f, stamp))
+                .unwrap_or_default(),
         })
         .collect();
     plan.push(PlannedPhase {
@@ -64,12 +79,16 @@ pub fn plan(inv: &Inventory, facts: &BTreeMap<String, HostFacts>, stamp: &str) -
 
 pub async fn run(args: &ResetArgs) -> anyhow::Result<i32> {
     let (inv, state) = super::load(&args.inventory)?;
-    let _lock = state.lock("up").context("cannot reset while another hactl run changes the cluster")?;
+    let _lock = state
+        .lock("up")
+        .context("cannot reset while another hactl run changes the cluster")?;
     let hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
     let transports = super::up::connect_or_refuse(&inv, &state, &hosts, &args.connect).await?;
     let facts = super::up::gather_facts(&inv, &hosts, &transports, args.connect.concurrency).await?;
     let stamp = time::OffsetDateTime::now_utc()
-        .format(time::macros::format_description!("[year][month][day]T[hour][minute][second]Z"))
+        .format(time::macros::format_description!(
+            "[year][month][day]T[hour][minute][second]Z"
+        ))
         .context("failed to format the time")?;
     let plan = plan(&inv, &facts, &stamp);
     if plan.is_empty() {

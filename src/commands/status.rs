@@ -96,35 +96,36 @@ pub async fn gather(
     let tls = read_client_tls(&pki_dir)?;
     let hosts: Vec<&Host> = inv.with_role(Role::Etcd);
     let conns = super::connect(inv, state, &hosts, connect).await;
-    let mut results: Vec<(MemberStatus, Option<client::MemberClient>)> = futures::stream::iter(hosts.iter().map(|h| {
-        let conn = conns.get(&h.name).cloned();
-        let tls = tls.clone();
-        async move {
-            let unreachable = |why: String| MemberStatus {
-                host: h.name.clone(),
-                errors: vec![why],
-                ..MemberStatus::default()
-            };
-            let t = match conn {
-                Some(Ok(t)) => t,
-                Some(Err(e)) => return (unreachable(format!("ssh: {e}")), None),
-                None => return (unreachable("ssh: not connected".into()), None),
-            };
-            match client::connect(t.as_ref(), inv.etcd.client_port, &tls, TIMEOUT).await {
-                Ok(mut c) => {
-                    let mut s = client::member_status(&mut c, TIMEOUT).await;
-                    if s.is_learner && s.errors.is_empty() {
-                        s.healthy = true; // learners serve status, not linearizable reads
+    let mut results: Vec<(MemberStatus, Option<client::MemberClient>)> =
+        futures::stream::iter(hosts.iter().map(|h| {
+            let conn = conns.get(&h.name).cloned();
+            let tls = tls.clone();
+            async move {
+                let unreachable = |why: String| MemberStatus {
+                    host: h.name.clone(),
+                    errors: vec![why],
+                    ..MemberStatus::default()
+                };
+                let t = match conn {
+                    Some(Ok(t)) => t,
+                    Some(Err(e)) => return (unreachable(format!("ssh: {e}")), None),
+                    None => return (unreachable("ssh: not connected".into()), None),
+                };
+                match client::connect(t.as_ref(), inv.etcd.client_port, &tls, TIMEOUT).await {
+                    Ok(mut c) => {
+                        let mut s = client::member_status(&mut c, TIMEOUT).await;
+                        if s.is_learner && s.errors.is_empty() {
+                            s.healthy = true; // learners serve status, not linearizable reads
+                        }
+                        (s, Some(c))
                     }
-                    (s, Some(c))
+                    Err(e) => (unreachable(format!("{:#}", anyhow::Error::from(e))), None),
                 }
-                Err(e) => (unreachable(format!("{:#}", anyhow::Error::from(e))), None),
             }
-        }
-    }))
-    .buffered(connect.concurrency.max(1))
-    .collect()
-    .await;
+        }))
+        .buffered(connect.concurrency.max(1))
+        .collect()
+        .await;
     let per_host: Vec<MemberStatus> = results.iter().map(|(s, _)| s.clone()).collect();
     let mut status = ClusterStatus {
         cluster: inv.name.clone(),
@@ -138,12 +139,16 @@ pub async fn gather(
         if let Some(c) = results[i].1.as_mut() {
             {
                 if let Ok(Ok(resp)) = tokio::time::timeout(TIMEOUT, c.client.member_list()).await {
-                    status.cluster_id = resp.header().map(|h| format!("{:x}", h.cluster_id())).unwrap_or_default();
+                    status.cluster_id = resp
+                        .header()
+                        .map(|h| format!("{:x}", h.cluster_id()))
+                        .unwrap_or_default();
                     list = Some(resp.members().to_vec());
                 }
                 if let Ok(Ok(resp)) = tokio::time::timeout(
                     TIMEOUT,
-                    c.client.alarm(etcd_client::AlarmAction::Get, etcd_client::AlarmType::None, None),
+                    c.client
+                        .alarm(etcd_client::AlarmAction::Get, etcd_client::AlarmType::None, None),
                 )
                 .await
                 {
@@ -157,18 +162,25 @@ pub async fn gather(
             }
         }
     }
-    let leaders: std::collections::BTreeSet<&str> =
-        per_host.iter().filter(|s| !s.leader.is_empty()).map(|s| s.leader.as_str()).collect();
+    let leaders: std::collections::BTreeSet<&str> = per_host
+        .iter()
+        .filter(|s| !s.leader.is_empty())
+        .map(|s| s.leader.as_str())
+        .collect();
     status.raft_term = per_host.iter().map(|s| s.raft_term).max().unwrap_or(0);
     status.revision = per_host.iter().map(|s| s.revision).max().unwrap_or(0);
     let mut rows = Vec::new();
     for (host, s) in hosts.iter().zip(&per_host) {
         let url = etcd_paths::peer_url(inv, host);
-        let m = list.as_ref().and_then(|l| l.iter().find(|m| m.peer_urls().contains(&url)));
+        let m = list
+            .as_ref()
+            .and_then(|l| l.iter().find(|m| m.peer_urls().contains(&url)));
         rows.push(MemberRow {
             name: host.name.clone(),
             id: m.map(|m| format!("{:x}", m.id())).unwrap_or_else(|| s.id.clone()),
-            peer_urls: m.map(|m| m.peer_urls().to_vec()).unwrap_or_else(|| vec![url.clone()]),
+            peer_urls: m
+                .map(|m| m.peer_urls().to_vec())
+                .unwrap_or_else(|| vec![url.clone()]),
             client_urls: m.map(|m| m.client_urls().to_vec()).unwrap_or_default(),
             is_learner: m.map(|m| m.is_learner()).unwrap_or(s.is_learner),
             started: m.map(|m| !m.name().is_empty()).unwrap_or(s.healthy),
@@ -182,7 +194,10 @@ pub async fn gather(
             errors: s.errors.clone(),
         });
         if list.is_some() && m.is_none() {
-            status.problems.push(format!("{} is in the inventory but not a member of the cluster: run `hactl up` to join it", host.name));
+            status.problems.push(format!(
+                "{} is in the inventory but not a member of the cluster: run `hactl up` to join it",
+                host.name
+            ));
         }
     }
     if let Some(list) = &list {
@@ -207,24 +222,40 @@ pub async fn gather(
         }
     }
     match leaders.len() {
-        0 => status.problems.push("no leader: the cluster has lost quorum or no member answered".into()),
+        0 => status
+            .problems
+            .push("no leader: the cluster has lost quorum or no member answered".into()),
         1 => {
             let id = *leaders.iter().next().unwrap_or(&"");
-            status.leader = rows.iter().find(|r| r.id == id).map(|r| r.name.clone()).unwrap_or_else(|| id.to_string());
+            status.leader = rows
+                .iter()
+                .find(|r| r.id == id)
+                .map(|r| r.name.clone())
+                .unwrap_or_else(|| id.to_string());
         }
-        _ => status.problems.push(format!("members disagree about the leader: {}", leaders.into_iter().collect::<Vec<_>>().join(", "))),
+        _ => status.problems.push(format!(
+            "members disagree about the leader: {}",
+            leaders.into_iter().collect::<Vec<_>>().join(", ")
+        )),
     }
     for r in rows.iter().filter(|r| r.in_inventory && !r.healthy) {
-        status.problems.push(format!("member {} is unhealthy: {}", r.name, r.errors.join("; ")));
+        status
+            .problems
+            .push(format!("member {} is unhealthy: {}", r.name, r.errors.join("; ")));
     }
     for a in &alarms {
-        status.problems.push(format!("alarm {} on member {}", a.alarm, a.member_id));
+        status
+            .problems
+            .push(format!("alarm {} on member {}", a.alarm, a.member_id));
     }
     status.members = rows;
     status.alarms = alarms;
     status.certificates = certificate_rows(&pki_dir);
     for c in status.certificates.iter().filter(|c| c.days_left < 30) {
-        status.problems.push(format!("certificate {} expires in {} days: run `hactl up` to re-issue it", c.name, c.days_left));
+        status.problems.push(format!(
+            "certificate {} expires in {} days: run `hactl up` to re-issue it",
+            c.name, c.days_left
+        ));
     }
     Ok(status)
 }
@@ -247,13 +278,17 @@ pub fn certificate_rows(pki_dir: &std::path::Path) -> Vec<CertRow> {
     let now = time::OffsetDateTime::now_utc();
     let mut rows = Vec::new();
     for sub in ["etcd", "kubernetes", "front-proxy"] {
-        let Ok(entries) = fs_err::read_dir(pki_dir.join(sub)) else { continue };
+        let Ok(entries) = fs_err::read_dir(pki_dir.join(sub)) else {
+            continue;
+        };
         for entry in entries.flatten() {
             let path = entry.path();
             if path.extension().and_then(|e| e.to_str()) != Some("crt") {
                 continue;
             }
-            let Ok(pem) = fs_err::read_to_string(&path) else { continue };
+            let Ok(pem) = fs_err::read_to_string(&path) else {
+                continue;
+            };
             let Ok(info) = pki::inspect(&pem) else { continue };
             let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("?");
             rows.push(CertRow {
@@ -284,14 +319,27 @@ pub fn table(s: &ClusterStatus) -> String {
     let mut out = format!(
         "cluster {}  id {}  leader {}  term {}  revision {}\n\n",
         s.cluster,
-        if s.cluster_id.is_empty() { "?" } else { &s.cluster_id },
+        if s.cluster_id.is_empty() {
+            "?"
+        } else {
+            &s.cluster_id
+        },
         if s.leader.is_empty() { "NONE" } else { &s.leader },
         s.raft_term,
         s.revision
     );
     out.push_str(&format!(
         "{:<10} {:<16} {:<7} {:<7} {:<9} {:>9} {:>9} {:<8} {:>15}  {}\n",
-        "MEMBER", "ID", "ROLE", "STARTED", "HEALTH", "LATENCY", "DB", "VERSION", "RAFT IDX/APPLIED", "PEER / CLIENT URL"
+        "MEMBER",
+        "ID",
+        "ROLE",
+        "STARTED",
+        "HEALTH",
+        "LATENCY",
+        "DB",
+        "VERSION",
+        "RAFT IDX/APPLIED",
+        "PEER / CLIENT URL"
     ));
     for m in &s.members {
         out.push_str(&format!(
@@ -301,8 +349,16 @@ pub fn table(s: &ClusterStatus) -> String {
             if m.is_learner { "learner" } else { "voter" },
             if m.started { "yes" } else { "no" },
             if m.healthy { "healthy" } else { "UNHEALTHY" },
-            if m.healthy && !m.is_learner { format!("{:.1} ms", m.latency_ms) } else { "-".into() },
-            if m.db_size_bytes > 0 { human_size(m.db_size_bytes) } else { "-".into() },
+            if m.healthy && !m.is_learner {
+                format!("{:.1} ms", m.latency_ms)
+            } else {
+                "-".into()
+            },
+            if m.db_size_bytes > 0 {
+                human_size(m.db_size_bytes)
+            } else {
+                "-".into()
+            },
             if m.version.is_empty() { "-" } else { &m.version },
             format!("{}/{}", m.raft_index, m.raft_applied_index),
             m.peer_urls.join(","),
@@ -314,7 +370,11 @@ pub fn table(s: &ClusterStatus) -> String {
         if s.alarms.is_empty() {
             "none".to_string()
         } else {
-            s.alarms.iter().map(|a| format!("{} on {}", a.alarm, a.member_id)).collect::<Vec<_>>().join(", ")
+            s.alarms
+                .iter()
+                .map(|a| format!("{} on {}", a.alarm, a.member_id))
+                .collect::<Vec<_>>()
+                .join(", ")
         }
     ));
     if let Some(first) = s.certificates.first() {

@@ -69,9 +69,14 @@ pub async fn prepare(args: &UpArgs) -> anyhow::Result<Prepared> {
     let transports = connect_or_refuse(&inv, &state, &hosts, &args.connect).await?;
     let facts = gather_facts(&inv, &hosts, &transports, args.connect.concurrency).await?;
     let view = EtcdView::from_facts(&inv, &facts)?;
-    let binaries = binaries::ensure(&inv.etcd.source, &state.path.join("downloads"), &["etcd", "etcdctl"], &["etcdutl"])
-        .await
-        .context("failed to prepare the etcd binaries")?;
+    let binaries = binaries::ensure(
+        &inv.etcd.source,
+        &state.path.join("downloads"),
+        &["etcd", "etcdctl"],
+        &["etcdutl"],
+    )
+    .await
+    .context("failed to prepare the etcd binaries")?;
     let ctx = Ctx {
         inv: &inv,
         pki: &pki,
@@ -105,7 +110,9 @@ fn verify_phase(inv: &Inventory) -> PlannedPhase {
         hosts: vec![HostSteps {
             host: first.name.clone(),
             sudo: first.ssh.sudo,
-            steps: vec![Step::Wait(crate::etcd::probe::cluster_has_one_leader(Duration::from_secs(60)))],
+            steps: vec![Step::Wait(crate::etcd::probe::cluster_has_one_leader(
+                Duration::from_secs(60),
+            ))],
         }],
     }
 }
@@ -149,7 +156,9 @@ pub async fn gather_facts(
         let t = transports[&h.name].clone();
         let query = query_for(inv, h);
         async move {
-            let r = facts::gather(t.as_ref(), &query).await.map_err(anyhow::Error::from);
+            let r = facts::gather(t.as_ref(), &query)
+                .await
+                .map_err(anyhow::Error::from);
             (h.name.clone(), r)
         }
     }))
@@ -167,7 +176,10 @@ pub async fn gather_facts(
         }
     }
     if !failures.is_empty() {
-        bail!("failed to read the state of every host, so nothing was changed:\n{}", failures.join("\n"));
+        bail!(
+            "failed to read the state of every host, so nothing was changed:\n{}",
+            failures.join("\n")
+        );
     }
     Ok(facts)
 }

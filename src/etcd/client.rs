@@ -63,15 +63,26 @@ pub struct MemberClient {
 }
 
 /// Opens a tunnel to `127.0.0.1:client_port` on the host behind `t` and connects over mTLS.
-pub async fn connect(t: &dyn Transport, client_port: u16, tls: &ClientTls, timeout: Duration) -> Result<MemberClient, ClientError> {
+pub async fn connect(
+    t: &dyn Transport,
+    client_port: u16,
+    tls: &ClientTls,
+    timeout: Duration,
+) -> Result<MemberClient, ClientError> {
     let host = t.host().to_string();
     let (local, guard) = t
         .forward("127.0.0.1", client_port)
         .await
-        .map_err(|source| ClientError::Tunnel { host: host.clone(), source })?;
+        .map_err(|source| ClientError::Tunnel {
+            host: host.clone(),
+            source,
+        })?;
     let tls_options = TlsOptions::new()
         .ca_certificate(Certificate::from_pem(tls.ca_pem.as_bytes()))
-        .identity(Identity::from_pem(tls.cert_pem.as_bytes(), tls.key_pem.as_bytes()))
+        .identity(Identity::from_pem(
+            tls.cert_pem.as_bytes(),
+            tls.key_pem.as_bytes(),
+        ))
         .domain_name("127.0.0.1");
     let options = ConnectOptions::new()
         .with_tls(tls_options)
@@ -84,7 +95,10 @@ pub async fn connect(t: &dyn Transport, client_port: u16, tls: &ClientTls, timeo
             host: host.clone(),
             secs: timeout.as_secs(),
         })?
-        .map_err(|source| ClientError::Etcd { host: host.clone(), source })?;
+        .map_err(|source| ClientError::Etcd {
+            host: host.clone(),
+            source,
+        })?;
     Ok(MemberClient {
         host,
         client,
@@ -125,7 +139,11 @@ pub async fn member_status(c: &mut MemberClient, timeout: Duration) -> MemberSta
     match tokio::time::timeout(timeout, c.client.status()).await {
         Ok(Ok(st)) => {
             s.version = st.version().to_string();
-            s.leader = if st.leader() == 0 { String::new() } else { format!("{:x}", st.leader()) };
+            s.leader = if st.leader() == 0 {
+                String::new()
+            } else {
+                format!("{:x}", st.leader())
+            };
             s.raft_term = st.raft_term();
             s.raft_index = st.raft_index();
             s.raft_applied_index = st.raft_applied_index();
@@ -138,7 +156,9 @@ pub async fn member_status(c: &mut MemberClient, timeout: Duration) -> MemberSta
             }
         }
         Ok(Err(e)) => s.errors.push(format!("status: {e}")),
-        Err(_) => s.errors.push(format!("status: no answer within {}s", timeout.as_secs())),
+        Err(_) => s
+            .errors
+            .push(format!("status: no answer within {}s", timeout.as_secs())),
     }
     if !s.is_learner && s.errors.is_empty() {
         let started = Instant::now();
@@ -148,7 +168,10 @@ pub async fn member_status(c: &mut MemberClient, timeout: Duration) -> MemberSta
                 s.latency_ms = started.elapsed().as_secs_f64() * 1000.0;
             }
             Ok(Err(e)) => s.errors.push(format!("linearizable read: {e}")),
-            Err(_) => s.errors.push(format!("linearizable read: no answer within {}s", timeout.as_secs())),
+            Err(_) => s.errors.push(format!(
+                "linearizable read: no answer within {}s",
+                timeout.as_secs()
+            )),
         }
     }
     s

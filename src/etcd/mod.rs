@@ -138,15 +138,33 @@ pub mod probe {
     }
     /// The last lines of the etcd unit's journal.
     pub fn journal_tail() -> RemoteCommand {
-        RemoteCommand::read_only(["journalctl", "-u", super::UNIT, "-n", "25", "--no-pager", "-o", "cat"])
+        RemoteCommand::read_only([
+            "journalctl",
+            "-u",
+            super::UNIT,
+            "-n",
+            "25",
+            "--no-pager",
+            "-o",
+            "cat",
+        ])
     }
     pub fn member_healthy(host: &str, timeout: Duration) -> Check {
-        Check::command(format!("etcd member {host} is healthy"), local_health(), timeout).diagnose_with(journal_tail())
+        Check::command(format!("etcd member {host} is healthy"), local_health(), timeout)
+            .diagnose_with(journal_tail())
     }
     pub fn cluster_healthy(why: &str, timeout: Duration) -> Check {
-        Check::command(format!("every etcd member is healthy ({why})"), cluster_health(), timeout)
+        Check::command(
+            format!("every etcd member is healthy ({why})"),
+            cluster_health(),
+            timeout,
+        )
     }
     pub fn cluster_has_one_leader(timeout: Duration) -> Check {
-        Check::command("every etcd member is healthy and names the same leader", one_leader(), timeout)
+        Check::command(
+            "every etcd member is healthy and names the same leader",
+            one_leader(),
+            timeout,
+        )
     }
 }

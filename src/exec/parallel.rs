@@ -54,12 +54,7 @@ where
     names
         .into_iter()
         .zip(results)
-        .map(|(name, r)| {
-            (
-                name,
-                r.unwrap_or_else(|| Err(anyhow::anyhow!("task vanished"))),
-            )
-        })
+        .map(|(name, r)| (name, r.unwrap_or_else(|| Err(anyhow::anyhow!("task vanished")))))
         .collect()
 }
 

@@ -159,14 +159,21 @@ async fn run_phase(phase: &PlannedPhase, transports: &Transports) -> Result<Repo
     }
 }
 
-async fn run_host(host: &str, steps: &[Step], transports: &Transports) -> Result<Report, (Report, anyhow::Error)> {
+async fn run_host(
+    host: &str,
+    steps: &[Step],
+    transports: &Transports,
+) -> Result<Report, (Report, anyhow::Error)> {
     let mut report = Report::default();
     let Some(t) = transports.get(host) else {
         return Err((report, anyhow!("no connection to {host}")));
     };
     for step in steps {
         if INTERRUPTED.load(Ordering::SeqCst) {
-            return Err((report, anyhow!("interrupted before: {}", describe(step, t.sudo()))));
+            return Err((
+                report,
+                anyhow!("interrupted before: {}", describe(step, t.sudo())),
+            ));
         }
         if let Err(e) = run_step(t.as_ref(), step, &mut report).await {
             return Err((report, e));
@@ -187,7 +194,10 @@ async fn run_step(t: &dyn Transport, step: &Step, report: &mut Report) -> anyhow
     let host = t.host();
     match step {
         Step::Upload(u) => {
-            let outcome = t.upload(u).await.with_context(|| format!("failed to write {}", u.path))?;
+            let outcome = t
+                .upload(u)
+                .await
+                .with_context(|| format!("failed to write {}", u.path))?;
             match outcome {
                 UploadOutcome::Unchanged => {
                     report.files_unchanged += 1;
@@ -201,12 +211,17 @@ async fn run_step(t: &dyn Transport, step: &Step, report: &mut Report) -> anyhow
         }
         Step::Run(c) => {
             tracing::info!("{host}: run {}", c.line(t.sudo()));
-            let out = t.run(c).await.with_context(|| format!("failed to run {}", c.line(t.sudo())))?;
+            let out = t
+                .run(c)
+                .await
+                .with_context(|| format!("failed to run {}", c.line(t.sudo())))?;
             report.commands_run += 1;
             if !out.success() {
                 return Err(anyhow!(
                     "command exited with {}: {}\n{}",
-                    out.status.map(|s| s.to_string()).unwrap_or_else(|| "no status".into()),
+                    out.status
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|| "no status".into()),
                     c.line(t.sudo()),
                     tail(&out.stderr_str(), &out.stdout_str())
                 ));
@@ -251,7 +266,11 @@ pub async fn wait(t: &dyn Transport, check: &Check) -> anyhow::Result<()> {
             );
             if let Some(diag) = &check.diagnose {
                 if let Ok(out) = t.run(diag).await {
-                    msg.push_str(&format!("\n{}:\n{}", diag.line(t.sudo()), out.stdout_str().trim_end()));
+                    msg.push_str(&format!(
+                        "\n{}:\n{}",
+                        diag.line(t.sudo()),
+                        out.stdout_str().trim_end()
+                    ));
                 }
             }
             return Err(anyhow!(msg));

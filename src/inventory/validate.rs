@@ -22,8 +22,8 @@ use serde_saphyr::MessageFormatter;
 
 use super::raw::{RawBastion, RawInventory, RawSourceKind, RawSsh};
 use super::{
-    BinarySource, EtcdSpec, Host, Inventory, KeyType, KubernetesMode, KubernetesSpec, PkiSpec,
-    Role, SshAuth, SshSpec, Vip, API_VERSION, KIND,
+    BinarySource, EtcdSpec, Host, Inventory, KeyType, KubernetesMode, KubernetesSpec, PkiSpec, Role, SshAuth,
+    SshSpec, Vip, API_VERSION, KIND,
 };
 
 /// One thing wrong with the inventory, and where.
@@ -126,11 +126,7 @@ pub fn load_str(source: &Path, text: &str) -> Result<Inventory, InventoryError> 
                 .into_owned();
             return Err(InventoryError {
                 file: file.clone(),
-                problems: vec![Problem {
-                    file,
-                    place,
-                    message,
-                }],
+                problems: vec![Problem { file, place, message }],
             });
         }
     };
@@ -239,10 +235,7 @@ impl Checker {
             );
         }
         if raw.kind != KIND {
-            self.report(
-                "kind",
-                format!("{:?} is not supported: use {KIND}", raw.kind),
-            );
+            self.report("kind", format!("{:?} is not supported: use {KIND}", raw.kind));
         }
         let name = raw.metadata.name;
         if !is_dns_label(&name, 40) {
@@ -427,13 +420,7 @@ impl Checker {
     }
 
     /// The SSH settings of one host: its own level over the spec level over the defaults.
-    fn host_ssh(
-        &mut self,
-        spec: &SshLevel,
-        own: &SshLevel,
-        address: IpAddr,
-        place: &str,
-    ) -> Option<SshSpec> {
+    fn host_ssh(&mut self, spec: &SshLevel, own: &SshLevel, address: IpAddr, place: &str) -> Option<SshSpec> {
         let user = own
             .user
             .clone()
@@ -548,10 +535,7 @@ impl Checker {
                 }
                 Ok(a) => {
                     if let Some(j) = drafts.iter().position(|d| d.address == Some(a)) {
-                        self.report(
-                            format!("{place}.address"),
-                            format!("duplicate of hosts[{j}]"),
-                        );
+                        self.report(format!("{place}.address"), format!("duplicate of hosts[{j}]"));
                     }
                     Some(a)
                 }
@@ -612,9 +596,7 @@ impl Checker {
             let own_ssh = self.ssh_level(&host.ssh, &format!("{place}.ssh"));
             // With no authentication anywhere, that was reported once at `ssh`.
             let ssh = match address {
-                Some(address) if !no_auth_anywhere => {
-                    self.host_ssh(spec_ssh, &own_ssh, address, &place)
-                }
+                Some(address) if !no_auth_anywhere => self.host_ssh(spec_ssh, &own_ssh, address, &place),
                 _ => None,
             };
 
@@ -666,11 +648,7 @@ impl Checker {
     // ── vip ──────────────────────────────────────────────────────────────────────────────────
 
     /// `Some(None)`: no VIP, and none needed.
-    fn vip(
-        &mut self,
-        raw: &Option<super::raw::RawVip>,
-        hosts: &[HostDraft],
-    ) -> Option<Option<Vip>> {
+    fn vip(&mut self, raw: &Option<super::raw::RawVip>, hosts: &[HostDraft]) -> Option<Option<Vip>> {
         let balancers: Vec<usize> = (0..hosts.len())
             .filter(|&i| hosts[i].has(Role::LoadBalancer))
             .collect();
@@ -822,10 +800,7 @@ impl Checker {
         };
         if kind != RawSourceKind::Release {
             if release_url.is_some() {
-                self.report(
-                    format!("{section}.releaseUrl"),
-                    stray("releaseUrl", "release"),
-                );
+                self.report(format!("{section}.releaseUrl"), stray("releaseUrl", "release"));
             }
             if sha256.is_some() {
                 self.report(format!("{section}.sha256"), stray("sha256", "release"));
@@ -965,9 +940,7 @@ impl Checker {
         } else if peer_port == client_port {
             self.report(
                 "etcd.peerPort",
-                format!(
-                    "equal to clientPort ({client_port}): give peers their own port, e.g. 2380"
-                ),
+                format!("equal to clientPort ({client_port}): give peers their own port, e.g. 2380"),
             );
         }
 
@@ -1005,7 +978,9 @@ impl Checker {
         if !is_retention(retention) {
             self.report(
                 "etcd.autoCompactionRetention",
-                format!("{retention:?} is not a retention period: use hours (8) or a duration such as 8h or 30m"),
+                format!(
+                    "{retention:?} is not a retention period: use hours (8) or a duration such as 8h or 30m"
+                ),
             );
         }
         for (i, arg) in raw.extra_args.iter().enumerate() {
@@ -1109,10 +1084,7 @@ impl Checker {
                 if net.contains(&vip.address) {
                     self.report(
                         format!("kubernetes.{field}"),
-                        format!(
-                            "{net} contains vip.address ({}): pick another range",
-                            vip.address
-                        ),
+                        format!("{net} contains vip.address ({}): pick another range", vip.address),
                     );
                 }
             }
@@ -1228,9 +1200,7 @@ fn parse_version(s: &str) -> Option<semver::Version> {
 }
 
 fn is_http_url(s: &str) -> bool {
-    let rest = s
-        .strip_prefix("https://")
-        .or_else(|| s.strip_prefix("http://"));
+    let rest = s.strip_prefix("https://").or_else(|| s.strip_prefix("http://"));
     match rest {
         Some(rest) => {
             let host = rest.split('/').next().unwrap_or("");
@@ -1253,9 +1223,7 @@ fn is_retention(s: &str) -> bool {
             return false;
         }
         rest = &rest[digits..];
-        let unit = ["ms", "h", "m", "s"]
-            .into_iter()
-            .find(|u| rest.starts_with(u));
+        let unit = ["ms", "h", "m", "s"].into_iter().find(|u| rest.starts_with(u));
         match unit {
             Some(u) => rest = &rest[u.len()..],
             None => return false,
@@ -1286,14 +1254,8 @@ mod tests {
 
     #[test]
     fn versions_accept_a_leading_v_only() {
-        assert_eq!(
-            parse_version("3.5.16"),
-            Some(semver::Version::new(3, 5, 16))
-        );
-        assert_eq!(
-            parse_version("v1.31.4"),
-            Some(semver::Version::new(1, 31, 4))
-        );
+        assert_eq!(parse_version("3.5.16"), Some(semver::Version::new(3, 5, 16)));
+        assert_eq!(parse_version("v1.31.4"), Some(semver::Version::new(1, 31, 4)));
         assert_eq!(parse_version("3.5"), None);
         assert_eq!(parse_version("vv3.5.1"), None);
         assert_eq!(parse_version("latest"), None);
@@ -1311,9 +1273,7 @@ mod tests {
 
     #[test]
     fn urls() {
-        assert!(is_http_url(
-            "https://github.com/etcd-io/etcd/releases/x.tar.gz"
-        ));
+        assert!(is_http_url("https://github.com/etcd-io/etcd/releases/x.tar.gz"));
         assert!(is_http_url("http://mirror.lan/etcd.tgz"));
         assert!(!is_http_url("ftp://x/y"));
         assert!(!is_http_url("https:///y"));
@@ -1327,10 +1287,7 @@ mod tests {
             place: place.into(),
             message: "m".into(),
         };
-        assert_eq!(
-            p("hosts[2].address").to_string(),
-            "lab.yaml: hosts[2].address: m"
-        );
+        assert_eq!(p("hosts[2].address").to_string(), "lab.yaml: hosts[2].address: m");
         assert_eq!(p("7:3").to_string(), "lab.yaml:7:3: m");
         assert_eq!(p("").to_string(), "lab.yaml: m");
     }

@@ -53,13 +53,10 @@ impl fmt::Display for Fault {
 impl FromStr for Fault {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Fault::ALL
-            .into_iter()
-            .find(|f| f.as_str() == s)
-            .ok_or_else(|| {
-                let all: Vec<&str> = Fault::ALL.iter().map(|f| f.as_str()).collect();
-                format!("unknown fault {s:?}; one of: {}", all.join(", "))
-            })
+        Fault::ALL.into_iter().find(|f| f.as_str() == s).ok_or_else(|| {
+            let all: Vec<&str> = Fault::ALL.iter().map(|f| f.as_str()).collect();
+            format!("unknown fault {s:?}; one of: {}", all.join(", "))
+        })
     }
 }
 

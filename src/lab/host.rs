@@ -85,11 +85,7 @@ pub fn prepare(lab: &Lab, h: &LabHost, base: &Path, public_key: &str) -> Result<
     }
     let public = fs_err::read_to_string(host_key.with_extension("pub"))?;
     // Drop the comment: known_hosts wants `type key`.
-    Ok(public
-        .split_whitespace()
-        .take(2)
-        .collect::<Vec<_>>()
-        .join(" "))
+    Ok(public.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
 }
 
 /// Mounts the overlay at `merged` unless it is mounted already.
@@ -244,11 +240,7 @@ pub fn kill_hard(nspawn: u32) {
 /// of its `-M <lab>-…` machine names.
 pub fn processes_of(dir: &Path, lab: &str) -> Vec<u32> {
     let dir = dir.to_string_lossy().into_owned();
-    let in_dir = |a: &str| {
-        a == dir
-            || a.strip_prefix(dir.as_str())
-                .is_some_and(|r| r.starts_with('/'))
-    };
+    let in_dir = |a: &str| a == dir || a.strip_prefix(dir.as_str()).is_some_and(|r| r.starts_with('/'));
     let me = std::process::id();
     proc::all_pids()
         .into_iter()
@@ -258,9 +250,7 @@ pub fn processes_of(dir: &Path, lab: &str) -> Vec<u32> {
                 let nspawn = argv
                     .first()
                     .is_some_and(|a| a.rsplit('/').next() == Some("systemd-nspawn"));
-                let machine = argv
-                    .windows(2)
-                    .any(|w| w[0] == "-M" && is_machine_of(&w[1], lab));
+                let machine = argv.windows(2).any(|w| w[0] == "-M" && is_machine_of(&w[1], lab));
                 (nspawn && machine) || argv.iter().any(|a| in_dir(a))
             })
         })
@@ -273,11 +263,7 @@ pub fn is_machine_of(machine: &str, lab: &str) -> bool {
     machine
         .strip_prefix(lab)
         .and_then(|r| r.strip_prefix('-'))
-        .and_then(|host| {
-            ["cp", "lb", "spare"]
-                .iter()
-                .find_map(|p| host.strip_prefix(p))
-        })
+        .and_then(|host| ["cp", "lb", "spare"].iter().find_map(|p| host.strip_prefix(p)))
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 

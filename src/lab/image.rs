@@ -79,11 +79,7 @@ pub fn ensure_base(root: &Path, suite: &str, progress: &mut dyn FnMut(String)) -
     if let Err(e) = run(&mut debootstrap) {
         return Err(super::LabError::Host {
             host: format!("base image {suite}"),
-            message: format!(
-                "{e}; last lines of {}:\n{}",
-                log.display(),
-                proc::tail(&log, 20)
-            ),
+            message: format!("{e}; last lines of {}:\n{}", log.display(), proc::tail(&log, 20)),
         });
     }
     customize(&tmp)?;

@@ -143,8 +143,7 @@ mod tests {
             state_dir: dir.join("state"),
         };
         let yaml = render(&lab).unwrap();
-        let raw: RawInventory =
-            serde_saphyr::from_str(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        let raw: RawInventory = serde_saphyr::from_str(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
         assert_eq!(raw.api_version, "hactl.io/v1alpha1");
         assert_eq!(raw.kind, "Cluster");
         assert_eq!(raw.metadata.name, "t1");

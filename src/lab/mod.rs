@@ -104,17 +104,12 @@ pub enum LabError {
         host: String,
         known: String,
     },
-    #[error(
-        "{host} of lab {lab} is not running (run `hactl lab fault --name {lab} {host} poweron`)"
-    )]
+    #[error("{host} of lab {lab} is not running (run `hactl lab fault --name {lab} {host} poweron`)")]
     HostNotRunning { lab: String, host: String },
     #[error("{host}: {message}")]
     Host { host: String, message: String },
     #[error("lab {name} was not removed completely: {}", leftovers.join("; "))]
-    Leftovers {
-        name: String,
-        leftovers: Vec<String>,
-    },
+    Leftovers { name: String, leftovers: Vec<String> },
 }
 
 pub type Result<T, E = LabError> = std::result::Result<T, E>;
@@ -242,9 +237,7 @@ pub fn lab_dir(root: &Path, name: &str) -> PathBuf {
 pub fn require_root() -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     // /proc/self belongs to the effective user of the process.
-    let euid = std::fs::metadata("/proc/self")
-        .map(|m| m.uid())
-        .unwrap_or(1);
+    let euid = std::fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(1);
     if euid == 0 {
         Ok(())
     } else {
@@ -277,11 +270,7 @@ pub fn ensure_host_tools() -> Result<()> {
     packages.sort_unstable();
     packages.dedup();
     let install = format!("apt-get install -y {}", packages.join(" "));
-    let tools = missing
-        .iter()
-        .map(|(t, _)| *t)
-        .collect::<Vec<_>>()
-        .join(", ");
+    let tools = missing.iter().map(|(t, _)| *t).collect::<Vec<_>>().join(", ");
     if require_root().is_err() {
         return Err(LabError::MissingTools { tools, install });
     }
@@ -321,9 +310,7 @@ fn validate(opts: &LabUpOptions) -> Result<()> {
         ));
     }
     if opts.control_planes == 0 {
-        return Err(LabError::InvalidShape(
-            "at least one control-plane host".into(),
-        ));
+        return Err(LabError::InvalidShape("at least one control-plane host".into()));
     }
     if opts.suite.is_empty() || !opts.suite.bytes().all(|b| b.is_ascii_lowercase()) {
         return Err(LabError::InvalidShape(format!(
@@ -448,12 +435,7 @@ pub fn up(opts: &LabUpOptions) -> Result<Lab> {
                     host::wait_ready(lab, h, BOOT_DEADLINE)?;
                     progress(
                         name,
-                        format!(
-                            "{} up ({}) in {:.1} s",
-                            h.name,
-                            h.ip,
-                            t.elapsed().as_secs_f64()
-                        ),
+                        format!("{} up ({}) in {:.1} s", h.name, h.ip, t.elapsed().as_secs_f64()),
                     );
                     Ok(())
                 })
@@ -480,13 +462,7 @@ pub fn up(opts: &LabUpOptions) -> Result<Lab> {
     Ok(lab)
 }
 
-fn new_lab(
-    opts: &LabUpOptions,
-    dir: &Path,
-    bridge: &str,
-    net_addr: Ipv4Addr,
-    operator: Ipv4Addr,
-) -> Lab {
+fn new_lab(opts: &LabUpOptions, dir: &Path, bridge: &str, net_addr: Ipv4Addr, operator: Ipv4Addr) -> Lab {
     let [a, b, c, _] = net_addr.octets();
     let out = if opts.out.is_absolute() {
         opts.out.clone()

@@ -117,14 +117,12 @@ pub fn host_veth(bridge: &str, pid1: u32) -> Result<Option<String>> {
         return Ok(None);
     };
     let ports = run(Command::new("ip").args(["-o", "link", "show", "master", bridge]))?;
-    Ok(String::from_utf8_lossy(&ports.stdout)
-        .lines()
-        .find_map(|l| {
-            let mut w = l.split_whitespace();
-            let index: u32 = w.next()?.trim_end_matches(':').parse().ok()?;
-            let name = w.next()?.trim_end_matches(':');
-            (index == peer).then(|| name.split('@').next().unwrap_or(name).to_string())
-        }))
+    Ok(String::from_utf8_lossy(&ports.stdout).lines().find_map(|l| {
+        let mut w = l.split_whitespace();
+        let index: u32 = w.next()?.trim_end_matches(':').parse().ok()?;
+        let name = w.next()?.trim_end_matches(':');
+        (index == peer).then(|| name.split('@').next().unwrap_or(name).to_string())
+    }))
 }
 
 /// Whether an interface is administratively up.

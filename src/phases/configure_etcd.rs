@@ -18,7 +18,9 @@ impl Phase for ConfigureEtcd {
     fn steps(&self, host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
         let f = ctx.facts(host);
         let files = member_files(host, ctx)?;
-        let unit_changed = files.iter().any(|u| u.path == crate::etcd::UNIT_PATH && differs(f, u));
+        let unit_changed = files
+            .iter()
+            .any(|u| u.path == crate::etcd::UNIT_PATH && differs(f, u));
         let mut steps = uploads_needed(f, files);
         if let Some(env) = initial_env(host, ctx)? {
             if differs(f, &env) {

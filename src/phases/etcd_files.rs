@@ -20,12 +20,26 @@ pub fn binary_paths(source: &BinarySource) -> (&'static str, &'static str) {
 
 /// Every path an etcd host holds for hactl, for the facts probe.
 pub fn managed_paths(source: &BinarySource) -> Vec<String> {
-    let mut paths: Vec<String> = ["ca.crt", "server.crt", "server.key", "peer.crt", "peer.key", "client.crt", "client.key"]
-        .iter()
-        .map(|f| format!("{}/{f}", etcd::PKI_DIR))
-        .collect();
+    let mut paths: Vec<String> = [
+        "ca.crt",
+        "server.crt",
+        "server.key",
+        "peer.crt",
+        "peer.key",
+        "client.crt",
+        "client.key",
+    ]
+    .iter()
+    .map(|f| format!("{}/{f}", etcd::PKI_DIR))
+    .collect();
     paths.extend(
-        [etcd::ETCDCTL_WRAPPER, etcd::MEMBER_SCRIPT, etcd::UNIT_PATH, etcd::INITIAL_ENV_PATH].map(String::from),
+        [
+            etcd::ETCDCTL_WRAPPER,
+            etcd::MEMBER_SCRIPT,
+            etcd::UNIT_PATH,
+            etcd::INITIAL_ENV_PATH,
+        ]
+        .map(String::from),
     );
     if !matches!(source, BinarySource::Package) {
         paths.extend(["etcd", "etcdctl", "etcdutl"].map(|b| format!("{}/{b}", etcd::BIN_DIR)));
@@ -38,18 +52,60 @@ pub fn member_files(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Upload>, PlanError
     let inv = ctx.inv;
     let pki = ctx.pki;
     let dir = etcd::PKI_DIR;
-    let mut files = vec![Upload::new(format!("{dir}/ca.crt"), 0o644, "root", "root", pki.etcd_ca_pem().as_bytes().to_vec())];
+    let mut files = vec![Upload::new(
+        format!("{dir}/ca.crt"),
+        0o644,
+        "root",
+        "root",
+        pki.etcd_ca_pem().as_bytes().to_vec(),
+    )];
     if let Some(server) = pki.etcd_server(&host.name) {
-        files.push(Upload::new(format!("{dir}/server.crt"), 0o644, "root", "root", server.cert_pem.clone().into_bytes()));
-        files.push(Upload::new(format!("{dir}/server.key"), 0o600, "etcd", "etcd", server.key_pem.expose().as_bytes().to_vec()));
+        files.push(Upload::new(
+            format!("{dir}/server.crt"),
+            0o644,
+            "root",
+            "root",
+            server.cert_pem.clone().into_bytes(),
+        ));
+        files.push(Upload::new(
+            format!("{dir}/server.key"),
+            0o600,
+            "etcd",
+            "etcd",
+            server.key_pem.expose().as_bytes().to_vec(),
+        ));
     }
     if let Some(peer) = pki.etcd_peer(&host.name) {
-        files.push(Upload::new(format!("{dir}/peer.crt"), 0o644, "root", "root", peer.cert_pem.clone().into_bytes()));
-        files.push(Upload::new(format!("{dir}/peer.key"), 0o600, "etcd", "etcd", peer.key_pem.expose().as_bytes().to_vec()));
+        files.push(Upload::new(
+            format!("{dir}/peer.crt"),
+            0o644,
+            "root",
+            "root",
+            peer.cert_pem.clone().into_bytes(),
+        ));
+        files.push(Upload::new(
+            format!("{dir}/peer.key"),
+            0o600,
+            "etcd",
+            "etcd",
+            peer.key_pem.expose().as_bytes().to_vec(),
+        ));
     }
     let client = pki.etcd_client(EtcdClient::Hactl);
-    files.push(Upload::new(format!("{dir}/client.crt"), 0o644, "root", "root", client.cert_pem.clone().into_bytes()));
-    files.push(Upload::new(format!("{dir}/client.key"), 0o600, "root", "root", client.key_pem.expose().as_bytes().to_vec()));
+    files.push(Upload::new(
+        format!("{dir}/client.crt"),
+        0o644,
+        "root",
+        "root",
+        client.cert_pem.clone().into_bytes(),
+    ));
+    files.push(Upload::new(
+        format!("{dir}/client.key"),
+        0o600,
+        "root",
+        "root",
+        client.key_pem.expose().as_bytes().to_vec(),
+    ));
 
     let (etcd_bin, etcdctl_bin) = binary_paths(&inv.etcd.source);
     let wrapper = render::render(
@@ -60,9 +116,21 @@ pub fn member_files(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Upload>, PlanError
             client_port: inv.etcd.client_port,
         },
     )?;
-    files.push(Upload::new(etcd::ETCDCTL_WRAPPER, 0o755, "root", "root", wrapper.into_bytes()));
+    files.push(Upload::new(
+        etcd::ETCDCTL_WRAPPER,
+        0o755,
+        "root",
+        "root",
+        wrapper.into_bytes(),
+    ));
     let member = render::render("hactl-etcd-member", &serde_json::json!({}))?;
-    files.push(Upload::new(etcd::MEMBER_SCRIPT, 0o755, "root", "root", member.into_bytes()));
+    files.push(Upload::new(
+        etcd::MEMBER_SCRIPT,
+        0o755,
+        "root",
+        "root",
+        member.into_bytes(),
+    ));
     let unit = render::render(
         "etcd.service",
         &render::EtcdUnit {
@@ -82,7 +150,13 @@ pub fn member_files(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Upload>, PlanError
             extra_args: inv.etcd.extra_args.clone(),
         },
     )?;
-    files.push(Upload::new(etcd::UNIT_PATH, 0o644, "root", "root", unit.into_bytes()));
+    files.push(Upload::new(
+        etcd::UNIT_PATH,
+        0o644,
+        "root",
+        "root",
+        unit.into_bytes(),
+    ));
     Ok(files)
 }
 
@@ -97,7 +171,10 @@ pub fn initial_env(host: &Host, ctx: &Ctx<'_>) -> Result<Option<Upload>, PlanErr
     let etcd_hosts = inv.with_role(crate::inventory::Role::Etcd);
     let (members, state): (Vec<(String, String)>, &str) = if ctx.etcd.is_fresh() {
         (
-            etcd_hosts.iter().map(|h| (h.name.clone(), etcd::peer_url(inv, h))).collect(),
+            etcd_hosts
+                .iter()
+                .map(|h| (h.name.clone(), etcd::peer_url(inv, h)))
+                .collect(),
             "new",
         )
     } else {
@@ -131,7 +208,11 @@ pub fn initial_env(host: &Host, ctx: &Ctx<'_>) -> Result<Option<Upload>, PlanErr
         }
         (members, "existing")
     };
-    let initial_cluster = members.iter().map(|(n, u)| format!("{n}={u}")).collect::<Vec<_>>().join(",");
+    let initial_cluster = members
+        .iter()
+        .map(|(n, u)| format!("{n}={u}"))
+        .collect::<Vec<_>>()
+        .join(",");
     let text = render::render(
         "etcd-initial.env",
         &render::EtcdInitialEnv {
@@ -141,5 +222,11 @@ pub fn initial_env(host: &Host, ctx: &Ctx<'_>) -> Result<Option<Upload>, PlanErr
             token: etcd::token(inv),
         },
     )?;
-    Ok(Some(Upload::new(etcd::INITIAL_ENV_PATH, 0o644, "root", "root", text.into_bytes())))
+    Ok(Some(Upload::new(
+        etcd::INITIAL_ENV_PATH,
+        0o644,
+        "root",
+        "root",
+        text.into_bytes(),
+    )))
 }

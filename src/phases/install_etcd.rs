@@ -25,14 +25,21 @@ impl Phase for InstallEtcd {
             BinarySource::Package => {
                 if !f.binaries.contains_key("etcd") || !f.binaries.contains_key("etcdctl") {
                     steps.push(Step::Run(
-                        RemoteCommand::script(APT_INSTALL_ETCD).with_timeout(std::time::Duration::from_secs(600)),
+                        RemoteCommand::script(APT_INSTALL_ETCD)
+                            .with_timeout(std::time::Duration::from_secs(600)),
                     ));
                 }
             }
             BinarySource::Release { .. } | BinarySource::Bundle { .. } => {
                 if let Some(bins) = ctx.binaries {
                     for (name, content) in &bins.files {
-                        let up = Upload::new(format!("{}/{name}", crate::etcd::BIN_DIR), 0o755, "root", "root", content.clone());
+                        let up = Upload::new(
+                            format!("{}/{name}", crate::etcd::BIN_DIR),
+                            0o755,
+                            "root",
+                            "root",
+                            content.clone(),
+                        );
                         if differs(f, &up) {
                             steps.push(Step::Upload(up));
                         }

@@ -35,7 +35,9 @@ impl Phase for JoinEtcd {
         let mut phases = Vec::new();
         for name in &ctx.etcd.joiners {
             let Some(seed_name) = ctx.etcd.seed.as_ref() else {
-                return Err(PlanError::NoRunningMember { hosts: ctx.etcd.joiners.join(", ") });
+                return Err(PlanError::NoRunningMember {
+                    hosts: ctx.etcd.joiners.join(", "),
+                });
             };
             let joiner = inv.host(name).expect("joiners come from the inventory");
             let seed = inv.host(seed_name).expect("the seed comes from the inventory");
@@ -49,8 +51,16 @@ impl Phase for JoinEtcd {
                 on(
                     seed,
                     vec![
-                        Step::Wait(probe::cluster_healthy(&format!("before adding {name}"), Duration::from_secs(30))),
-                        Step::Run(RemoteCommand::new([etcd::MEMBER_SCRIPT, "add-learner", name.as_str(), url.as_str()])),
+                        Step::Wait(probe::cluster_healthy(
+                            &format!("before adding {name}"),
+                            Duration::from_secs(30),
+                        )),
+                        Step::Run(RemoteCommand::new([
+                            etcd::MEMBER_SCRIPT,
+                            "add-learner",
+                            name.as_str(),
+                            url.as_str(),
+                        ])),
                     ],
                 ),
                 on(
@@ -80,10 +90,16 @@ impl Phase for JoinEtcd {
                         .with_timeout(Duration::from_secs(PROMOTE_TIMEOUT_SECS + 30)),
                     )],
                 ),
-                on(joiner, vec![Step::Wait(probe::member_healthy(name, Duration::from_secs(60)))]),
+                on(
+                    joiner,
+                    vec![Step::Wait(probe::member_healthy(name, Duration::from_secs(60)))],
+                ),
                 on(
                     seed,
-                    vec![Step::Wait(probe::cluster_healthy(&format!("after promoting {name}"), Duration::from_secs(60)))],
+                    vec![Step::Wait(probe::cluster_healthy(
+                        &format!("after promoting {name}"),
+                        Duration::from_secs(60),
+                    ))],
                 ),
             ];
             phases.push(PlannedPhase {

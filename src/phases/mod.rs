@@ -33,7 +33,9 @@ pub struct Ctx<'a> {
 impl Ctx<'_> {
     pub fn facts(&self, host: &Host) -> &HostFacts {
         static EMPTY: std::sync::OnceLock<HostFacts> = std::sync::OnceLock::new();
-        self.facts.get(&host.name).unwrap_or_else(|| EMPTY.get_or_init(HostFacts::default))
+        self.facts
+            .get(&host.name)
+            .unwrap_or_else(|| EMPTY.get_or_init(HostFacts::default))
     }
 }
 
@@ -96,14 +98,23 @@ pub fn build(phases: &[Box<dyn Phase>], ctx: &Ctx<'_>) -> Result<Plan, PlanError
 /// True when the host's copy of `upload.path` differs in content, mode or owner.
 pub fn differs(facts: &HostFacts, upload: &Upload) -> bool {
     match facts.files.get(&upload.path) {
-        Some(f) => f.sha256 != upload.sha256 || f.mode != upload.mode || f.owner != upload.owner || f.group != upload.group,
+        Some(f) => {
+            f.sha256 != upload.sha256
+                || f.mode != upload.mode
+                || f.owner != upload.owner
+                || f.group != upload.group
+        }
         None => true,
     }
 }
 
 /// The steps that bring `uploads` up to date on a host.
 pub fn uploads_needed(facts: &HostFacts, uploads: Vec<Upload>) -> Vec<Step> {
-    uploads.into_iter().filter(|u| differs(facts, u)).map(Step::Upload).collect()
+    uploads
+        .into_iter()
+        .filter(|u| differs(facts, u))
+        .map(Step::Upload)
+        .collect()
 }
 
 /// What the facts say about the etcd cluster as a whole.
@@ -135,7 +146,10 @@ impl EtcdView {
             if f.data_dir_has_member {
                 view.has_data.insert(host.name.clone());
             }
-            if f.units.get(crate::etcd::UNIT).is_some_and(|u| u.active == "active") {
+            if f.units
+                .get(crate::etcd::UNIT)
+                .is_some_and(|u| u.active == "active")
+            {
                 view.running.insert(host.name.clone());
             }
             if view.members.is_none() {
@@ -152,7 +166,10 @@ impl EtcdView {
             .collect();
         if ids.len() > 1 {
             let ids: Vec<String> = ids.iter().map(|i| format!("{i:x}")).collect();
-            return Err(PlanError::SplitView(format!("members report cluster IDs {}", ids.join(", "))));
+            return Err(PlanError::SplitView(format!(
+                "members report cluster IDs {}",
+                ids.join(", ")
+            )));
         }
         if view.is_fresh() {
             return Ok(view);
@@ -179,7 +196,9 @@ impl EtcdView {
             }
         }
         if !waiting.is_empty() {
-            return Err(PlanError::NoRunningMember { hosts: waiting.join(", ") });
+            return Err(PlanError::NoRunningMember {
+                hosts: waiting.join(", "),
+            });
         }
         Ok(view)
     }

@@ -14,7 +14,8 @@ pub struct RollEtcd;
 
 /// Files whose change needs a restart (scripts and the client certificate do not).
 fn needs_restart(path: &str) -> bool {
-    path == crate::etcd::UNIT_PATH || [".crt", ".key"].iter().any(|ext| path.ends_with(ext)) && !path.contains("/client.")
+    path == crate::etcd::UNIT_PATH
+        || [".crt", ".key"].iter().any(|ext| path.ends_with(ext)) && !path.contains("/client.")
 }
 
 impl Phase for RollEtcd {
@@ -43,10 +44,16 @@ impl Phase for RollEtcd {
             return Ok(vec![]);
         }
         Ok(vec![
-            Step::Wait(probe::cluster_healthy(&format!("before restarting {}", host.name), Duration::from_secs(30))),
+            Step::Wait(probe::cluster_healthy(
+                &format!("before restarting {}", host.name),
+                Duration::from_secs(30),
+            )),
             Step::Run(RemoteCommand::new(["systemctl", "restart", UNIT])),
             Step::Wait(probe::member_healthy(&host.name, Duration::from_secs(60))),
-            Step::Wait(probe::cluster_healthy(&format!("after restarting {}", host.name), Duration::from_secs(60))),
+            Step::Wait(probe::cluster_healthy(
+                &format!("after restarting {}", host.name),
+                Duration::from_secs(60),
+            )),
         ])
     }
 }

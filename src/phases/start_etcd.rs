@@ -29,8 +29,16 @@ impl Phase for StartEtcd {
         }
         if unit.active != "active" {
             // --no-block: a bootstrapping member is ready only once a quorum has started.
-            steps.push(Step::Run(RemoteCommand::new(["systemctl", "start", "--no-block", UNIT])));
-            steps.push(Step::Wait(probe::member_healthy(&host.name, Duration::from_secs(90))));
+            steps.push(Step::Run(RemoteCommand::new([
+                "systemctl",
+                "start",
+                "--no-block",
+                UNIT,
+            ])));
+            steps.push(Step::Wait(probe::member_healthy(
+                &host.name,
+                Duration::from_secs(90),
+            )));
         }
         Ok(steps)
     }

@@ -5,8 +5,8 @@
 //! one unusable (a certificate without its key, a key that does not match) is a refusal.
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, PublicKeyData,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    PublicKeyData,
 };
 use time::Duration;
 
@@ -99,8 +99,8 @@ pub(crate) fn ensure(ledger: &mut Ledger<'_>, kind: CaKind, cluster: &str) -> Re
         reason: format!("not a private key: {e}"),
     })?;
     let der = issue::pem_to_der(&cert_pem).map_err(unusable)?;
-    let (_, x509) = x509_parser::parse_x509_certificate(&der)
-        .map_err(|e| unusable(format!("not a certificate: {e}")))?;
+    let (_, x509) =
+        x509_parser::parse_x509_certificate(&der).map_err(|e| unusable(format!("not a certificate: {e}")))?;
     if x509.public_key().subject_public_key.data.as_ref() != key.der_bytes() {
         return Err(unusable(format!("it does not match {key_rel}")));
     }
@@ -144,12 +144,7 @@ pub(crate) fn ensure(ledger: &mut Ledger<'_>, kind: CaKind, cluster: &str) -> Re
     Ok(Ca { kind, issuer, der })
 }
 
-fn self_signed(
-    ledger: &Ledger<'_>,
-    kind: CaKind,
-    cluster: &str,
-    key: &KeyPair,
-) -> Result<String, PkiError> {
+fn self_signed(ledger: &Ledger<'_>, kind: CaKind, cluster: &str, key: &KeyPair) -> Result<String, PkiError> {
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, kind.common_name(cluster));
@@ -163,12 +158,10 @@ fn self_signed(
     params.not_before = ledger.now - CLOCK_SKEW;
     params.not_after = ledger.now + Duration::days(ledger.ca_validity_days.into());
     params.serial_number = Some(random_serial());
-    let cert = params
-        .self_signed(key)
-        .map_err(|source| PkiError::Generate {
-            what: format!("the {} CA certificate", kind.dir()),
-            source,
-        })?;
+    let cert = params.self_signed(key).map_err(|source| PkiError::Generate {
+        what: format!("the {} CA certificate", kind.dir()),
+        source,
+    })?;
     Ok(cert.pem())
 }
 

@@ -9,8 +9,8 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use rcgen::{
-    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
-    KeyUsagePurpose, PublicKeyData, RsaKeySize, SanType, SerialNumber,
+    CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
+    PublicKeyData, RsaKeySize, SanType, SerialNumber,
 };
 use time::{Duration, OffsetDateTime};
 use x509_parser::certificate::X509Certificate;
@@ -197,11 +197,7 @@ fn first_ip(net: &ipnet::IpNet) -> IpAddr {
 }
 
 /// Reuses the leaf on disk if it still fits `request`, or issues it from `ca`.
-pub(crate) fn ensure_leaf(
-    ledger: &mut Ledger<'_>,
-    request: &CertRequest,
-    ca: &Ca,
-) -> Result<(), PkiError> {
+pub(crate) fn ensure_leaf(ledger: &mut Ledger<'_>, request: &CertRequest, ca: &Ca) -> Result<(), PkiError> {
     let cert_rel = format!("{}.crt", request.name);
     let key_rel = format!("{}.key", request.name);
     let cert_path = ledger.path(&cert_rel);
@@ -399,8 +395,7 @@ fn signed_by(cert: &X509Certificate<'_>, ca_der: &[u8]) -> bool {
     let Ok((_, ca)) = x509_parser::parse_x509_certificate(ca_der) else {
         return false;
     };
-    cert.issuer().as_raw() == ca.subject().as_raw()
-        && cert.verify_signature(Some(ca.public_key())).is_ok()
+    cert.issuer().as_raw() == ca.subject().as_raw() && cert.verify_signature(Some(ca.public_key())).is_ok()
 }
 
 /// Whether the certificate `cert_pem` was signed by the CA certificate `ca_pem` (its name and key).
@@ -408,10 +403,9 @@ pub fn is_signed_by(cert_pem: &str, ca_pem: &str) -> Result<bool, PkiError> {
     let invalid = |reason: String| PkiError::InvalidCertificate { reason };
     let der = pem_to_der(cert_pem).map_err(invalid)?;
     let ca_der = pem_to_der(ca_pem).map_err(invalid)?;
-    let (_, cert) =
-        x509_parser::parse_x509_certificate(&der).map_err(|e| PkiError::InvalidCertificate {
-            reason: e.to_string(),
-        })?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|e| PkiError::InvalidCertificate {
+        reason: e.to_string(),
+    })?;
     Ok(signed_by(&cert, &ca_der))
 }
 
@@ -439,8 +433,7 @@ pub(crate) fn random_serial() -> SerialNumber {
 
 /// The DER of the first `CERTIFICATE` block in `pem`.
 pub(crate) fn pem_to_der(pem: &str) -> Result<Vec<u8>, String> {
-    let (_, block) =
-        x509_parser::pem::parse_x509_pem(pem.as_bytes()).map_err(|e| format!("not PEM: {e}"))?;
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).map_err(|e| format!("not PEM: {e}"))?;
     if block.label != "CERTIFICATE" {
         return Err(format!("PEM block is {}, not CERTIFICATE", block.label));
     }
@@ -499,10 +492,9 @@ pub struct CertInfo {
 /// Reads a PEM certificate back (used by the re-issue logic, `hactl status` and tests).
 pub fn inspect(pem: &str) -> Result<CertInfo, PkiError> {
     let der = pem_to_der(pem).map_err(|reason| PkiError::InvalidCertificate { reason })?;
-    let (_, cert) =
-        x509_parser::parse_x509_certificate(&der).map_err(|e| PkiError::InvalidCertificate {
-            reason: e.to_string(),
-        })?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).map_err(|e| PkiError::InvalidCertificate {
+        reason: e.to_string(),
+    })?;
     Ok(info_of(&cert))
 }
 

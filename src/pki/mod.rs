@@ -269,10 +269,7 @@ pub struct Pki {
 impl Pki {
     /// A certificate by its path stem, e.g. `etcd/server-cp1`.
     pub fn get(&self, name: &str) -> Option<&CertFiles> {
-        self.entries
-            .iter()
-            .find(|e| e.name == name)
-            .map(|e| &e.files)
+        self.entries.iter().find(|e| e.name == name).map(|e| &e.files)
     }
 
     fn must(&self, name: &str) -> &CertFiles {

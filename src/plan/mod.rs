@@ -147,13 +147,19 @@ impl Check {
     pub fn command(description: impl Into<String>, cmd: RemoteCommand, timeout: Duration) -> Check {
         Check {
             description: description.into(),
-            probe: Probe::Command(RemoteCommand { read_only: true, ..cmd }),
+            probe: Probe::Command(RemoteCommand {
+                read_only: true,
+                ..cmd
+            }),
             timeout,
             diagnose: None,
         }
     }
     pub fn diagnose_with(mut self, cmd: RemoteCommand) -> Check {
-        self.diagnose = Some(RemoteCommand { read_only: true, ..cmd });
+        self.diagnose = Some(RemoteCommand {
+            read_only: true,
+            ..cmd
+        });
         self
     }
 }
@@ -217,7 +223,9 @@ impl Plan {
         self.phases.iter().any(|p| p.disruptive)
     }
     pub fn is_empty(&self) -> bool {
-        self.phases.iter().all(|p| p.hosts.iter().all(|h| h.steps.is_empty()))
+        self.phases
+            .iter()
+            .all(|p| p.hosts.iter().all(|h| h.steps.is_empty()))
     }
     /// Adds a phase, dropping hosts with no steps and the phase itself when nothing is left.
     pub fn push(&mut self, phase: PlannedPhase) {

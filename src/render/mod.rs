@@ -9,9 +9,18 @@ use tera::{Context, Tera};
 /// Templates, named after what they produce.
 const TEMPLATES: &[(&str, &str)] = &[
     ("etcd.service", include_str!("../../templates/etcd.service.tera")),
-    ("etcd-initial.env", include_str!("../../templates/etcd-initial.env.tera")),
-    ("hactl-etcdctl", include_str!("../../templates/hactl-etcdctl.tera")),
-    ("hactl-etcd-member", include_str!("../../templates/hactl-etcd-member.tera")),
+    (
+        "etcd-initial.env",
+        include_str!("../../templates/etcd-initial.env.tera"),
+    ),
+    (
+        "hactl-etcdctl",
+        include_str!("../../templates/hactl-etcdctl.tera"),
+    ),
+    (
+        "hactl-etcd-member",
+        include_str!("../../templates/hactl-etcd-member.tera"),
+    ),
 ];
 
 /// A template failed to render (a bug in hactl, not in the inventory).

@@ -144,11 +144,7 @@ impl KnownHosts {
     }
 
     /// Applies `change` to a copy of the lines, writes the file, and only then updates the map.
-    fn write_with(
-        &self,
-        state: &mut State,
-        change: impl FnOnce(&mut Vec<Line>),
-    ) -> Result<(), Error> {
+    fn write_with(&self, state: &mut State, change: impl FnOnce(&mut Vec<Line>)) -> Result<(), Error> {
         let mut lines = state.lines.clone();
         change(&mut lines);
         let mut text = String::new();
@@ -261,10 +257,8 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    const KEY_A: &str =
-        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIByFbOEHrajRY2wtGea+3ozlo3uolhtwT0BikLzSuv6G";
-    const KEY_B: &str =
-        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAID9UUFWIrF1bijwLXwOqaa0SmbsH4lsxkdWCw46NE7Jm";
+    const KEY_A: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIByFbOEHrajRY2wtGea+3ozlo3uolhtwT0BikLzSuv6G";
+    const KEY_B: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAID9UUFWIrF1bijwLXwOqaa0SmbsH4lsxkdWCw46NE7Jm";
 
     fn key(s: &str) -> PublicKey {
         PublicKey::from_openssh(s).unwrap()
@@ -279,10 +273,7 @@ mod tests {
         assert_eq!(host_token(addr(), 22), "10.0.0.1");
         assert_eq!(host_token(addr(), 2222), "[10.0.0.1]:2222");
         assert_eq!(host_token("fd00::1".parse().unwrap(), 22), "fd00::1");
-        assert_eq!(
-            host_token("fd00::1".parse().unwrap(), 2222),
-            "[fd00::1]:2222"
-        );
+        assert_eq!(host_token("fd00::1".parse().unwrap(), 2222), "[fd00::1]:2222");
     }
 
     #[test]
@@ -364,10 +355,7 @@ mod tests {
         }
         let again = KnownHosts::load(&path).unwrap();
         for i in 0..16u16 {
-            assert_eq!(
-                again.check(addr(), 2000 + i, &key(KEY_A)),
-                HostKeyCheck::Match
-            );
+            assert_eq!(again.check(addr(), 2000 + i, &key(KEY_A)), HostKeyCheck::Match);
         }
     }
 
@@ -377,9 +365,6 @@ mod tests {
         let path = dir.path().join("known_hosts");
         std::fs::write(&path, format!("10.0.0.1 {KEY_A}\nnot-a-line\n")).unwrap();
         let err = KnownHosts::load(&path).unwrap_err().to_string();
-        assert!(
-            err.contains("known_hosts:2: invalid known_hosts line"),
-            "{err}"
-        );
+        assert!(err.contains("known_hosts:2: invalid known_hosts line"), "{err}");
     }
 }

@@ -39,11 +39,7 @@ pub enum Error {
     },
 
     #[error("timed out after {secs}s {what} on {host}")]
-    Timeout {
-        host: String,
-        what: String,
-        secs: u64,
-    },
+    Timeout { host: String, what: String, secs: u64 },
 
     #[error("{host} refused authentication as {user} (tried: {tried})")]
     AuthenticationRefused {
@@ -74,9 +70,7 @@ pub enum Error {
         source: Box<russh::keys::Error>,
     },
 
-    #[error(
-        "ssh-agent is unavailable: SSH_AUTH_SOCK is not set (start an agent or use a key file)"
-    )]
+    #[error("ssh-agent is unavailable: SSH_AUTH_SOCK is not set (start an agent or use a key file)")]
     AgentUnset,
 
     #[error("failed to talk to ssh-agent at {}", socket.display())]

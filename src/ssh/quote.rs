@@ -7,7 +7,11 @@
 pub fn word(w: &str) -> String {
     let safe = !w.is_empty()
         && w.bytes().all(|b| {
-            b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/' | b':' | b'=' | b',' | b'@' | b'+' | b'%')
+            b.is_ascii_alphanumeric()
+                || matches!(
+                    b,
+                    b'-' | b'_' | b'.' | b'/' | b':' | b'=' | b',' | b'@' | b'+' | b'%'
+                )
         });
     if safe {
         w.to_string()

@@ -102,10 +102,7 @@ struct Client {
 impl client::Handler for Client {
     type Error = russh::Error;
 
-    async fn check_server_key(
-        &mut self,
-        key: &PublicKeyOrCertificate,
-    ) -> Result<bool, Self::Error> {
+    async fn check_server_key(&mut self, key: &PublicKeyOrCertificate) -> Result<bool, Self::Error> {
         let key = key.public_key();
         let presented = fingerprint(&key);
         let (ip, port) = (self.addr.ip(), self.addr.port());
@@ -145,11 +142,7 @@ impl client::Handler for Client {
 impl Session {
     /// Connects to `spec` (through its bastion if it has one), checks the host key and logs in.
     /// The whole of it is bounded by the connect timeout.
-    pub async fn connect(
-        host_name: &str,
-        spec: &SshSpec,
-        opts: &ConnectOptions,
-    ) -> Result<Session, Error> {
+    pub async fn connect(host_name: &str, spec: &SshSpec, opts: &ConnectOptions) -> Result<Session, Error> {
         let limit = opts
             .timeout
             .unwrap_or(Duration::from_secs(spec.connect_timeout_secs.max(1)));
@@ -172,13 +165,11 @@ impl Session {
         let (handle, bastion) = match &spec.bastion {
             None => {
                 debug!("{host_name}: connecting to {addr}");
-                let tcp = TcpStream::connect(addr)
-                    .await
-                    .map_err(|source| Error::Connect {
-                        host: host_name.to_string(),
-                        addr,
-                        source,
-                    })?;
+                let tcp = TcpStream::connect(addr).await.map_err(|source| Error::Connect {
+                    host: host_name.to_string(),
+                    addr,
+                    source,
+                })?;
                 let _ = tcp.set_nodelay(true);
                 (handshake(host_name, addr, tcp, spec, opts).await?, None)
             }
@@ -197,12 +188,7 @@ impl Session {
                 debug!("{host_name}: connecting to {addr} through bastion {b_addr}");
                 let channel = jump
                     .handle
-                    .channel_open_direct_tcpip(
-                        addr.ip().to_string(),
-                        u32::from(addr.port()),
-                        "127.0.0.1",
-                        0,
-                    )
+                    .channel_open_direct_tcpip(addr.ip().to_string(), u32::from(addr.port()), "127.0.0.1", 0)
                     .await
                     .map_err(|source| {
                         via(Error::Channel {
@@ -259,11 +245,7 @@ impl Session {
 
     /// Forwards a local port to `remote_host:remote_port` as seen from this host. Each connection
     /// accepted on `127.0.0.1:<port>` gets its own channel. The listener stops when the guard drops.
-    pub async fn forward(
-        &self,
-        remote_host: &str,
-        remote_port: u16,
-    ) -> Result<(u16, ForwardGuard), Error> {
+    pub async fn forward(&self, remote_host: &str, remote_port: u16) -> Result<(u16, ForwardGuard), Error> {
         let target = format!("{remote_host}:{remote_port}");
         let err = |local_port, source| Error::Forward {
             host: self.host.clone(),
@@ -271,9 +253,7 @@ impl Session {
             local_port,
             source,
         };
-        let listener = TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .map_err(|e| err(0, e))?;
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await.map_err(|e| err(0, e))?;
         let port = listener.local_addr().map_err(|e| err(0, e))?.port();
         debug!("{}: forwarding 127.0.0.1:{port} to {target}", self.host);
         let handle = self.handle.clone();
@@ -348,10 +328,7 @@ impl Session {
             .channel_open_session()
             .await
             .map_err(self.channel_err())?;
-        channel
-            .exec(true, line.as_bytes())
-            .await
-            .map_err(command_err)?;
+        channel.exec(true, line.as_bytes()).await.map_err(command_err)?;
         let (mut read, write) = channel.split();
 
         let mut sudo_wants_password = false;
@@ -469,9 +446,7 @@ impl Session {
     async fn upload_unwrapped(&self, upload: &Upload) -> Result<UploadOutcome, Error> {
         // Round trip 1: what is there now (read-only, through sudo when the host needs it).
         let probe = RemoteCommand::read_only(["sh", "-c", PROBE_SCRIPT, "sh", &upload.path]);
-        let out = self
-            .run_checked(&probe, None, "reading the current file")
-            .await?;
+        let out = self.run_checked(&probe, None, "reading the current file").await?;
         let remote = RemoteFile::parse(&out.stdout_str());
         if remote.matches(upload) {
             debug!("{}: {} unchanged", self.host, upload.path);
@@ -487,8 +462,7 @@ impl Session {
             match self.sftp().await {
                 Ok(sftp) => {
                     if !remote.parent_exists {
-                        let mkdir =
-                            RemoteCommand::new(["sh", "-c", MKDIR_SCRIPT, "sh", &upload.path]);
+                        let mkdir = RemoteCommand::new(["sh", "-c", MKDIR_SCRIPT, "sh", &upload.path]);
                         self.run_checked(&mkdir, None, "creating the parent directory")
                             .await?;
                     }
@@ -531,10 +505,7 @@ impl Session {
                     self.run_checked(&finish, None, "placing the file").await?;
                     return Ok(UploadOutcome::Written);
                 }
-                Err(e) => debug!(
-                    "{}: sftp unavailable ({e}); writing through stdin",
-                    self.host
-                ),
+                Err(e) => debug!("{}: sftp unavailable ({e}); writing through stdin", self.host),
             }
         }
         // Round trip 2 (sudo, or no sftp): everything in one command, content on stdin.
@@ -589,6 +560,10 @@ impl Transport for Session {
                 path: upload.path.clone(),
                 source: Box::new(source),
             })
+    }
+
+    async fn forward(&self, remote_host: &str, remote_port: u16) -> Result<(u16, ForwardGuard), Error> {
+        Session::forward(self, remote_host, remote_port).await
     }
 }
 
@@ -694,8 +669,7 @@ async fn authenticate(
     };
     match &spec.auth {
         SshAuth::KeyFile(path) => {
-            let key =
-                russh::keys::load_secret_key(path, None).map_err(|e| key_file_error(path, e))?;
+            let key = russh::keys::load_secret_key(path, None).map_err(|e| key_file_error(path, e))?;
             let fp = fingerprint(key.public_key());
             let hash = if key.algorithm().is_rsa() {
                 handle
@@ -757,10 +731,7 @@ async fn authenticate(
                     socket.display()
                 )))
             } else {
-                Err(refused(format!(
-                    "publickey from ssh-agent: {}",
-                    tried.join(", ")
-                )))
+                Err(refused(format!("publickey from ssh-agent: {}", tried.join(", "))))
             }
         }
     }
@@ -770,8 +741,7 @@ async fn authenticate(
 fn key_file_error(path: &std::path::Path, source: russh::keys::Error) -> Error {
     let encrypted = matches!(
         source,
-        russh::keys::Error::KeyIsEncrypted
-            | russh::keys::Error::SshKey(russh::keys::ssh_key::Error::Crypto)
+        russh::keys::Error::KeyIsEncrypted | russh::keys::Error::SshKey(russh::keys::ssh_key::Error::Crypto)
     );
     if encrypted {
         Error::KeyFileEncrypted {

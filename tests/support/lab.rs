@@ -50,10 +50,7 @@ fn remove_stale(root: &Path, test_name: &str) {
     };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name
-            .strip_prefix(&prefix)
-            .and_then(|p| p.parse::<u32>().ok())
-        else {
+        let Some(pid) = name.strip_prefix(&prefix).and_then(|p| p.parse::<u32>().ok()) else {
             continue;
         };
         if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
@@ -177,9 +174,7 @@ impl Drop for TestLab {
 
 /// Whether `addr:22` sends an SSH banner within about two seconds.
 pub fn ssh_banner(addr: Ipv4Addr) -> bool {
-    let Ok(mut s) =
-        TcpStream::connect_timeout(&SocketAddr::from((addr, 22)), Duration::from_secs(1))
-    else {
+    let Ok(mut s) = TcpStream::connect_timeout(&SocketAddr::from((addr, 22)), Duration::from_secs(1)) else {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
@@ -213,13 +208,7 @@ pub fn processes_mentioning(needle: &str) -> Vec<String> {
             continue;
         }
         let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| {
-                s.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
+            .map(|s| s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
             .unwrap_or(true);
         let cmd = std::fs::read(format!("/proc/{pid}/cmdline"))
             .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
