@@ -691,7 +691,13 @@ async fn connect_times_out_on_a_silent_port() {
     let err = Session::connect("node1", &spec, &options(dir.path()))
         .await
         .unwrap_err();
-    assert_eq!(err.to_string(), "timed out after 1s connecting on node1");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "timed out after 1s connecting to node1 at 127.0.0.1:{}",
+            spec.port
+        )
+    );
 }
 
 /// sudo -n without a NOPASSWD rule: a clear error naming the fix. Needs root (to create the user

@@ -38,7 +38,8 @@ pub enum Error {
         source: Box<russh::Error>,
     },
 
-    #[error("timed out after {secs}s {what} on {host}")]
+    /// `what` names the step and the host: "connecting to cp1 at 10.0.0.1:22".
+    #[error("timed out after {secs}s {what}")]
     Timeout {
         host: String,
         what: String,

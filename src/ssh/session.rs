@@ -157,7 +157,10 @@ impl Session {
             Ok(result) => result,
             Err(_) => Err(Error::Timeout {
                 host: host_name.to_string(),
-                what: "connecting".to_string(),
+                what: format!(
+                    "connecting to {host_name} at {}:{}",
+                    spec.address, spec.port
+                ),
                 secs: limit.as_secs(),
             }),
         }
@@ -413,7 +416,7 @@ impl Session {
                 let _ = write.close().await;
                 Err(Error::Timeout {
                     host: self.host.clone(),
-                    what: format!("running `{line}`"),
+                    what: format!("running `{line}` on {}", self.host),
                     secs: cmd.timeout.as_secs(),
                 })
             }
@@ -515,7 +518,7 @@ impl Session {
                         Err(_) => {
                             return Err(Error::Timeout {
                                 host: self.host.clone(),
-                                what: format!("writing {tmp} over sftp"),
+                                what: format!("writing {tmp} over sftp on {}", self.host),
                                 secs: timeout.as_secs(),
                             })
                         }
