@@ -150,7 +150,10 @@ impl Session {
             Ok(result) => result,
             Err(_) => Err(Error::Timeout {
                 host: host_name.to_string(),
-                what: "connecting".to_string(),
+                what: format!(
+                    "connecting to {host_name} at {}:{}",
+                    spec.address, spec.port
+                ),
                 secs: limit.as_secs(),
             }),
         }
@@ -331,7 +334,7 @@ impl Session {
         channel.exec(true, line.as_bytes()).await.map_err(command_err)?;
         let (mut read, write) = channel.split();
 
-        let mut sudo_wants_password = false;
+        let mut stderr_head = Vec::new();
         let io = async {
             let writer = async {
                 if let Some(bytes) = stdin {
@@ -345,8 +348,10 @@ impl Session {
                     match msg {
                         ChannelMsg::Data { data } => sink(OutputChunk::Stdout(&data)),
                         ChannelMsg::ExtendedData { data, ext: 1 } => {
-                            if self.sudo && contains(&data, b"sudo: a password is required") {
-                                sudo_wants_password = true;
+                            // sudo's complaint may arrive in pieces: look at the start of stderr.
+                            if self.sudo && stderr_head.len() < STDERR_HEAD {
+                                let room = STDERR_HEAD - stderr_head.len();
+                                stderr_head.extend_from_slice(&data[..data.len().min(room)]);
                             }
                             sink(OutputChunk::Stderr(&data))
                         }
@@ -364,7 +369,7 @@ impl Session {
         };
         match tokio::time::timeout(cmd.timeout, io).await {
             Ok((written, status)) => {
-                if sudo_wants_password {
+                if contains(&stderr_head, b"sudo: a password is required") {
                     return Err(Error::SudoPasswordRequired {
                         host: self.host.clone(),
                         user: self.user.clone(),
@@ -377,8 +382,10 @@ impl Session {
                 Ok(status)
             }
             Err(_) => {
+                // sshd delivers the signal to sessions of unprivileged users only; a root
+                // session's command keeps running after its channel closes.
                 warn!(
-                    "{}: `{line}` timed out after {}s; closing its channel",
+                    "{}: `{line}` timed out after {}s; sent TERM and closed its channel",
                     self.host,
                     cmd.timeout.as_secs()
                 );
@@ -386,7 +393,7 @@ impl Session {
                 let _ = write.close().await;
                 Err(Error::Timeout {
                     host: self.host.clone(),
-                    what: format!("running `{line}`"),
+                    what: format!("running `{line}` on {}", self.host),
                     secs: cmd.timeout.as_secs(),
                 })
             }
@@ -485,7 +492,7 @@ impl Session {
                         Err(_) => {
                             return Err(Error::Timeout {
                                 host: self.host.clone(),
-                                what: format!("writing {tmp} over sftp"),
+                                what: format!("writing {tmp} over sftp on {}", self.host),
                                 secs: timeout.as_secs(),
                             })
                         }
@@ -755,6 +762,9 @@ fn key_file_error(path: &std::path::Path, source: russh::keys::Error) -> Error {
         }
     }
 }
+
+/// How much of stderr is kept to recognise sudo's own failures.
+const STDERR_HEAD: usize = 4096;
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
