@@ -60,6 +60,11 @@ pub fn create_private_dir(dir: &Path) -> Result<()> {
 
 /// An exclusive lock on `path`, held until the returned file is dropped; waits for other holders.
 pub fn lock_file(path: &Path) -> Result<File> {
+    lock_file_or(path, || {})
+}
+
+/// Like [`lock_file`]; calls `waiting` first when another process holds the lock.
+pub fn lock_file_or(path: &Path, waiting: impl FnOnce()) -> Result<File> {
     if let Some(parent) = path.parent() {
         fs_err::create_dir_all(parent)?;
     }
@@ -69,9 +74,16 @@ pub fn lock_file(path: &Path) -> Result<File> {
         .write(true)
         .open(path)?
         .into_file();
-    file.lock().map_err(|e| {
-        std::io::Error::new(e.kind(), format!("failed to lock {}: {e}", path.display()))
-    })?;
+    let failed = |e: std::io::Error| {
+        let msg = format!("failed to lock {}: {e}", path.display());
+        std::io::Error::new(e.kind(), msg)
+    };
+    match file.try_lock() {
+        Ok(()) => return Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => waiting(),
+        Err(std::fs::TryLockError::Error(e)) => return Err(failed(e).into()),
+    }
+    file.lock().map_err(failed)?;
     Ok(file)
 }
 
@@ -232,6 +244,27 @@ mod tests {
         assert_eq!(unescape_mount(r"/a\040b"), "/a b");
         assert_eq!(unescape_mount("/plain"), "/plain");
         assert_eq!(unescape_mount(r"/end\"), r"/end\");
+    }
+
+    #[test]
+    fn a_second_locker_is_told_it_waits_then_gets_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("base.lock");
+        let first = lock_file(&path).unwrap();
+        let waited = std::thread::scope(|s| {
+            let second = s.spawn(|| {
+                let mut waited = false;
+                let _lock = lock_file_or(&path, || waited = true).unwrap();
+                waited
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            drop(first);
+            second.join().unwrap()
+        });
+        assert!(waited);
+        let mut waited_again = false;
+        let _lock = lock_file_or(&path, || waited_again = true).unwrap();
+        assert!(!waited_again);
     }
 
     #[test]
