@@ -98,7 +98,7 @@ pub(super) fn apply(lab: &mut Lab, name: &str, fault: Fault) -> Result<()> {
                 let pid = host::spawn(lab, &h)?;
                 lab.hosts[index].nspawn_pid = Some(pid);
             }
-            host::wait_ready(lab, &h, super::BOOT_DEADLINE)?;
+            host::wait_ready(&h, super::BOOT_DEADLINE)?;
         }
         Fault::Isolate | Fault::Rejoin => {
             let init = host::nspawn_pid(&h)

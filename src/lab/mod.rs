@@ -442,10 +442,9 @@ pub fn up(opts: &LabUpOptions) -> Result<Lab> {
             .hosts
             .iter()
             .map(|h| {
-                let lab = &lab;
                 s.spawn(move || {
                     let t = Instant::now();
-                    host::wait_ready(lab, h, BOOT_DEADLINE)?;
+                    host::wait_ready(h, BOOT_DEADLINE)?;
                     progress(
                         name,
                         format!(
