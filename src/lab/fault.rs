@@ -88,10 +88,14 @@ pub(super) fn apply(lab: &mut Lab, name: &str, fault: Fault) -> Result<()> {
             if host::nspawn_pid(&h).is_none() {
                 let base = image::ensure_base(&lab.root, &lab.suite, &mut |_| {})?;
                 host::mount_overlay(&h, &base)?;
+                // After a reboot of this machine the bridge is gone; the lab still owns its name.
+                if !net::bridge_exists(&lab.bridge) {
+                    net::create_bridge(&lab.bridge, lab.operator_address)?;
+                }
                 let pid = host::spawn(lab, &h)?;
                 lab.hosts[index].nspawn_pid = Some(pid);
             }
-            host::wait_ready(lab, &h, super::BOOT_DEADLINE)?;
+            host::wait_ready(&h, super::BOOT_DEADLINE)?;
         }
         Fault::Isolate | Fault::Rejoin => {
             let init = host::nspawn_pid(&h)

@@ -167,8 +167,7 @@ pub fn nspawn_pid(h: &LabHost) -> Option<u32> {
 
 /// Waits until `h` answers with an SSH banner on port 22; fails early with the console log's tail
 /// if its systemd-nspawn exits.
-pub fn wait_ready(lab: &Lab, h: &LabHost, deadline: Duration) -> Result<()> {
-    let _ = lab;
+pub fn wait_ready(h: &LabHost, deadline: Duration) -> Result<()> {
     let start = Instant::now();
     let mut interval = Duration::from_millis(50);
     let mut gone_since: Option<Instant> = None;

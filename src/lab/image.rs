@@ -48,7 +48,11 @@ pub fn ensure_base(root: &Path, suite: &str, progress: &mut dyn FnMut(String)) -
     if target.is_dir() {
         return Ok(target);
     }
-    let _lock = proc::lock_file(&base_dir.join(format!("{suite}.lock")))?;
+    let _lock = proc::lock_file_or(&base_dir.join(format!("{suite}.lock")), || {
+        progress(format!(
+            "waiting for another hactl building the base image for {suite}…"
+        ))
+    })?;
     // Another `up` may have finished the build while this one waited for the lock.
     if target.is_dir() {
         return Ok(target);

@@ -429,10 +429,9 @@ pub fn up(opts: &LabUpOptions) -> Result<Lab> {
             .hosts
             .iter()
             .map(|h| {
-                let lab = &lab;
                 s.spawn(move || {
                     let t = Instant::now();
-                    host::wait_ready(lab, h, BOOT_DEADLINE)?;
+                    host::wait_ready(h, BOOT_DEADLINE)?;
                     progress(
                         name,
                         format!("{} up ({}) in {:.1} s", h.name, h.ip, t.elapsed().as_secs_f64()),

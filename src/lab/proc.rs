@@ -51,13 +51,20 @@ pub fn create_private_dir(dir: &Path) -> Result<()> {
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|e| std::io::Error::new(e.kind(), format!("failed to create {}: {e}", dir.display())))?;
+        .map_err(|e| {
+            std::io::Error::new(e.kind(), format!("failed to create {}: {e}", dir.display()))
+        })?;
     fs_err::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
     Ok(())
 }
 
 /// An exclusive lock on `path`, held until the returned file is dropped; waits for other holders.
 pub fn lock_file(path: &Path) -> Result<File> {
+    lock_file_or(path, || {})
+}
+
+/// Like [`lock_file`]; calls `waiting` first when another process holds the lock.
+pub fn lock_file_or(path: &Path, waiting: impl FnOnce()) -> Result<File> {
     if let Some(parent) = path.parent() {
         fs_err::create_dir_all(parent)?;
     }
@@ -67,8 +74,16 @@ pub fn lock_file(path: &Path) -> Result<File> {
         .write(true)
         .open(path)?
         .into_file();
-    file.lock()
-        .map_err(|e| std::io::Error::new(e.kind(), format!("failed to lock {}: {e}", path.display())))?;
+    let failed = |e: std::io::Error| {
+        let msg = format!("failed to lock {}: {e}", path.display());
+        std::io::Error::new(e.kind(), msg)
+    };
+    match file.try_lock() {
+        Ok(()) => return Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => waiting(),
+        Err(std::fs::TryLockError::Error(e)) => return Err(failed(e).into()),
+    }
+    file.lock().map_err(failed)?;
     Ok(file)
 }
 
@@ -95,7 +110,10 @@ pub fn status(pid: u32) -> Option<ProcStatus> {
         } else if let Some(v) = line.strip_prefix("State:") {
             st.state = v.trim().chars().next().unwrap_or('?');
         } else if let Some(v) = line.strip_prefix("NSpid:") {
-            st.nspid = v.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+            st.nspid = v
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect();
         }
     }
     Some(st)
@@ -182,7 +200,8 @@ fn unescape_mount(s: &str) -> String {
             .get(i + 1..i + 4)
             .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
         if let (b'\\', Some(d)) = (b[i], octal) {
-            let v = u32::from(d[0] - b'0') * 64 + u32::from(d[1] - b'0') * 8 + u32::from(d[2] - b'0');
+            let v =
+                u32::from(d[0] - b'0') * 64 + u32::from(d[1] - b'0') * 8 + u32::from(d[2] - b'0');
             out.push(v as u8);
             i += 4;
             continue;
@@ -225,6 +244,27 @@ mod tests {
         assert_eq!(unescape_mount(r"/a\040b"), "/a b");
         assert_eq!(unescape_mount("/plain"), "/plain");
         assert_eq!(unescape_mount(r"/end\"), r"/end\");
+    }
+
+    #[test]
+    fn a_second_locker_is_told_it_waits_then_gets_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("base.lock");
+        let first = lock_file(&path).unwrap();
+        let waited = std::thread::scope(|s| {
+            let second = s.spawn(|| {
+                let mut waited = false;
+                let _lock = lock_file_or(&path, || waited = true).unwrap();
+                waited
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            drop(first);
+            second.join().unwrap()
+        });
+        assert!(waited);
+        let mut waited_again = false;
+        let _lock = lock_file_or(&path, || waited_again = true).unwrap();
+        assert!(!waited_again);
     }
 
     #[test]
