@@ -130,14 +130,10 @@ async fn timeout_fires_and_the_session_stays_usable() {
         .unwrap_err();
     assert!(matches!(err, Error::Timeout { secs: 1, .. }), "{err:?}");
     assert!(
-        err.to_string()
-            .starts_with("timed out after 1s running `sh -c"),
+        err.to_string().starts_with("timed out after 1s running `sh -c"),
         "{err}"
     );
-    let out = s
-        .run(&RemoteCommand::new(["echo", "still here"]))
-        .await
-        .unwrap();
+    let out = s.run(&RemoteCommand::new(["echo", "still here"])).await.unwrap();
     assert_eq!(out.stdout_str(), "still here\n");
 }
 
@@ -192,11 +188,7 @@ async fn parallel_channels_on_one_session_overlap() {
                 .await
                 .unwrap();
             assert!(out.success(), "{}", out.stderr_str());
-            let t: Vec<u128> = out
-                .stdout_str()
-                .lines()
-                .map(|l| l.parse().unwrap())
-                .collect();
+            let t: Vec<u128> = out.stdout_str().lines().map(|l| l.parse().unwrap()).collect();
             (t[0], t[1])
         });
     }
@@ -222,10 +214,7 @@ fn stat(path: &std::path::Path) -> (u64, i64, i64, i64, i64, u32) {
 
 async fn upload_is_atomic_and_idempotent(sudo: bool) {
     let sshd = Sshd::start();
-    let spec = SshSpec {
-        sudo,
-        ..sshd.spec()
-    };
+    let spec = SshSpec { sudo, ..sshd.spec() };
     let s = Session::connect("node1", &spec, &options(sshd.dir.path()))
         .await
         .unwrap();
@@ -240,10 +229,7 @@ async fn upload_is_atomic_and_idempotent(sudo: bool) {
         b"-----BEGIN KEY-----\nfirst\n".to_vec(),
     );
     assert_eq!(s.upload(&first).await.unwrap(), UploadOutcome::Written);
-    assert_eq!(
-        std::fs::read(&path).unwrap(),
-        b"-----BEGIN KEY-----\nfirst\n"
-    );
+    assert_eq!(std::fs::read(&path).unwrap(), b"-----BEGIN KEY-----\nfirst\n");
     let m = std::fs::metadata(&path).unwrap();
     assert_eq!(
         (m.mode() & 0o7777, m.uid(), m.gid()),
@@ -344,9 +330,7 @@ async fn changed_host_key_is_refused_before_anything_runs() {
     require_sshd!();
     let mut sshd = Sshd::start();
     let opts = options(sshd.dir.path());
-    Session::connect("node1", &sshd.spec(), &opts)
-        .await
-        .unwrap();
+    Session::connect("node1", &sshd.spec(), &opts).await.unwrap();
     let old = sshd.host_fingerprint();
     sshd.restart_with_new_host_key();
     let new = sshd.host_fingerprint();
@@ -400,14 +384,8 @@ async fn accept_new_host_key_replaces_the_known_key() {
         Session::connect("node1", &sshd.spec(), &other).await,
         Err(Error::HostKeyChanged { .. })
     ));
-    let s = Session::connect("node1", &sshd.spec(), &opts)
-        .await
-        .unwrap();
-    assert!(s
-        .run(&RemoteCommand::new(["true"]))
-        .await
-        .unwrap()
-        .success());
+    let s = Session::connect("node1", &sshd.spec(), &opts).await.unwrap();
+    assert!(s.run(&RemoteCommand::new(["true"])).await.unwrap().success());
     let text = std::fs::read_to_string(sshd.dir.path().join("known_hosts")).unwrap();
     assert_eq!(
         text,
@@ -434,18 +412,11 @@ async fn bastion_reaches_the_target_with_its_own_host_key_check() {
     let s = Session::connect("node1", &spec, &options(target.dir.path()))
         .await
         .unwrap();
-    let out = s
-        .run(&RemoteCommand::new(["echo", "via bastion"]))
-        .await
-        .unwrap();
+    let out = s.run(&RemoteCommand::new(["echo", "via bastion"])).await.unwrap();
     assert_eq!(out.stdout_str(), "via bastion\n");
     let text = std::fs::read_to_string(target.dir.path().join("known_hosts")).unwrap();
     assert!(
-        text.contains(&format!(
-            "[127.0.0.1]:{} {}",
-            jump.port,
-            jump.host_public_key()
-        )),
+        text.contains(&format!("[127.0.0.1]:{} {}", jump.port, jump.host_public_key())),
         "{text}"
     );
     assert!(
@@ -477,9 +448,7 @@ async fn forward_tunnels_tcp_to_a_service_on_the_host() {
     let (port, guard) = s.forward("127.0.0.1", echo_port).await.unwrap();
     assert_eq!(guard.local_port(), port);
     for round in 0..3 {
-        let mut c = tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .unwrap();
+        let mut c = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
         let msg = format!("hello {round}");
         c.write_all(msg.as_bytes()).await.unwrap();
         c.shutdown().await.unwrap();
@@ -491,10 +460,7 @@ async fn forward_tunnels_tcp_to_a_service_on_the_host() {
     // The listener goes away once the guard is dropped.
     let mut refused = false;
     for _ in 0..200 {
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
             refused = true;
             break;
         }
@@ -581,11 +547,7 @@ async fn rsa_key_logs_in_with_a_sha2_signature() {
     let s = Session::connect("node1", &spec, &options(sshd.dir.path()))
         .await
         .unwrap();
-    assert!(s
-        .run(&RemoteCommand::new(["true"]))
-        .await
-        .unwrap()
-        .success());
+    assert!(s.run(&RemoteCommand::new(["true"])).await.unwrap().success());
 }
 
 #[tokio::test]
@@ -601,16 +563,10 @@ async fn refused_key_reports_user_and_what_was_tried() {
     let err = Session::connect("node1", &spec, &options(sshd.dir.path()))
         .await
         .unwrap_err();
-    assert!(
-        matches!(err, Error::AuthenticationRefused { .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, Error::AuthenticationRefused { .. }), "{err:?}");
     let msg = err.to_string();
     let fp = sshd::fingerprint_of(&stranger.with_extension("pub"));
-    assert!(
-        msg.starts_with("node1 refused authentication as root"),
-        "{msg}"
-    );
+    assert!(msg.starts_with("node1 refused authentication as root"), "{msg}");
     assert!(
         msg.contains(&fp) && msg.contains(stranger.to_str().unwrap()),
         "{msg}"
@@ -662,11 +618,7 @@ async fn agent_identities_log_in() {
     let mut opts = options(sshd.dir.path());
     opts.agent_socket = Some(agent.socket.clone());
     let s = Session::connect("node1", &spec, &opts).await.unwrap();
-    assert!(s
-        .run(&RemoteCommand::new(["true"]))
-        .await
-        .unwrap()
-        .success());
+    assert!(s.run(&RemoteCommand::new(["true"])).await.unwrap().success());
 }
 
 #[tokio::test]

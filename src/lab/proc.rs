@@ -51,9 +51,7 @@ pub fn create_private_dir(dir: &Path) -> Result<()> {
         .recursive(true)
         .mode(0o700)
         .create(dir)
-        .map_err(|e| {
-            std::io::Error::new(e.kind(), format!("failed to create {}: {e}", dir.display()))
-        })?;
+        .map_err(|e| std::io::Error::new(e.kind(), format!("failed to create {}: {e}", dir.display())))?;
     fs_err::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
     Ok(())
 }
@@ -110,10 +108,7 @@ pub fn status(pid: u32) -> Option<ProcStatus> {
         } else if let Some(v) = line.strip_prefix("State:") {
             st.state = v.trim().chars().next().unwrap_or('?');
         } else if let Some(v) = line.strip_prefix("NSpid:") {
-            st.nspid = v
-                .split_whitespace()
-                .filter_map(|p| p.parse().ok())
-                .collect();
+            st.nspid = v.split_whitespace().filter_map(|p| p.parse().ok()).collect();
         }
     }
     Some(st)
@@ -200,8 +195,7 @@ fn unescape_mount(s: &str) -> String {
             .get(i + 1..i + 4)
             .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
         if let (b'\\', Some(d)) = (b[i], octal) {
-            let v =
-                u32::from(d[0] - b'0') * 64 + u32::from(d[1] - b'0') * 8 + u32::from(d[2] - b'0');
+            let v = u32::from(d[0] - b'0') * 64 + u32::from(d[1] - b'0') * 8 + u32::from(d[2] - b'0');
             out.push(v as u8);
             i += 4;
             continue;

@@ -40,11 +40,7 @@ pub enum Error {
 
     /// `what` names the step and the host: "connecting to cp1 at 10.0.0.1:22".
     #[error("timed out after {secs}s {what}")]
-    Timeout {
-        host: String,
-        what: String,
-        secs: u64,
-    },
+    Timeout { host: String, what: String, secs: u64 },
 
     #[error("{host} refused authentication as {user} (tried: {tried})")]
     AuthenticationRefused {
@@ -75,9 +71,7 @@ pub enum Error {
         source: Box<russh::keys::Error>,
     },
 
-    #[error(
-        "ssh-agent is unavailable: SSH_AUTH_SOCK is not set (start an agent or use a key file)"
-    )]
+    #[error("ssh-agent is unavailable: SSH_AUTH_SOCK is not set (start an agent or use a key file)")]
     AgentUnset,
 
     #[error("failed to talk to ssh-agent at {}", socket.display())]

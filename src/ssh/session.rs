@@ -150,10 +150,7 @@ impl Session {
             Ok(result) => result,
             Err(_) => Err(Error::Timeout {
                 host: host_name.to_string(),
-                what: format!(
-                    "connecting to {host_name} at {}:{}",
-                    spec.address, spec.port
-                ),
+                what: format!("connecting to {host_name} at {}:{}", spec.address, spec.port),
                 secs: limit.as_secs(),
             }),
         }

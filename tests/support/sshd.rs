@@ -18,9 +18,7 @@ pub const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// Why the tests cannot run here, if they cannot.
 pub fn unavailable() -> Option<String> {
     if !Path::new(SSHD).exists() {
-        return Some(format!(
-            "{SSHD} is missing (apt-get install openssh-server)"
-        ));
+        return Some(format!("{SSHD} is missing (apt-get install openssh-server)"));
     }
     if Command::new("ssh-keygen").arg("-?").output().is_err() {
         return Some("ssh-keygen is missing (apt-get install openssh-client)".into());
@@ -50,10 +48,7 @@ pub struct Sshd {
 impl Sshd {
     /// Starts sshd with a fresh host key, accepting `client_key` for any user.
     pub fn start() -> Sshd {
-        let dir = tempfile::Builder::new()
-            .prefix("hactl-sshd")
-            .tempdir()
-            .unwrap();
+        let dir = tempfile::Builder::new().prefix("hactl-sshd").tempdir().unwrap();
         // Readable by unprivileged users too: sshd reads authorized_keys as the logging-in user.
         set_mode(dir.path(), 0o755);
         std::fs::create_dir_all("/run/sshd").unwrap();
@@ -107,10 +102,7 @@ impl Sshd {
     /// `keytype base64` of the current host key.
     pub fn host_public_key(&self) -> String {
         let text = std::fs::read_to_string(self.dir.path().join("host_ed25519.pub")).unwrap();
-        text.split_whitespace()
-            .take(2)
-            .collect::<Vec<_>>()
-            .join(" ")
+        text.split_whitespace().take(2).collect::<Vec<_>>().join(" ")
     }
 
     /// How to log in as root with the client key.
@@ -140,8 +132,7 @@ impl Drop for Sshd {
 
 pub fn keygen(path: &Path, kind: &str) {
     let mut cmd = Command::new("ssh-keygen");
-    cmd.args(["-q", "-t", kind, "-N", "", "-C", "", "-f"])
-        .arg(path);
+    cmd.args(["-q", "-t", kind, "-N", "", "-C", "", "-f"]).arg(path);
     if kind == "rsa" {
         cmd.args(["-b", "2048"]);
     }
