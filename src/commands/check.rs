@@ -260,7 +260,7 @@ fn binaries_row(inv: &Inventory, host: &Host, f: &HostFacts) -> CheckRow {
             "none needed".to_string()
         } else {
             let mut d = present.join(", ");
-            if let Some(v) = &f.etcd_version {
+            if let Some(v) = f.etcd_version.as_ref().filter(|_| host.has(Role::Etcd)) {
                 d.push_str(&format!(" ({v})"));
             }
             d
