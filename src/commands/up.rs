@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
@@ -13,7 +14,7 @@ use futures::StreamExt;
 
 use crate::binaries::{self, LocalBinaries};
 use crate::cli::UpArgs;
-use crate::exec::{self, Mode, Transports};
+use crate::exec::{self, Mode, Transport, Transports};
 use crate::facts::{self, HostFacts, Query};
 use crate::inventory::{Host, Inventory, Role};
 use crate::phases::{self, configure_etcd, etcd_files, install_etcd, join_etcd, roll_etcd, start_etcd};
@@ -56,6 +57,15 @@ pub fn query_for(inv: &Inventory, host: &Host) -> Query {
 
 /// Connects to every host, gathers facts and builds the plan. Changes nothing on hosts.
 pub async fn prepare(args: &UpArgs) -> anyhow::Result<Prepared> {
+    prepare_with(args, |t| t).await
+}
+
+/// [`prepare`], with every host's transport passed through `wrap` first (tests wrap it in a
+/// transport that fails on any mutation, to prove that planning changes nothing).
+pub async fn prepare_with(
+    args: &UpArgs,
+    wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
+) -> anyhow::Result<Prepared> {
     let (inv, state) = super::load(&args.inventory)?;
     let pki = pki::ensure(&state.path.join("pki"), &inv, time::OffsetDateTime::now_utc())
         .context("failed to prepare the cluster's certificates")?;
@@ -66,7 +76,11 @@ pub async fn prepare(args: &UpArgs) -> anyhow::Result<Prepared> {
         tracing::warn!("pki: {warning}");
     }
     let hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
-    let transports = connect_or_refuse(&inv, &state, &hosts, &args.connect).await?;
+    let transports: Transports = connect_or_refuse(&inv, &state, &hosts, &args.connect)
+        .await?
+        .into_iter()
+        .map(|(name, t)| (name, wrap(t)))
+        .collect();
     let facts = gather_facts(&inv, &hosts, &transports, args.connect.concurrency).await?;
     let view = EtcdView::from_facts(&inv, &facts)?;
     let binaries = binaries::ensure(

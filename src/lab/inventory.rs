@@ -27,9 +27,13 @@ struct Metadata {
 struct Spec {
     ssh: Ssh,
     hosts: Vec<Host>,
-    vip: Vip,
+    /// Only with load balancers to hold it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vip: Option<Vip>,
     etcd: Etcd,
     state_dir: PathBuf,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    allow_single_member: bool,
 }
 
 #[derive(Serialize)]
@@ -87,11 +91,21 @@ pub fn render(lab: &Lab) -> Result<String> {
                     interface: "host0",
                 })
                 .collect(),
-            vip: Vip {
-                address: lab.vip.to_string(),
-            },
+            vip: lab
+                .hosts
+                .iter()
+                .any(|h| matches!(h.kind, HostKind::LoadBalancer))
+                .then(|| Vip {
+                    address: lab.vip.to_string(),
+                }),
             etcd: Etcd { source: "package" },
             state_dir: lab.state_dir.clone(),
+            allow_single_member: lab
+                .hosts
+                .iter()
+                .filter(|h| matches!(h.kind, HostKind::ControlPlane))
+                .count()
+                == 1,
         },
     };
     let body = serde_saphyr::to_string(&doc).map_err(|e| LabError::Inventory {

@@ -1,0 +1,413 @@
+//! `hactl up` / `plan` / `status` / `reset` against real etcd in lab hosts (systemd-nspawn, real
+//! systemd and sshd). They need root; without it each prints `SKIPPED <name>: needs root`.
+
+#[path = "support/lab.rs"]
+mod lab_support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use hactl::exec::{Output as RemoteOutput, Transport, UploadOutcome};
+use hactl::plan::{RemoteCommand, Upload};
+use lab_support::TestLab;
+
+fn hactl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hactl"))
+        .args(args)
+        .output()
+        .expect("run hactl")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn up_ok(inventory: &Path) -> String {
+    let out = hactl(&["up", "-i", inventory.to_str().unwrap(), "--yes"]);
+    assert!(out.status.success(), "hactl up failed:\n{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn status_json(inventory: &Path) -> (i32, serde_json::Value) {
+    let out = hactl(&["status", "-i", inventory.to_str().unwrap(), "-o", "json"]);
+    let json =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("status JSON: {e}\n{}", text(&out)));
+    (out.status.code().unwrap_or(-1), json)
+}
+
+fn etcd_main_pid(lab: &TestLab, host: &str) -> String {
+    lab.exec_ok(
+        host,
+        &["systemctl", "show", "-p", "MainPID", "--value", "etcd.service"],
+    )
+    .trim()
+    .to_string()
+}
+
+/// Asserts `hactl status` sees `n` healthy voters and one leader.
+fn assert_healthy_voters(inventory: &Path, n: usize) {
+    let (code, s) = status_json(inventory);
+    let members = s["members"].as_array().unwrap();
+    assert_eq!(members.len(), n, "{s:#}");
+    for m in members {
+        assert_eq!(m["healthy"], true, "{s:#}");
+        assert_eq!(m["isLearner"], false, "{s:#}");
+        assert!(
+            m["peerUrls"][0].as_str().unwrap().starts_with("https://"),
+            "{s:#}"
+        );
+        assert!(
+            m["clientUrls"][0].as_str().unwrap().starts_with("https://"),
+            "{s:#}"
+        );
+    }
+    assert_ne!(s["leader"], "", "{s:#}");
+    assert_eq!(code, 0, "status must exit 0 on a healthy cluster: {s:#}");
+}
+
+fn up_twice_then_plan_says_no_changes(lab: &TestLab, n: usize) {
+    let inv = lab.inventory();
+    up_ok(inv);
+    assert_healthy_voters(inv, n);
+
+    // etcd refuses clients without TLS, and TLS clients without a certificate.
+    let ip = lab.ip("cp1").to_string();
+    let plain = lab.exec(
+        "cp2",
+        &["curl", "-sS", "-m", "5", &format!("http://{ip}:2379/health")],
+    );
+    assert!(!plain.status.success() || !String::from_utf8_lossy(&plain.stdout).contains("true"));
+    let no_cert = lab.exec(
+        "cp2",
+        &[
+            "curl",
+            "-sS",
+            "-m",
+            "5",
+            "--cacert",
+            "/etc/hactl/pki/etcd/ca.crt",
+            &format!("https://{ip}:2379/health"),
+        ],
+    );
+    assert!(!no_cert.status.success(), "a client without a certificate got in");
+    let with_cert = lab.exec_ok(
+        "cp2",
+        &[
+            "curl",
+            "-sS",
+            "-m",
+            "5",
+            "--cacert",
+            "/etc/hactl/pki/etcd/ca.crt",
+            "--cert",
+            "/etc/hactl/pki/etcd/client.crt",
+            "--key",
+            "/etc/hactl/pki/etcd/client.key",
+            &format!("https://{ip}:2379/health"),
+        ],
+    );
+    assert!(with_cert.contains("true"), "{with_cert}");
+
+    let hosts: Vec<String> = (1..=n).map(|i| format!("cp{i}")).collect();
+    let pids: Vec<String> = hosts.iter().map(|h| etcd_main_pid(lab, h)).collect();
+    let second = up_ok(inv);
+    assert_eq!(second.trim(), "no changes");
+    let after: Vec<String> = hosts.iter().map(|h| etcd_main_pid(lab, h)).collect();
+    assert_eq!(pids, after, "a second up restarted etcd");
+    let plan = hactl(&["plan", "-i", inv.to_str().unwrap()]);
+    assert!(plan.status.success(), "{}", text(&plan));
+    assert_eq!(String::from_utf8_lossy(&plan.stdout).trim(), "no changes");
+}
+
+#[test]
+fn up_on_three_hosts_gives_a_tls_cluster_and_a_second_up_changes_nothing() {
+    let Some(lab) = TestLab::up("up_on_three_hosts_gives_a_tls_cluster", 3, 0, 0, "trixie") else {
+        return;
+    };
+    up_twice_then_plan_says_no_changes(&lab, 3);
+}
+
+#[test]
+fn up_on_five_hosts_gives_a_tls_cluster_and_a_second_up_changes_nothing() {
+    let Some(lab) = TestLab::up("up_on_five_hosts_gives_a_tls_cluster", 5, 0, 0, "trixie") else {
+        return;
+    };
+    up_twice_then_plan_says_no_changes(&lab, 5);
+}
+
+/// A transport that refuses every upload and every command not marked read-only.
+struct FailOnMutation {
+    inner: Arc<dyn Transport>,
+    mutations: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl Transport for FailOnMutation {
+    fn host(&self) -> &str {
+        self.inner.host()
+    }
+    fn sudo(&self) -> bool {
+        self.inner.sudo()
+    }
+    async fn run(&self, cmd: &RemoteCommand) -> Result<RemoteOutput, hactl::ssh::Error> {
+        if !cmd.read_only {
+            self.mutations.fetch_add(1, Ordering::SeqCst);
+            return Err(hactl::ssh::Error::Remote {
+                what: format!("mutating command in a dry run: {}", cmd.line(false)),
+                status: "refused".into(),
+                stderr: String::new(),
+            });
+        }
+        self.inner.run(cmd).await
+    }
+    async fn upload(&self, upload: &Upload) -> Result<UploadOutcome, hactl::ssh::Error> {
+        self.mutations.fetch_add(1, Ordering::SeqCst);
+        Err(hactl::ssh::Error::Remote {
+            what: format!("upload in a dry run: {}", upload.path),
+            status: "refused".into(),
+            stderr: String::new(),
+        })
+    }
+    async fn forward(
+        &self,
+        host: &str,
+        port: u16,
+    ) -> Result<(u16, hactl::ssh::ForwardGuard), hactl::ssh::Error> {
+        self.inner.forward(host, port).await
+    }
+}
+
+#[test]
+fn plan_on_a_fresh_lab_lists_the_steps_and_changes_nothing() {
+    let Some(lab) = TestLab::up("plan_on_a_fresh_lab_lists_the_steps", 3, 0, 0, "trixie") else {
+        return;
+    };
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let mutations = Arc::new(AtomicUsize::new(0));
+    let args = hactl::cli::UpArgs {
+        inventory: hactl::cli::InventoryArgs {
+            inventory: lab.inventory().to_path_buf(),
+            state_dir: None,
+        },
+        connect: hactl::cli::ConnectArgs {
+            concurrency: 16,
+            accept_new_host_key: vec![],
+            connect_timeout: None,
+        },
+        yes: false,
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let prepared = rt
+        .block_on(hactl::commands::up::prepare_with(&args, |inner| {
+            Arc::new(FailOnMutation {
+                inner,
+                mutations: mutations.clone(),
+            }) as Arc<dyn Transport>
+        }))
+        .expect("prepare");
+    // The dry run goes through the same executor with the failing transports.
+    rt.block_on(hactl::exec::run(
+        &prepared.plan,
+        hactl::exec::Mode::DryRun,
+        &prepared.transports,
+    ))
+    .expect("dry run");
+    assert_eq!(mutations.load(Ordering::SeqCst), 0, "planning sent a mutation");
+
+    let plan = prepared.plan.to_string();
+    for expected in [
+        "== Configure etcd members",
+        "== Start etcd members",
+        "cp1: write /etc/hactl/pki/etcd/server.key mode=0600 owner=etcd:etcd",
+        "cp3: run systemctl start --no-block etcd.service",
+        "== Verify etcd",
+    ] {
+        assert!(plan.contains(expected), "plan lacks {expected:?}:\n{plan}");
+    }
+    assert!(!plan.contains("PRIVATE KEY"), "the plan shows key material");
+    // Hosts appear in inventory order within each phase.
+    let first = |h: &str| {
+        plan.find(&format!("{h}: write /etc/hactl/pki/etcd/ca.crt"))
+            .unwrap()
+    };
+    assert!(first("cp1") < first("cp2") && first("cp2") < first("cp3"));
+    // Nothing was started on the hosts.
+    for h in ["cp1", "cp2", "cp3"] {
+        let out = lab.exec(h, &["systemctl", "is-active", "etcd.service"]);
+        assert!(!out.status.success(), "{h}: etcd runs after a plan");
+        let files = lab.exec(h, &["test", "-e", "/etc/hactl/pki/etcd/ca.crt"]);
+        assert!(!files.status.success(), "{h}: plan wrote a file");
+    }
+}
+
+/// Rewrites the lab inventory with the etcd role only on the first `n` control-plane hosts.
+fn inventory_with_etcd_on(lab: &TestLab, n: usize, path: &Path) {
+    let original = std::fs::read_to_string(lab.inventory()).unwrap();
+    let mut out = String::new();
+    let mut host_index = 0;
+    for line in original.lines() {
+        if line.trim_start().starts_with("- name: cp") {
+            host_index += 1;
+        }
+        if line.trim() == "- etcd" && host_index > n {
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+#[test]
+fn growing_three_to_five_joins_learners_one_at_a_time_while_writes_succeed() {
+    let Some(lab) = TestLab::up("growing_three_to_five_joins_learners", 5, 0, 0, "trixie") else {
+        return;
+    };
+    let three = lab.inventory().with_file_name("three.yaml");
+    inventory_with_etcd_on(&lab, 3, &three);
+    up_ok(&three);
+    assert_healthy_voters(&three, 3);
+
+    // A writer on cp1: one put every 50 ms with a 2 s timeout, logging each outcome.
+    lab.exec_ok(
+        "cp1",
+        &[
+            "sh",
+            "-c",
+            "nohup sh -c 'i=0; while [ ! -e /tmp/stop-writer ]; do i=$((i+1)); \
+             if hactl-etcdctl --command-timeout=2s put /writer/$i v >/dev/null 2>&1; then echo ok; else echo fail; fi; \
+             sleep 0.05; done' > /tmp/writer.log 2>&1 &",
+        ],
+    );
+    let out = hactl(&["up", "-i", lab.inventory().to_str().unwrap(), "--yes"]);
+    lab.exec_ok("cp1", &["touch", "/tmp/stop-writer"]);
+    assert!(out.status.success(), "grow failed:\n{}", text(&out));
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    let cp4 = log
+        .find("Join etcd member cp4 as a learner")
+        .expect("cp4 joined as a learner");
+    let cp5 = log
+        .find("Join etcd member cp5 as a learner")
+        .expect("cp5 joined as a learner");
+    assert!(cp4 < cp5, "joins out of order");
+    assert!(
+        log.contains("cp1: run /usr/local/sbin/hactl-etcd-member add-learner cp4"),
+        "{log}"
+    );
+    assert_healthy_voters(lab.inventory(), 5);
+
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let writes = lab.exec_ok("cp1", &["cat", "/tmp/writer.log"]);
+    let ok = writes.lines().filter(|l| *l == "ok").count();
+    let failed = writes.lines().filter(|l| *l == "fail").count();
+    println!("writer during the grow: {ok} ok, {failed} failed");
+    assert!(ok > 10, "the writer barely ran: {writes}");
+    assert_eq!(failed, 0, "writes failed while growing the cluster");
+}
+
+#[test]
+fn a_power_cut_during_a_config_rollout_stops_it_and_quorum_holds() {
+    let Some(mut lab) = TestLab::up("a_power_cut_during_a_config_rollout", 3, 0, 0, "trixie") else {
+        return;
+    };
+    up_ok(lab.inventory());
+    // A configuration change every member must restart for.
+    let changed = lab.inventory().with_file_name("changed.yaml");
+    let original = std::fs::read_to_string(lab.inventory()).unwrap();
+    std::fs::write(
+        &changed,
+        original.replace(
+            "  etcd:\n",
+            "  etcd:\n    heartbeatInterval: 150\n    electionTimeout: 1500\n",
+        ),
+    )
+    .unwrap();
+    assert!(std::fs::read_to_string(&changed)
+        .unwrap()
+        .contains("heartbeatInterval: 150"));
+    let pid_cp3 = etcd_main_pid(&lab, "cp3");
+    let child = Command::new(env!("CARGO_BIN_EXE_hactl"))
+        .args(["up", "-i", changed.to_str().unwrap(), "--yes"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until cp1's member restarted, then cut cp2's power before its turn.
+    let pid_cp1 = etcd_main_pid(&lab, "cp1");
+    let restarted = lab_support::eventually(std::time::Duration::from_secs(60), || {
+        let p = etcd_main_pid(&lab, "cp1");
+        p != pid_cp1 && p != "0"
+    });
+    assert!(restarted, "cp1 was never restarted");
+    lab.fault("cp2", hactl::lab::Fault::PowerCut);
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success(), "the rollout went on:\n{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Restart changed etcd members") && stderr.contains("cp2"),
+        "the failure names neither the phase nor the host:\n{stderr}"
+    );
+    // cp3 was never restarted, and the two live members keep quorum: writes work.
+    assert_eq!(
+        etcd_main_pid(&lab, "cp3"),
+        pid_cp3,
+        "cp3 restarted after the rollout stopped"
+    );
+    lab.exec_ok("cp1", &["hactl-etcdctl", "put", "/after-cut", "ok"]);
+    let got = lab.exec_ok(
+        "cp3",
+        &["hactl-etcdctl", "get", "/after-cut", "--print-value-only"],
+    );
+    assert_eq!(got.trim(), "ok");
+}
+
+#[test]
+fn reset_stops_etcd_and_moves_the_data_dir_aside() {
+    let Some(lab) = TestLab::up("reset_stops_etcd_and_moves_the_data_dir_aside", 3, 0, 0, "trixie") else {
+        return;
+    };
+    let inv = lab.inventory().to_str().unwrap().to_string();
+    up_ok(lab.inventory());
+    lab.exec_ok("cp1", &["hactl-etcdctl", "put", "/keep", "me"]);
+    let no_tty = hactl(&["reset", "-i", &inv]);
+    assert_eq!(
+        no_tty.status.code(),
+        Some(3),
+        "reset without --yes and no terminal must ask: {}",
+        text(&no_tty)
+    );
+    let out = hactl(&["reset", "-i", &inv, "--yes"]);
+    assert!(out.status.success(), "{}", text(&out));
+    for h in ["cp1", "cp2", "cp3"] {
+        assert!(
+            !lab.exec(h, &["systemctl", "is-active", "etcd.service"])
+                .status
+                .success(),
+            "{h}: etcd runs"
+        );
+        assert!(!lab
+            .exec(h, &["test", "-e", "/etc/systemd/system/etcd.service"])
+            .status
+            .success());
+        assert!(
+            !lab.exec(h, &["test", "-e", "/var/lib/etcd"]).status.success(),
+            "{h}: data dir still in place"
+        );
+        let aside = lab.exec_ok(h, &["sh", "-c", "ls -d /var/lib/etcd.hactl-reset-*/member"]);
+        assert!(
+            aside.contains("/var/lib/etcd.hactl-reset-"),
+            "{h}: data not kept: {aside}"
+        );
+    }
+    let again = hactl(&["reset", "-i", &inv, "--yes"]);
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(String::from_utf8_lossy(&again.stdout).contains("no changes"));
+}
