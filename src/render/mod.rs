@@ -103,6 +103,31 @@ mod tests {
     }
 
     #[test]
+    fn etcd_unit_renders_mtls_and_the_members_own_addresses() {
+        let unit = render(
+            "etcd.service",
+            &EtcdUnit {
+                cluster: "prod".into(),
+                name: "cp1".into(),
+                address: "10.0.0.11".into(),
+                binary: "/usr/bin/etcd".into(),
+                data_dir: "/var/lib/etcd".into(),
+                client_port: 2379,
+                peer_port: 2380,
+                metrics_port: 2381,
+                pki_dir: "/etc/hactl/pki/etcd".into(),
+                heartbeat_interval: 100,
+                election_timeout: 1000,
+                quota_backend_bytes: 8 * 1024 * 1024 * 1024,
+                auto_compaction_retention: "8h".into(),
+                extra_args: vec!["--log-level=warn".into()],
+            },
+        )
+        .unwrap();
+        insta::assert_snapshot!(unit);
+    }
+
+    #[test]
     fn member_script_renders_unchanged() {
         let out = render("hactl-etcd-member", &serde_json::json!({})).unwrap();
         assert!(out.starts_with("#!/bin/sh"));
