@@ -4,7 +4,6 @@
 #[path = "support/lab.rs"]
 mod lab_support;
 
-use std::os::unix::fs::MetadataExt;
 use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -207,8 +206,7 @@ fn a_changed_host_key_is_refused_with_both_fingerprints_and_nothing_runs() {
     let opts = connect_options(&lab, &[]);
     let err = rt
         .block_on(Session::connect("cp2", &hosts[1].ssh, &opts))
-        .err()
-        .expect("connected despite a changed key");
+        .expect_err("connected despite a changed key");
     let msg = format!("{err}");
     assert!(
         msg.contains("host key of cp2") && msg.contains(&presented),
