@@ -411,3 +411,27 @@ fn reset_stops_etcd_and_moves_the_data_dir_aside() {
     assert!(again.status.success(), "{}", text(&again));
     assert!(String::from_utf8_lossy(&again.stdout).contains("no changes"));
 }
+
+#[test]
+fn a_second_up_while_one_runs_is_refused_by_the_state_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let inv = dir.path().join("lock.yaml");
+    std::fs::write(
+        &inv,
+        concat!(
+            "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: locked\nspec:\n",
+            "  ssh:\n    agent: true\n  hosts:\n",
+            "    - { name: cp1, address: 192.0.2.11, roles: [etcd] }\n",
+            "    - { name: cp2, address: 192.0.2.12, roles: [etcd] }\n",
+            "    - { name: cp3, address: 192.0.2.13, roles: [etcd] }\n",
+        ),
+    )
+    .unwrap();
+    let state = hactl::state::StateDir::open(&dir.path().join(".hactl/locked")).unwrap();
+    let held = state.lock("up").unwrap();
+    let out = hactl(&["up", "-i", inv.to_str().unwrap(), "--yes"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("another hactl up is running"), "{stderr}");
+    drop(held);
+}

@@ -216,6 +216,7 @@ pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
         println!("no changes");
         return Ok(super::exit::OK);
     }
+    eprint!("{}", versions_summary(&prepared));
     eprint!("{}", plan_summary(&prepared.plan));
     if prepared.plan.is_disruptive() && !args.yes {
         confirm("this plan restarts running etcd members one at a time")?;
@@ -237,6 +238,25 @@ pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
             Err(anyhow::Error::new(failed).context("hactl up stopped; nothing after the failed step ran; fix the cause and run `hactl up` again to continue"))
         }
     }
+}
+
+/// The etcd version installed on each etcd host before this run (`-` where none is).
+pub fn versions_summary(p: &Prepared) -> String {
+    let mut by_version: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for h in p.inv.with_role(Role::Etcd) {
+        let v = p
+            .facts
+            .get(&h.name)
+            .and_then(|f| f.etcd_version.as_deref())
+            .map(|v| v.trim_start_matches("etcd Version: ").to_string())
+            .unwrap_or_else(|| "-".into());
+        by_version.entry(v).or_default().push(&h.name);
+    }
+    let parts: Vec<String> = by_version
+        .iter()
+        .map(|(v, hosts)| format!("{v} on {}", hosts.join(", ")))
+        .collect();
+    format!("installed etcd: {}\n", parts.join("; "))
 }
 
 /// One line per phase: its title and the hosts it touches.
