@@ -547,7 +547,8 @@ fn a_converged_control_plane_plans_nothing_and_a_changed_certificate_rolls_one_h
 
 #[test]
 fn package_source_and_version_skew_are_refused_with_the_fix() {
-    let inv = example(); // kubernetes.source: package
+    let mut inv = example();
+    inv.kubernetes.as_mut().unwrap().source = BinarySource::Package;
     let (_tmp, pki) = fixture_pki(&inv);
     let err = plan_text(&inv, &pki, &BTreeMap::new(), &inputs()).unwrap_err();
     assert!(

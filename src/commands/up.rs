@@ -280,7 +280,7 @@ pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
     }
     eprint!("{}", plan_summary(&prepared.plan));
     if prepared.plan.is_disruptive() && !args.yes {
-        confirm("this plan restarts running etcd members one at a time")?;
+        confirm("this plan restarts running etcd members or control-plane components one at a time")?;
     }
     exec::run::stop_between_steps_on_ctrl_c();
     match exec::run(&prepared.plan, Mode::Live, &prepared.transports).await {
