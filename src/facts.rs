@@ -37,6 +37,8 @@ pub struct HostFacts {
     pub members: Option<crate::etcd::MemberList>,
     /// `etcd --version` first line, when installed.
     pub etcd_version: Option<String>,
+    /// Kubernetes binary → its `--version` line (`Kubernetes v1.31.4`), for those installed.
+    pub kube_versions: BTreeMap<String, String>,
     /// Whether apt-get exists (binaries from packages are obtainable).
     pub apt: bool,
     /// Unit name → state.
@@ -94,6 +96,9 @@ if [ -x /usr/local/sbin/hactl-etcdctl ] && [ "$(systemctl is-active etcd.service
   m=$(/usr/local/sbin/hactl-etcdctl --command-timeout=3s member list -w json 2>/dev/null | tr -d '\n') && echo "members $m"
 fi
 command -v etcd >/dev/null 2>&1 && echo "etcdversion $(etcd --version 2>/dev/null | head -n1)"
+for k in kube-apiserver kube-controller-manager kube-scheduler; do
+  [ -x "/usr/local/bin/$k" ] && echo "kubeversion $k $("/usr/local/bin/$k" --version 2>/dev/null | head -n1)"
+done
 for a in "$@"; do
   case $a in
   u:*) u=${a#u:}
@@ -185,6 +190,11 @@ pub fn parse(text: &str) -> HostFacts {
             "etcduser" => f.etcd_user = true,
             "members" => f.members = serde_json::from_str(&rest.join(" ")).ok(),
             "etcdversion" => f.etcd_version = Some(rest.join(" ")),
+            "kubeversion" => {
+                if let Some((name, version)) = rest.split_first() {
+                    f.kube_versions.insert(name.to_string(), version.join(" "));
+                }
+            }
             "bin" => {
                 if let [name, path, ..] = rest.as_slice() {
                     f.binaries.insert(name.to_string(), path.to_string());
@@ -233,7 +243,7 @@ mod tests {
 listen 22 sshd\nlisten 2379 etcd\nfree 52428800000\nmember yes\netcdversion etcd Version: 3.5.16\n\
 unit etcd.service ActiveState=active MainPID=412 UnitFileState=enabled \n\
 file /etc/hactl/pki/etcd/ca.crt 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 644 root root\n\
-bin etcd /usr/bin/etcd\n";
+bin etcd /usr/bin/etcd\nkubeversion kube-apiserver Kubernetes v1.31.4\n";
         let f = parse(text);
         assert_eq!((f.os_id.as_str(), f.os_version.as_str()), ("debian", "13"));
         assert_eq!(f.init, "systemd");
@@ -250,6 +260,7 @@ bin etcd /usr/bin/etcd\n";
         let file = &f.files["/etc/hactl/pki/etcd/ca.crt"];
         assert_eq!((file.mode, file.owner.as_str()), (0o644, "root"));
         assert_eq!(f.binaries["etcd"], "/usr/bin/etcd");
+        assert_eq!(f.kube_versions["kube-apiserver"], "Kubernetes v1.31.4");
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod etcd;
 pub mod exec;
 pub mod facts;
 pub mod inventory;
+pub mod kubernetes;
 pub mod lab;
 pub mod output;
 pub mod phases;

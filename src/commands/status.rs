@@ -30,6 +30,9 @@ pub struct ClusterStatus {
     pub certificates: Vec<CertRow>,
     /// Why the cluster is degraded; empty when it is healthy.
     pub problems: Vec<String>,
+    /// The Kubernetes control plane, when the inventory has a kubernetes section.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<crate::kubernetes::status::KubernetesStatus>,
 }
 
 #[derive(Debug, Clone, Serialize, Default)]
@@ -251,6 +254,13 @@ pub async fn gather(
     status.members = rows;
     status.alarms = alarms;
     status.certificates = certificate_rows(&pki_dir);
+    if inv.kubernetes.is_some() {
+        let cps = inv.with_role(Role::ControlPlane);
+        let cp_conns = super::connect(inv, state, &cps, connect).await;
+        let k = crate::kubernetes::status::gather(inv, &pki_dir, &cp_conns).await;
+        status.problems.extend(k.problems.iter().cloned());
+        status.kubernetes = Some(k);
+    }
     for c in status.certificates.iter().filter(|c| c.days_left < 30) {
         status.problems.push(format!(
             "certificate {} expires in {} days: run `hactl up` to re-issue it",
@@ -384,6 +394,9 @@ pub fn table(s: &ClusterStatus) -> String {
             first.name,
             first.days_left
         ));
+    }
+    if let Some(k) = &s.kubernetes {
+        out.push_str(&crate::kubernetes::status::table(k));
     }
     if s.problems.is_empty() {
         out.push_str("state: healthy\n");

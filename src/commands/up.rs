@@ -18,6 +18,9 @@ use crate::exec::{self, Mode, Transport, Transports};
 use crate::facts::{self, HostFacts, Query};
 use crate::inventory::{Host, Inventory, Role};
 use crate::phases::{self, configure_etcd, etcd_files, install_etcd, join_etcd, roll_etcd, start_etcd};
+use crate::phases::{
+    configure_kubernetes, install_kubernetes, roll_apiservers, roll_controllers, start_kubernetes,
+};
 use crate::phases::{Ctx, EtcdView, Phase};
 use crate::pki::{self, Pki};
 use crate::plan::{HostSteps, Parallelism, Plan, PlannedPhase, Step};
@@ -31,6 +34,12 @@ pub fn phases() -> Vec<Box<dyn Phase>> {
         Box::new(start_etcd::StartEtcd),
         Box::new(join_etcd::JoinEtcd),
         Box::new(roll_etcd::RollEtcd),
+        // The Kubernetes control plane (control-plane hosts, when the inventory has a kubernetes section).
+        Box::new(install_kubernetes::InstallKubernetes),
+        Box::new(configure_kubernetes::ConfigureKubernetes),
+        Box::new(start_kubernetes::StartKubernetes),
+        Box::new(roll_apiservers::RollApiservers),
+        Box::new(roll_controllers::RollControllers),
     ]
 }
 
@@ -43,6 +52,7 @@ pub struct Prepared {
     pub facts: BTreeMap<String, HostFacts>,
     pub view: EtcdView,
     pub binaries: Option<LocalBinaries>,
+    pub kubernetes: Option<crate::kubernetes::KubernetesInputs>,
     pub plan: Plan,
 }
 
@@ -51,6 +61,9 @@ pub fn query_for(inv: &Inventory, host: &Host) -> Query {
     let mut q = super::check::query_for(inv, host);
     if host.has(Role::Etcd) {
         q.files = etcd_files::managed_paths(&inv.etcd.source);
+    }
+    if let Some(kube) = crate::kubernetes::spec_for(inv, host) {
+        q.files.extend(crate::kubernetes::managed_paths(kube));
     }
     q
 }
@@ -91,14 +104,24 @@ pub async fn prepare_with(
     )
     .await
     .context("failed to prepare the etcd binaries")?;
+    let kubernetes = kubernetes_inputs(&inv, &state).await?;
     let ctx = Ctx {
         inv: &inv,
         pki: &pki,
         facts: &facts,
         etcd: &view,
         binaries: binaries.as_ref(),
+        kubernetes: kubernetes.as_ref(),
     };
-    let mut plan = phases::build(&phases(), &ctx)?;
+    let mut plan = match phases::build(&phases(), &ctx) {
+        Err(phases::PlanError::Kubernetes(e)) if e.is_refusal() => {
+            return Err(anyhow::Error::new(super::Refusal {
+                code: super::exit::REFUSED,
+                message: e.to_string(),
+            }))
+        }
+        other => other?,
+    };
     if !plan.is_empty() {
         plan.push(verify_phase(&inv));
     }
@@ -110,9 +133,59 @@ pub async fn prepare_with(
         facts,
         view,
         binaries,
+        kubernetes,
         plan,
     })
 }
+
+/// The encryption key (created once in the state directory) and, in systemd mode, the
+/// Kubernetes binaries; `None` without a kubernetes section. `source: package` gets no binaries
+/// here: planning refuses it with its own message.
+async fn kubernetes_inputs(
+    inv: &Inventory,
+    state: &StateDir,
+) -> anyhow::Result<Option<crate::kubernetes::KubernetesInputs>> {
+    let Some(kube) = &inv.kubernetes else {
+        return Ok(None);
+    };
+    let key = crate::kubernetes::secrets::ensure_encryption_key(state)
+        .context("failed to prepare the key that encrypts Secrets at rest")?;
+    let binaries = if kube.mode == crate::inventory::KubernetesMode::Systemd {
+        binaries::ensure(
+            &kube.source,
+            &state.path.join("downloads"),
+            &crate::kubernetes::WANTED_BINARIES,
+            &crate::kubernetes::OPTIONAL_BINARIES,
+        )
+        .await
+        .context("failed to prepare the Kubernetes binaries")?
+    } else {
+        None
+    };
+    Ok(Some(crate::kubernetes::KubernetesInputs::new(
+        binaries.as_ref(),
+        key,
+    )))
+}
+
+/// Writes the admin kubeconfig (the VIP, `system:masters`) to `<state dir>/admin.kubeconfig`, 0600.
+pub fn write_admin_kubeconfig(
+    inv: &Inventory,
+    state: &StateDir,
+    pki: &Pki,
+) -> anyhow::Result<Option<std::path::PathBuf>> {
+    if inv.kubernetes.is_none() {
+        return Ok(None);
+    }
+    let text = crate::kubernetes::files::admin_kubeconfig(inv, pki)?;
+    let path = state
+        .write_secret(ADMIN_KUBECONFIG, text.as_bytes())
+        .context("failed to write the admin kubeconfig")?;
+    Ok(Some(path))
+}
+
+/// The admin kubeconfig, relative to the state directory.
+pub const ADMIN_KUBECONFIG: &str = "admin.kubeconfig";
 
 /// The last phase of a run that changed something: the cluster is healthy with one leader.
 fn verify_phase(inv: &Inventory) -> PlannedPhase {
@@ -212,6 +285,9 @@ pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
     let _lock = state.lock("up").context("cannot start hactl up")?;
     drop((inv, state));
     let prepared = prepare(args).await?;
+    if let Some(path) = write_admin_kubeconfig(&prepared.inv, &prepared.state, &prepared.pki)? {
+        tracing::info!("admin kubeconfig: {}", path.display());
+    }
     if prepared.plan.is_empty() {
         println!("no changes");
         return Ok(super::exit::OK);
@@ -219,7 +295,7 @@ pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
     eprint!("{}", versions_summary(&prepared));
     eprint!("{}", plan_summary(&prepared.plan));
     if prepared.plan.is_disruptive() && !args.yes {
-        confirm("this plan restarts running etcd members one at a time")?;
+        confirm("this plan restarts running etcd members or control-plane components one at a time")?;
     }
     exec::run::stop_between_steps_on_ctrl_c();
     match exec::run(&prepared.plan, Mode::Live, &prepared.transports).await {

@@ -5,11 +5,16 @@
 //! is needed, so a converged cluster plans nothing and `hactl plan` prints `no changes`.
 
 pub mod configure_etcd;
+pub mod configure_kubernetes;
 pub mod etcd_files;
 pub mod install_etcd;
+pub mod install_kubernetes;
 pub mod join_etcd;
+pub mod roll_apiservers;
+pub mod roll_controllers;
 pub mod roll_etcd;
 pub mod start_etcd;
+pub mod start_kubernetes;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -28,6 +33,8 @@ pub struct Ctx<'a> {
     pub etcd: &'a EtcdView,
     /// Release or bundle binaries, read on the operator machine (None for packages).
     pub binaries: Option<&'a LocalBinaries>,
+    /// Kubernetes binaries and the encryption key (None without a kubernetes section).
+    pub kubernetes: Option<&'a crate::kubernetes::KubernetesInputs>,
 }
 
 impl Ctx<'_> {
@@ -50,6 +57,8 @@ pub enum PlanError {
     SplitView(String),
     #[error(transparent)]
     Render(#[from] crate::render::RenderError),
+    #[error(transparent)]
+    Kubernetes(#[from] crate::kubernetes::KubernetesPlanError),
 }
 
 /// One group of steps in a bring-up.

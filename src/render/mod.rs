@@ -21,6 +21,43 @@ const TEMPLATES: &[(&str, &str)] = &[
         "hactl-etcd-member",
         include_str!("../../templates/hactl-etcd-member.tera"),
     ),
+    // The Kubernetes control plane (see `kubernetes::files`).
+    (
+        "kube-apiserver.service",
+        include_str!("../../templates/kube-apiserver.service.tera"),
+    ),
+    (
+        "kube-controller-manager.service",
+        include_str!("../../templates/kube-controller-manager.service.tera"),
+    ),
+    (
+        "kube-scheduler.service",
+        include_str!("../../templates/kube-scheduler.service.tera"),
+    ),
+    (
+        "kube-apiserver.yaml",
+        include_str!("../../templates/kube-apiserver.yaml.tera"),
+    ),
+    (
+        "kube-controller-manager.yaml",
+        include_str!("../../templates/kube-controller-manager.yaml.tera"),
+    ),
+    (
+        "kube-scheduler.yaml",
+        include_str!("../../templates/kube-scheduler.yaml.tera"),
+    ),
+    (
+        "kubeconfig.yaml",
+        include_str!("../../templates/kubeconfig.yaml.tera"),
+    ),
+    (
+        "encryption-config.yaml",
+        include_str!("../../templates/encryption-config.yaml.tera"),
+    ),
+    (
+        "audit-policy.yaml",
+        include_str!("../../templates/audit-policy.yaml.tera"),
+    ),
 ];
 
 /// A template failed to render (a bug in hactl, not in the inventory).

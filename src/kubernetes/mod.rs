@@ -1,0 +1,163 @@
+//! The Kubernetes control plane on the control-plane hosts: kube-apiserver, kube-controller-manager
+//! and kube-scheduler, as systemd units (default) or static-pod manifests, wired to the etcd
+//! cluster and the PKI.
+//!
+//! Invariants:
+//! - every remote path hactl writes for Kubernetes is a constant here (fixed paths, so a dry run
+//!   prints exactly what a live run writes);
+//! - the flags of a component are built once ([`files::flags`]) and rendered into both the unit and
+//!   the static-pod manifest, so the two modes cannot drift apart;
+//! - nothing here opens a connection, except [`status`], which only reads.
+
+pub mod files;
+pub mod lease;
+pub mod probe;
+pub mod secrets;
+pub mod skew;
+pub mod status;
+
+use crate::inventory::{Inventory, KubernetesSpec, Role};
+
+/// Certificates and keys the Kubernetes components read (Kubernetes CA, apiserver, SA keys …).
+pub const PKI_DIR: &str = "/etc/hactl/pki/kubernetes";
+/// The front-proxy CA and client certificate (aggregation layer).
+pub const FRONT_PROXY_DIR: &str = "/etc/hactl/pki/front-proxy";
+/// kube-apiserver's etcd client: the etcd CA and the `kube-apiserver-etcd-client` certificate.
+/// Separate from `/etc/hactl/pki/etcd` so control-plane hosts that are not etcd hosts work too.
+pub const ETCD_CLIENT_DIR: &str = "/etc/hactl/pki/apiserver-etcd";
+/// Kubeconfigs, the encryption configuration and the audit policy.
+pub const CONFIG_DIR: &str = "/etc/hactl/kubernetes";
+/// Where a kubelet looks for static pods (`kubernetes.mode: static-pod`).
+pub const MANIFEST_DIR: &str = "/etc/kubernetes/manifests";
+/// The audit log (its directory is created by systemd's `LogsDirectory=` or the pod's hostPath).
+pub const AUDIT_LOG_DIR: &str = "/var/log/kubernetes";
+/// Where release or bundle binaries are installed.
+pub const BIN_DIR: &str = "/usr/local/bin";
+/// The apiserver's secure port on every control-plane host (and on the VIP).
+pub const API_PORT: u16 = 6443;
+/// kube-controller-manager's and kube-scheduler's secure ports (bound to 127.0.0.1).
+pub const CONTROLLER_MANAGER_PORT: u16 = 10257;
+pub const SCHEDULER_PORT: u16 = 10259;
+
+/// One control-plane component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Component {
+    ApiServer,
+    ControllerManager,
+    Scheduler,
+}
+
+impl Component {
+    pub const ALL: [Component; 3] = [
+        Component::ApiServer,
+        Component::ControllerManager,
+        Component::Scheduler,
+    ];
+    /// The binary, unit stem and static-pod name: `kube-apiserver`, …
+    pub fn binary(self) -> &'static str {
+        match self {
+            Component::ApiServer => "kube-apiserver",
+            Component::ControllerManager => "kube-controller-manager",
+            Component::Scheduler => "kube-scheduler",
+        }
+    }
+    pub fn unit(self) -> String {
+        format!("{}.service", self.binary())
+    }
+    pub fn unit_path(self) -> String {
+        format!("/etc/systemd/system/{}.service", self.binary())
+    }
+    pub fn manifest_path(self) -> String {
+        format!("{MANIFEST_DIR}/{}.yaml", self.binary())
+    }
+    pub fn binary_path(self) -> String {
+        format!("{BIN_DIR}/{}", self.binary())
+    }
+}
+
+/// The inventory's Kubernetes section when this host runs the control plane.
+pub fn spec_for<'a>(inv: &'a Inventory, host: &crate::inventory::Host) -> Option<&'a KubernetesSpec> {
+    inv.kubernetes.as_ref().filter(|_| host.has(Role::ControlPlane))
+}
+
+/// Every path a control-plane host holds for hactl's Kubernetes layer, for the facts probe.
+pub fn managed_paths(spec: &KubernetesSpec) -> Vec<String> {
+    let mut paths: Vec<String> = files::REMOTE_FILES.iter().map(|p| p.to_string()).collect();
+    for c in Component::ALL {
+        match spec.mode {
+            crate::inventory::KubernetesMode::Systemd => {
+                paths.push(c.unit_path());
+                paths.push(c.binary_path());
+            }
+            crate::inventory::KubernetesMode::StaticPod => paths.push(c.manifest_path()),
+        }
+    }
+    paths
+}
+
+/// What the Kubernetes phases need beyond the inventory, the PKI and the facts; read on the
+/// operator machine by `commands::up::prepare`.
+#[derive(Debug, Clone)]
+pub struct KubernetesInputs {
+    /// Release or bundle binaries as uploads to [`BIN_DIR`] (hashed once); empty in static-pod mode.
+    pub binaries: Vec<crate::plan::Upload>,
+    /// The key Secrets are encrypted with at rest.
+    pub encryption_key: secrets::EncryptionKey,
+}
+
+/// The binaries a systemd-mode control plane needs, and the ones taken when present.
+pub const WANTED_BINARIES: [&str; 3] = ["kube-apiserver", "kube-controller-manager", "kube-scheduler"];
+pub const OPTIONAL_BINARIES: [&str; 1] = ["kubectl"];
+
+impl KubernetesInputs {
+    pub fn new(
+        binaries: Option<&crate::binaries::LocalBinaries>,
+        encryption_key: secrets::EncryptionKey,
+    ) -> Self {
+        let binaries = binaries
+            .iter()
+            .flat_map(|b| &b.files)
+            .map(|(name, content)| {
+                crate::plan::Upload::new(
+                    format!("{BIN_DIR}/{name}"),
+                    0o755,
+                    "root",
+                    "root",
+                    content.clone(),
+                )
+            })
+            .collect();
+        KubernetesInputs {
+            binaries,
+            encryption_key,
+        }
+    }
+}
+
+/// Why the Kubernetes layer cannot be planned.
+#[derive(Debug, thiserror::Error)]
+pub enum KubernetesPlanError {
+    #[error("kubernetes.source: package is not available: Debian has no kube-apiserver, kube-controller-manager or kube-scheduler package; set kubernetes.source to release (releaseUrl: the kubernetes-server-linux-amd64.tar.gz of your version, with its sha256) or bundle (bundleDir: a directory holding the three binaries)")]
+    PackageSource,
+    #[error("the version skew rules refuse this rollout, nothing was changed:\n{}", .0.iter().map(|v| format!("  - {v}")).collect::<Vec<_>>().join("\n"))]
+    Skew(Vec<String>),
+    #[error(
+        "the PKI holds no {0} certificate although the inventory has a kubernetes section (a bug in hactl)"
+    )]
+    MissingCertificate(String),
+    #[error("the Kubernetes inputs (binaries, encryption key) were not prepared (a bug in hactl)")]
+    MissingInputs,
+    #[error(transparent)]
+    Render(#[from] crate::render::RenderError),
+}
+
+impl KubernetesPlanError {
+    /// A safety rule said no (as opposed to a bug).
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            KubernetesPlanError::PackageSource | KubernetesPlanError::Skew(_)
+        )
+    }
+}

@@ -1,0 +1,221 @@
+//! Read-only probes of the control-plane components, run on the control-plane host itself.
+//!
+//! /readyz, /livez and /healthz are readable anonymously (the `system:public-info-viewer` role),
+//! so the probes need no client certificate. The apiserver is checked against the Kubernetes CA
+//! on the address it binds; controller-manager and scheduler serve a self-signed certificate
+//! generated at start, so curl cannot verify it (`-k`) and only the answer counts.
+
+use std::time::Duration;
+
+use super::files::CA_CRT;
+use super::{Component, API_PORT, CONTROLLER_MANAGER_PORT, SCHEDULER_PORT};
+use crate::inventory::Host;
+use crate::plan::{Check, RemoteCommand};
+
+/// The command that exits 0 when `component` on `host` answers its health endpoint.
+pub fn healthy(component: Component, host: &Host) -> RemoteCommand {
+    let argv: Vec<String> = match component {
+        Component::ApiServer => vec![
+            "curl".into(),
+            "-fsS".into(),
+            "--max-time".into(),
+            "5".into(),
+            "--cacert".into(),
+            CA_CRT.into(),
+            format!("https://{}:{API_PORT}/readyz", host.url_host()),
+        ],
+        Component::ControllerManager | Component::Scheduler => vec![
+            "curl".into(),
+            "-fsSk".into(),
+            "--max-time".into(),
+            "5".into(),
+            format!(
+                "https://127.0.0.1:{}/healthz",
+                if component == Component::ControllerManager {
+                    CONTROLLER_MANAGER_PORT
+                } else {
+                    SCHEDULER_PORT
+                }
+            ),
+        ],
+    };
+    RemoteCommand::read_only(argv).with_timeout(Duration::from_secs(10))
+}
+
+/// The endpoint a [`healthy`] probe asks, for people.
+pub fn endpoint(component: Component) -> &'static str {
+    match component {
+        Component::ApiServer => "/readyz",
+        Component::ControllerManager | Component::Scheduler => "/healthz",
+    }
+}
+
+/// The last lines of a component's journal (systemd mode).
+pub fn journal_tail(component: Component) -> RemoteCommand {
+    RemoteCommand::read_only([
+        "journalctl".to_string(),
+        "-u".to_string(),
+        component.unit(),
+        "-n".to_string(),
+        "25".to_string(),
+        "--no-pager".to_string(),
+        "-o".to_string(),
+        "cat".to_string(),
+    ])
+}
+
+/// Waits until `component` on `host` answers its health endpoint.
+pub fn wait_healthy(component: Component, host: &Host, timeout: Duration) -> Check {
+    Check::command(
+        format!(
+            "{} on {} answers {}",
+            component.binary(),
+            host.name,
+            endpoint(component)
+        ),
+        healthy(component, host),
+        timeout,
+    )
+    .diagnose_with(journal_tail(component))
+}
+
+/// Holds when a process named `component` started after `file` was last written, and the
+/// component answers its health endpoint: in static-pod mode, the kubelet has replaced the pod
+/// after its manifest changed. (The start time is read from /proc: field 22 of /proc/PID/stat is
+/// the start in clock ticks after boot, /proc/stat's btime the boot.)
+pub fn restarted_after(component: Component, host: &Host, file: &str) -> RemoteCommand {
+    let script = format!(
+        "p=; for d in /proc/[0-9]*; do [ \"$(cat \"$d/comm\" 2>/dev/null)\" = \"$1\" ] && p=${{d#/proc/}}; done; \
+[ -n \"$p\" ] || exit 1; \
+start=$(( $(awk '{{print $22}}' /proc/$p/stat) / $(getconf CLK_TCK) + $(awk '/^btime/ {{print $2}}' /proc/stat) )); \
+[ \"$start\" -ge \"$(stat -c %Y \"$2\")\" ] && {}",
+        crate::ssh::quote::command_line(&healthy(component, host).argv, false)
+    );
+    RemoteCommand {
+        read_only: true,
+        ..RemoteCommand::new([
+            "sh".to_string(),
+            "-c".to_string(),
+            script,
+            "hactl-restarted".to_string(),
+            component.binary().to_string(),
+            file.to_string(),
+        ])
+    }
+    .with_timeout(Duration::from_secs(15))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn which(name: &str) -> Option<std::path::PathBuf> {
+        std::env::var_os("PATH")?
+            .to_str()?
+            .split(':')
+            .map(|d| std::path::Path::new(d).join(name))
+            .find(|p| p.is_file())
+    }
+
+    fn run_locally(cmd: &RemoteCommand) -> bool {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(cmd.line(false))
+            .status()
+            .unwrap()
+            .success()
+    }
+
+    /// The /proc arithmetic, against a real process on this machine: `sleep` started after a file
+    /// written an hour ago, and before a file written an hour from now. The health part is
+    /// replaced by `true`, since no component runs here.
+    #[test]
+    fn restarted_after_compares_the_process_start_with_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join("old");
+        let new = dir.path().join("new");
+        std::fs::write(&old, "").unwrap();
+        std::fs::write(&new, "").unwrap();
+        let touch = |p: &std::path::Path, when: &str| {
+            assert!(std::process::Command::new("touch")
+                .args(["-d", when])
+                .arg(p)
+                .status()
+                .unwrap()
+                .success());
+        };
+        touch(&old, "-1 hour");
+        touch(&new, "+1 hour");
+        // A copy of sleep under a name no other process has, so /proc finds this one.
+        let name = format!("hx{}", std::process::id());
+        let bin = dir.path().join(&name);
+        std::fs::copy(which("sleep").expect("sleep is installed"), &bin).unwrap();
+        let mut child = std::process::Command::new(&bin).arg("30").spawn().unwrap();
+        let host = crate::inventory::Host {
+            name: "cp1".into(),
+            address: "127.0.0.1".parse().unwrap(),
+            prefix_length: 8,
+            roles: vec![],
+            interface: None,
+            ssh: crate::inventory::SshSpec {
+                address: "127.0.0.1".parse().unwrap(),
+                port: 22,
+                user: "root".into(),
+                auth: crate::inventory::SshAuth::Agent,
+                sudo: false,
+                bastion: None,
+                connect_timeout_secs: 1,
+            },
+        };
+        let probe = |file: &std::path::Path| {
+            let mut cmd = restarted_after(Component::ApiServer, &host, &file.to_string_lossy());
+            let i = cmd.argv[2].rfind("&& ").unwrap();
+            cmd.argv[2] = format!("{}&& true", &cmd.argv[2][..i]);
+            cmd.argv[3] = "hactl-restarted".into();
+            cmd.argv[4] = name.clone();
+            cmd
+        };
+        let started_after_old = run_locally(&probe(&old));
+        let started_after_new = run_locally(&probe(&new));
+        child.kill().ok();
+        child.wait().ok();
+        assert!(
+            started_after_old,
+            "the process started after a file written an hour ago"
+        );
+        assert!(
+            !started_after_new,
+            "the process did not start after a file written an hour from now"
+        );
+    }
+
+    #[test]
+    fn probes_are_read_only_and_check_the_apiserver_against_the_ca() {
+        let host = crate::inventory::Host {
+            name: "cp1".into(),
+            address: "10.0.0.11".parse().unwrap(),
+            prefix_length: 24,
+            roles: vec![],
+            interface: None,
+            ssh: crate::inventory::SshSpec {
+                address: "10.0.0.11".parse().unwrap(),
+                port: 22,
+                user: "root".into(),
+                auth: crate::inventory::SshAuth::Agent,
+                sudo: false,
+                bastion: None,
+                connect_timeout_secs: 1,
+            },
+        };
+        let cmd = healthy(Component::ApiServer, &host);
+        assert!(cmd.read_only);
+        assert_eq!(
+            cmd.line(false),
+            "curl -fsS --max-time 5 --cacert /etc/hactl/pki/kubernetes/ca.crt https://10.0.0.11:6443/readyz"
+        );
+        assert_eq!(
+            healthy(Component::Scheduler, &host).line(false),
+            "curl -fsSk --max-time 5 https://127.0.0.1:10259/healthz"
+        );
+    }
+}

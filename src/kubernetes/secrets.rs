@@ -1,0 +1,100 @@
+//! The key that encrypts Secrets at rest (kube-apiserver's EncryptionConfiguration), kept in the
+//! state directory as `kubernetes/encryption-key` (base64 of 32 random bytes, 0600).
+//!
+//! Invariant: generated once and never replaced: a new key would leave every Secret written with
+//! the old one unreadable. A file that does not hold a 32-byte key is a refusal, not a reason to
+//! generate another.
+
+use std::fmt;
+
+use base64::Engine as _;
+use rand::RngCore as _;
+
+use crate::state::{StateDir, StateError};
+
+/// Path of the key, relative to the state directory.
+pub const ENCRYPTION_KEY: &str = "kubernetes/encryption-key";
+
+/// 32 bytes for the `secretbox` provider. `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EncryptionKey([u8; 32]);
+
+impl EncryptionKey {
+    pub fn from_bytes(bytes: [u8; 32]) -> Self {
+        EncryptionKey(bytes)
+    }
+    /// The base64 text the EncryptionConfiguration holds. Do not log it.
+    pub fn expose_base64(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(self.0)
+    }
+}
+
+impl fmt::Debug for EncryptionKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("EncryptionKey([redacted])")
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SecretsError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("{path} does not hold a base64 32-byte key; it is never replaced automatically (Secrets encrypted with it would become unreadable): restore it from a backup of the state directory")]
+    Unusable { path: String },
+}
+
+/// Reads the cluster's encryption key, generating and storing it (0600) on first use.
+pub fn ensure_encryption_key(state: &StateDir) -> Result<EncryptionKey, SecretsError> {
+    let path = state.file(ENCRYPTION_KEY);
+    match fs_err::read_to_string(&path) {
+        Ok(text) => {
+            let unusable = || SecretsError::Unusable {
+                path: path.display().to_string(),
+            };
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(text.trim())
+                .map_err(|_| unusable())?;
+            let key: [u8; 32] = bytes.try_into().map_err(|_| unusable())?;
+            Ok(EncryptionKey(key))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut key = [0u8; 32];
+            rand::rng().fill_bytes(&mut key);
+            let key = EncryptionKey(key);
+            state.write_secret(ENCRYPTION_KEY, format!("{}\n", key.expose_base64()).as_bytes())?;
+            Ok(key)
+        }
+        Err(e) => Err(SecretsError::State(StateError::Io(e))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn generated_once_kept_private_and_reused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("state");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let state = StateDir::open(&root).unwrap();
+        let first = ensure_encryption_key(&state).unwrap();
+        let second = ensure_encryption_key(&state).unwrap();
+        assert_eq!(first, second);
+        let path = state.file(ENCRYPTION_KEY);
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(format!("{first:?}"), "EncryptionKey([redacted])");
+
+        std::fs::write(&path, "not a key\n").unwrap();
+        let err = ensure_encryption_key(&state).unwrap_err().to_string();
+        assert!(err.contains("never replaced automatically"), "{err}");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            "not a key\n",
+            "left as it was"
+        );
+    }
+}

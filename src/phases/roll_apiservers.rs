@@ -1,0 +1,192 @@
+//! Restart running apiservers whose binary, unit, manifest, certificates or configuration changed,
+//! one host at a time. For each: HAProxy on every load balancer puts the host's backend in
+//! maintenance (no new connections go there), the apiserver restarts (systemd) or the kubelet
+//! replaces its pod (static pod: the new manifest is written here), `/readyz` must answer, and
+//! the backend is made ready again before the next host. A host that does not come back stops the
+//! rollout with its backend still in maintenance, so clients are never sent to it.
+//!
+//! The HAProxy step is [`set_backend_state`], a command on the stats socket written here until the
+//! load-balancer layer's own helper can be used (it names the same backend and socket).
+
+use std::time::Duration;
+
+use super::configure_kubernetes::uploads;
+use super::install_kubernetes::control_plane_hosts;
+use super::{differs, Ctx, Phase, PlanError};
+use crate::inventory::{Host, Inventory, KubernetesMode, Role};
+use crate::kubernetes::{files, probe, Component};
+use crate::plan::{Check, HostSteps, Parallelism, PlannedPhase, RemoteCommand, Step, Upload};
+
+pub struct RollApiservers;
+
+/// HAProxy's admin socket on load-balancer hosts.
+pub const HAPROXY_ADMIN_SOCKET: &str = "/run/haproxy/admin.sock";
+/// The HAProxy backend of the Kubernetes API; its servers are named after the hosts.
+pub const API_BACKEND: &str = "kubernetes-api";
+
+/// Sets the apiserver backend server of `host` to `state` (`maint`, `ready`) on one load balancer.
+pub fn set_backend_state(host: &str, state: &str) -> RemoteCommand {
+    RemoteCommand::new([
+        "sh".to_string(),
+        "-c".to_string(),
+        r#"echo "set server $1/$2 state $3" | socat stdio "unix-connect:$4""#.to_string(),
+        "hactl-haproxy".to_string(),
+        API_BACKEND.to_string(),
+        host.to_string(),
+        state.to_string(),
+        HAPROXY_ADMIN_SOCKET.to_string(),
+    ])
+    .with_timeout(Duration::from_secs(10))
+}
+
+/// Whether a running component on `host` must restart: its binary, its unit or manifest, or a file
+/// it reads differs from what the facts report. Returns the new manifest in static-pod mode.
+pub fn restart_needed(
+    component: Component,
+    host: &Host,
+    ctx: &Ctx<'_>,
+) -> Result<Option<Option<Upload>>, PlanError> {
+    let Some(kube) = &ctx.inv.kubernetes else {
+        return Ok(None);
+    };
+    let f = ctx.facts(host);
+    let (host_files, runners) = uploads(host, ctx)?;
+    let runner = runners
+        .into_iter()
+        .find(|u| u.path == component.unit_path() || u.path == component.manifest_path())
+        .expect("one runner per component");
+    match kube.mode {
+        KubernetesMode::Systemd => {
+            let active = f
+                .units
+                .get(&component.unit())
+                .is_some_and(|u| u.active == "active");
+            let binary_changed = ctx
+                .kubernetes
+                .iter()
+                .flat_map(|k| &k.binaries)
+                .any(|b| b.path == component.binary_path() && differs(f, b));
+            let reads_changed = host_files
+                .iter()
+                .any(|u| files::reads(component).contains(&u.path.as_str()) && differs(f, u));
+            Ok((active && (binary_changed || reads_changed || differs(f, &runner))).then_some(None))
+        }
+        // The manifest carries a hash of what the component reads, so it alone decides.
+        KubernetesMode::StaticPod => {
+            Ok((f.files.contains_key(&runner.path) && differs(f, &runner)).then_some(Some(runner)))
+        }
+    }
+}
+
+/// The steps on `host` that restart `component` (or replace its pod) and wait for it.
+pub fn restart_steps(component: Component, host: &Host, manifest: Option<Upload>) -> Vec<Step> {
+    match manifest {
+        None => vec![
+            Step::Run(RemoteCommand::new([
+                "systemctl".to_string(),
+                "restart".to_string(),
+                component.unit(),
+            ])),
+            Step::Wait(probe::wait_healthy(component, host, Duration::from_secs(120))),
+        ],
+        Some(manifest) => {
+            let path = manifest.path.clone();
+            vec![
+                Step::Upload(manifest),
+                Step::Wait(Check::command(
+                    format!(
+                        "the kubelet on {} replaced {} and it answers {}",
+                        host.name,
+                        component.binary(),
+                        probe::endpoint(component)
+                    ),
+                    probe::restarted_after(component, host, &path),
+                    Duration::from_secs(300),
+                )),
+            ]
+        }
+    }
+}
+
+impl Phase for RollApiservers {
+    fn title(&self) -> &'static str {
+        "Restart changed apiservers"
+    }
+    fn hosts<'a>(&self, inv: &'a Inventory) -> Vec<&'a Host> {
+        control_plane_hosts(inv)
+    }
+    /// One at a time: each restart takes an apiserver out of the load balancers' rotation.
+    fn parallelism(&self) -> Parallelism {
+        Parallelism::OneAtATime
+    }
+    fn disruptive(&self) -> bool {
+        true
+    }
+    fn steps(&self, host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
+        Ok(match restart_needed(Component::ApiServer, host, ctx)? {
+            None => vec![],
+            Some(manifest) => restart_steps(Component::ApiServer, host, manifest),
+        })
+    }
+    /// Steps run on the load balancers around each host's restart, so the plan lists, in order:
+    /// every LB (maint), the host (restart, wait), every LB (ready), then the next host.
+    fn plan(&self, ctx: &Ctx<'_>) -> Result<Vec<PlannedPhase>, PlanError> {
+        let lbs = ctx.inv.with_role(Role::LoadBalancer);
+        let on = |h: &Host, steps: Vec<Step>| HostSteps {
+            host: h.name.clone(),
+            sudo: h.ssh.sudo,
+            steps,
+        };
+        let mut hosts = Vec::new();
+        for host in self.hosts(ctx.inv) {
+            let steps = self.steps(host, ctx)?;
+            if steps.is_empty() {
+                continue;
+            }
+            for lb in &lbs {
+                hosts.push(on(lb, vec![Step::Run(set_backend_state(&host.name, "maint"))]));
+            }
+            hosts.push(on(host, steps));
+            for lb in &lbs {
+                hosts.push(on(lb, vec![Step::Run(set_backend_state(&host.name, "ready"))]));
+            }
+        }
+        Ok(vec![PlannedPhase {
+            title: self.title().to_string(),
+            parallelism: self.parallelism(),
+            disruptive: self.disruptive(),
+            hosts,
+        }])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_backend_command_names_backend_server_state_and_socket() {
+        let cmd = super::set_backend_state("cp2", "maint");
+        assert!(!cmd.read_only);
+        assert_eq!(
+            &cmd.argv[3..],
+            [
+                "hactl-haproxy",
+                "kubernetes-api",
+                "cp2",
+                "maint",
+                "/run/haproxy/admin.sock"
+            ]
+        );
+        // The script, run by a real shell with `socat` replaced by `cat`, says what HAProxy reads.
+        let script = cmd.argv[2].replace("| socat stdio \"unix-connect:$4\"", "");
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .args(&cmd.argv[3..])
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "set server kubernetes-api/cp2 state maint\n"
+        );
+    }
+}

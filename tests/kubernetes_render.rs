@@ -1,0 +1,580 @@
+//! The Kubernetes control plane as hactl renders it for `inventories/example.yaml`: snapshots of
+//! units, manifests, kubeconfigs and the encryption configuration, and a check that every
+//! certificate a flag or kubeconfig names is uploaded and fits what the flag implies.
+//!
+//! Stable inputs: a PKI generated once into `tests/fixtures/pki` (test keys, for this test only)
+//! is copied to a temporary directory and `pki::ensure` runs on it at a fixed `now`, so nothing
+//! is re-issued and every sha256 is the same on each run; the encryption key is a fixed test key.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use hactl::facts::{FileState, HostFacts, UnitState};
+use hactl::inventory::{self, BinarySource, Inventory, KubernetesMode, Role};
+use hactl::kubernetes::{files, secrets::EncryptionKey, Component, KubernetesInputs};
+use hactl::phases::{self, Ctx, EtcdView, Phase};
+use hactl::pki::{self, Pki};
+use hactl::plan::Upload;
+use rcgen::PublicKeyData;
+use time::macros::datetime;
+use time::OffsetDateTime;
+
+const NOW: OffsetDateTime = datetime!(2025-06-01 12:00:00 UTC);
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn example() -> Inventory {
+    inventory::load(&root().join("inventories/example.yaml")).unwrap()
+}
+
+fn fixture_dir() -> PathBuf {
+    root().join("tests/fixtures/pki")
+}
+
+/// Copies `from` to `to` with the modes `pki::ensure` wants (dirs 0700, keys 0600).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o700)).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let target = to.join(e.file_name());
+        if e.file_type().unwrap().is_dir() {
+            copy_tree(&e.path(), &target);
+        } else {
+            std::fs::copy(e.path(), &target).unwrap();
+            let mode = if target.extension().is_some_and(|x| x == "key") {
+                0o600
+            } else {
+                0o644
+            };
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+    }
+}
+
+/// The fixture PKI for the example inventory, reused as it is.
+fn fixture_pki(inv: &Inventory) -> (tempfile::TempDir, Pki) {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pki");
+    copy_tree(&fixture_dir(), &dir);
+    let pki = pki::ensure(&dir, inv, NOW).unwrap();
+    let changed: Vec<String> = pki.changes().map(|c| c.to_string()).collect();
+    assert!(
+        changed.is_empty(),
+        "the fixture PKI no longer fits inventories/example.yaml; regenerate it with \
+         `cargo test --test kubernetes_render -- --ignored regenerate_fixture_pki`: {changed:?}"
+    );
+    (tmp, pki)
+}
+
+fn inputs() -> KubernetesInputs {
+    KubernetesInputs::new(None, EncryptionKey::from_bytes([7; 32]))
+}
+
+/// Regenerates `tests/fixtures/pki` (run by hand when the example inventory's PKI changes).
+#[test]
+#[ignore]
+fn regenerate_fixture_pki() {
+    let dir = fixture_dir();
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    std::fs::create_dir_all(dir.parent().unwrap()).unwrap();
+    pki::ensure(&dir, &example(), NOW).unwrap();
+}
+
+fn text(u: &Upload) -> String {
+    String::from_utf8(u.content.to_vec()).unwrap()
+}
+
+/// Everything a control-plane host gets, by path.
+fn host_uploads(inv: &Inventory, pki: &Pki, host: &str) -> BTreeMap<String, Upload> {
+    let host = inv.host(host).unwrap();
+    let files = files::host_files(host, inv, pki, &inputs()).unwrap();
+    let mut all: BTreeMap<String, Upload> = files.iter().map(|u| (u.path.clone(), u.clone())).collect();
+    for c in Component::ALL {
+        let u = files::runner(c, host, inv, &files).unwrap();
+        all.insert(u.path.clone(), u);
+    }
+    all
+}
+
+#[test]
+fn units_kubeconfigs_and_configs_match_their_snapshots() {
+    let inv = example();
+    let (_tmp, pki) = fixture_pki(&inv);
+    let up = host_uploads(&inv, &pki, "cp1");
+    for c in Component::ALL {
+        insta::assert_snapshot!(format!("cp1-{}.service", c.binary()), text(&up[&c.unit_path()]));
+    }
+    insta::assert_snapshot!(
+        "cp1-controller-manager.kubeconfig",
+        text(&up[files::CONTROLLER_MANAGER_KUBECONFIG])
+    );
+    insta::assert_snapshot!("cp1-scheduler.kubeconfig", text(&up[files::SCHEDULER_KUBECONFIG]));
+    insta::assert_snapshot!("encryption-config.yaml", text(&up[files::ENCRYPTION_CONFIG]));
+    insta::assert_snapshot!("audit-policy.yaml", text(&up[files::AUDIT_POLICY]));
+    // What `hactl plan` would list for cp1: path, mode, owner, size, sha256; never content.
+    let listing: Vec<String> = up.values().map(|u| u.to_string()).collect();
+    insta::assert_snapshot!("cp1-uploads", listing.join("\n"));
+
+    // The admin kubeconfig holds a private key: its data fields are shown by sha256 only.
+    let admin = files::admin_kubeconfig(&inv, &pki).unwrap();
+    let redacted: Vec<String> = admin
+        .lines()
+        .map(|l| match l.split_once("-data: ") {
+            Some((k, v)) => format!(
+                "{k}-data: <sha256 {}>",
+                hex::encode(<sha2::Sha256 as sha2::Digest>::digest(v))
+            ),
+            None => l.to_string(),
+        })
+        .collect();
+    insta::assert_snapshot!("admin.kubeconfig", redacted.join("\n"));
+}
+
+#[test]
+fn static_pod_manifests_match_their_snapshots_and_carry_the_unit_flags() {
+    let mut inv = example();
+    let (_tmp, pki) = fixture_pki(&inv);
+    let systemd = host_uploads(&inv, &pki, "cp2");
+    inv.kubernetes.as_mut().unwrap().mode = KubernetesMode::StaticPod;
+    let pods = host_uploads(&inv, &pki, "cp2");
+    for c in Component::ALL {
+        let manifest = text(&pods[&c.manifest_path()]);
+        insta::assert_snapshot!(format!("cp2-{}.yaml", c.binary()), manifest);
+        // The same flags in the same order: parse the manifest and the unit.
+        let pod: serde_json::Value = serde_saphyr::from_str(&manifest).unwrap();
+        let command: Vec<String> = pod["spec"]["containers"][0]["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(command[0], c.binary());
+        assert_eq!(
+            command[1..],
+            unit_flags(&text(&systemd[&c.unit_path()]))[..],
+            "{}",
+            c.binary()
+        );
+        assert_eq!(pod["spec"]["hostNetwork"], true);
+        assert_eq!(pod["spec"]["priorityClassName"], "system-node-critical");
+    }
+}
+
+/// `--name=value` words of a unit's ExecStart, in order.
+fn unit_flags(unit: &str) -> Vec<String> {
+    unit.lines()
+        .map(|l| l.trim().trim_end_matches('\\').trim())
+        .filter(|l| l.starts_with("--"))
+        .map(str::to_string)
+        .collect()
+}
+
+fn flag_map(unit: &str) -> BTreeMap<String, String> {
+    unit_flags(unit)
+        .iter()
+        .map(|f| {
+            let (k, v) = f.trim_start_matches("--").split_once('=').unwrap();
+            (k.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+fn spki_of_cert(pem: &str) -> Vec<u8> {
+    let der = pem_der(pem);
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).unwrap();
+    cert.public_key().raw.to_vec()
+}
+
+fn pem_der(pem: &str) -> Vec<u8> {
+    let b64: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    base64::engine::general_purpose::STANDARD.decode(b64).unwrap()
+}
+
+fn spki_of_key(pem: &str) -> Vec<u8> {
+    rcgen::KeyPair::from_pem(pem).unwrap().subject_public_key_info()
+}
+
+#[test]
+fn every_certificate_a_flag_or_kubeconfig_names_is_uploaded_and_fits() {
+    let inv = example();
+    let (_tmp, pki) = fixture_pki(&inv);
+    let vip = inv.vip.as_ref().unwrap().address.to_string();
+    let cps = inv.with_role(Role::ControlPlane);
+    for host in &cps {
+        let up = host_uploads(&inv, &pki, &host.name);
+        let file = |path: &str| -> String {
+            text(
+                up.get(path)
+                    .unwrap_or_else(|| panic!("{}: {path} is referenced but not uploaded", host.name)),
+            )
+        };
+        let cert = |path: &str| pki::inspect(&file(path)).unwrap();
+        let signed = |leaf: &str, ca: &str| pki::is_signed_by(&file(leaf), &file(ca)).unwrap();
+        let pair = |cert: &str, key: &str| {
+            assert_eq!(
+                spki_of_cert(&file(cert)),
+                spki_of_key(&file(key)),
+                "{}: {key} is not the key of {cert}",
+                host.name
+            );
+            assert_eq!(up[key].mode, 0o600, "{}: {key} must be 0600", host.name);
+        };
+        let mut referenced = 0;
+        for c in Component::ALL {
+            let flags = flag_map(&file(&c.unit_path()));
+            for (name, value) in &flags {
+                if value.starts_with("/etc/hactl/") {
+                    file(value);
+                    referenced += 1;
+                }
+                if name.ends_with("kubeconfig") {
+                    assert!(value.starts_with("/etc/hactl/"), "{name}");
+                }
+            }
+            match c {
+                Component::ApiServer => {
+                    let f = |k: &str| flags[k].as_str();
+                    // Serving certificate: server auth, every name a client may use, from the client CA.
+                    let serving = cert(f("tls-cert-file"));
+                    assert!(serving.ext_key_usages.contains(&"server_auth".to_string()));
+                    let mut want: Vec<String> = vec![
+                        vip.clone(),
+                        "127.0.0.1".into(),
+                        "10.96.0.1".into(),
+                        "kubernetes.default.svc.cluster.local".into(),
+                        f("advertise-address").into(),
+                        f("bind-address").into(),
+                    ];
+                    for cp in &cps {
+                        want.push(cp.address.to_string());
+                        want.push(cp.name.clone());
+                    }
+                    for san in want {
+                        assert!(
+                            serving.sans.contains(&san),
+                            "{}: apiserver cert lacks SAN {san}: {:?}",
+                            host.name,
+                            serving.sans
+                        );
+                    }
+                    pair(f("tls-cert-file"), f("tls-private-key-file"));
+                    for ca in ["client-ca-file", "requestheader-client-ca-file", "etcd-cafile"] {
+                        assert!(cert(f(ca)).is_ca, "{ca}");
+                    }
+                    assert!(signed(f("tls-cert-file"), f("client-ca-file")));
+                    // Client certificates: client auth, from the CA their server trusts.
+                    for (crt, key, ca) in [
+                        (
+                            "kubelet-client-certificate",
+                            "kubelet-client-key",
+                            "client-ca-file",
+                        ),
+                        ("etcd-certfile", "etcd-keyfile", "etcd-cafile"),
+                        (
+                            "proxy-client-cert-file",
+                            "proxy-client-key-file",
+                            "requestheader-client-ca-file",
+                        ),
+                    ] {
+                        assert!(
+                            cert(f(crt)).ext_key_usages.contains(&"client_auth".to_string()),
+                            "{crt}"
+                        );
+                        assert!(signed(f(crt), f(ca)), "{crt} is not signed by {ca}");
+                        pair(f(crt), f(key));
+                    }
+                    assert_eq!(
+                        cert(f("proxy-client-cert-file")).subject_cn,
+                        f("requestheader-allowed-names")
+                    );
+                    assert_eq!(
+                        cert(f("kubelet-client-certificate")).subject_organizations,
+                        ["system:masters"]
+                    );
+                    // Service-account keys are one pair.
+                    assert_eq!(
+                        pem_der(&file(f("service-account-key-file"))),
+                        spki_of_key(&file(f("service-account-signing-key-file")))
+                    );
+                    // Every etcd member, by IP over TLS, and its server certificate names that IP.
+                    let servers: Vec<&str> = f("etcd-servers").split(',').collect();
+                    let etcd_hosts = inv.with_role(Role::Etcd);
+                    assert_eq!(servers.len(), etcd_hosts.len());
+                    for (url, eh) in servers.iter().zip(&etcd_hosts) {
+                        assert_eq!(*url, format!("https://{}:2379", eh.address));
+                        let server = pki::inspect(&pki.etcd_server(&eh.name).unwrap().cert_pem).unwrap();
+                        assert!(server.sans.contains(&eh.address.to_string()));
+                        assert!(pki::is_signed_by(
+                            &pki.etcd_server(&eh.name).unwrap().cert_pem,
+                            &file(f("etcd-cafile"))
+                        )
+                        .unwrap());
+                    }
+                    assert_eq!(f("bind-address"), host.address.to_string());
+                    assert_eq!(f("encryption-provider-config"), files::ENCRYPTION_CONFIG);
+                    assert_eq!(up[files::ENCRYPTION_CONFIG].mode, 0o600);
+                }
+                Component::ControllerManager => {
+                    let f = |k: &str| flags[k].as_str();
+                    assert!(cert(f("cluster-signing-cert-file")).is_ca);
+                    pair(f("cluster-signing-cert-file"), f("cluster-signing-key-file"));
+                    assert_eq!(f("root-ca-file"), f("client-ca-file"));
+                    assert_eq!(f("leader-elect"), "true");
+                    // It signs service-account tokens the apiserver verifies.
+                    let api = flag_map(&file(&Component::ApiServer.unit_path()));
+                    assert_eq!(
+                        f("service-account-private-key-file"),
+                        api["service-account-signing-key-file"]
+                    );
+                }
+                Component::Scheduler => assert_eq!(flags["leader-elect"], "true"),
+            }
+        }
+        assert!(
+            referenced > 20,
+            "{}: only {referenced} file references",
+            host.name
+        );
+
+        // The kubeconfigs reach the local apiserver, whose certificate names that address, with a
+        // client certificate signed by the CA the apiserver trusts.
+        for (path, cn) in [
+            (
+                files::CONTROLLER_MANAGER_KUBECONFIG,
+                "system:kube-controller-manager",
+            ),
+            (files::SCHEDULER_KUBECONFIG, "system:kube-scheduler"),
+        ] {
+            let kc: serde_json::Value = serde_saphyr::from_str(&file(path)).unwrap();
+            let server = kc["clusters"][0]["cluster"]["server"].as_str().unwrap();
+            assert_eq!(server, format!("https://{}:6443", host.address));
+            let ca = kc["clusters"][0]["cluster"]["certificate-authority"]
+                .as_str()
+                .unwrap();
+            let crt = kc["users"][0]["user"]["client-certificate"].as_str().unwrap();
+            let key = kc["users"][0]["user"]["client-key"].as_str().unwrap();
+            assert!(cert(ca).is_ca);
+            let info = cert(crt);
+            assert_eq!(info.subject_cn, cn);
+            assert!(info.ext_key_usages.contains(&"client_auth".to_string()));
+            assert!(signed(crt, ca));
+            pair(crt, key);
+            let api = flag_map(&file(&Component::ApiServer.unit_path()));
+            assert_eq!(
+                ca, api["client-ca-file"],
+                "the apiserver trusts the kubeconfig's CA for clients"
+            );
+            assert!(cert(&api["tls-cert-file"])
+                .sans
+                .contains(&host.address.to_string()));
+            assert_eq!(up[path].mode, 0o600);
+        }
+    }
+
+    // The admin kubeconfig: the VIP, system:masters, inline.
+    let admin: serde_json::Value =
+        serde_saphyr::from_str(&files::admin_kubeconfig(&inv, &pki).unwrap()).unwrap();
+    assert_eq!(
+        admin["clusters"][0]["cluster"]["server"],
+        format!("https://{vip}:6443")
+    );
+    let b64 = |v: &serde_json::Value| {
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(v.as_str().unwrap())
+                .unwrap(),
+        )
+        .unwrap()
+    };
+    let admin_cert = b64(&admin["users"][0]["user"]["client-certificate-data"]);
+    let info = pki::inspect(&admin_cert).unwrap();
+    assert_eq!(info.subject_organizations, ["system:masters"]);
+    assert!(pki::is_signed_by(
+        &admin_cert,
+        &b64(&admin["clusters"][0]["cluster"]["certificate-authority-data"])
+    )
+    .unwrap());
+    assert_eq!(
+        spki_of_cert(&admin_cert),
+        spki_of_key(&b64(&admin["users"][0]["user"]["client-key-data"]))
+    );
+}
+
+// ── plans ──────────────────────────────────────────────────────────────────────────────────
+
+/// Facts of a host on which every upload is in place and every unit runs.
+fn converged(uploads: &[Upload], version: &str) -> HostFacts {
+    let mut f = HostFacts::default();
+    for u in uploads {
+        f.files.insert(
+            u.path.clone(),
+            FileState {
+                sha256: u.sha256.clone(),
+                mode: u.mode,
+                owner: u.owner.clone(),
+                group: u.group.clone(),
+            },
+        );
+    }
+    for c in Component::ALL {
+        f.units.insert(
+            c.unit(),
+            UnitState {
+                active: "active".into(),
+                main_pid: 100,
+                enabled: "enabled".into(),
+            },
+        );
+        f.kube_versions
+            .insert(c.binary().into(), format!("Kubernetes v{version}"));
+    }
+    f.etcd_version = Some("etcd Version: 3.5.16".into());
+    f
+}
+
+fn kube_phases() -> Vec<Box<dyn Phase>> {
+    hactl::commands::up::phases().into_iter().skip(5).collect()
+}
+
+fn plan_text(
+    inv: &Inventory,
+    pki: &Pki,
+    facts: &BTreeMap<String, HostFacts>,
+    inputs: &KubernetesInputs,
+) -> Result<String, String> {
+    let view = EtcdView::default();
+    let ctx = Ctx {
+        inv,
+        pki,
+        facts,
+        etcd: &view,
+        binaries: None,
+        kubernetes: Some(inputs),
+    };
+    phases::build(&kube_phases(), &ctx)
+        .map(|p| p.to_string())
+        .map_err(|e| e.to_string())
+}
+
+fn bundle_inventory() -> Inventory {
+    let mut inv = example();
+    inv.kubernetes.as_mut().unwrap().source = BinarySource::Bundle {
+        dir: "/nonexistent/bundle".into(),
+    };
+    inv
+}
+
+/// Bytes standing in for binaries in *plans* only: the plan shows their size and sha256.
+fn plan_inputs() -> KubernetesInputs {
+    let bins = hactl::binaries::LocalBinaries {
+        files: Component::ALL
+            .iter()
+            .map(|c| {
+                (
+                    c.binary().to_string(),
+                    format!("test bytes for {}", c.binary()).into_bytes(),
+                )
+            })
+            .collect(),
+        origin: "test".into(),
+    };
+    KubernetesInputs::new(Some(&bins), EncryptionKey::from_bytes([7; 32]))
+}
+
+#[test]
+fn a_fresh_plan_installs_configures_and_starts_and_matches_its_snapshot() {
+    let inv = bundle_inventory();
+    let (_tmp, pki) = fixture_pki(&inv);
+    let plan = plan_text(&inv, &pki, &BTreeMap::new(), &plan_inputs()).unwrap();
+    insta::assert_snapshot!("fresh-plan", plan);
+}
+
+#[test]
+fn a_converged_control_plane_plans_nothing_and_a_changed_certificate_rolls_one_host_at_a_time() {
+    let inv = bundle_inventory();
+    let (_tmp, pki) = fixture_pki(&inv);
+    let inputs = plan_inputs();
+    let mut facts = BTreeMap::new();
+    for h in inv.with_role(Role::ControlPlane) {
+        let mut uploads: Vec<Upload> = host_uploads(&inv, &pki, &h.name).into_values().collect();
+        uploads.extend(inputs.binaries.iter().cloned());
+        facts.insert(h.name.clone(), converged(&uploads, "1.31.4"));
+    }
+    assert_eq!(plan_text(&inv, &pki, &facts, &inputs).unwrap(), "no changes\n");
+
+    // (The example logs in as `debian` and uses sudo.)
+    // cp2's apiserver certificate on the host differs: only cp2's apiserver restarts, drained on
+    // both load balancers first and made ready after /readyz answered.
+    facts
+        .get_mut("cp2")
+        .unwrap()
+        .files
+        .get_mut(files::APISERVER_CRT)
+        .unwrap()
+        .sha256 = "0".repeat(64);
+    let plan = plan_text(&inv, &pki, &facts, &inputs).unwrap();
+    let lines: Vec<&str> = plan.lines().collect();
+    let roll = lines
+        .iter()
+        .position(|l| *l == "== Restart changed apiservers (one host at a time)")
+        .unwrap();
+    assert_eq!(
+        lines[roll + 1..].iter().map(|l| l.split(": ").take(2).collect::<Vec<_>>().join(": ")).collect::<Vec<_>>(),
+        [
+            "lb1: run sudo -n -- sh -c 'echo \"set server $1/$2 state $3\" | socat stdio \"unix-connect:$4\"' hactl-haproxy kubernetes-api cp2 maint /run/haproxy/admin.sock",
+            "lb2: run sudo -n -- sh -c 'echo \"set server $1/$2 state $3\" | socat stdio \"unix-connect:$4\"' hactl-haproxy kubernetes-api cp2 maint /run/haproxy/admin.sock",
+            "cp2: run sudo -n -- systemctl restart kube-apiserver.service",
+            "cp2: wait up to 120s",
+            "lb1: run sudo -n -- sh -c 'echo \"set server $1/$2 state $3\" | socat stdio \"unix-connect:$4\"' hactl-haproxy kubernetes-api cp2 ready /run/haproxy/admin.sock",
+            "lb2: run sudo -n -- sh -c 'echo \"set server $1/$2 state $3\" | socat stdio \"unix-connect:$4\"' hactl-haproxy kubernetes-api cp2 ready /run/haproxy/admin.sock",
+        ]
+    );
+    assert!(lines[..roll]
+        .iter()
+        .any(|l| l.starts_with("cp2: write /etc/hactl/pki/kubernetes/apiserver.crt")));
+    assert!(
+        !plan.contains("kube-controller-manager.service"),
+        "controllers do not read the apiserver cert:\n{plan}"
+    );
+}
+
+#[test]
+fn package_source_and_version_skew_are_refused_with_the_fix() {
+    let mut inv = example();
+    inv.kubernetes.as_mut().unwrap().source = BinarySource::Package;
+    let (_tmp, pki) = fixture_pki(&inv);
+    let err = plan_text(&inv, &pki, &BTreeMap::new(), &inputs()).unwrap_err();
+    assert!(
+        err.starts_with("kubernetes.source: package is not available")
+            && err.contains("set kubernetes.source to release"),
+        "{err}"
+    );
+
+    let inv = bundle_inventory(); // 1.31.4
+    let mut facts = BTreeMap::new();
+    let mut old = HostFacts::default();
+    old.kube_versions
+        .insert("kube-apiserver".into(), "Kubernetes v1.29.7".into());
+    old.etcd_version = Some("etcd Version: 3.4.23".into());
+    facts.insert("cp3".to_string(), old);
+    let err = plan_text(&inv, &pki, &facts, &plan_inputs()).unwrap_err();
+    assert!(
+        err.starts_with("the version skew rules refuse this rollout, nothing was changed:"),
+        "{err}"
+    );
+    assert!(
+        err.contains("kube-apiserver 1.29.7 on cp3 is more than one minor version from the planned 1.31.4"),
+        "{err}"
+    );
+    assert!(
+        err.contains("etcd 3.4.23 on cp3 is not supported with Kubernetes 1.31.4"),
+        "{err}"
+    );
+}
