@@ -120,6 +120,7 @@ fn build(inv: &Inventory, facts: &BTreeMap<String, HostFacts>) -> Result<Plan, P
         facts,
         etcd: &view,
         binaries: None,
+        kubernetes: None,
     };
     phases::build(&hactl::commands::up::phases(), &ctx)
 }
