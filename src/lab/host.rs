@@ -175,10 +175,12 @@ pub fn wait_ready(h: &LabHost, deadline: Duration) -> Result<()> {
         if net::ssh_banner(h.ip, Duration::from_millis(500)) {
             return Ok(());
         }
-        if nspawn_pid(h).is_none() {
-            // Give the process table a moment: the pid scan can race the double fork.
+        // The pid recorded at spawn is systemd-nspawn itself (exec keeps the pid); the scan is
+        // the fallback for a host booted before. Both must say gone, for a while, under load.
+        let recorded_alive = h.nspawn_pid.is_some_and(proc::alive);
+        if !recorded_alive && nspawn_pid(h).is_none() {
             let since = *gone_since.get_or_insert_with(Instant::now);
-            if since.elapsed() > Duration::from_secs(2) {
+            if since.elapsed() > Duration::from_secs(3) {
                 return Err(LabError::BootExited {
                     host: h.name.clone(),
                     log: h.log.clone(),

@@ -81,7 +81,15 @@ impl TestLab {
         opts.root = root.clone();
         opts.out = lab::lab_dir(&root, &name).join("inventory.yaml");
         let started = Instant::now();
-        match lab::up(&opts) {
+        let mut result = lab::up(&opts);
+        if let Err(e) = &result {
+            // Boot trouble of the lab itself (not of what the test proves) gets one more try,
+            // said out loud so a pattern shows in the logs.
+            eprintln!("{test_name}: lab {name} did not come up ({e}); tearing down and trying once more");
+            let _ = lab::down_at(&root, &name);
+            result = lab::up(&opts);
+        }
+        match result {
             Ok(lab) => {
                 eprintln!(
                     "{test_name}: lab {name} up in {:.1} s",
