@@ -179,25 +179,31 @@ async fn parallel_channels_on_one_session_overlap() {
     require_sshd!();
     let sshd = Sshd::start();
     let s = Arc::new(connect(&sshd).await);
+    // A barrier: each command checks in, then waits until all 8 have. Run one after the other,
+    // the first would wait alone until its timeout; so all 8 finishing proves they overlapped.
+    let dir = tempfile::tempdir().unwrap();
+    let dir_path = dir.path().to_str().unwrap().to_string();
     let mut set = tokio::task::JoinSet::new();
-    for _ in 0..8 {
+    for i in 0..8 {
         let s = s.clone();
+        let script = format!(
+            "touch {dir_path}/{i}; end=$(( $(date +%s) + 30 )); \
+             while [ $(ls {dir_path} | wc -l) -lt 8 ]; do [ $(date +%s) -lt $end ] || exit 7; sleep 0.05; done"
+        );
         set.spawn(async move {
             let out = s
-                .run(&RemoteCommand::script("date +%s%N; sleep 1; date +%s%N"))
+                .run(&RemoteCommand::script(script).with_timeout(Duration::from_secs(60)))
                 .await
                 .unwrap();
-            assert!(out.success(), "{}", out.stderr_str());
-            let t: Vec<u128> = out.stdout_str().lines().map(|l| l.parse().unwrap()).collect();
-            (t[0], t[1])
+            out.status
         });
     }
-    let spans: Vec<(u128, u128)> = set.join_all().await;
-    assert_eq!(spans.len(), 8);
-    // All ran at the same time: every command started before any of them ended.
-    let last_start = spans.iter().map(|s| s.0).max().unwrap();
-    let first_end = spans.iter().map(|s| s.1).min().unwrap();
-    assert!(last_start < first_end, "{spans:?}");
+    let statuses: Vec<Option<u32>> = set.join_all().await;
+    assert_eq!(
+        statuses,
+        vec![Some(0); 8],
+        "some commands waited alone: they did not run at the same time"
+    );
 }
 
 fn stat(path: &std::path::Path) -> (u64, i64, i64, i64, i64, u32) {
