@@ -59,7 +59,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(exit::OK)
         }
         Command::Validate(args) => {
-            let (inv, _) = load_inventory(&args)?;
+            let inv = load_inventory(&args)?;
             println!(
                 "{}: valid: cluster {}, {} hosts",
                 args.inventory.display(),
@@ -102,18 +102,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
 }
 
 /// Loads and validates the inventory, without touching the state directory.
-pub fn load_inventory(args: &InventoryArgs) -> anyhow::Result<(Inventory, ())> {
+pub fn load_inventory(args: &InventoryArgs) -> anyhow::Result<Inventory> {
     let mut inv = inventory::load(&args.inventory)?;
     if let Some(dir) = &args.state_dir {
         inv.state_dir =
             std::path::absolute(dir).with_context(|| format!("bad state dir {}", dir.display()))?;
     }
-    Ok((inv, ()))
+    Ok(inv)
 }
 
 /// Loads the inventory and opens its state directory (created 0700; refused when too open).
 pub fn load(args: &InventoryArgs) -> anyhow::Result<(Inventory, StateDir)> {
-    let (inv, ()) = load_inventory(args)?;
+    let inv = load_inventory(args)?;
     let state = StateDir::open(&inv.state_dir)
         .with_context(|| format!("cannot use the state directory of cluster {}", inv.name))?;
     Ok((inv, state))
