@@ -23,6 +23,7 @@ pub mod exec;
 pub mod facts;
 pub mod inventory;
 pub mod lab;
+pub mod load_balancer;
 pub mod output;
 pub mod phases;
 pub mod pki;

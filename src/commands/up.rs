@@ -17,6 +17,7 @@ use crate::exec::{self, Mode, Transports};
 use crate::facts::{self, HostFacts, Query};
 use crate::inventory::{Host, Inventory, Role};
 use crate::phases::{self, configure_etcd, etcd_files, install_etcd, join_etcd, roll_etcd, start_etcd};
+use crate::phases::{configure_load_balancer, install_load_balancer, load_balancer};
 use crate::phases::{Ctx, EtcdView, Phase};
 use crate::pki::{self, Pki};
 use crate::plan::{HostSteps, Parallelism, Plan, PlannedPhase, Step};
@@ -30,6 +31,8 @@ pub fn phases() -> Vec<Box<dyn Phase>> {
         Box::new(start_etcd::StartEtcd),
         Box::new(join_etcd::JoinEtcd),
         Box::new(roll_etcd::RollEtcd),
+        Box::new(install_load_balancer::InstallLoadBalancer),
+        Box::new(configure_load_balancer::ConfigureLoadBalancer),
     ]
 }
 
@@ -50,6 +53,10 @@ pub fn query_for(inv: &Inventory, host: &Host) -> Query {
     let mut q = super::check::query_for(inv, host);
     if host.has(Role::Etcd) {
         q.files = etcd_files::managed_paths(&inv.etcd.source);
+    }
+    if host.has(Role::LoadBalancer) {
+        q.files.extend(load_balancer::managed_paths(inv));
+        q.binaries.push("curl".into());
     }
     q
 }
@@ -77,12 +84,18 @@ pub async fn prepare(args: &UpArgs) -> anyhow::Result<Prepared> {
     )
     .await
     .context("failed to prepare the etcd binaries")?;
+    let vrrp_password = if inv.with_role(Role::LoadBalancer).is_empty() {
+        None
+    } else {
+        Some(crate::load_balancer::vrrp_password(&state).context("failed to prepare the VRRP password")?)
+    };
     let ctx = Ctx {
         inv: &inv,
         pki: &pki,
         facts: &facts,
         etcd: &view,
         binaries: binaries.as_ref(),
+        vrrp_password: vrrp_password.as_deref(),
     };
     let mut plan = phases::build(&phases(), &ctx)?;
     if !plan.is_empty() {

@@ -5,9 +5,12 @@
 //! is needed, so a converged cluster plans nothing and `hactl plan` prints `no changes`.
 
 pub mod configure_etcd;
+pub mod configure_load_balancer;
 pub mod etcd_files;
 pub mod install_etcd;
+pub mod install_load_balancer;
 pub mod join_etcd;
+pub mod load_balancer;
 pub mod roll_etcd;
 pub mod start_etcd;
 
@@ -28,6 +31,8 @@ pub struct Ctx<'a> {
     pub etcd: &'a EtcdView,
     /// Release or bundle binaries, read on the operator machine (None for packages).
     pub binaries: Option<&'a LocalBinaries>,
+    /// keepalived's VRRP password, from the state directory (None when there is no load balancer).
+    pub vrrp_password: Option<&'a str>,
 }
 
 impl Ctx<'_> {
@@ -50,6 +55,10 @@ pub enum PlanError {
     SplitView(String),
     #[error(transparent)]
     Render(#[from] crate::render::RenderError),
+    #[error("{host} has no interface with address {address}, so keepalived cannot be told where to hold the VIP: set hosts[].interface for {host} in the inventory")]
+    NoInterface { host: String, address: String },
+    #[error("no VRRP password was loaded for the load balancers (a bug in hactl)")]
+    NoVrrpPassword,
 }
 
 /// One group of steps in a bring-up.

@@ -21,6 +21,24 @@ const TEMPLATES: &[(&str, &str)] = &[
         "hactl-etcd-member",
         include_str!("../../templates/hactl-etcd-member.tera"),
     ),
+    // Load balancers (contexts in `phases::load_balancer`).
+    ("haproxy.cfg", include_str!("../../templates/haproxy.cfg.tera")),
+    (
+        "keepalived.conf",
+        include_str!("../../templates/keepalived.conf.tera"),
+    ),
+    (
+        "hactl-haproxy",
+        include_str!("../../templates/hactl-haproxy.tera"),
+    ),
+    (
+        "hactl-check-haproxy",
+        include_str!("../../templates/hactl-check-haproxy.tera"),
+    ),
+    (
+        "hactl-load-balancer.sysctl.conf",
+        include_str!("../../templates/hactl-load-balancer.sysctl.conf.tera"),
+    ),
 ];
 
 /// A template failed to render (a bug in hactl, not in the inventory).
