@@ -7,6 +7,8 @@
 //! Invariant: neither HAProxy nor keepalived asks etcd or an apiserver anything to decide where
 //! the VIP lives: keepalived tracks only the local HAProxy (its unit and its admin socket).
 
+pub mod status;
+
 use crate::state::StateDir;
 
 /// HAProxy's configuration (Debian's unit reads this path).
