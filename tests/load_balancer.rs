@@ -69,9 +69,9 @@ fn holders(lab: &TestLab) -> Vec<String> {
     let needle = format!(" {}/", vip(lab));
     ["lb1", "lb2"]
         .iter()
-        .filter(|h| {
-            let out = lab.exec(h, &["ip", "-o", "-4", "addr", "show"]);
-            out.status.success() && String::from_utf8_lossy(&out.stdout).contains(&needle)
+        .filter(|h| match lab.lab().exec(h, &["ip", "-o", "-4", "addr", "show"]) {
+            Ok(out) => out.status.success() && String::from_utf8_lossy(&out.stdout).contains(&needle),
+            Err(_) => false, // powered off
         })
         .map(|h| h.to_string())
         .collect()
@@ -372,8 +372,8 @@ fn the_vip_moves_on_a_power_cut_of_its_holder_and_when_its_haproxy_stops() {
     let other = if cut == "lb1" { "lb2" } else { "lb1" }.to_string();
 
     // Power cut: the other load balancer answers on the VIP within 5 s.
-    lab.fault(&cut, Fault::PowerCut);
     let started = Instant::now();
+    lab.fault(&cut, Fault::PowerCut);
     let mut answered = None;
     while started.elapsed() < Duration::from_secs(10) {
         if tcp_answers(vip, 2379) {
