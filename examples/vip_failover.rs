@@ -68,7 +68,11 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() -> anyhow::Result<()> {
-    let runs: usize = std::env::args().nth(1).map(|a| a.parse()).transpose()?.unwrap_or(5);
+    let runs: usize = std::env::args()
+        .nth(1)
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(5);
     lab::require_root()?;
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let root = lab::lab_root();
@@ -140,10 +144,16 @@ fn main() -> anyhow::Result<()> {
         // Back to two load balancers: the cut host boots and becomes a BACKUP (nopreempt).
         lab.fault(&cut, Fault::Poweron)?;
         let backup = wait_until(Duration::from_secs(60), || {
-            lab.exec(&cut, &["journalctl", "-b", "-u", "keepalived", "--no-pager", "-o", "cat"])
-                .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Entering BACKUP STATE"))
+            lab.exec(
+                &cut,
+                &["journalctl", "-b", "-u", "keepalived", "--no-pager", "-o", "cat"],
+            )
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Entering BACKUP STATE"))
         });
-        anyhow::ensure!(backup, "run {run}: {cut} did not become a BACKUP after its reboot");
+        anyhow::ensure!(
+            backup,
+            "run {run}: {cut} did not become a BACKUP after its reboot"
+        );
         // Let it receive a few adverts, so its own master-down timer is armed.
         std::thread::sleep(Duration::from_secs(2));
     }
