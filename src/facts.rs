@@ -45,6 +45,26 @@ pub struct HostFacts {
     pub units: BTreeMap<String, UnitState>,
     /// Managed path → its state; absent paths are missing here.
     pub files: BTreeMap<String, FileState>,
+    /// Addresses on the host's interfaces (`ip -o addr show`), in the order `ip` lists them.
+    pub addresses: Vec<InterfaceAddress>,
+}
+
+impl HostFacts {
+    /// The interface that carries `address`, when the host has it.
+    pub fn interface_of(&self, address: std::net::IpAddr) -> Option<&str> {
+        self.addresses
+            .iter()
+            .find(|a| a.address == address)
+            .map(|a| a.interface.as_str())
+    }
+}
+
+/// One address on one interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InterfaceAddress {
+    pub interface: String,
+    pub address: std::net::IpAddr,
+    pub prefix_length: u8,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -95,6 +115,7 @@ id etcd >/dev/null 2>&1 && echo "etcduser yes"
 if [ -x /usr/local/sbin/hactl-etcdctl ] && [ "$(systemctl is-active etcd.service 2>/dev/null)" = active ]; then
   m=$(/usr/local/sbin/hactl-etcdctl --command-timeout=3s member list -w json 2>/dev/null | tr -d '\n') && echo "members $m"
 fi
+ip -o addr show 2>/dev/null | awk '{print "addr", $2, $4}'
 command -v etcd >/dev/null 2>&1 && echo "etcdversion $(etcd --version 2>/dev/null | head -n1)"
 for k in kube-apiserver kube-controller-manager kube-scheduler; do
   [ -x "/usr/local/bin/$k" ] && echo "kubeversion $k $("/usr/local/bin/$k" --version 2>/dev/null | head -n1)"
@@ -227,6 +248,18 @@ pub fn parse(text: &str) -> HostFacts {
                     );
                 }
             }
+            "addr" => {
+                if let [interface, cidr] = rest.as_slice() {
+                    let (ip, prefix) = cidr.split_once('/').unwrap_or((cidr, ""));
+                    if let (Ok(address), Ok(prefix_length)) = (ip.parse(), prefix.parse()) {
+                        f.addresses.push(InterfaceAddress {
+                            interface: interface.to_string(),
+                            address,
+                            prefix_length,
+                        });
+                    }
+                }
+            }
             _ => {}
         }
     }
@@ -243,8 +276,11 @@ mod tests {
 listen 22 sshd\nlisten 2379 etcd\nfree 52428800000\nmember yes\netcdversion etcd Version: 3.5.16\n\
 unit etcd.service ActiveState=active MainPID=412 UnitFileState=enabled \n\
 file /etc/hactl/pki/etcd/ca.crt 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 644 root root\n\
-bin etcd /usr/bin/etcd\nkubeversion kube-apiserver Kubernetes v1.31.4\n";
+bin etcd /usr/bin/etcd\nkubeversion kube-apiserver Kubernetes v1.31.4\naddr lo 127.0.0.1/8\naddr host0 10.0.0.21/24\naddr host0 fe80::1/64\n";
         let f = parse(text);
+        assert_eq!(f.interface_of("10.0.0.21".parse().unwrap()), Some("host0"));
+        assert_eq!(f.interface_of("fe80::1".parse().unwrap()), Some("host0"));
+        assert_eq!(f.interface_of("10.0.0.100".parse().unwrap()), None);
         assert_eq!((f.os_id.as_str(), f.os_version.as_str()), ("debian", "13"));
         assert_eq!(f.init, "systemd");
         assert_eq!(f.time_ns, 1763776000123456789);

@@ -24,6 +24,7 @@ pub mod facts;
 pub mod inventory;
 pub mod kubernetes;
 pub mod lab;
+pub mod load_balancer;
 pub mod output;
 pub mod phases;
 pub mod pki;

@@ -439,8 +439,20 @@ fn converged(uploads: &[Upload], version: &str) -> HostFacts {
     f
 }
 
+/// The Kubernetes phases of `up` (the etcd and load-balancer phases come first).
 fn kube_phases() -> Vec<Box<dyn Phase>> {
-    hactl::commands::up::phases().into_iter().skip(5).collect()
+    let phases: Vec<Box<dyn Phase>> = hactl::commands::up::phases()
+        .into_iter()
+        .filter(|p| !p.title().contains("etcd") && !p.title().contains("load balancer"))
+        .collect();
+    assert!(
+        phases.iter().all(|p| p.title().to_lowercase().contains("kube")
+            || p.title().contains("apiserver")
+            || p.title().contains("controller")),
+        "{:?}",
+        phases.iter().map(|p| p.title()).collect::<Vec<_>>()
+    );
+    phases
 }
 
 fn plan_text(
@@ -457,6 +469,7 @@ fn plan_text(
         etcd: &view,
         binaries: None,
         kubernetes: Some(inputs),
+        vrrp_password: None,
     };
     phases::build(&kube_phases(), &ctx)
         .map(|p| p.to_string())
@@ -526,14 +539,21 @@ fn a_converged_control_plane_plans_nothing_and_a_changed_certificate_rolls_one_h
         .position(|l| *l == "== Restart changed apiservers (one host at a time)")
         .unwrap();
     assert_eq!(
-        lines[roll + 1..].iter().map(|l| l.split(": ").take(2).collect::<Vec<_>>().join(": ")).collect::<Vec<_>>(),
+        lines[roll + 1..]
+            .iter()
+            .map(|l| l.split(": ").take(2).collect::<Vec<_>>().join(": "))
+            .collect::<Vec<_>>(),
         [
-            "lb1: run sudo -n -- sh -c 'echo \"set server $1/$2 state $3\" | socat stdio \"unix-connect:$4\"' hactl-haproxy kubernetes-api cp2 maint /run/haproxy/admin.sock",
-            "lb2: run sudo -n -- sh -c 'echo \"set server $1/$2 state $3\" | socat stdio \"unix-connect:$4\"' hactl-haproxy kubernetes-api cp2 maint /run/haproxy/admin.sock",
+            "lb1: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 maint",
+            "lb1: wait up to 10s",
+            "lb2: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 maint",
+            "lb2: wait up to 10s",
             "cp2: run sudo -n -- systemctl restart kube-apiserver.service",
             "cp2: wait up to 120s",
-            "lb1: run sudo -n -- sh -c 'echo \"set server $1/$2 state $3\" | socat stdio \"unix-connect:$4\"' hactl-haproxy kubernetes-api cp2 ready /run/haproxy/admin.sock",
-            "lb2: run sudo -n -- sh -c 'echo \"set server $1/$2 state $3\" | socat stdio \"unix-connect:$4\"' hactl-haproxy kubernetes-api cp2 ready /run/haproxy/admin.sock",
+            "lb1: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 ready",
+            "lb1: wait up to 60s",
+            "lb2: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 ready",
+            "lb2: wait up to 60s",
         ]
     );
     assert!(lines[..roll]

@@ -188,10 +188,15 @@ fn etcd_server_and_peer_certs_name_their_host_and_serve_and_dial() {
     let pki = ensure(dir.path(), &inv, NOW);
     for (i, h) in ["cp1", "cp2", "cp3"].iter().enumerate() {
         let address = format!("10.0.0.{}", 11 + i);
-        let want = strings(&[&address, h, "localhost", "127.0.0.1", "::1"]);
-        for files in [pki.etcd_server(h).unwrap(), pki.etcd_peer(h).unwrap()] {
+        let peer = strings(&[&address, h, "localhost", "127.0.0.1", "::1"]);
+        // Clients dial the VIP's etcd frontend: server certificates carry the VIP, peer ones not.
+        let server = strings(&[&address, h, "localhost", "127.0.0.1", "::1", "10.0.0.100"]);
+        for (files, want) in [
+            (pki.etcd_server(h).unwrap(), server),
+            (pki.etcd_peer(h).unwrap(), peer),
+        ] {
             let info = info(files);
-            assert_eq!(sorted(&info.sans), want, "{}", files.cert_path.display());
+            assert_eq!(sorted(&info.sans), sorted(&want), "{}", files.cert_path.display());
             assert_eq!(info.subject_cn, *h);
             assert_eq!(info.ext_key_usages, ["server_auth", "client_auth"]);
             assert_eq!(info.key_usages, ["digital_signature", "key_encipherment"]);

@@ -121,6 +121,7 @@ fn build(inv: &Inventory, facts: &BTreeMap<String, HostFacts>) -> Result<Plan, P
         etcd: &view,
         binaries: None,
         kubernetes: None,
+        vrrp_password: None,
     };
     phases::build(&hactl::commands::up::phases(), &ctx)
 }

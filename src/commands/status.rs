@@ -30,6 +30,9 @@ pub struct ClusterStatus {
     pub certificates: Vec<CertRow>,
     /// Why the cluster is degraded; empty when it is healthy.
     pub problems: Vec<String>,
+    /// The VIP, HAProxy's backends, /readyz through the VIP (absent without load balancers).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load_balancers: Option<crate::load_balancer::status::LoadBalancerStatus>,
     /// The Kubernetes control plane, when the inventory has a kubernetes section.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kubernetes: Option<crate::kubernetes::status::KubernetesStatus>,
@@ -267,6 +270,10 @@ pub async fn gather(
             c.name, c.days_left
         ));
     }
+    if let Some(lb) = crate::load_balancer::status::gather(inv, state, connect).await {
+        status.problems.extend(lb.problems.iter().cloned());
+        status.load_balancers = Some(lb);
+    }
     Ok(status)
 }
 
@@ -394,6 +401,9 @@ pub fn table(s: &ClusterStatus) -> String {
             first.name,
             first.days_left
         ));
+    }
+    if let Some(lb) = &s.load_balancers {
+        out.push_str(&crate::load_balancer::status::table(lb));
     }
     if let Some(k) = &s.kubernetes {
         out.push_str(&crate::kubernetes::status::table(k));

@@ -21,6 +21,7 @@ use crate::phases::{self, configure_etcd, etcd_files, install_etcd, join_etcd, r
 use crate::phases::{
     configure_kubernetes, install_kubernetes, roll_apiservers, roll_controllers, start_kubernetes,
 };
+use crate::phases::{configure_load_balancer, install_load_balancer, load_balancer};
 use crate::phases::{Ctx, EtcdView, Phase};
 use crate::pki::{self, Pki};
 use crate::plan::{HostSteps, Parallelism, Plan, PlannedPhase, Step};
@@ -34,6 +35,9 @@ pub fn phases() -> Vec<Box<dyn Phase>> {
         Box::new(start_etcd::StartEtcd),
         Box::new(join_etcd::JoinEtcd),
         Box::new(roll_etcd::RollEtcd),
+        // Load balancers (before the Kubernetes roll, which drains their backends).
+        Box::new(install_load_balancer::InstallLoadBalancer),
+        Box::new(configure_load_balancer::ConfigureLoadBalancer),
         // The Kubernetes control plane (control-plane hosts, when the inventory has a kubernetes section).
         Box::new(install_kubernetes::InstallKubernetes),
         Box::new(configure_kubernetes::ConfigureKubernetes),
@@ -64,6 +68,10 @@ pub fn query_for(inv: &Inventory, host: &Host) -> Query {
     }
     if let Some(kube) = crate::kubernetes::spec_for(inv, host) {
         q.files.extend(crate::kubernetes::managed_paths(kube));
+    }
+    if host.has(Role::LoadBalancer) {
+        q.files.extend(load_balancer::managed_paths(inv));
+        q.binaries.push("curl".into());
     }
     q
 }
@@ -105,6 +113,11 @@ pub async fn prepare_with(
     .await
     .context("failed to prepare the etcd binaries")?;
     let kubernetes = kubernetes_inputs(&inv, &state).await?;
+    let vrrp_password = if inv.with_role(Role::LoadBalancer).is_empty() {
+        None
+    } else {
+        Some(crate::load_balancer::vrrp_password(&state).context("failed to prepare the VRRP password")?)
+    };
     let ctx = Ctx {
         inv: &inv,
         pki: &pki,
@@ -112,6 +125,7 @@ pub async fn prepare_with(
         etcd: &view,
         binaries: binaries.as_ref(),
         kubernetes: kubernetes.as_ref(),
+        vrrp_password: vrrp_password.as_deref(),
     };
     let mut plan = match phases::build(&phases(), &ctx) {
         Err(phases::PlanError::Kubernetes(e)) if e.is_refusal() => {

@@ -6,10 +6,13 @@
 
 pub mod configure_etcd;
 pub mod configure_kubernetes;
+pub mod configure_load_balancer;
 pub mod etcd_files;
 pub mod install_etcd;
 pub mod install_kubernetes;
+pub mod install_load_balancer;
 pub mod join_etcd;
+pub mod load_balancer;
 pub mod roll_apiservers;
 pub mod roll_controllers;
 pub mod roll_etcd;
@@ -35,6 +38,8 @@ pub struct Ctx<'a> {
     pub binaries: Option<&'a LocalBinaries>,
     /// Kubernetes binaries and the encryption key (None without a kubernetes section).
     pub kubernetes: Option<&'a crate::kubernetes::KubernetesInputs>,
+    /// keepalived's VRRP password, from the state directory (None when there is no load balancer).
+    pub vrrp_password: Option<&'a str>,
 }
 
 impl Ctx<'_> {
@@ -59,6 +64,10 @@ pub enum PlanError {
     Render(#[from] crate::render::RenderError),
     #[error(transparent)]
     Kubernetes(#[from] crate::kubernetes::KubernetesPlanError),
+    #[error("{host} has no interface with address {address}, so keepalived cannot be told where to hold the VIP: set hosts[].interface for {host} in the inventory")]
+    NoInterface { host: String, address: String },
+    #[error("no VRRP password was loaded for the load balancers (a bug in hactl)")]
+    NoVrrpPassword,
 }
 
 /// One group of steps in a bring-up.

@@ -5,39 +5,20 @@
 //! the backend is made ready again before the next host. A host that does not come back stops the
 //! rollout with its backend still in maintenance, so clients are never sent to it.
 //!
-//! The HAProxy step is [`set_backend_state`], a command on the stats socket written here until the
-//! load-balancer layer's own helper can be used (it names the same backend and socket).
+//! The HAProxy steps come from the load-balancer layer ([`super::load_balancer::drain_backend_steps`]
+//! and [`super::load_balancer::ready_backend_steps`]), which also waits for HAProxy to agree.
 
 use std::time::Duration;
 
 use super::configure_kubernetes::uploads;
 use super::install_kubernetes::control_plane_hosts;
+use super::load_balancer::{drain_backend_steps, ready_backend_steps, Backend};
 use super::{differs, Ctx, Phase, PlanError};
-use crate::inventory::{Host, Inventory, KubernetesMode, Role};
+use crate::inventory::{Host, Inventory, KubernetesMode};
 use crate::kubernetes::{files, probe, Component};
 use crate::plan::{Check, HostSteps, Parallelism, PlannedPhase, RemoteCommand, Step, Upload};
 
 pub struct RollApiservers;
-
-/// HAProxy's admin socket on load-balancer hosts.
-pub const HAPROXY_ADMIN_SOCKET: &str = "/run/haproxy/admin.sock";
-/// The HAProxy backend of the Kubernetes API; its servers are named after the hosts.
-pub const API_BACKEND: &str = "kubernetes-api";
-
-/// Sets the apiserver backend server of `host` to `state` (`maint`, `ready`) on one load balancer.
-pub fn set_backend_state(host: &str, state: &str) -> RemoteCommand {
-    RemoteCommand::new([
-        "sh".to_string(),
-        "-c".to_string(),
-        r#"echo "set server $1/$2 state $3" | socat stdio "unix-connect:$4""#.to_string(),
-        "hactl-haproxy".to_string(),
-        API_BACKEND.to_string(),
-        host.to_string(),
-        state.to_string(),
-        HAPROXY_ADMIN_SOCKET.to_string(),
-    ])
-    .with_timeout(Duration::from_secs(10))
-}
 
 /// Whether a running component on `host` must restart: its binary, its unit or manifest, or a file
 /// it reads differs from what the facts report. Returns the new manifest in static-pod mode.
@@ -131,7 +112,6 @@ impl Phase for RollApiservers {
     /// Steps run on the load balancers around each host's restart, so the plan lists, in order:
     /// every LB (maint), the host (restart, wait), every LB (ready), then the next host.
     fn plan(&self, ctx: &Ctx<'_>) -> Result<Vec<PlannedPhase>, PlanError> {
-        let lbs = ctx.inv.with_role(Role::LoadBalancer);
         let on = |h: &Host, steps: Vec<Step>| HostSteps {
             host: h.name.clone(),
             sudo: h.ssh.sudo,
@@ -143,13 +123,14 @@ impl Phase for RollApiservers {
             if steps.is_empty() {
                 continue;
             }
-            for lb in &lbs {
-                hosts.push(on(lb, vec![Step::Run(set_backend_state(&host.name, "maint"))]));
-            }
+            hosts.extend(drain_backend_steps(ctx.inv, Backend::KubernetesApi, &host.name));
             hosts.push(on(host, steps));
-            for lb in &lbs {
-                hosts.push(on(lb, vec![Step::Run(set_backend_state(&host.name, "ready"))]));
-            }
+            hosts.extend(ready_backend_steps(
+                ctx.inv,
+                Backend::KubernetesApi,
+                &host.name,
+                Duration::from_secs(60),
+            ));
         }
         Ok(vec![PlannedPhase {
             title: self.title().to_string(),
@@ -157,36 +138,5 @@ impl Phase for RollApiservers {
             disruptive: self.disruptive(),
             hosts,
         }])
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_backend_command_names_backend_server_state_and_socket() {
-        let cmd = super::set_backend_state("cp2", "maint");
-        assert!(!cmd.read_only);
-        assert_eq!(
-            &cmd.argv[3..],
-            [
-                "hactl-haproxy",
-                "kubernetes-api",
-                "cp2",
-                "maint",
-                "/run/haproxy/admin.sock"
-            ]
-        );
-        // The script, run by a real shell with `socat` replaced by `cat`, says what HAProxy reads.
-        let script = cmd.argv[2].replace("| socat stdio \"unix-connect:$4\"", "");
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(&script)
-            .args(&cmd.argv[3..])
-            .output()
-            .unwrap();
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout),
-            "set server kubernetes-api/cp2 state maint\n"
-        );
     }
 }

@@ -117,12 +117,24 @@ pub fn requests(inv: &Inventory) -> Vec<CertRequest> {
             .san(San::Ip(Ipv4Addr::LOCALHOST.into()))
             .san(San::Ip(Ipv6Addr::LOCALHOST.into()))
     };
+    // Clients may dial the VIP's etcd frontend (HAProxy passes TLS through to a member), so
+    // member server certificates carry the VIP when load balancers serve it.
+    let vip = inv
+        .vip
+        .as_ref()
+        .filter(|_| !inv.with_role(Role::LoadBalancer).is_empty());
     for host in inv.with_role(Role::Etcd) {
-        for name in [etcd_server_name(&host.name), etcd_peer_name(&host.name)] {
+        for (name, server) in [
+            (etcd_server_name(&host.name), true),
+            (etcd_peer_name(&host.name), false),
+        ] {
             // etcd members also dial each other and themselves as clients with these certs.
-            let r = CertRequest::new(name, CaKind::Etcd, &host.name, SERVER_AND_CLIENT)
+            let mut r = CertRequest::new(name, CaKind::Etcd, &host.name, SERVER_AND_CLIENT)
                 .san(San::Ip(host.address))
                 .san(San::Dns(host.name.clone()));
+            if let (true, Some(vip)) = (server, vip) {
+                r = r.san(San::Ip(vip.address));
+            }
             out.push(local(r));
         }
     }

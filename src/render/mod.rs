@@ -58,6 +58,24 @@ const TEMPLATES: &[(&str, &str)] = &[
         "audit-policy.yaml",
         include_str!("../../templates/audit-policy.yaml.tera"),
     ),
+    // Load balancers (contexts in `phases::load_balancer`).
+    ("haproxy.cfg", include_str!("../../templates/haproxy.cfg.tera")),
+    (
+        "keepalived.conf",
+        include_str!("../../templates/keepalived.conf.tera"),
+    ),
+    (
+        "hactl-haproxy",
+        include_str!("../../templates/hactl-haproxy.tera"),
+    ),
+    (
+        "hactl-check-haproxy",
+        include_str!("../../templates/hactl-check-haproxy.tera"),
+    ),
+    (
+        "hactl-load-balancer.sysctl.conf",
+        include_str!("../../templates/hactl-load-balancer.sysctl.conf.tera"),
+    ),
 ];
 
 /// A template failed to render (a bug in hactl, not in the inventory).

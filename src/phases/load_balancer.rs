@@ -1,0 +1,419 @@
+//! The files a load-balancer host holds (HAProxy's config and health-check certificates,
+//! keepalived's config and track script, the runtime-API helper, the sysctl that lets HAProxy
+//! bind the VIP anywhere), and the rolling-rule hooks other phases call to take a backend server
+//! out of HAProxy before it stops and put it back once it is ready.
+//!
+//! Invariant: pure and deterministic (backends in inventory order), so a converged host plans
+//! nothing; keys and the VRRP password are uploaded 0600 and never printed.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::{Ctx, PlanError};
+use crate::inventory::{Host, Inventory, Role};
+use crate::load_balancer as lb;
+use crate::pki::EtcdClient;
+use crate::plan::{Check, HostSteps, Parallelism, PlannedPhase, RemoteCommand, Step, Upload};
+use crate::render;
+
+/// Health-check cadence: a stopped server is marked down after `fall` failed checks `inter`
+/// apart (about 2 s), and back up after `rise` good ones.
+pub const CHECK_INTERVAL: &str = "1s";
+pub const CHECK_FALL: u32 = 2;
+pub const CHECK_RISE: u32 = 2;
+
+/// One backend server in haproxy.cfg.
+#[derive(Debug, Clone, Serialize)]
+pub struct BackendServer {
+    /// Inventory host name: HAProxy's server name and the name its certificate must carry.
+    pub name: String,
+    /// The address as it appears before `:port` (IPv6 in brackets).
+    pub address: String,
+}
+
+/// The context of `templates/haproxy.cfg.tera`.
+#[derive(Debug, Clone, Serialize)]
+pub struct HaproxyConfig {
+    pub cluster: String,
+    pub host: String,
+    pub address: String,
+    pub vip: String,
+    pub admin_socket: String,
+    pub check_interval: String,
+    pub fall: u32,
+    pub rise: u32,
+    pub stats_port: u16,
+    pub api_port: u16,
+    pub etcd_port: u16,
+    pub kubernetes_backend: String,
+    pub etcd_backend: String,
+    /// Empty without a kubernetes section: no API frontend is rendered then.
+    pub api_servers: Vec<BackendServer>,
+    pub etcd_servers: Vec<BackendServer>,
+    pub kubernetes_ca: String,
+    pub etcd_ca: String,
+    pub etcd_healthcheck_pem: String,
+}
+
+/// The context of `templates/keepalived.conf.tera`.
+#[derive(Serialize)]
+pub struct KeepalivedConfig {
+    pub cluster: String,
+    pub host: String,
+    pub instance: String,
+    pub check_script: String,
+    pub interface: String,
+    pub router_id: u8,
+    pub priority: u8,
+    pub advert_int: u32,
+    pub password: String,
+    pub address: String,
+    pub peers: Vec<String>,
+    pub vip: String,
+    pub prefix_length: u8,
+}
+
+fn url_host(ip: std::net::IpAddr) -> String {
+    match ip {
+        std::net::IpAddr::V4(a) => a.to_string(),
+        std::net::IpAddr::V6(a) => format!("[{a}]"),
+    }
+}
+
+fn servers(hosts: &[&Host]) -> Vec<BackendServer> {
+    hosts
+        .iter()
+        .map(|h| BackendServer {
+            name: h.name.clone(),
+            address: h.url_host(),
+        })
+        .collect()
+}
+
+/// The rendered haproxy.cfg of `host`. Without a kubernetes section there is no apiserver to
+/// send traffic to, so no API frontend is rendered (rather than one that always answers 503).
+pub fn haproxy_cfg(host: &Host, inv: &Inventory) -> Result<String, PlanError> {
+    let vip = inv.vip.as_ref().map(|v| url_host(v.address)).unwrap_or_default();
+    let api_servers = if inv.kubernetes.is_some() {
+        servers(&inv.with_role(Role::ControlPlane))
+    } else {
+        vec![]
+    };
+    Ok(render::render(
+        "haproxy.cfg",
+        &HaproxyConfig {
+            cluster: inv.name.clone(),
+            host: host.name.clone(),
+            address: host.url_host(),
+            vip,
+            admin_socket: lb::ADMIN_SOCKET.into(),
+            check_interval: CHECK_INTERVAL.into(),
+            fall: CHECK_FALL,
+            rise: CHECK_RISE,
+            stats_port: lb::STATS_PORT,
+            api_port: lb::API_PORT,
+            etcd_port: inv.etcd.client_port,
+            kubernetes_backend: lb::KUBERNETES_BACKEND.into(),
+            etcd_backend: lb::ETCD_BACKEND.into(),
+            api_servers,
+            etcd_servers: servers(&inv.with_role(Role::Etcd)),
+            kubernetes_ca: lb::KUBERNETES_CA.into(),
+            etcd_ca: lb::ETCD_CA.into(),
+            etcd_healthcheck_pem: lb::ETCD_HEALTHCHECK_PEM.into(),
+        },
+    )?)
+}
+
+/// The rendered keepalived.conf of `host`; `interface` is the one that carries its address.
+pub fn keepalived_conf(
+    host: &Host,
+    inv: &Inventory,
+    interface: &str,
+    password: &str,
+) -> Result<String, PlanError> {
+    let balancers = inv.with_role(Role::LoadBalancer);
+    let index = balancers.iter().position(|h| h.name == host.name).unwrap_or(0);
+    let vip = inv.vip.as_ref();
+    Ok(render::render(
+        "keepalived.conf",
+        &KeepalivedConfig {
+            cluster: inv.name.clone(),
+            host: host.name.clone(),
+            instance: format!("hactl_{}", inv.name.replace('-', "_")),
+            check_script: lb::CHECK_SCRIPT.into(),
+            interface: interface.to_string(),
+            router_id: vip.map(|v| v.router_id).unwrap_or(51),
+            priority: lb::priority(index),
+            advert_int: lb::ADVERT_INT,
+            password: password.to_string(),
+            address: host.address.to_string(),
+            peers: balancers
+                .iter()
+                .filter(|h| h.name != host.name)
+                .map(|h| h.address.to_string())
+                .collect(),
+            vip: vip.map(|v| v.address.to_string()).unwrap_or_default(),
+            prefix_length: host.prefix_length,
+        },
+    )?)
+}
+
+/// Every path a load-balancer host holds for hactl, for the facts probe.
+pub fn managed_paths(inv: &Inventory) -> Vec<String> {
+    let mut paths = vec![lb::ETCD_CA, lb::ETCD_HEALTHCHECK_PEM];
+    if inv.kubernetes.is_some() {
+        paths.push(lb::KUBERNETES_CA);
+    }
+    paths.extend([
+        lb::HAPROXY_CFG,
+        lb::HAPROXY_CLI,
+        lb::CHECK_SCRIPT,
+        lb::KEEPALIVED_CONF,
+        lb::SYSCTL_CONF,
+    ]);
+    paths.into_iter().map(String::from).collect()
+}
+
+/// The sysctl file (net.ipv4.ip_nonlocal_bind).
+pub fn sysctl_file() -> Result<Upload, PlanError> {
+    let text = render::render("hactl-load-balancer.sysctl.conf", &serde_json::json!({}))?;
+    Ok(Upload::new(
+        lb::SYSCTL_CONF,
+        0o644,
+        "root",
+        "root",
+        text.into_bytes(),
+    ))
+}
+
+/// What HAProxy reads: the health-check CAs and client certificate, and haproxy.cfg. A change to
+/// any of them needs a reload.
+pub fn haproxy_files(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Upload>, PlanError> {
+    let pki = ctx.pki;
+    let mut files = vec![Upload::new(
+        lb::ETCD_CA,
+        0o644,
+        "root",
+        "root",
+        pki.etcd_ca_pem().as_bytes().to_vec(),
+    )];
+    let check = pki.etcd_client(EtcdClient::HealthCheck);
+    let mut pem = check.cert_pem.clone();
+    if !pem.ends_with('\n') {
+        pem.push('\n');
+    }
+    pem.push_str(check.key_pem.expose());
+    files.push(Upload::new(
+        lb::ETCD_HEALTHCHECK_PEM,
+        0o600,
+        "root",
+        "root",
+        pem.into_bytes(),
+    ));
+    if ctx.inv.kubernetes.is_some() {
+        if let Some(ca) = pki.kubernetes_ca() {
+            files.push(Upload::new(
+                lb::KUBERNETES_CA,
+                0o644,
+                "root",
+                "root",
+                ca.cert_pem.clone().into_bytes(),
+            ));
+        }
+    }
+    files.push(Upload::new(
+        lb::HAPROXY_CFG,
+        0o644,
+        "root",
+        "root",
+        haproxy_cfg(host, ctx.inv)?.into_bytes(),
+    ));
+    Ok(files)
+}
+
+/// The runtime-API helper (changing it needs no reload).
+pub fn haproxy_cli() -> Result<Upload, PlanError> {
+    let text = render::render(
+        "hactl-haproxy",
+        &serde_json::json!({ "admin_socket": lb::ADMIN_SOCKET }),
+    )?;
+    Ok(Upload::new(
+        lb::HAPROXY_CLI,
+        0o755,
+        "root",
+        "root",
+        text.into_bytes(),
+    ))
+}
+
+/// What keepalived reads: its track script and keepalived.conf (0600: it holds the VRRP password).
+pub fn keepalived_files(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Upload>, PlanError> {
+    let interface = match &host.interface {
+        Some(i) => i.clone(),
+        None => ctx
+            .facts(host)
+            .interface_of(host.address)
+            .map(str::to_string)
+            .ok_or_else(|| PlanError::NoInterface {
+                host: host.name.clone(),
+                address: host.address.to_string(),
+            })?,
+    };
+    let password = ctx.vrrp_password.ok_or(PlanError::NoVrrpPassword)?;
+    let check = render::render(
+        "hactl-check-haproxy",
+        &serde_json::json!({ "unit": lb::HAPROXY_UNIT, "cli": lb::HAPROXY_CLI }),
+    )?;
+    Ok(vec![
+        Upload::new(lb::CHECK_SCRIPT, 0o755, "root", "root", check.into_bytes()),
+        Upload::new(
+            lb::KEEPALIVED_CONF,
+            0o600,
+            "root",
+            "root",
+            keepalived_conf(host, ctx.inv, &interface, password)?.into_bytes(),
+        ),
+    ])
+}
+
+/// `hactl-haproxy show info` answers: the local HAProxy runs and its admin socket works.
+pub fn haproxy_answers(host: &str, timeout: Duration) -> Check {
+    Check::command(
+        format!("HAProxy on {host} answers on its admin socket"),
+        RemoteCommand::read_only([lb::CHECK_SCRIPT]),
+        timeout,
+    )
+    .diagnose_with(RemoteCommand::read_only([
+        "journalctl",
+        "-u",
+        lb::HAPROXY_UNIT,
+        "-n",
+        "25",
+        "--no-pager",
+        "-o",
+        "cat",
+    ]))
+}
+
+/// etcd answers `/health` through the VIP's etcd frontend, with the health-check certificate
+/// (proves VIP, HAProxy, TLS to a member and the member itself).
+pub fn vip_serves_etcd(inv: &Inventory, timeout: Duration) -> Option<Check> {
+    let vip = inv.vip.as_ref()?;
+    let url = format!(
+        "https://{}:{}/health",
+        url_host(vip.address),
+        inv.etcd.client_port
+    );
+    Some(Check::command(
+        format!("etcd answers through the VIP ({url})"),
+        RemoteCommand::read_only([
+            "curl",
+            "-sSf",
+            "--max-time",
+            "2",
+            "--cacert",
+            lb::ETCD_CA,
+            "--cert",
+            lb::ETCD_HEALTHCHECK_PEM,
+            &url,
+        ]),
+        timeout,
+    ))
+}
+
+// ── rolling-rule hooks ──────────────────────────────────────────────────────────────────────
+
+/// A proxy in haproxy.cfg whose servers can be taken out and put back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The apiservers behind VIP:6443 (rendered only with a kubernetes section).
+    KubernetesApi,
+    /// The etcd members behind VIP:2379.
+    EtcdClient,
+}
+
+impl Backend {
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::KubernetesApi => lb::KUBERNETES_BACKEND,
+            Backend::EtcdClient => lb::ETCD_BACKEND,
+        }
+    }
+}
+
+fn set_state(backend: Backend, server: &str, state: &str) -> RemoteCommand {
+    RemoteCommand::new([lb::HAPROXY_CLI, "state", backend.name(), server, state])
+}
+
+fn server_is(backend: Backend, server: &str, status: &str, timeout: Duration) -> Check {
+    Check::command(
+        format!("HAProxy shows {}/{server} {status}", backend.name()),
+        RemoteCommand::read_only([lb::HAPROXY_CLI, "is", backend.name(), server, status]),
+        timeout,
+    )
+}
+
+fn on_every_balancer(inv: &Inventory, steps: impl Fn() -> Vec<Step>) -> Vec<HostSteps> {
+    inv.with_role(Role::LoadBalancer)
+        .into_iter()
+        .map(|h| HostSteps {
+            host: h.name.clone(),
+            sudo: h.ssh.sudo,
+            steps: steps(),
+        })
+        .collect()
+}
+
+/// Steps, on every load-balancer host, that put `server` of `backend` in maintenance (HAProxy
+/// sends it no new connection) and wait until each HAProxy shows it `MAINT`. Run them before
+/// stopping the server. Runtime state: a reload of HAProxy forgets it.
+pub fn drain_backend_steps(inv: &Inventory, backend: Backend, server: &str) -> Vec<HostSteps> {
+    on_every_balancer(inv, || {
+        vec![
+            Step::Run(set_state(backend, server, "maint")),
+            Step::Wait(server_is(backend, server, "MAINT", Duration::from_secs(10))),
+        ]
+    })
+}
+
+/// Steps, on every load-balancer host, that take `server` of `backend` out of maintenance and
+/// wait up to `timeout` until its health check passes (`UP`). Run them once the server is ready.
+pub fn ready_backend_steps(
+    inv: &Inventory,
+    backend: Backend,
+    server: &str,
+    timeout: Duration,
+) -> Vec<HostSteps> {
+    on_every_balancer(inv, || {
+        vec![
+            Step::Run(set_state(backend, server, "ready")),
+            Step::Wait(server_is(backend, server, "UP", timeout)),
+        ]
+    })
+}
+
+/// [`drain_backend_steps`] as a phase of its own ("Take cp1 out of kubernetes-api").
+pub fn drain_backend_phase(inv: &Inventory, backend: Backend, server: &str) -> PlannedPhase {
+    PlannedPhase {
+        title: format!("Take {server} out of {} on the load balancers", backend.name()),
+        parallelism: Parallelism::All,
+        disruptive: false,
+        hosts: drain_backend_steps(inv, backend, server),
+    }
+}
+
+/// [`ready_backend_steps`] as a phase of its own.
+pub fn ready_backend_phase(
+    inv: &Inventory,
+    backend: Backend,
+    server: &str,
+    timeout: Duration,
+) -> PlannedPhase {
+    PlannedPhase {
+        title: format!("Put {server} back into {} on the load balancers", backend.name()),
+        parallelism: Parallelism::All,
+        disruptive: false,
+        hosts: ready_backend_steps(inv, backend, server, timeout),
+    }
+}

@@ -1,0 +1,215 @@
+//! The load-balancer layer without hosts: rendered haproxy.cfg and keepalived.conf for the
+//! example inventory (snapshots), and what the phases plan from given facts.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use hactl::facts::{FileState, HostFacts, UnitState};
+use hactl::inventory::Inventory;
+use hactl::phases::configure_load_balancer::ConfigureLoadBalancer;
+use hactl::phases::install_load_balancer::InstallLoadBalancer;
+use hactl::phases::load_balancer::{haproxy_cfg, keepalived_conf};
+use hactl::phases::{Ctx, EtcdView, Phase, PlanError};
+use hactl::plan::{Plan, Step};
+
+const PASSWORD: &str = "Xy12ab34";
+
+fn example() -> Inventory {
+    hactl::inventory::load(Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/inventories/example.yaml"
+    )))
+    .unwrap()
+}
+
+#[test]
+fn haproxy_cfg_for_the_example_inventory() {
+    let inv = example();
+    insta::assert_snapshot!(haproxy_cfg(inv.host("lb1").unwrap(), &inv).unwrap());
+}
+
+#[test]
+fn keepalived_conf_for_the_example_inventory() {
+    let inv = example();
+    insta::assert_snapshot!(
+        "keepalived_lb1",
+        keepalived_conf(inv.host("lb1").unwrap(), &inv, "eth0", PASSWORD).unwrap()
+    );
+    insta::assert_snapshot!(
+        "keepalived_lb2",
+        keepalived_conf(inv.host("lb2").unwrap(), &inv, "ens3", PASSWORD).unwrap()
+    );
+}
+
+#[test]
+fn without_a_kubernetes_section_there_is_no_api_frontend() {
+    let mut inv = example();
+    inv.kubernetes = None;
+    let cfg = haproxy_cfg(inv.host("lb1").unwrap(), &inv).unwrap();
+    assert!(!cfg.contains("kubernetes-api"), "{cfg}");
+    assert!(!cfg.contains(":6443"), "{cfg}");
+    assert!(
+        cfg.contains("listen etcd-client\n    bind 10.0.0.100:2379"),
+        "{cfg}"
+    );
+}
+
+struct Fixture {
+    inv: Inventory,
+    pki: hactl::pki::Pki,
+    _dir: tempfile::TempDir,
+}
+
+fn fixture() -> Fixture {
+    let inv = example();
+    let dir = tempfile::tempdir().unwrap();
+    let pki = hactl::pki::ensure(dir.path(), &inv, time::OffsetDateTime::now_utc()).unwrap();
+    Fixture { inv, pki, _dir: dir }
+}
+
+fn plan(fx: &Fixture, facts: &BTreeMap<String, HostFacts>) -> Result<Plan, PlanError> {
+    let view = EtcdView::default();
+    let ctx = Ctx {
+        inv: &fx.inv,
+        pki: &fx.pki,
+        facts,
+        etcd: &view,
+        binaries: None,
+        kubernetes: None,
+        vrrp_password: Some(PASSWORD),
+    };
+    let phases: Vec<Box<dyn Phase>> = vec![Box::new(InstallLoadBalancer), Box::new(ConfigureLoadBalancer)];
+    hactl::phases::build(&phases, &ctx)
+}
+
+/// Facts of load balancers that hold exactly what `plan` uploads, with both units running.
+fn converged(fx: &Fixture) -> BTreeMap<String, HostFacts> {
+    let mut facts: BTreeMap<String, HostFacts> = BTreeMap::new();
+    for h in ["lb1", "lb2"] {
+        let mut f = HostFacts::default();
+        for b in ["haproxy", "keepalived", "curl"] {
+            f.binaries.insert(b.into(), format!("/usr/bin/{b}"));
+        }
+        f.addresses = hactl::facts::parse("addr ens3 10.0.0.22/24\n").addresses;
+        facts.insert(h.into(), f);
+    }
+    let first = plan(fx, &facts).unwrap();
+    for phase in &first.phases {
+        for hs in &phase.hosts {
+            let f = facts.get_mut(&hs.host).unwrap();
+            for step in &hs.steps {
+                if let Step::Upload(u) = step {
+                    f.files.insert(
+                        u.path.clone(),
+                        FileState {
+                            sha256: u.sha256.clone(),
+                            mode: u.mode,
+                            owner: u.owner.clone(),
+                            group: u.group.clone(),
+                        },
+                    );
+                }
+            }
+        }
+    }
+    for f in facts.values_mut() {
+        for unit in ["haproxy.service", "keepalived.service"] {
+            f.units.insert(
+                unit.into(),
+                UnitState {
+                    active: "active".into(),
+                    main_pid: 100,
+                    enabled: "enabled".into(),
+                },
+            );
+        }
+    }
+    facts
+}
+
+#[test]
+fn a_fresh_load_balancer_gets_everything_and_the_vip_is_verified() {
+    let fx = fixture();
+    let mut facts = converged(&fx);
+    for f in facts.values_mut() {
+        f.files.clear();
+        f.units.clear();
+    }
+    let text = plan(&fx, &facts).unwrap().to_string();
+    for line in [
+        "== Install load balancers",
+        "lb1: write /etc/sysctl.d/90-hactl-load-balancer.conf mode=0644",
+        "lb1: run sudo -n -- sysctl -q -p /etc/sysctl.d/90-hactl-load-balancer.conf",
+        "== Configure load balancers (one host at a time)",
+        "lb1: write /etc/hactl/pki/haproxy/etcd-healthcheck.pem mode=0600 owner=root:root",
+        "lb1: write /etc/hactl/pki/haproxy/kubernetes-ca.crt mode=0644",
+        "lb1: write /etc/keepalived/keepalived.conf mode=0600 owner=root:root",
+        "lb1: run sudo -n -- haproxy -c -q -f /etc/haproxy/haproxy.cfg",
+        "lb1: run sudo -n -- systemctl start haproxy.service",
+        "lb2: run sudo -n -- systemctl start keepalived.service",
+        "== Verify the VIP",
+        "lb1: wait up to 30s: etcd answers through the VIP (https://10.0.0.100:2379/health)",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in:\n{text}");
+    }
+    // Only path, mode, owner, size and sha256 of secrets: no key, no VRRP password.
+    assert!(
+        !text.contains("PRIVATE KEY") && !text.contains(PASSWORD),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_converged_load_balancer_plans_nothing() {
+    let fx = fixture();
+    let plan = plan(&fx, &converged(&fx)).unwrap();
+    assert!(plan.is_empty(), "{plan}");
+    assert_eq!(plan.to_string(), "no changes\n");
+}
+
+#[test]
+fn a_changed_haproxy_cfg_is_validated_and_reloaded_not_restarted() {
+    let fx = fixture();
+    let mut facts = converged(&fx);
+    facts
+        .get_mut("lb2")
+        .unwrap()
+        .files
+        .get_mut("/etc/haproxy/haproxy.cfg")
+        .unwrap()
+        .sha256 = "0".repeat(64);
+    let text = plan(&fx, &facts).unwrap().to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    let haproxy_lines: Vec<&str> = lines
+        .iter()
+        .filter(|l| l.starts_with("lb2: ") && !l.contains("wait up to"))
+        .copied()
+        .collect();
+    assert_eq!(
+        haproxy_lines
+            .iter()
+            .map(|l| l.split(" mode=").next().unwrap())
+            .collect::<Vec<_>>(),
+        [
+            "lb2: write /etc/haproxy/haproxy.cfg",
+            "lb2: run sudo -n -- haproxy -c -q -f /etc/haproxy/haproxy.cfg",
+            "lb2: run sudo -n -- systemctl reload haproxy.service",
+        ],
+        "{text}"
+    );
+    assert!(!text.contains("lb1:") || text.contains("lb1: wait up to 30s: etcd answers through the VIP"));
+    assert!(!text.contains("restart"), "{text}");
+    assert!(!text.contains("keepalived.service"), "{text}");
+}
+
+#[test]
+fn a_load_balancer_without_a_known_interface_is_refused_with_the_fix() {
+    let fx = fixture();
+    let mut facts = converged(&fx);
+    facts.get_mut("lb2").unwrap().addresses.clear();
+    let err = plan(&fx, &facts).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "lb2 has no interface with address 10.0.0.22, so keepalived cannot be told where to hold the VIP: set hosts[].interface for lb2 in the inventory"
+    );
+}
