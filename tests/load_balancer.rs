@@ -546,6 +546,11 @@ fn stacked_load_balancers_share_hosts_with_etcd_without_port_clashes() {
     for h in &mut raw.spec.hosts {
         h.roles.push("load-balancer".into());
     }
+    // The lab writes a VIP only when it has load balancers: give the stacked ones the lab's VIP.
+    raw.spec.vip = Some(hactl::inventory::raw::RawVip {
+        address: lab.lab().vip.to_string(),
+        router_id: None,
+    });
     std::fs::write(&path, serde_saphyr::to_string(&raw).unwrap()).unwrap();
     up(&lab);
 
