@@ -22,7 +22,8 @@ pub struct HostFacts {
     pub privileged: bool,
     pub arch: String,
     /// Listening TCP ports → process names (from `ss -Hltnp`).
-    pub listeners: BTreeMap<u16, String>,
+    /// (a port may be held by several: HAProxy on the VIP, etcd on the host address).
+    pub listeners: BTreeMap<u16, std::collections::BTreeSet<String>>,
     /// Free bytes on the filesystem that holds (or will hold) the etcd data dir.
     pub data_dir_free_bytes: Option<u64>,
     /// Whether `<data dir>/member` exists.
@@ -193,7 +194,10 @@ pub fn parse(text: &str) -> HostFacts {
             "apt" => f.apt = true,
             "listen" => {
                 if let Some(port) = rest.first().and_then(|p| p.parse().ok()) {
-                    f.listeners.insert(port, rest.get(1).unwrap_or(&"-").to_string());
+                    f.listeners
+                        .entry(port)
+                        .or_default()
+                        .insert(rest.get(1).unwrap_or(&"-").to_string());
                 }
             }
             "free" => f.data_dir_free_bytes = rest.first().and_then(|b| b.parse().ok()),
@@ -285,7 +289,7 @@ bin etcd /usr/bin/etcd\nkubeversion kube-apiserver Kubernetes v1.31.4\naddr lo 1
         assert_eq!(f.init, "systemd");
         assert_eq!(f.time_ns, 1763776000123456789);
         assert!(f.privileged && f.apt && f.data_dir_has_member);
-        assert_eq!(f.listeners.get(&2379).map(String::as_str), Some("etcd"));
+        assert_eq!(f.listeners[&2379].iter().collect::<Vec<_>>(), ["etcd"]);
         assert_eq!(f.data_dir_free_bytes, Some(52428800000));
         assert_eq!(f.etcd_version.as_deref(), Some("etcd Version: 3.5.16"));
         let u = &f.units["etcd.service"];

@@ -84,7 +84,7 @@ pub fn ports_for(inv: &Inventory, host: &Host) -> Vec<(u16, &'static str)> {
         ports.push((6443, "kube-apiserver"));
     }
     if host.has(Role::LoadBalancer) {
-        if !host.has(Role::ControlPlane) {
+        if !host.has(Role::ControlPlane) && inv.kubernetes.is_some() {
             ports.push((6443, "haproxy"));
         }
         if !host.has(Role::Etcd) {
@@ -178,15 +178,28 @@ pub fn evaluate(
             format!("skew {skew_ms:+.0} ms exceeds 1 s: etcd and TLS need synchronised clocks; enable NTP (systemd-timesyncd or chrony)"),
         )
     });
+    // A port is fine when free, or when every process on it is one of hactl's own services
+    // (on a stacked host HAProxy holds VIP:2379 while etcd holds <address>:2379).
+    const HACTL_SERVICES: [&str; 4] = ["etcd", "haproxy", "keepalived", "kube-apiserver"];
     let mut busy = Vec::new();
     let mut held = Vec::new();
     for (port, owner) in ports_for(inv, host) {
-        match f.listeners.get(&port) {
-            None => {}
-            Some(p) if p == owner || (owner == "haproxy" && p == "haproxy") => {
-                held.push(format!("{port} by {p}"))
-            }
-            Some(p) => busy.push(format!("{port} held by {p} (hactl needs it for {owner})")),
+        let Some(holders) = f.listeners.get(&port) else {
+            continue;
+        };
+        let foreign: Vec<&str> = holders
+            .iter()
+            .map(String::as_str)
+            .filter(|p| !HACTL_SERVICES.contains(p))
+            .collect();
+        let names = holders.iter().map(String::as_str).collect::<Vec<_>>().join("+");
+        if foreign.is_empty() {
+            held.push(format!("{port} by {names}"));
+        } else {
+            busy.push(format!(
+                "{port} held by {} (hactl needs it for {owner})",
+                foreign.join("+")
+            ));
         }
     }
     let wanted: BTreeSet<u16> = ports_for(inv, host).iter().map(|(p, _)| *p).collect();
@@ -387,4 +400,112 @@ pub async fn check_hosts(
         }
     }
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::HostFacts;
+    use std::path::Path;
+
+    fn stacked() -> Inventory {
+        let yaml = concat!(
+            "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: c\nspec:\n  ssh:\n    agent: true\n",
+            "  hosts:\n",
+            "    - { name: cp1, address: 10.0.0.11, roles: [etcd, control-plane, load-balancer] }\n",
+            "    - { name: cp2, address: 10.0.0.12, roles: [etcd, control-plane, load-balancer] }\n",
+            "    - { name: cp3, address: 10.0.0.13, roles: [etcd, control-plane] }\n",
+            "  vip: { address: 10.0.0.100 }\n",
+            "  stateDir: /tmp/hactl-check-test\n",
+        );
+        crate::inventory::load_str(Path::new("c.yaml"), yaml).unwrap()
+    }
+
+    fn good_facts() -> HostFacts {
+        let mut f = HostFacts {
+            os_id: "debian".into(),
+            os_version: "13".into(),
+            init: "systemd".into(),
+            time_ns: 1_000_000_000_000,
+            privileged: true,
+            apt: true,
+            data_dir_free_bytes: Some(50 << 30),
+            ..HostFacts::default()
+        };
+        for b in ["etcd", "etcdctl", "haproxy", "keepalived"] {
+            f.binaries.insert(b.into(), format!("/usr/bin/{b}"));
+        }
+        f
+    }
+
+    fn verdict(rows: &[CheckRow], check: &str) -> (Verdict, String) {
+        let r = rows.iter().find(|r| r.check == check).unwrap();
+        (r.verdict, r.detail.clone())
+    }
+
+    #[test]
+    fn a_stacked_port_held_by_etcd_and_haproxy_is_hactls_own() {
+        let inv = stacked();
+        let mut f = good_facts();
+        f.listeners
+            .entry(2379)
+            .or_default()
+            .extend(["etcd".to_string(), "haproxy".to_string()]);
+        let rows = evaluate(&inv, &inv.hosts[0], Ok(&f), f.time_ns);
+        let (v, detail) = verdict(&rows, "ports");
+        assert_eq!(v, Verdict::Pass, "{detail}");
+        assert!(detail.contains("2379 by etcd+haproxy"), "{detail}");
+    }
+
+    #[test]
+    fn a_foreign_process_on_an_etcd_port_fails_and_names_itself() {
+        let inv = stacked();
+        let mut f = good_facts();
+        f.listeners.entry(2380).or_default().insert("nginx".to_string());
+        let rows = evaluate(&inv, &inv.hosts[2], Ok(&f), f.time_ns);
+        let (v, detail) = verdict(&rows, "ports");
+        assert_eq!(v, Verdict::Fail);
+        assert_eq!(
+            detail,
+            "2380 held by nginx (hactl needs it for etcd): stop that service or move it"
+        );
+    }
+
+    #[test]
+    fn clock_skew_over_a_second_fails_and_under_passes() {
+        let inv = stacked();
+        let f = good_facts();
+        let rows = evaluate(&inv, &inv.hosts[0], Ok(&f), f.time_ns - 1_500_000_000);
+        assert_eq!(verdict(&rows, "clock").0, Verdict::Fail);
+        let rows = evaluate(&inv, &inv.hosts[0], Ok(&f), f.time_ns - 400_000_000);
+        assert_eq!(verdict(&rows, "clock").0, Verdict::Pass);
+    }
+
+    #[test]
+    fn an_unreachable_host_fails_ssh_and_skips_the_rest() {
+        let inv = stacked();
+        let rows = evaluate(
+            &inv,
+            &inv.hosts[1],
+            Err("failed to connect to cp2 at 10.0.0.12:22"),
+            0,
+        );
+        assert_eq!(rows[0].verdict, Verdict::Fail);
+        assert!(rows[1..].iter().all(|r| r.verdict == Verdict::Skip));
+    }
+
+    #[test]
+    fn missing_binaries_without_apt_fail_with_the_fix() {
+        let inv = stacked();
+        let mut f = good_facts();
+        f.apt = false;
+        f.binaries.clear();
+        let rows = evaluate(&inv, &inv.hosts[0], Ok(&f), f.time_ns);
+        let (v, detail) = verdict(&rows, "binaries");
+        assert_eq!(v, Verdict::Fail);
+        assert!(
+            detail.contains("set etcd.source to release or bundle"),
+            "{detail}"
+        );
+    }
 }
