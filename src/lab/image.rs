@@ -57,8 +57,9 @@ pub fn ensure_base(root: &Path, suite: &str, progress: &mut dyn FnMut(String)) -
     if target.is_dir() {
         return Ok(target);
     }
-    progress(format!("building base image for {suite} (once)…"));
     let started = Instant::now();
+    // A spinner on a terminal (debootstrap takes a minute or two), a plain line otherwise.
+    let spinner = crate::output::Progress::new(format!("building base image for {suite} (once)…"));
     let tmp = base_dir.join(format!(".build-{suite}"));
     if tmp.exists() {
         // Left by a crashed build: nothing in it is trusted.
@@ -81,6 +82,7 @@ pub fn ensure_base(root: &Path, suite: &str, progress: &mut dyn FnMut(String)) -
         .stderr(log_file)
         .stdin(std::process::Stdio::null());
     if let Err(e) = run(&mut debootstrap) {
+        spinner.finish(format!("building base image for {suite} failed"));
         return Err(super::LabError::Host {
             host: format!("base image {suite}"),
             message: format!("{e}; last lines of {}:\n{}", log.display(), proc::tail(&log, 20)),
@@ -88,7 +90,7 @@ pub fn ensure_base(root: &Path, suite: &str, progress: &mut dyn FnMut(String)) -
     }
     customize(&tmp)?;
     fs_err::rename(&tmp, &target)?;
-    progress(format!(
+    spinner.finish(format!(
         "base image for {suite} built in {:.1} s ({})",
         started.elapsed().as_secs_f64(),
         target.display()
