@@ -5,6 +5,9 @@
 //! restore or join never depends on name resolution.
 
 pub mod client;
+pub mod errors;
+pub mod health;
+pub mod safety;
 
 use serde::Deserialize;
 
