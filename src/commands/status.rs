@@ -260,7 +260,7 @@ pub async fn gather(
     Ok(status)
 }
 
-fn read_client_tls(pki_dir: &std::path::Path) -> anyhow::Result<ClientTls> {
+pub fn read_client_tls(pki_dir: &std::path::Path) -> anyhow::Result<ClientTls> {
     let read = |rel: &str| {
         fs_err::read_to_string(pki_dir.join(rel)).map_err(|e| {
             anyhow::anyhow!("{e}: the cluster's PKI is missing; run `hactl up` first (or point --state-dir at the cluster's state)")

@@ -400,7 +400,7 @@ pub fn r_final(voters_after: usize, desired: usize, declared_scale: bool) -> Dec
             "complete the transition (`--resume`), or change the inventory and run `hactl up`",
         );
     }
-    if voters_after % 2 == 0 {
+    if voters_after.is_multiple_of(2) {
         return refuse(
             Rule::Final,
             &c,
@@ -412,6 +412,8 @@ pub fn r_final(voters_after: usize, desired: usize, declared_scale: bool) -> Dec
 }
 
 #[cfg(test)]
+// The formulas are written as §5.2 states them, not as clippy would simplify them.
+#[allow(clippy::int_plus_one, clippy::manual_div_ceil)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
