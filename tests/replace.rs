@@ -265,7 +265,15 @@ fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
     let cp3_before = member_id(&lab, "cp1", "cp3").unwrap();
     let stop = AtomicBool::new(false);
     let endpoints = client_urls(&lab, &["cp1", "cp2"]);
+    /// Stops the writer when the scope ends, also on a panic (the scope would wait forever).
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
     let results = std::thread::scope(|s| {
+        let _stop_writer = StopOnDrop(&stop);
         let writer = s.spawn(|| {
             let mut results = Vec::new();
             let mut i = 0u64;
@@ -377,12 +385,7 @@ fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
 
     // --- B2: replace the dead cp3 onto the spare (a new IP); the operator moved the roles first.
     set_inventory(&inv, |t| {
-        t.replacen(
-            "  - name: cp3\n    address: \"",
-            "  - name: cp3\n    address: \"",
-            1,
-        )
-        .replace(
+        t.replace(
             &format!(
                 "address: \"{}\"\n    prefixLength: 24\n    roles:\n    - etcd\n    - control-plane",
                 lab.ip("cp3")
