@@ -27,7 +27,9 @@ struct Metadata {
 struct Spec {
     ssh: Ssh,
     hosts: Vec<Host>,
-    vip: Vip,
+    /// Only with load balancers to hold it (the inventory refuses a VIP without them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vip: Option<Vip>,
     etcd: Etcd,
     state_dir: PathBuf,
 }
@@ -87,9 +89,13 @@ pub fn render(lab: &Lab) -> Result<String> {
                     interface: "host0",
                 })
                 .collect(),
-            vip: Vip {
-                address: lab.vip.to_string(),
-            },
+            vip: lab
+                .hosts
+                .iter()
+                .any(|h| matches!(h.kind, HostKind::LoadBalancer))
+                .then(|| Vip {
+                    address: lab.vip.to_string(),
+                }),
             etcd: Etcd { source: "package" },
             state_dir: lab.state_dir.clone(),
         },
