@@ -30,6 +30,8 @@ pub mod output;
 pub mod phases;
 pub mod pki;
 pub mod plan;
+pub mod recover;
 pub mod render;
+pub mod snapshot;
 pub mod ssh;
 pub mod state;

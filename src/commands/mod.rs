@@ -3,8 +3,10 @@
 //! Invariant: `anyhow` with context lives here and in `main.rs` only.
 
 pub mod check;
+pub mod etcd;
 pub mod init;
 pub mod lab;
+pub mod recover;
 pub mod reset;
 pub mod status;
 pub mod up;
@@ -73,6 +75,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Plan(args) => up::plan(&args).await,
         Command::Reset(args) => reset::run(&args).await,
         Command::Status(args) => status::run(&args).await,
+        Command::Etcd(crate::cli::EtcdCommand::Snapshot(cmd)) => match cmd {
+            crate::cli::SnapshotCommand::Save(args) => etcd::save(&args).await,
+            crate::cli::SnapshotCommand::Verify(args) => etcd::verify(&args).await,
+        },
+        Command::Recover(args) => recover::run(&args).await,
         Command::Lab(cmd) => {
             let Some(inventory) = lab::run(cmd).await? else {
                 return Ok(exit::OK);

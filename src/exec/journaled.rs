@@ -65,6 +65,10 @@ pub struct JournaledStep {
     pub precheck: Option<RemoteCommand>,
     pub act: Vec<Act>,
     pub verify: Option<Check>,
+    /// False for steps that change nothing the cluster serves from (a trial restore in a
+    /// scratch dir): their failure before any other change is a refusal, not a failure after
+    /// changes.
+    pub changes_cluster: bool,
 }
 
 impl JournaledStep {
@@ -77,6 +81,7 @@ impl JournaledStep {
             precheck: None,
             act: Vec::new(),
             verify: None,
+            changes_cluster: true,
         }
     }
     pub fn done_when(mut self, cmd: RemoteCommand) -> Self {
@@ -107,6 +112,10 @@ impl JournaledStep {
     }
     pub fn local(mut self, act: Arc<dyn LocalAct>) -> Self {
         self.act.push(Act::Local(act));
+        self
+    }
+    pub fn no_cluster_change(mut self) -> Self {
+        self.changes_cluster = false;
         self
     }
     pub fn verify(mut self, check: Check) -> Self {
@@ -200,9 +209,17 @@ pub async fn run(
     options: &RunOptions,
 ) -> Result<Outcome, StepFailed> {
     let mut outcome = Outcome::default();
+    let changing: std::collections::BTreeSet<&str> = steps
+        .iter()
+        .filter(|s| s.changes_cluster)
+        .map(|s| s.id.as_str())
+        .collect();
     let mut changed = journal
         .entries()
-        .map(|e| e.iter().any(|e| e.phase == StepPhase::Done))
+        .map(|e| {
+            e.iter()
+                .any(|e| e.phase == StepPhase::Done && changing.contains(e.step.as_str()))
+        })
         .unwrap_or(false);
     for step in steps {
         let sha = step.inputs_sha();
@@ -264,11 +281,11 @@ pub async fn run(
                 if let Ok(entry) = entry {
                     journal::mirror(transports, &options.mirror_hosts, &entry).await;
                 }
-                let changed = changed || stage != Stage::Precheck;
+                let changed = changed || (step.changes_cluster && stage != Stage::Precheck);
                 return Err(fail(stage, e, changed));
             }
         };
-        changed = true;
+        changed |= step.changes_cluster;
         let entry = record(journal, StepPhase::Done, outputs).map_err(|e| fail(Stage::Act, e, true))?;
         journal::mirror(transports, &options.mirror_hosts, &entry).await;
         outcome.done.push(step.id.clone());
