@@ -369,7 +369,7 @@ async fn decide(
     } else {
         // --auto: the survivor with the highest revision it reports (running members report
         // one; among stopped ones inventory order decides), unless a backup is newer.
-        let best = intact.iter().max_by_key(|a| {
+        let best = intact.iter().rev().max_by_key(|a| {
             a.status
                 .as_ref()
                 .map(|s| (s.header.revision, s.raft_index))

@@ -58,6 +58,9 @@ pub struct Header {
     pub member_id: u64,
     #[serde(default)]
     pub raft_term: u64,
+    /// The store revision when the member answered.
+    #[serde(default)]
+    pub revision: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

@@ -282,6 +282,16 @@ size=$(stat -c %s "$work/snapshot.db")
 [ $((size % 512)) -eq 32 ] || { echo "the extracted snapshot has no hash (size $size)" >&2; exit 1; }
 printf '{"size":%s}\n' "$size""#;
 
+/// etcd refuses an add until every voter has been connected for 5 s (`unhealthy cluster`, the
+/// case right after a promotion): retry that, for up to 2 minutes.
+const ADD_LEARNER: &str = r#"end=$(( $(date +%s) + 120 ))
+while :; do
+  if out=$(/usr/local/sbin/hactl-etcd-member add-learner "$1" "$2" 2>&1); then printf '%s\n' "$out"; exit 0; fi
+  case "$out" in *"unhealthy cluster"*|*"deadline exceeded"*) ;; *) printf '%s\n' "$out" >&2; exit 1 ;; esac
+  [ "$(date +%s)" -lt "$end" ] || { printf '%s\n' "$out" >&2; exit 1; }
+  sleep 1
+done"#;
+
 const VERIFY: &str = r#"set -eu
 ctl=/usr/local/sbin/hactl-etcdctl
 names=$1 cid=$2 minrev=$3 eps=$4
@@ -718,12 +728,7 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
                     &format!("before adding {h}"),
                     Duration::from_secs(60),
                 )))
-                .run(RemoteCommand::new([
-                    crate::etcd::MEMBER_SCRIPT,
-                    "add-learner",
-                    h,
-                    &u,
-                ])),
+                .run(sh(ADD_LEARNER, "hactl-add-learner", &[h, &u]).with_timeout(Duration::from_secs(150))),
             );
             steps.push(
                 JournaledStep::new(format!("R3.3@{h}"), "start etcd as a learner", Some(h))
