@@ -52,9 +52,11 @@ pub enum Command {
     /// Take one control-plane host out of service and back, within the quorum budget.
     #[command(subcommand)]
     Maintenance(MaintenanceCommand),
-    /// etcd housekeeping (compaction, defragmentation, alarms).
+    /// etcd operations: snapshots; compaction, defragmentation, alarms.
     #[command(subcommand)]
     Etcd(EtcdCommand),
+    /// Rebuild etcd after quorum is lost, from a snapshot file or the newest survivor (resumable).
+    Recover(RecoverArgs),
     /// Build, run and break a lab of real hosts on this machine (systemd-nspawn; needs root).
     #[command(subcommand)]
     Lab(crate::commands::lab::LabCommand),
@@ -139,6 +141,106 @@ pub struct ResetArgs {
     pub dry_run: bool,
 }
 
+#[derive(Debug, Subcommand)]
+pub enum EtcdCommand {
+    /// Snapshots: save one from the leader, or verify a file.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
+    /// Compact to the current revision, defragment each member one at a time, disarm alarms.
+    Maintenance(EtcdMaintenanceArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SnapshotCommand {
+    /// Stream a snapshot from the leader to this machine, with its sidecar JSON and encrypted key bundle.
+    Save(SnapshotSaveArgs),
+    /// Check a snapshot file: size rule, appended sha256, status and a trial restore on a host.
+    Verify(SnapshotVerifyArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SnapshotSaveArgs {
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Directory for `<cluster>-<UTC time>.db` and its sidecar (default: `backups/` in the state directory).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Do not write the encrypted bundle of CAs and keys.
+    #[arg(long)]
+    pub no_bundle: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SnapshotVerifyArgs {
+    /// The snapshot file.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Accept a file without etcd's appended sha256 (a raw copy of member/snap/db).
+    #[arg(long)]
+    pub skip_hash_check: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecoverMode {
+    /// Restore one seed member, then join the others one at a time as learners.
+    #[default]
+    Seed,
+    /// Restore every member from the same snapshot and start them together.
+    All,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("source").args(["from_snapshot", "from_member", "auto", "resume"]).required(true)))]
+pub struct RecoverArgs {
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Restore from this snapshot file (taken with `hactl etcd snapshot save` or `etcdctl snapshot save`).
+    #[arg(long, value_name = "FILE")]
+    pub from_snapshot: Option<PathBuf>,
+    /// Restore from this surviving member's data (copied, never opened in place).
+    #[arg(long, value_name = "HOST")]
+    pub from_member: Option<String>,
+    /// Choose the source with the highest revision among the survivors.
+    #[arg(long)]
+    pub auto: bool,
+    /// `seed` (restore one member, then join the others as learners) or `all`.
+    #[arg(long, value_enum, default_value_t)]
+    pub mode: RecoverMode,
+    /// Hosts that cannot be reached and that you attest are powered off (comma-separated).
+    #[arg(long, value_name = "HOST,...", value_delimiter = ',')]
+    pub confirm_dead: Vec<String>,
+    /// Proceed although quorum could be restored by starting the members (a deliberate rollback).
+    /// Needs the cluster name typed on stdin; --yes does not replace it.
+    #[arg(long)]
+    pub force_destructive: bool,
+    /// Allow a restore without a revision bump when no bump is possible (etcd 3.4 without a known high-water mark).
+    #[arg(long)]
+    pub accept_revision_rewind: bool,
+    /// Restore a snapshot that has no appended sha256 (a raw member/snap/db copy).
+    #[arg(long)]
+    pub skip_hash_check: bool,
+    /// Print the full plan with the exact commands per host; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Resume an interrupted run: every step's postcondition is checked again on the hosts.
+    #[arg(long, value_name = "RUN")]
+    pub resume: Option<String>,
+    /// Take over the operation lock held by this run (only when you know it is not running).
+    #[arg(long, value_name = "RUN")]
+    pub steal_lock: Option<String>,
+    /// Do not ask for confirmation (the plan is still printed).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct ReplaceArgs {
     #[command(flatten)]
@@ -215,12 +317,6 @@ pub struct MaintenanceArgs {
     /// Print the steps; change nothing.
     #[arg(long)]
     pub dry_run: bool,
-}
-
-#[derive(Debug, Clone, clap::Subcommand)]
-pub enum EtcdCommand {
-    /// Compact to the current revision, defragment each member one at a time, disarm alarms.
-    Maintenance(EtcdMaintenanceArgs),
 }
 
 #[derive(Debug, Clone, Args)]

@@ -222,7 +222,7 @@ async fn start(args: &MaintenanceArgs) -> anyhow::Result<i32> {
         .map_err(refusal)?;
     let journal = Journal::open(
         &s.state,
-        &format!("maintenance-{}-{}", host.name, membership::stamp()),
+        &membership::new_run_id(&format!("maintenance-{}", host.name)),
         mode,
     )?;
     let mut rec = MaintenanceRecord {
@@ -416,7 +416,7 @@ async fn complete(args: &MaintenanceArgs) -> anyhow::Result<i32> {
     }
     let journal = Journal::open(
         &s.state,
-        &format!("maintenance-{}-complete-{}", host.name, membership::stamp()),
+        &membership::new_run_id(&format!("maintenance-{}", host.name)),
         mode,
     )?;
     if rec.stage == "Cordon" || rec.stage == "Drain" {

@@ -6,10 +6,8 @@
 //! run sends; observations only read.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write as _;
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
 use crate::cli::ConnectArgs;
@@ -161,40 +159,24 @@ pub async fn run_on(
     }
 }
 
-/// One journal line (`runs/<run>/journal.jsonl` in the state dir).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct JournalEntry {
-    pub run: String,
-    pub step: String,
-    /// `started`, `done`, `skipped`, `failed`.
-    pub phase: String,
-    /// RFC 3339, UTC, with fractions.
-    pub ts: String,
-    pub host: String,
-    pub detail: String,
-}
-
-/// The append-only record of one run; a step is `started` then `done`, `skipped` or `failed`.
-/// (A stand-in with the shape of the recover branch's journal, to be replaced by it.)
+/// The run journal of replace, heal and maintenance: the recover branch's [`crate::journal`]
+/// (append-only, fsynced, `HACTL_CRASH_AFTER`), with a line on stderr per transition and nothing
+/// written in a dry run.
 pub struct Journal {
     pub run: String,
-    path: Option<std::path::PathBuf>,
-    /// `HACTL_CRASH_AFTER`: exit 137 right after this step's `done` (crash-resume tests).
-    crash_after: Option<String>,
+    inner: Option<std::sync::Mutex<crate::journal::Journal>>,
     dry_run: bool,
 }
 
 pub fn now_rfc3339() -> String {
-    time::OffsetDateTime::now_utc()
-        .format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
+    crate::journal::timestamp(time::OffsetDateTime::now_utc())
 }
 
-/// A compact UTC stamp for names: `20261122T023412Z`.
+/// A compact UTC stamp for names: `20261122t023412z` (lowercase: it may become part of a run id).
 pub fn stamp() -> String {
     let t = time::OffsetDateTime::now_utc();
     format!(
-        "{:04}{:02}{:02}T{:02}{:02}{:02}Z",
+        "{:04}{:02}{:02}t{:02}{:02}{:02}z",
         t.year(),
         u8::from(t.month()),
         t.day(),
@@ -204,79 +186,86 @@ pub fn stamp() -> String {
     )
 }
 
+/// A new run id for operation `op` (`replace-20261122-024217-ab12`).
+pub fn new_run_id(op: &str) -> String {
+    let id = crate::journal::new_run_id(time::OffsetDateTime::now_utc());
+    let full = format!("{op}-{id}");
+    if crate::journal::valid_run_id(&full) {
+        full
+    } else {
+        // A long host name: keep the operation's first word (the journal records the host).
+        format!("{}-{id}", op.split('-').next().unwrap_or("run"))
+    }
+}
+
 impl Journal {
-    /// Opens (or continues, for `--resume`) run `run`; a dry run writes nothing.
+    /// Starts run `run`, or continues it (`--resume`); a dry run writes nothing.
     pub fn open(state: &StateDir, run: &str, mode: Mode) -> anyhow::Result<Journal> {
-        let path = if mode == Mode::Live {
-            let dir = state
-                .subdir(format!("runs/{run}"))
-                .context("cannot create the run's journal directory")?;
-            Some(dir.join("journal.jsonl"))
+        let inner = if mode == Mode::Live {
+            let j = match crate::journal::Journal::open(state, run) {
+                Ok(j) => j,
+                Err(_) => crate::journal::Journal::create(state, run)?,
+            };
+            Some(std::sync::Mutex::new(j))
         } else {
             None
         };
         Ok(Journal {
             run: run.to_string(),
-            path,
-            crash_after: std::env::var("HACTL_CRASH_AFTER").ok().filter(|s| !s.is_empty()),
+            inner,
             dry_run: mode == Mode::DryRun,
         })
     }
-    pub fn path(&self) -> Option<&std::path::Path> {
-        self.path.as_deref()
+    pub fn path(&self) -> Option<std::path::PathBuf> {
+        self.inner
+            .as_ref()
+            .map(|j| j.lock().expect("journal lock").path().to_path_buf())
     }
     /// Every entry of a run (for `--resume` and tests).
-    pub fn read(state: &StateDir, run: &str) -> anyhow::Result<Vec<JournalEntry>> {
-        let path = state.path.join("runs").join(run).join("journal.jsonl");
-        let text = fs_err::read_to_string(&path)?;
-        Ok(text
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect())
+    pub fn read(state: &StateDir, run: &str) -> anyhow::Result<Vec<crate::journal::Entry>> {
+        Ok(crate::journal::read(
+            &state.path.join("runs").join(run).join("journal.jsonl"),
+        )?)
+    }
+    /// The `detail` an entry was recorded with.
+    pub fn detail(entry: &crate::journal::Entry) -> &str {
+        entry.outputs.get("detail").and_then(|d| d.as_str()).unwrap_or("")
     }
     pub fn record(&self, step: &str, phase: &str, host: &str, detail: &str) -> anyhow::Result<()> {
-        let line = JournalEntry {
-            run: self.run.clone(),
-            step: step.to_string(),
-            phase: phase.to_string(),
-            ts: now_rfc3339(),
-            host: host.to_string(),
-            detail: detail.to_string(),
-        };
-        let phase_shown = if self.dry_run && phase == "done" {
+        use crate::journal::StepPhase;
+        let shown = if self.dry_run && phase == "done" {
             "planned"
         } else {
             phase
         };
-        match phase_shown {
-            "planned" => eprintln!(
-                "{step} {host}: planned (dry run){}",
-                if detail.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {detail}")
-                }
-            ),
-            "skipped" => eprintln!("{step} {host}: skipped: {detail}"),
-            "failed" => eprintln!("{step} {host}: failed: {detail}"),
-            "done" => eprintln!(
-                "{step} {host}: done{}",
-                if detail.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {detail}")
-                }
-            ),
+        let detail_sep = if detail.is_empty() {
+            String::new()
+        } else {
+            format!(": {detail}")
+        };
+        match shown {
+            "planned" => eprintln!("{step} {host}: planned (dry run){detail_sep}"),
+            "skipped" | "failed" | "done" => eprintln!("{step} {host}: {shown}{detail_sep}"),
             _ => eprintln!("{step} {host}: {detail}"),
         }
-        if let Some(path) = &self.path {
-            let mut f = fs_err::OpenOptions::new().create(true).append(true).open(path)?;
-            writeln!(f, "{}", serde_json::to_string(&line)?)?;
-            f.sync_all()?;
-        }
-        if phase == "done" && self.crash_after.as_deref() == Some(step) {
-            eprintln!("HACTL_CRASH_AFTER={step}: exiting with 137");
-            std::process::exit(137);
+        let phase = match phase {
+            "started" => StepPhase::Started,
+            "done" => StepPhase::Done,
+            "skipped" => StepPhase::Skipped,
+            _ => StepPhase::Failed,
+        };
+        if let Some(j) = &self.inner {
+            let host = (!host.is_empty()).then_some(host);
+            j.lock().expect("journal lock").record(
+                step,
+                phase,
+                host,
+                "",
+                serde_json::json!({ "detail": detail }),
+            )?;
+            if phase == StepPhase::Done {
+                crate::journal::crash_if_requested(step);
+            }
         }
         Ok(())
     }

@@ -217,7 +217,7 @@ pub async fn run(args: &ReplaceArgs) -> anyhow::Result<i32> {
     let run_id = args
         .resume
         .clone()
-        .unwrap_or_else(|| format!("replace-{target}-{}", membership::stamp()));
+        .unwrap_or_else(|| membership::new_run_id("replace"));
     let journal = Journal::open(&state, &run_id, mode)?;
     let new_url = etcd::peer_url(&inv, replacement);
     let mut run = Run {
@@ -347,8 +347,8 @@ impl<'a> Run<'a> {
             if let Ok(entries) = Journal::read(self.state, run) {
                 let old_id = entries
                     .iter()
-                    .find(|e| e.step == "P0" && e.phase == "done")
-                    .and_then(|e| e.detail.split("old member ").nth(1))
+                    .find(|e| e.step == "P0" && e.phase == crate::journal::StepPhase::Done)
+                    .and_then(|e| Journal::detail(e).split("old member ").nth(1))
                     .and_then(|s| s.split_whitespace().next())
                     .and_then(|hex| u64::from_str_radix(hex, 16).ok());
                 if let Some(id) = old_id {

@@ -75,6 +75,13 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 pub async fn run(args: &StatusArgs) -> anyhow::Result<i32> {
     let (inv, state) = super::load(&args.inventory)?;
     let status = gather(&inv, &state, &args.connect).await?;
+    if status.problems.is_empty() && status.revision > 0 {
+        // A healthy cluster: raise the revision high-water mark (recover sizes its bump from it).
+        let seen = crate::hwm::Hwm::now(status.revision, &status.cluster_id, "status");
+        if let Err(e) = crate::hwm::record(&state, seen) {
+            tracing::warn!("could not record the high-water mark: {e}");
+        }
+    }
     match args.output {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&status)?),
         OutputFormat::Table => print!("{}", table(&status)),

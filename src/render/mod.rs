@@ -21,6 +21,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         "hactl-etcd-member",
         include_str!("../../templates/hactl-etcd-member.tera"),
     ),
+    (
+        "hactl-etcd-snapshot",
+        include_str!("../../templates/hactl-etcd-snapshot.tera"),
+    ),
 ];
 
 /// A template failed to render (a bug in hactl, not in the inventory).
