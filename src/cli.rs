@@ -45,6 +45,18 @@ pub enum Command {
     Reset(ResetArgs),
     /// Show the cluster's health: members, leader, raft, revision, alarms, certificate expiry.
     Status(StatusArgs),
+    /// Replace one etcd member, quorum-safely: remove, then add as a learner, then promote.
+    Replace(ReplaceArgs),
+    /// Watch etcd members and repair a failed one within the safety budget (restart, then replace).
+    Heal(HealArgs),
+    /// Take one control-plane host out of service and back, within the quorum budget.
+    #[command(subcommand)]
+    Maintenance(MaintenanceCommand),
+    /// etcd operations: snapshots; compaction, defragmentation, alarms.
+    #[command(subcommand)]
+    Etcd(EtcdCommand),
+    /// Rebuild etcd after quorum is lost, from a snapshot file or the newest survivor (resumable).
+    Recover(RecoverArgs),
     /// Build, run and break a lab of real hosts on this machine (systemd-nspawn; needs root).
     #[command(subcommand)]
     Lab(crate::commands::lab::LabCommand),
@@ -127,4 +139,196 @@ pub struct ResetArgs {
     /// Print the steps only.
     #[arg(long)]
     pub dry_run: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum EtcdCommand {
+    /// Snapshots: save one from the leader, or verify a file.
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
+    /// Compact to the current revision, defragment each member one at a time, disarm alarms.
+    Maintenance(EtcdMaintenanceArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SnapshotCommand {
+    /// Stream a snapshot from the leader to this machine, with its sidecar JSON and encrypted key bundle.
+    Save(SnapshotSaveArgs),
+    /// Check a snapshot file: size rule, appended sha256, status and a trial restore on a host.
+    Verify(SnapshotVerifyArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SnapshotSaveArgs {
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Directory for `<cluster>-<UTC time>.db` and its sidecar (default: `backups/` in the state directory).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Do not write the encrypted bundle of CAs and keys.
+    #[arg(long)]
+    pub no_bundle: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SnapshotVerifyArgs {
+    /// The snapshot file.
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Accept a file without etcd's appended sha256 (a raw copy of member/snap/db).
+    #[arg(long)]
+    pub skip_hash_check: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RecoverMode {
+    /// Restore one seed member, then join the others one at a time as learners.
+    #[default]
+    Seed,
+    /// Restore every member from the same snapshot and start them together.
+    All,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(group(clap::ArgGroup::new("source").args(["from_snapshot", "from_member", "auto", "resume"]).required(true)))]
+pub struct RecoverArgs {
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Restore from this snapshot file (taken with `hactl etcd snapshot save` or `etcdctl snapshot save`).
+    #[arg(long, value_name = "FILE")]
+    pub from_snapshot: Option<PathBuf>,
+    /// Restore from this surviving member's data (copied, never opened in place).
+    #[arg(long, value_name = "HOST")]
+    pub from_member: Option<String>,
+    /// Choose the source with the highest revision among the survivors.
+    #[arg(long)]
+    pub auto: bool,
+    /// `seed` (restore one member, then join the others as learners) or `all`.
+    #[arg(long, value_enum, default_value_t)]
+    pub mode: RecoverMode,
+    /// Hosts that cannot be reached and that you attest are powered off (comma-separated).
+    #[arg(long, value_name = "HOST,...", value_delimiter = ',')]
+    pub confirm_dead: Vec<String>,
+    /// Proceed although quorum could be restored by starting the members (a deliberate rollback).
+    /// Needs the cluster name typed on stdin; --yes does not replace it.
+    #[arg(long)]
+    pub force_destructive: bool,
+    /// Allow a restore without a revision bump when no bump is possible (etcd 3.4 without a known high-water mark).
+    #[arg(long)]
+    pub accept_revision_rewind: bool,
+    /// Restore a snapshot that has no appended sha256 (a raw member/snap/db copy).
+    #[arg(long)]
+    pub skip_hash_check: bool,
+    /// Print the full plan with the exact commands per host; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Resume an interrupted run: every step's postcondition is checked again on the hosts.
+    #[arg(long, value_name = "RUN")]
+    pub resume: Option<String>,
+    /// Take over the operation lock held by this run (only when you know it is not running).
+    #[arg(long, value_name = "RUN")]
+    pub steal_lock: Option<String>,
+    /// Do not ask for confirmation (the plan is still printed).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReplaceArgs {
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The etcd member (its name, which is its host's inventory name).
+    pub member: String,
+    /// Re-create the member on its own host (old data moved aside).
+    #[arg(long, conflicts_with = "host")]
+    pub reuse_host: bool,
+    /// Re-create it on this host: give NEW the member's roles in the inventory first.
+    #[arg(long, value_name = "NEW")]
+    pub host: Option<String>,
+    /// The member is healthy: add the new member first, then remove the old one (needs --host).
+    #[arg(long)]
+    pub planned: bool,
+    /// Print the steps; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Continue run RUN-ID after a failure or crash (every step re-checks its postcondition).
+    #[arg(long, value_name = "RUN-ID")]
+    pub resume: Option<String>,
+    /// Remove this learner (hex ID) that no hactl run owns before starting.
+    #[arg(long, value_name = "ID")]
+    pub cleanup_learner: Option<String>,
+    /// The operator attests this host is powered off (it cannot be fenced over SSH).
+    #[arg(long, value_name = "HOST")]
+    pub confirm_dead: Vec<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct HealArgs {
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Look once, act at most once, exit (the default).
+    #[arg(long, conflicts_with = "watch")]
+    pub once: bool,
+    /// Keep looking; log every decision with its reason.
+    #[arg(long)]
+    pub watch: bool,
+    /// Seconds between two looks with --watch.
+    #[arg(long, default_value_t = 30)]
+    pub interval: u64,
+    /// Say what would be done and why; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum MaintenanceCommand {
+    /// Print the stop order, what would block it, and the budget left.
+    Plan(MaintenanceArgs),
+    /// Cordon, drain, stop the control plane on HOST (R-maint gated).
+    Start(MaintenanceArgs),
+    /// Bring HOST back in reverse order (also cancels a maintenance under way).
+    Complete(MaintenanceArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct MaintenanceArgs {
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    pub host: String,
+    /// Hosts that may be in maintenance at once (never more than the budget allows).
+    #[arg(long, default_value_t = 1)]
+    pub max_unavailable: usize,
+    #[arg(long, default_value = "")]
+    pub reason: String,
+    /// Print the steps; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct EtcdMaintenanceArgs {
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    #[arg(long)]
+    pub compact: bool,
+    #[arg(long)]
+    pub defrag: bool,
+    #[arg(long)]
+    pub disarm: bool,
 }

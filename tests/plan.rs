@@ -94,6 +94,7 @@ fn members(inv: &Inventory, n: usize) -> MemberList {
             cluster_id: 0xabc,
             member_id: 1,
             raft_term: 2,
+            revision: 7,
         },
         members: inv
             .hosts

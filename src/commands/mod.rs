@@ -3,8 +3,15 @@
 //! Invariant: `anyhow` with context lives here and in `main.rs` only.
 
 pub mod check;
+pub mod etcd;
+pub mod etcd_maintenance;
+pub mod heal;
 pub mod init;
 pub mod lab;
+pub mod maintenance;
+pub mod membership;
+pub mod recover;
+pub mod replace;
 pub mod reset;
 pub mod status;
 pub mod up;
@@ -73,6 +80,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Plan(args) => up::plan(&args).await,
         Command::Reset(args) => reset::run(&args).await,
         Command::Status(args) => status::run(&args).await,
+        Command::Replace(args) => replace::run(&args).await,
+        Command::Heal(args) => heal::run(&args).await,
+        Command::Maintenance(cmd) => maintenance::run(&cmd).await,
+        Command::Etcd(crate::cli::EtcdCommand::Snapshot(cmd)) => match cmd {
+            crate::cli::SnapshotCommand::Save(args) => etcd::save(&args).await,
+            crate::cli::SnapshotCommand::Verify(args) => etcd::verify(&args).await,
+        },
+        Command::Etcd(crate::cli::EtcdCommand::Maintenance(args)) => etcd_maintenance::run(&args).await,
+        Command::Recover(args) => recover::run(&args).await,
         Command::Lab(cmd) => {
             let Some(inventory) = lab::run(cmd).await? else {
                 return Ok(exit::OK);

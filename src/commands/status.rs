@@ -81,6 +81,13 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 pub async fn run(args: &StatusArgs) -> anyhow::Result<i32> {
     let (inv, state) = super::load(&args.inventory)?;
     let status = gather(&inv, &state, &args.connect).await?;
+    if status.problems.is_empty() && status.revision > 0 {
+        // A healthy cluster: raise the revision high-water mark (recover sizes its bump from it).
+        let seen = crate::hwm::Hwm::now(status.revision, &status.cluster_id, "status");
+        if let Err(e) = crate::hwm::record(&state, seen) {
+            tracing::warn!("could not record the high-water mark: {e}");
+        }
+    }
     match args.output {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&status)?),
         OutputFormat::Table => print!("{}", table(&status)),
@@ -277,7 +284,7 @@ pub async fn gather(
     Ok(status)
 }
 
-fn read_client_tls(pki_dir: &std::path::Path) -> anyhow::Result<ClientTls> {
+pub fn read_client_tls(pki_dir: &std::path::Path) -> anyhow::Result<ClientTls> {
     let read = |rel: &str| {
         fs_err::read_to_string(pki_dir.join(rel)).map_err(|e| {
             anyhow::anyhow!("{e}: the cluster's PKI is missing; run `hactl up` first (or point --state-dir at the cluster's state)")

@@ -103,7 +103,11 @@ pub async fn prepare_with(
         .map(|(name, t)| (name, wrap(t)))
         .collect();
     let facts = gather_facts(&inv, &hosts, &transports, args.connect.concurrency).await?;
-    let view = EtcdView::from_facts(&inv, &facts)?;
+    let mut view = EtcdView::from_facts(&inv, &facts)?;
+    view.token = fs_err::read_to_string(state.file(crate::etcd::TOKEN_FILE))
+        .ok()
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty());
     let binaries = binaries::ensure(
         &inv.etcd.source,
         &state.path.join("downloads"),
@@ -136,6 +140,24 @@ pub async fn prepare_with(
         }
         other => other?,
     };
+    // Member lists come from a quorum: raise the revision high-water mark from them.
+    if let Some(rev) = facts
+        .values()
+        .filter_map(|f| f.members.as_ref())
+        .map(|m| m.header.revision)
+        .max()
+    {
+        if rev > 0 {
+            let cluster_id = view
+                .members
+                .as_ref()
+                .map(|m| format!("{:x}", m.header.cluster_id))
+                .unwrap_or_default();
+            if let Err(e) = crate::hwm::record(&state, crate::hwm::Hwm::now(rev, &cluster_id, "up")) {
+                tracing::warn!("could not record the high-water mark: {e}");
+            }
+        }
+    }
     if !plan.is_empty() {
         plan.push(verify_phase(&inv));
     }

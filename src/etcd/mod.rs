@@ -5,6 +5,9 @@
 //! restore or join never depends on name resolution.
 
 pub mod client;
+pub mod errors;
+pub mod health;
+pub mod safety;
 
 use serde::Deserialize;
 
@@ -25,6 +28,9 @@ pub const MEMBER_SCRIPT: &str = "/usr/local/sbin/hactl-etcd-member";
 pub const BIN_DIR: &str = "/usr/local/bin";
 /// etcd's metrics and plain `/health` listener, on loopback only.
 pub const METRICS_PORT: u16 = 2381;
+
+/// In the state directory: the token of the current lineage, written by `hactl recover`.
+pub const TOKEN_FILE: &str = "etcd-token";
 
 /// The cluster token of the original lineage (a recover makes a new one).
 pub fn token(inv: &Inventory) -> String {
@@ -55,6 +61,9 @@ pub struct Header {
     pub member_id: u64,
     #[serde(default)]
     pub raft_term: u64,
+    /// The store revision when the member answered.
+    #[serde(default)]
+    pub revision: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

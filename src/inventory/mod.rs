@@ -32,6 +32,46 @@ pub struct Inventory {
     /// Absolute state directory for this cluster.
     pub state_dir: PathBuf,
     pub allow_single_member: bool,
+    pub heal: HealSpec,
+}
+
+/// `spec.heal`, validated (see `raw::RawHeal`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealSpec {
+    pub max_unhealthy: usize,
+    pub max_retry: u32,
+    pub retry_period: std::time::Duration,
+    pub min_healthy_period: std::time::Duration,
+    pub unhealthy_timeout: std::time::Duration,
+}
+
+impl Default for HealSpec {
+    fn default() -> Self {
+        HealSpec {
+            max_unhealthy: 1,
+            max_retry: 3,
+            retry_period: std::time::Duration::from_secs(600),
+            min_healthy_period: std::time::Duration::from_secs(3600),
+            unhealthy_timeout: std::time::Duration::from_secs(300),
+        }
+    }
+}
+
+/// `30s`, `10m`, `1h`, `0s` (a bare number is seconds).
+pub fn parse_duration(s: &str) -> Option<std::time::Duration> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: u64 = num.parse().ok()?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n.checked_mul(60)?,
+        "h" => n.checked_mul(3600)?,
+        _ => return None,
+    };
+    Some(std::time::Duration::from_secs(secs))
 }
 
 /// What a host does in the cluster. A host may hold several roles.

@@ -47,6 +47,25 @@ pub struct RawSpec {
     /// A single etcd member is refused unless this is true (development only).
     #[serde(default)]
     pub allow_single_member: bool,
+    /// Automatic repair of etcd members by `hactl heal` (spec §4.2).
+    #[serde(default)]
+    pub heal: RawHeal,
+}
+
+/// `spec.heal`: limits of automatic remediation; durations like `30s`, `10m`, `1h`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawHeal {
+    /// Most members heal repairs at once, counted over the whole cluster (default 1).
+    pub max_unhealthy: Option<usize>,
+    /// Failed remediations of one member within `minHealthyPeriod` before heal refuses (default 3).
+    pub max_retry: Option<u32>,
+    /// Least time between two remediations of one member (default 10m).
+    pub retry_period: Option<String>,
+    /// A member healthy this long has its retry count reset (default 1h).
+    pub min_healthy_period: Option<String>,
+    /// How long a member must look unhealthy, from two vantage points, before heal acts (default 5m).
+    pub unhealthy_timeout: Option<String>,
 }
 
 /// SSH settings; every field is optional so hosts can override only what differs.

@@ -256,6 +256,7 @@ impl Checker {
         let etcd = self.etcd(&spec.etcd);
         let kubernetes = self.kubernetes(&spec.kubernetes, &drafts, vip.as_ref());
         let pki = self.pki(&spec.pki);
+        let heal = self.heal(&spec.heal);
         let state_dir = match &spec.state_dir {
             Some(dir) if dir.as_os_str().is_empty() => {
                 self.report(
@@ -291,7 +292,42 @@ impl Checker {
             pki: pki?,
             state_dir: state_dir?,
             allow_single_member: spec.allow_single_member,
+            heal,
         })
+    }
+
+    fn heal(&mut self, raw: &super::raw::RawHeal) -> super::HealSpec {
+        let mut h = super::HealSpec::default();
+        if let Some(n) = raw.max_unhealthy {
+            h.max_unhealthy = n;
+        }
+        if let Some(n) = raw.max_retry {
+            h.max_retry = n;
+        }
+        for (field, value, slot) in [
+            ("retryPeriod", &raw.retry_period, &mut h.retry_period),
+            (
+                "minHealthyPeriod",
+                &raw.min_healthy_period,
+                &mut h.min_healthy_period,
+            ),
+            (
+                "unhealthyTimeout",
+                &raw.unhealthy_timeout,
+                &mut h.unhealthy_timeout,
+            ),
+        ] {
+            if let Some(v) = value {
+                match super::parse_duration(v) {
+                    Some(d) => *slot = d,
+                    None => self.report(
+                        format!("heal.{field}"),
+                        format!("{v:?} is not a duration: use e.g. 30s, 10m or 1h"),
+                    ),
+                }
+            }
+        }
+        h
     }
 
     /// A path from the inventory: `~/` is the home directory, relative paths start at the

@@ -27,7 +27,7 @@ struct Metadata {
 struct Spec {
     ssh: Ssh,
     hosts: Vec<Host>,
-    /// Only with load balancers to hold it.
+    /// Only with load balancers to hold it (the inventory refuses a VIP without them).
     #[serde(skip_serializing_if = "Option::is_none")]
     vip: Option<Vip>,
     etcd: Etcd,

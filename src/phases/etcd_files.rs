@@ -219,7 +219,7 @@ pub fn initial_env(host: &Host, ctx: &Ctx<'_>) -> Result<Option<Upload>, PlanErr
             name: host.name.clone(),
             initial_cluster,
             state: state.to_string(),
-            token: etcd::token(inv),
+            token: ctx.etcd.token.clone().unwrap_or_else(|| etcd::token(inv)),
         },
     )?;
     Ok(Some(Upload::new(

@@ -148,6 +148,8 @@ pub struct EtcdView {
     pub seed: Option<String>,
     /// Inventory etcd hosts to add as learners, in inventory order.
     pub joiners: Vec<String>,
+    /// The current lineage's token when a recover changed it (`<state>/etcd-token`).
+    pub token: Option<String>,
 }
 
 impl EtcdView {

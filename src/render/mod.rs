@@ -76,6 +76,10 @@ const TEMPLATES: &[(&str, &str)] = &[
         "hactl-load-balancer.sysctl.conf",
         include_str!("../../templates/hactl-load-balancer.sysctl.conf.tera"),
     ),
+    (
+        "hactl-etcd-snapshot",
+        include_str!("../../templates/hactl-etcd-snapshot.tera"),
+    ),
 ];
 
 /// A template failed to render (a bug in hactl, not in the inventory).

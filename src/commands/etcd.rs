@@ -1,0 +1,426 @@
+//! `hactl etcd snapshot save|verify`: snapshots on the operator machine.
+//!
+//! `save` streams a snapshot from the **leader** (a lagging member would silently lose writes)
+//! through an SSH tunnel with the etcd client, checks it, runs `snapshot status` on a copy on a
+//! host with that host's own tool, and writes the sidecar JSON and the encrypted key bundle
+//! beside it. `verify` checks a file and trial-restores it into a scratch dir on a host.
+//!
+//! Invariant: the snapshot appears under its final name only once whole, fsynced and checked.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _};
+use sha2::{Digest, Sha256};
+use tokio::io::AsyncWriteExt;
+
+use crate::cli::{SnapshotSaveArgs, SnapshotVerifyArgs};
+use crate::etcd::client::{self, ClientTls};
+use crate::exec::{Transport, Transports};
+use crate::hwm::{self, Hwm};
+use crate::inventory::{Host, Inventory, Role};
+use crate::plan::{RemoteCommand, Upload};
+use crate::snapshot::{self, FileCheck, HashState, RestoreArgs, Sidecar, SidecarMember, Status};
+use crate::state::StateDir;
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The cluster's client credentials from the state directory.
+pub fn client_tls(state: &StateDir) -> anyhow::Result<ClientTls> {
+    let pki = state.file("pki");
+    let read = |rel: &str| {
+        fs_err::read_to_string(pki.join(rel))
+            .context("the cluster's PKI is missing; run `hactl up` first (or point --state-dir at the cluster's state)")
+    };
+    Ok(ClientTls {
+        ca_pem: read("etcd/ca.crt")?,
+        cert_pem: read("etcd/hactl-client.crt")?,
+        key_pem: read("etcd/hactl-client.key")?,
+    })
+}
+
+/// Connects to the etcd hosts that answer; unreachable ones are logged and left out.
+pub async fn reachable(inv: &Inventory, state: &StateDir, connect: &crate::cli::ConnectArgs) -> Transports {
+    let hosts: Vec<&Host> = inv.with_role(Role::Etcd);
+    let conns = super::connect(inv, state, &hosts, connect).await;
+    let mut transports = Transports::new();
+    for (name, c) in conns {
+        match c {
+            Ok(t) => {
+                transports.insert(name, t);
+            }
+            Err(e) => tracing::warn!("{name}: unreachable: {e}"),
+        }
+    }
+    transports
+}
+
+/// A snapshot written to disk, with what was learned taking it.
+#[derive(Debug, Clone)]
+pub struct Saved {
+    pub path: PathBuf,
+    pub sidecar: Sidecar,
+    pub bytes_per_sec: f64,
+    pub stream_secs: f64,
+}
+
+/// Takes a snapshot from the leader into `out_dir`. Records the high-water mark.
+pub async fn take(
+    inv: &Inventory,
+    state: &StateDir,
+    transports: &Transports,
+    out_dir: &Path,
+    bundle: bool,
+) -> anyhow::Result<Saved> {
+    let tls = client_tls(state)?;
+    // Who leads, and the revision just before the save.
+    let mut leader = None;
+    let mut revision_before = 0;
+    let mut version = String::new();
+    for host in inv.with_role(Role::Etcd) {
+        let Some(t) = transports.get(&host.name) else {
+            continue;
+        };
+        let Ok(mut c) = client::connect(t.as_ref(), inv.etcd.client_port, &tls, TIMEOUT).await else {
+            continue;
+        };
+        let s = client::member_status(&mut c, TIMEOUT).await;
+        revision_before = revision_before.max(s.revision);
+        if !s.id.is_empty() && s.id == s.leader {
+            version = s.version.clone();
+            leader = Some((host.name.clone(), c));
+        }
+    }
+    let Some((leader_host, mut c)) = leader else {
+        return Err(anyhow::Error::new(super::Refusal {
+            code: super::exit::REFUSED,
+            message: "no etcd member is the leader, so no consistent snapshot can be taken: \
+                      the cluster has lost quorum (`hactl status`); to rebuild it use `hactl recover`"
+                .into(),
+        }));
+    };
+    let members = c
+        .client
+        .member_list()
+        .await
+        .with_context(|| format!("failed to list members through {leader_host}"))?;
+    let cluster_id = members
+        .header()
+        .map(|h| format!("{:x}", h.cluster_id()))
+        .unwrap_or_default();
+    let members: Vec<SidecarMember> = members
+        .members()
+        .iter()
+        .map(|m| SidecarMember {
+            name: m.name().to_string(),
+            id: format!("{:x}", m.id()),
+            peer_urls: m.peer_urls().to_vec(),
+        })
+        .collect();
+
+    fs_err::create_dir_all(out_dir)?;
+    let now = time::OffsetDateTime::now_utc();
+    let stem = snapshot::file_stem(&inv.name, now);
+    let path = out_dir.join(format!("{stem}.db"));
+    let part = snapshot::part_path(&path);
+    tracing::info!(
+        "{leader_host}: streaming a snapshot from the leader to {}",
+        path.display()
+    );
+    let started = Instant::now();
+    let mut stream = c
+        .client
+        .snapshot()
+        .await
+        .with_context(|| format!("failed to start a snapshot on {leader_host}"))?;
+    let file = snapshot::create_private(&part)?;
+    let mut file = tokio::fs::File::from_std(file.into_parts().0);
+    let mut hasher = Sha256::new();
+    let mut size = 0u64;
+    let streamed: anyhow::Result<()> = async {
+        while let Some(resp) = stream
+            .message()
+            .await
+            .with_context(|| format!("the snapshot stream from {leader_host} broke"))?
+        {
+            let blob = resp.blob();
+            hasher.update(blob);
+            size += blob.len() as u64;
+            file.write_all(blob).await?;
+        }
+        file.sync_all().await?;
+        Ok(())
+    }
+    .await;
+    if let Err(e) = streamed {
+        let _ = fs_err::remove_file(&part);
+        return Err(e);
+    }
+    drop(file);
+    let stream_secs = started.elapsed().as_secs_f64();
+    let check = snapshot::check_file(&part)?;
+    if check.hash != HashState::Ok || check.sha256 != hex::encode(hasher.finalize()) || check.size != size {
+        let _ = fs_err::remove_file(&part);
+        bail!(
+            "the snapshot from {leader_host} failed its integrity check ({:?}); nothing was kept",
+            check.hash
+        );
+    }
+    fs_err::rename(&part, &path)?;
+    snapshot::sync_parent(&path);
+
+    let status = remote_status(transports[&leader_host].as_ref(), &path, &check.sha256).await?;
+    if status.revision < revision_before {
+        bail!(
+            "the snapshot's revision {} is below the cluster's {} read before it: {} kept for inspection",
+            status.revision,
+            revision_before,
+            path.display()
+        );
+    }
+    let hwm_now = hwm::record(state, Hwm::now(status.revision, &cluster_id, "snapshot"))?;
+    record_hwm_on_hosts(transports, &hwm_now).await;
+    let bundle_name = if bundle {
+        let (id, _public) = snapshot::identity(state)?;
+        let files = snapshot::bundle_files(&state.file("pki"));
+        let bundle_path = out_dir.join(format!("{stem}.bundle.age"));
+        snapshot::write_bundle(&bundle_path, &state.file("pki"), &files, &[id.to_public()])?;
+        Some(
+            bundle_path
+                .file_name()
+                .unwrap_or_default()
+                .to_string_lossy()
+                .into_owned(),
+        )
+    } else {
+        None
+    };
+    let sidecar = Sidecar {
+        file: path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned(),
+        sha256: check.sha256.clone(),
+        size: check.size,
+        cluster: inv.name.clone(),
+        cluster_id,
+        taken_from: leader_host,
+        members,
+        etcd_version: version,
+        revision: status.revision,
+        total_key: status.total_key,
+        revision_before,
+        hwm: Some(hwm_now),
+        time: crate::journal::timestamp(now),
+        bundle: bundle_name,
+    };
+    let json = serde_json::to_string_pretty(&sidecar)?;
+    snapshot::write_atomically(&sidecar_path(&path), format!("{json}\n").as_bytes())?;
+    Ok(Saved {
+        path,
+        sidecar,
+        bytes_per_sec: size as f64 / stream_secs.max(1e-9),
+        stream_secs,
+    })
+}
+
+/// `<file>.json`.
+pub fn sidecar_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(".json");
+    PathBuf::from(s)
+}
+
+/// Raises the mark on every connected host (best effort).
+pub async fn record_hwm_on_hosts(transports: &Transports, seen: &Hwm) {
+    let cmd = hwm::host_record_command(seen);
+    let runs = transports.iter().map(|(h, t)| {
+        let cmd = cmd.clone();
+        async move { (h, t.run(&cmd).await) }
+    });
+    for (h, r) in futures::future::join_all(runs).await {
+        if !matches!(r, Ok(ref o) if o.success()) {
+            tracing::warn!("{h}: could not record the high-water mark");
+        }
+    }
+}
+
+/// Uploads a snapshot to a scratch path on `t` and runs `snapshot status` on a copy there.
+async fn remote_status(t: &dyn Transport, path: &Path, sha256: &str) -> anyhow::Result<Status> {
+    let host = t.host().to_string();
+    upload_helper(t).await?;
+    let scratch = format!("{}/{}.db", snapshot::HOST_SCRATCH, &sha256[..16]);
+    let bytes = fs_err::read(path)?;
+    t.upload(&Upload::new(scratch.clone(), 0o600, "root", "root", bytes))
+        .await
+        .with_context(|| format!("failed to copy the snapshot to {host} for `snapshot status`"))?;
+    let out = t.run(&snapshot::status_command(&scratch)).await?;
+    let _ = t.run(&RemoteCommand::new(["rm", "-f", "--", &scratch])).await;
+    if !out.success() {
+        bail!("{host}: snapshot status failed: {}", out.stderr_str().trim());
+    }
+    serde_json::from_str(out.stdout_str().trim()).with_context(|| {
+        format!(
+            "{host}: unexpected `snapshot status` output: {}",
+            out.stdout_str().trim()
+        )
+    })
+}
+
+/// Places the snapshot helper on a host (skipped when it is already there).
+pub async fn upload_helper(t: &dyn Transport) -> anyhow::Result<()> {
+    t.upload(&snapshot::helper_upload()?)
+        .await
+        .with_context(|| format!("failed to place {} on {}", snapshot::HELPER, t.host()))?;
+    Ok(())
+}
+
+/// What a trial restore of a file showed.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Verified {
+    pub check: FileCheck,
+    pub status: Status,
+    pub host: String,
+    pub trial_cluster_id: String,
+}
+
+/// Checks a snapshot file (hash and size rule locally), then on host `t`: status on a copy and a
+/// trial restore into a scratch dir, which is removed afterwards.
+pub async fn verify_on(
+    inv: &Inventory,
+    t: &dyn Transport,
+    path: &Path,
+    skip_hash_check: bool,
+) -> anyhow::Result<Verified> {
+    let check = snapshot::check_file(path).with_context(|| format!("cannot read {}", path.display()))?;
+    refuse_bad_hash(path, &check, skip_hash_check)?;
+    let host = inv
+        .host(t.host())
+        .ok_or_else(|| anyhow!("{} is not in the inventory", t.host()))?;
+    upload_helper(t).await?;
+    let dir = format!("{}/verify-{}", snapshot::HOST_SCRATCH, &check.sha256[..16]);
+    let remote = format!("{dir}/snapshot.db");
+    let bytes = fs_err::read(path)?;
+    t.upload(&Upload::new(remote.clone(), 0o600, "root", "root", bytes))
+        .await
+        .with_context(|| format!("failed to copy {} to {}", path.display(), host.name))?;
+    let result = async {
+        let out = t.run(&snapshot::status_command(&remote)).await?;
+        if !out.success() {
+            bail!(
+                "{}: snapshot status failed: {}",
+                host.name,
+                out.stderr_str().trim()
+            );
+        }
+        let status: Status = serde_json::from_str(out.stdout_str().trim())?;
+        let url = crate::etcd::peer_url(inv, host);
+        let trial = RestoreArgs {
+            snapshot: remote.clone(),
+            name: host.name.clone(),
+            peer_url: url.clone(),
+            initial_cluster: format!("{}={url}", host.name),
+            token: format!("hactl-{}-verify", inv.name),
+            data_dir: format!("{dir}/restore"),
+            bump: 0,
+            skip_hash_check,
+        };
+        let _ = t
+            .run(&RemoteCommand::new(["rm", "-rf", "--", &trial.data_dir]))
+            .await;
+        let out = t.run(&snapshot::restore_command(&trial)).await?;
+        if !out.success() {
+            bail!("{}: trial restore failed: {}", host.name, out.stderr_str().trim());
+        }
+        let v: serde_json::Value = serde_json::from_str(out.stdout_str().trim())?;
+        Ok((status, v["cluster_id"].as_str().unwrap_or_default().to_string()))
+    }
+    .await;
+    let _ = t.run(&RemoteCommand::new(["rm", "-rf", "--", &dir])).await;
+    let (status, trial_cluster_id) = result?;
+    Ok(Verified {
+        check,
+        status,
+        host: host.name.clone(),
+        trial_cluster_id,
+    })
+}
+
+/// Exit 2 for a corrupt file, or a raw db without `--skip-hash-check`.
+pub fn refuse_bad_hash(path: &Path, check: &FileCheck, skip_hash_check: bool) -> anyhow::Result<()> {
+    let message = match check.hash {
+        HashState::Ok => return Ok(()),
+        HashState::Mismatch => format!(
+            "{}: expected sha256 in its last 32 bytes does not match its content (size {}, sha256 {}): \
+             the file is corrupt; use another snapshot",
+            path.display(),
+            check.size,
+            check.sha256
+        ),
+        HashState::Missing if skip_hash_check => return Ok(()),
+        HashState::Missing => format!(
+            "{}: snapshot missing hash (size {} is not 32 more than a multiple of 512): it looks like a raw copy of \
+             member/snap/db, which may lack writes still in the WAL; pass --skip-hash-check to use it anyway",
+            path.display(),
+            check.size
+        ),
+    };
+    Err(anyhow::Error::new(super::Refusal {
+        code: super::exit::REFUSED,
+        message,
+    }))
+}
+
+/// `hactl etcd snapshot save`.
+pub async fn save(args: &SnapshotSaveArgs) -> anyhow::Result<i32> {
+    let (inv, state) = super::load(&args.inventory)?;
+    let transports = reachable(&inv, &state, &args.connect).await;
+    let out_dir = args.out.clone().unwrap_or_else(|| state.file("backups"));
+    let saved = take(&inv, &state, &transports, &out_dir, !args.no_bundle).await?;
+    let s = &saved.sidecar;
+    println!("{}", saved.path.display());
+    eprintln!(
+        "snapshot: {} bytes from leader {} at revision {} in {:.2}s ({:.1} MiB/s); sha256 {}",
+        s.size,
+        s.taken_from,
+        s.revision,
+        saved.stream_secs,
+        saved.bytes_per_sec / 1048576.0,
+        s.sha256
+    );
+    if let Some(b) = &s.bundle {
+        let (_, public) = snapshot::identity(&state)?;
+        eprintln!(
+            "bundle: {b} (encrypted to {public}; the identity that opens it is {}: keep a copy somewhere safe)",
+            state.file(snapshot::IDENTITY_FILE).display()
+        );
+    }
+    Ok(super::exit::OK)
+}
+
+/// `hactl etcd snapshot verify`.
+pub async fn verify(args: &SnapshotVerifyArgs) -> anyhow::Result<i32> {
+    let check =
+        snapshot::check_file(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
+    refuse_bad_hash(&args.file, &check, args.skip_hash_check)?;
+    let (inv, state) = super::load(&args.inventory)?;
+    let transports = reachable(&inv, &state, &args.connect).await;
+    let t = transports
+        .values()
+        .next()
+        .ok_or_else(|| anyhow!("no etcd host is reachable for the trial restore"))?;
+    let v = verify_on(&inv, t.as_ref(), &args.file, args.skip_hash_check).await?;
+    println!(
+        "{}: ok: size {} (hash {:?}), sha256 {}, revision {}, {} keys; trial restore on {} gave cluster-id {}",
+        args.file.display(),
+        v.check.size,
+        v.check.hash,
+        v.check.sha256,
+        v.status.revision,
+        v.status.total_key,
+        v.host,
+        v.trial_cluster_id
+    );
+    Ok(super::exit::OK)
+}

@@ -1,0 +1,60 @@
+//! `hactl etcd maintenance --compact --defrag --disarm`: the NOSPACE runbook (spec §1.7):
+//! compact to the current revision, defragment each member one at a time (defrag blocks the
+//! member it runs on), then disarm the alarms.
+//!
+//! Invariant: no membership change; members are defragmented one after the other.
+
+use std::time::Duration;
+
+use anyhow::bail;
+
+use super::exit;
+use super::membership;
+use crate::cli::EtcdMaintenanceArgs;
+use crate::etcd;
+use crate::exec::Mode;
+use crate::inventory::Role;
+use crate::plan::{RemoteCommand, Step};
+
+pub async fn run(args: &EtcdMaintenanceArgs) -> anyhow::Result<i32> {
+    if !(args.compact || args.defrag || args.disarm) {
+        bail!("say what to do: --compact, --defrag, --disarm (the NOSPACE runbook is all three)");
+    }
+    let (inv, state) = super::load(&args.inventory)?;
+    let hosts = inv.with_role(Role::Etcd);
+    let reach = membership::reach(&inv, &state, &hosts, &args.connect).await;
+    let obs = reach.observe(&inv, &[]).await?;
+    let observer = inv.host(&obs.observer).expect("observer from inventory");
+    let ctl = etcd::ETCDCTL_WRAPPER;
+    let mut steps = Vec::new();
+    if args.compact {
+        steps.push(Step::Run(RemoteCommand::script(format!(
+            "rev=$({ctl} endpoint status -w json | grep -o '\"revision\":[0-9]*' | head -n1 | cut -d: -f2) && [ -n \"$rev\" ] && {ctl} compact \"$rev\" --physical"
+        ))));
+    }
+    if args.defrag {
+        for m in obs.voters() {
+            for url in &m.client_urls {
+                steps.push(Step::Run(
+                    RemoteCommand::new([
+                        ctl.to_string(),
+                        format!("--endpoints={url}"),
+                        "--command-timeout=120s".into(),
+                        "defrag".into(),
+                    ])
+                    .with_timeout(Duration::from_secs(150)),
+                ));
+            }
+        }
+    }
+    if args.disarm {
+        steps.push(Step::Run(RemoteCommand::new([ctl, "alarm", "disarm"])));
+    }
+    steps.push(Step::Wait(etcd::probe::cluster_healthy(
+        "after maintenance",
+        Duration::from_secs(60),
+    )));
+    membership::run_on(Mode::Live, &reach.transports, "etcd maintenance", observer, steps).await?;
+    println!("etcd maintenance: done on {} member(s)", obs.voters().count());
+    Ok(exit::OK)
+}

@@ -1,0 +1,498 @@
+//! `hactl maintenance plan|start|complete HOST`: take one control-plane host out of service and
+//! back, within the quorum budget (../shared/specs/recovery.md §5.4).
+//!
+//! Stages go forward only: Idle → Cordon → Drain → StopControlPlane → (operator work) → Complete.
+//! `complete` during Cordon or Drain cancels: nothing was stopped, the host goes straight to
+//! Complete. R-maint is checked at entry and again right before etcd stops. The stop order is
+//! scheduler → controller-manager → load-balancer backend → apiserver → etcd leadership → etcd;
+//! `complete` runs it backwards, waiting for etcd to catch up before the apiserver starts.
+//!
+//! The record lives in the state dir (`maintenance/<host>.json`) and on the host
+//! (`/var/lib/hactl/maintenance/<host>.json`); while it exists the host's member counts as
+//! unhealthy in every budget (M in §5.1), so a second host is refused while B = 0.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+
+use super::exit;
+use super::membership::{self, refusal, refuse, Journal, MaintenanceRecord, Reach};
+use crate::cli::{MaintenanceArgs, MaintenanceCommand};
+use crate::etcd::health::Observation;
+use crate::etcd::{self, hex_id, probe, safety, UNIT};
+use crate::exec::Mode;
+use crate::inventory::{Host, Inventory, Role};
+use crate::plan::{Check, RemoteCommand, Step};
+use crate::state::StateDir;
+
+/// Where a host keeps its own copy of the record.
+pub const HOST_RECORD_DIR: &str = "/var/lib/hactl/maintenance";
+
+pub async fn run(cmd: &MaintenanceCommand) -> anyhow::Result<i32> {
+    match cmd {
+        MaintenanceCommand::Plan(a) => plan(a).await,
+        MaintenanceCommand::Start(a) => start(a).await,
+        MaintenanceCommand::Complete(a) => complete(a).await,
+    }
+}
+
+struct Setup {
+    inv: Inventory,
+    state: StateDir,
+    reach: Reach,
+}
+
+async fn setup(args: &MaintenanceArgs) -> anyhow::Result<Setup> {
+    let (inv, state) = super::load(&args.inventory)?;
+    let Some(h) = inv.host(&args.host) else {
+        bail!("{} is not a host in the inventory", args.host);
+    };
+    if !h.has(Role::Etcd) && !h.has(Role::ControlPlane) {
+        bail!(
+            "{} is not a control-plane or etcd host: nothing to take out of service",
+            args.host
+        );
+    }
+    let mut hosts: Vec<&Host> = inv.with_role(Role::Etcd);
+    for h in inv.with_role(Role::ControlPlane) {
+        if !hosts.iter().any(|x| x.name == h.name) {
+            hosts.push(h);
+        }
+    }
+    let reach = membership::reach(&inv, &state, &hosts, &args.connect).await;
+    Ok(Setup { inv, state, reach })
+}
+
+fn record_path(state: &StateDir, host: &str) -> std::path::PathBuf {
+    state.path.join("maintenance").join(format!("{host}.json"))
+}
+
+fn read_record(state: &StateDir, host: &str) -> Option<MaintenanceRecord> {
+    let text = std::fs::read_to_string(record_path(state, host)).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Writes the record locally and on the host (when reachable).
+async fn write_record(s: &Setup, mode: Mode, host: &Host, rec: &MaintenanceRecord) -> anyhow::Result<()> {
+    if mode == Mode::DryRun {
+        println!("{}: maintenance stage {}", host.name, rec.stage);
+        return Ok(());
+    }
+    let json = serde_json::to_string_pretty(rec)?;
+    s.state
+        .write_secret(format!("maintenance/{}.json", host.name), json.as_bytes())
+        .context("cannot record the maintenance stage")?;
+    if s.reach.transports.contains_key(&host.name) {
+        let path = format!("{HOST_RECORD_DIR}/{}.json", host.name);
+        let script = format!(
+            "mkdir -p {HOST_RECORD_DIR} && printf '%s\\n' '{}' > {path}.tmp && mv {path}.tmp {path}",
+            json.replace('\'', "")
+        );
+        membership::run_on(
+            mode,
+            &s.reach.transports,
+            "record the maintenance stage",
+            host,
+            vec![Step::Run(RemoteCommand::script(script))],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// The budget as this host's maintenance sees it: other hosts in maintenance count as unhealthy.
+fn counts_for(s: &Setup, obs: &Observation, host: &str) -> safety::Counts {
+    let mut others = membership::in_maintenance(&s.state);
+    others.remove(host);
+    obs.counts(&others, None)
+}
+
+fn units_active(s: &Setup, host: &str) -> Vec<&'static str> {
+    let f = s.reach.facts.get(host);
+    membership::KUBE_UNITS
+        .into_iter()
+        .filter(|u| {
+            f.and_then(|f| f.units.get(*u))
+                .is_some_and(|x| x.active == "active")
+        })
+        .collect()
+}
+
+/// `plan`: the order, what would block it, and the budget left.
+async fn plan(args: &MaintenanceArgs) -> anyhow::Result<i32> {
+    let s = setup(args).await?;
+    let obs = s.reach.observe(&s.inv, &[args.host.as_str()]).await?;
+    let counts = counts_for(&s, &obs, &args.host);
+    let decision = safety::r_maint(&counts, 1, args.max_unavailable);
+    println!("maintenance plan for {} ({})", args.host, counts.numbers());
+    println!(
+        "  budget: B = H − Q = {} − {} = {}; maxUnavailable = {}",
+        counts.healthy,
+        counts.quorum(),
+        counts.budget(),
+        args.max_unavailable
+    );
+    let others = membership::maintenance_records(&s.state);
+    for (h, r) in &others {
+        if h != &args.host {
+            println!(
+                "  blocker: {h} is in maintenance (stage {}, since {})",
+                r.stage, r.since
+            );
+        }
+    }
+    for m in obs.voters() {
+        if !obs.is_healthy(m) && !others.contains_key(&m.name) {
+            println!(
+                "  blocker: member {} is unhealthy ({})",
+                m.name,
+                obs.why_unhealthy(m)
+            );
+        }
+    }
+    let kube = s.inv.kubernetes.is_some();
+    let lbs = s.inv.with_role(Role::LoadBalancer);
+    println!("  order:");
+    println!(
+        "    1. Cordon: {}",
+        if kube {
+            "mark the Node unschedulable"
+        } else {
+            "skipped (no kubernetes section)"
+        }
+    );
+    println!(
+        "    2. Drain: {}",
+        if kube {
+            "evict pods by ascending priority, DaemonSet pods last, PDBs honoured"
+        } else {
+            "skipped (no kubernetes section)"
+        }
+    );
+    println!("    3. StopControlPlane: kube-scheduler, kube-controller-manager (when present)");
+    println!("       load-balancer backend drained on {} host(s)", lbs.len());
+    println!("       kube-apiserver (when present); R-maint re-checked; etcd leadership moved if {} leads; etcd stopped", args.host);
+    println!("    4. Complete (reverse): etcd started and caught up, apiserver, backend ready, controller-manager, scheduler, uncordon");
+    match decision {
+        safety::Decision::Allowed => {
+            println!(
+                "  verdict: allowed; budget after start: B = {}",
+                counts.budget() - 1
+            );
+            Ok(exit::OK)
+        }
+        safety::Decision::Refused(r) => {
+            println!("  verdict: {r}");
+            Ok(exit::REFUSED)
+        }
+    }
+}
+
+async fn start(args: &MaintenanceArgs) -> anyhow::Result<i32> {
+    let s = setup(args).await?;
+    let mode = if args.dry_run { Mode::DryRun } else { Mode::Live };
+    let host = s.inv.host(&args.host).expect("checked in setup");
+    if let Some(r) = read_record(&s.state, &host.name).filter(|r| r.stage != "Complete") {
+        return Err(refuse(
+            exit::REFUSED,
+            format!("{} is already in maintenance (stage {}, since {}): run `hactl maintenance complete {}` first", host.name, r.stage, r.since, host.name),
+        ));
+    }
+    let _lock = if mode == Mode::Live {
+        Some(s.state.lock(membership::OPERATION_LOCK).map_err(|e| {
+            refuse(
+                exit::NEEDS_INPUT,
+                format!("another hactl operation holds this cluster: {e:#}"),
+            )
+        })?)
+    } else {
+        None
+    };
+    if !s.reach.transports.contains_key(&host.name) {
+        bail!(
+            "cannot reach {}: {}",
+            host.name,
+            s.reach.unreachable.get(&host.name).cloned().unwrap_or_default()
+        );
+    }
+    // Gate at entry to Cordon.
+    let obs = s.reach.observe(&s.inv, &[host.name.as_str()]).await?;
+    safety::r_maint(&counts_for(&s, &obs, &host.name), 1, args.max_unavailable)
+        .into_result()
+        .map_err(refusal)?;
+    let journal = Journal::open(
+        &s.state,
+        &membership::new_run_id(&format!("maintenance-{}", host.name)),
+        mode,
+    )?;
+    let mut rec = MaintenanceRecord {
+        host: host.name.clone(),
+        stage: "Cordon".into(),
+        since: membership::now_rfc3339(),
+        reason: args.reason.clone(),
+        stopped: vec![],
+    };
+    write_record(&s, mode, host, &rec).await?;
+    let no_kube = "skipped: no kubernetes section in the inventory";
+    journal.record(
+        "cordon",
+        "skipped",
+        &host.name,
+        if s.inv.kubernetes.is_some() {
+            "skipped: needs the Kubernetes API client (HACTL_KUBE_BIN_DIR labs only)"
+        } else {
+            no_kube
+        },
+    )?;
+    rec.stage = "Drain".into();
+    write_record(&s, mode, host, &rec).await?;
+    journal.record(
+        "drain",
+        "skipped",
+        &host.name,
+        if s.inv.kubernetes.is_some() {
+            "skipped: needs the Kubernetes API client"
+        } else {
+            no_kube
+        },
+    )?;
+
+    rec.stage = "StopControlPlane".into();
+    write_record(&s, mode, host, &rec).await?;
+    let active = units_active(&s, &host.name);
+    for unit in ["kube-scheduler.service", "kube-controller-manager.service"] {
+        if active.contains(&unit) {
+            journal.record(&format!("stop-{unit}"), "started", &host.name, "")?;
+            membership::run_on(
+                mode,
+                &s.reach.transports,
+                &format!("stop {unit}"),
+                host,
+                vec![Step::Run(RemoteCommand::new(["systemctl", "stop", unit]))],
+            )
+            .await?;
+            rec.stopped.push(unit.to_string());
+            journal.record(&format!("stop-{unit}"), "done", &host.name, "")?;
+        }
+    }
+    let lbs = s.inv.with_role(Role::LoadBalancer).len();
+    journal.record(
+        "lb-drain",
+        "skipped",
+        &host.name,
+        &format!("{lbs} load balancer host(s); backend drain comes with the lb branch"),
+    )?;
+    if active.contains(&"kube-apiserver.service") {
+        journal.record("stop-kube-apiserver.service", "started", &host.name, "")?;
+        membership::run_on(
+            mode,
+            &s.reach.transports,
+            "stop kube-apiserver",
+            host,
+            vec![Step::Run(RemoteCommand::new([
+                "systemctl",
+                "stop",
+                "kube-apiserver.service",
+            ]))],
+        )
+        .await?;
+        rec.stopped.push("kube-apiserver.service".into());
+        journal.record("stop-kube-apiserver.service", "done", &host.name, "")?;
+    }
+    if host.has(Role::Etcd) && s.reach.etcd_active(&host.name) {
+        // Gate again right before etcd stops: the cluster may have changed while we drained.
+        let obs = s.reach.observe(&s.inv, &[host.name.as_str()]).await?;
+        if let safety::Decision::Refused(r) =
+            safety::r_maint(&counts_for(&s, &obs, &host.name), 1, args.max_unavailable)
+        {
+            write_record(&s, mode, host, &rec).await?;
+            return Err(refuse(
+                exit::REFUSED,
+                format!("{r}\n{} stays at stage StopControlPlane with etcd running; `hactl maintenance complete {}` brings the rest back", host.name, host.name),
+            ));
+        }
+        let me = obs.by_name(&host.name).cloned();
+        if let Some(me) = me.filter(|m| obs.leader() == Some(m.id)) {
+            let next = obs
+                .voters()
+                .filter(|m| m.id != me.id && obs.is_healthy(m))
+                .max_by_key(|m| obs.status_of(m).map(|s| s.status.raft_applied_index).unwrap_or(0))
+                .context("no healthy member to take over leadership")?;
+            journal.record(
+                "move-leader",
+                "started",
+                &host.name,
+                &format!("to {} ({})", next.name, hex_id(next.id)),
+            )?;
+            let observer = s.inv.host(&obs.observer).expect("observer from inventory");
+            membership::run_on(
+                mode,
+                &s.reach.transports,
+                "move etcd leadership",
+                observer,
+                vec![Step::Run(RemoteCommand::new([
+                    etcd::ETCDCTL_WRAPPER.to_string(),
+                    format!("--endpoints={}", me.client_urls.join(",")),
+                    "move-leader".to_string(),
+                    hex_id(next.id),
+                ]))],
+            )
+            .await?;
+            journal.record("move-leader", "done", &host.name, "")?;
+        } else {
+            journal.record("move-leader", "skipped", &host.name, "not the leader")?;
+        }
+        journal.record("stop-etcd", "started", &host.name, "")?;
+        membership::run_on(
+            mode,
+            &s.reach.transports,
+            "stop etcd",
+            host,
+            vec![
+                Step::Run(RemoteCommand::new(["systemctl", "stop", UNIT])),
+                Step::Wait(Check::command(
+                    format!("etcd on {} is stopped", host.name),
+                    RemoteCommand::script(format!(
+                        "! systemctl is-active --quiet {UNIT} && ! pgrep -x etcd >/dev/null"
+                    )),
+                    Duration::from_secs(60),
+                )),
+            ],
+        )
+        .await?;
+        rec.stopped.push(UNIT.to_string());
+        journal.record("stop-etcd", "done", &host.name, "")?;
+        write_record(&s, mode, host, &rec).await?;
+        let observer = s.inv.host(&obs.observer).expect("observer from inventory");
+        membership::run_on(
+            mode,
+            &s.reach.transports,
+            "the rest of the cluster is healthy",
+            observer,
+            vec![Step::Wait(Check::command(
+                "the other members are healthy",
+                RemoteCommand::read_only([
+                    etcd::ETCDCTL_WRAPPER.to_string(),
+                    format!(
+                        "--endpoints={}",
+                        obs.voters()
+                            .filter(|m| m.name != host.name)
+                            .flat_map(|m| m.client_urls.clone())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    ),
+                    "endpoint".into(),
+                    "health".into(),
+                ]),
+                Duration::from_secs(30),
+            ))],
+        )
+        .await?;
+    }
+    write_record(&s, mode, host, &rec).await?;
+    println!(
+        "maintenance: {} is out of service (stage StopControlPlane; stopped: {}); run `hactl maintenance complete {}` when done",
+        host.name,
+        if rec.stopped.is_empty() { "nothing".to_string() } else { rec.stopped.join(", ") },
+        host.name
+    );
+    Ok(exit::OK)
+}
+
+async fn complete(args: &MaintenanceArgs) -> anyhow::Result<i32> {
+    let s = setup(args).await?;
+    let mode = if args.dry_run { Mode::DryRun } else { Mode::Live };
+    let host = s.inv.host(&args.host).expect("checked in setup");
+    let Some(mut rec) = read_record(&s.state, &host.name).filter(|r| r.stage != "Complete") else {
+        println!("{} is not in maintenance: nothing to do", host.name);
+        return Ok(exit::OK);
+    };
+    if !s.reach.transports.contains_key(&host.name) {
+        bail!(
+            "cannot reach {}: {}",
+            host.name,
+            s.reach.unreachable.get(&host.name).cloned().unwrap_or_default()
+        );
+    }
+    let journal = Journal::open(
+        &s.state,
+        &membership::new_run_id(&format!("maintenance-{}", host.name)),
+        mode,
+    )?;
+    if rec.stage == "Cordon" || rec.stage == "Drain" {
+        journal.record(
+            "cancel",
+            "done",
+            &host.name,
+            &format!("cancelled during {}: nothing was stopped", rec.stage),
+        )?;
+    }
+    let stopped = rec.stopped.clone();
+    let was = |u: &str| {
+        stopped.iter().any(|x| x == u)
+            || (u == UNIT && host.has(Role::Etcd) && !s.reach.etcd_active(&host.name))
+    };
+    if was(UNIT) {
+        journal.record("start-etcd", "started", &host.name, "")?;
+        membership::run_on(
+            mode,
+            &s.reach.transports,
+            "start etcd and wait until it caught up",
+            host,
+            vec![
+                Step::Run(RemoteCommand::new(["systemctl", "start", "--no-block", UNIT])),
+                // A linearizable read through the member waits until it applied the leader's
+                // commit index: healthy here means caught up.
+                Step::Wait(probe::member_healthy(&host.name, Duration::from_secs(120))),
+                Step::Wait(probe::cluster_healthy(
+                    &format!("after {} returned", host.name),
+                    Duration::from_secs(60),
+                )),
+            ],
+        )
+        .await?;
+        journal.record("start-etcd", "done", &host.name, "")?;
+    }
+    for unit in [
+        "kube-apiserver.service",
+        "kube-controller-manager.service",
+        "kube-scheduler.service",
+    ] {
+        if was(unit) {
+            journal.record(&format!("start-{unit}"), "started", &host.name, "")?;
+            membership::run_on(
+                mode,
+                &s.reach.transports,
+                &format!("start {unit}"),
+                host,
+                vec![Step::Run(RemoteCommand::new(["systemctl", "start", unit]))],
+            )
+            .await?;
+            journal.record(&format!("start-{unit}"), "done", &host.name, "")?;
+        }
+        if unit == "kube-apiserver.service" {
+            journal.record(
+                "lb-ready",
+                "skipped",
+                &host.name,
+                "backend ready comes with the lb branch",
+            )?;
+        }
+    }
+    journal.record(
+        "uncordon",
+        "skipped",
+        &host.name,
+        if s.inv.kubernetes.is_some() {
+            "skipped: needs the Kubernetes API client"
+        } else {
+            "skipped: no kubernetes section in the inventory"
+        },
+    )?;
+    rec.stage = "Complete".into();
+    rec.since = membership::now_rfc3339();
+    rec.stopped.clear();
+    write_record(&s, mode, host, &rec).await?;
+    println!("maintenance: {} is back in service", host.name);
+    Ok(exit::OK)
+}

@@ -1,0 +1,647 @@
+//! `hactl recover`: the recipe. R0 (read-only: assess, gate, decide) here; the steps from
+//! `recover::steps`; the journaled runner executes them. See `src/recover/mod.rs`.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::path::Path;
+
+use anyhow::{anyhow, Context as _};
+use futures::StreamExt;
+
+use crate::cli::{RecoverArgs, RecoverMode};
+use crate::exec::journaled::{self, RunOptions};
+use crate::exec::Transports;
+use crate::hwm::{self, Hwm};
+use crate::inventory::{Host, Inventory, Role};
+use crate::journal::{Journal, StepPhase};
+use crate::recover::assess::{self, HostAssessment};
+use crate::recover::{self as rec, Bump, Decisions, Gate, Source};
+use crate::state::StateDir;
+
+fn refuse(code: i32, message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(super::Refusal {
+        code,
+        message: message.into(),
+    })
+}
+
+/// `hactl recover`.
+pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
+    let (inv, state) = super::load(&args.inventory)?;
+    let _lock = if args.dry_run {
+        None
+    } else {
+        Some(
+            state
+                .lock(crate::lock::LOCAL_LOCK)
+                .context("cannot recover while another hactl run changes the cluster")?,
+        )
+    };
+    if !state.file("pki/etcd/ca.key").exists() {
+        return Err(refuse(
+            super::exit::REFUSED,
+            format!(
+                "the state directory {} has no etcd CA: a recover needs the cluster's PKI (restore it from a backup bundle first)",
+                state.path.display()
+            ),
+        ));
+    }
+    let pki = crate::pki::ensure(&state.file("pki"), &inv, time::OffsetDateTime::now_utc())
+        .context("failed to load the cluster's certificates")?;
+    let tls = super::etcd::client_tls(&state)?;
+    let (decisions, transports) = match &args.resume {
+        Some(run) => resume_decisions(args, &inv, &state, run).await?,
+        None => decide(args, &inv, &state).await?,
+    };
+    let owner = crate::lock::Owner::new("recover", &decisions.run);
+    let inputs = rec::steps::Inputs {
+        inv: &inv,
+        pki: &pki,
+        state: &state,
+        tls: &tls,
+        owner,
+        steal_lock: args.steal_lock.clone(),
+    };
+    let steps = rec::steps::build(&decisions, &inputs);
+    let summary = plan_header(&decisions, &inv);
+    if args.dry_run {
+        print!("{summary}");
+        for s in &steps {
+            let sudo = s
+                .host
+                .as_deref()
+                .and_then(|h| inv.host(h))
+                .is_some_and(|h| h.ssh.sudo);
+            print!("{}", s.render(sudo));
+        }
+        return Ok(super::exit::OK);
+    }
+    let mut journal = if args.resume.is_some() {
+        Journal::open(&state, &decisions.run)?
+    } else {
+        eprint!("{summary}");
+        for s in &steps {
+            eprintln!(
+                "  [{}] {}{}",
+                s.id,
+                s.title,
+                s.host.as_ref().map(|h| format!(" (on {h})")).unwrap_or_default()
+            );
+        }
+        confirm(args, &inv)?;
+        let mut j = Journal::create(&state, &decisions.run)?;
+        let json = serde_json::to_string_pretty(&decisions)?;
+        state.write_file(
+            Path::new("runs").join(&decisions.run).join("recover.json"),
+            format!("{json}\n").as_bytes(),
+            0o600,
+        )?;
+        let sha = hex::encode(sha2::Digest::finalize(sha2::Digest::chain_update(
+            <sha2::Sha256 as sha2::Digest>::new(),
+            json.as_bytes(),
+        )));
+        for (step, out) in [
+            (
+                "R0.1",
+                serde_json::json!({ "targets": decisions.targets, "confirmed_dead": decisions.confirmed_dead }),
+            ),
+            (
+                "R0.3",
+                serde_json::json!({ "gate": "no quorum, none restorable", "force_destructive": args.force_destructive }),
+            ),
+            ("R0.5", serde_json::to_value(decisions.bump)?),
+            (
+                "R0.6",
+                serde_json::json!({ "expected_cluster_id": decisions.expected_cluster_id, "token": decisions.token }),
+            ),
+        ] {
+            let e = j.record(step, StepPhase::Done, None, &sha, out)?;
+            crate::journal::mirror(&transports, &decisions.targets, &e).await;
+        }
+        j
+    };
+    eprintln!(
+        "recover: run {} (journal {})",
+        decisions.run,
+        journal.path().display()
+    );
+    crate::exec::run::stop_between_steps_on_ctrl_c();
+    let mirror_hosts: Vec<String> = transports.keys().cloned().collect();
+    let started = std::time::Instant::now();
+    match journaled::run(&steps, &transports, &mut journal, &RunOptions { mirror_hosts }).await {
+        Ok(outcome) => {
+            println!(
+                "recover: run {} done in {:.1}s ({} steps done, {} already done)",
+                decisions.run,
+                started.elapsed().as_secs_f64(),
+                outcome.done.len(),
+                outcome.skipped.len()
+            );
+            print!("{}", finish_report(&decisions, &inv, &state));
+            Ok(super::exit::OK)
+        }
+        Err(failed) => {
+            let resume = format!(
+                "hactl recover -i {} --resume {}",
+                args.inventory.inventory.display(),
+                decisions.run
+            );
+            let inner_refusal = failed
+                .source
+                .chain()
+                .find_map(|e| e.downcast_ref::<super::Refusal>())
+                .map(|r| r.code);
+            let code = match inner_refusal {
+                Some(c) => c,
+                None if failed.changed => super::exit::FAILED_AFTER_CHANGES,
+                None => super::exit::REFUSED,
+            };
+            let what = if failed.changed {
+                format!("changes were made; fix the cause and run `{resume}`")
+            } else {
+                "nothing was changed".to_string()
+            };
+            let detail = format!("{:#}", anyhow::Error::new(failed));
+            Err(refuse(code, format!("recover stopped ({what}): {detail}")))
+        }
+    }
+}
+
+/// Confirmation: a typed cluster name for `--force-destructive` (stdin may be a pipe), else
+/// `--yes` or a y/N on a terminal.
+fn confirm(args: &RecoverArgs, inv: &Inventory) -> anyhow::Result<()> {
+    if args.force_destructive {
+        eprint!(
+            "--force-destructive: this rolls cluster {} back although its quorum could be restored. Type the cluster name to proceed: ",
+            inv.name
+        );
+        std::io::stderr().flush().ok();
+        let mut answer = String::new();
+        std::io::stdin().lock().read_line(&mut answer)?;
+        if answer.trim() != inv.name {
+            return Err(refuse(
+                super::exit::REFUSED,
+                "the name did not match: nothing was changed",
+            ));
+        }
+        return Ok(());
+    }
+    if args.yes {
+        return Ok(());
+    }
+    super::up::confirm("recover stops etcd (and the Kubernetes control plane) on every reachable host")
+}
+
+/// Connects to the etcd hosts; returns the reachable ones and the errors of the others.
+async fn connect_all(
+    inv: &Inventory,
+    state: &StateDir,
+    args: &RecoverArgs,
+) -> (Transports, BTreeMap<String, String>) {
+    let hosts: Vec<&Host> = inv.with_role(Role::Etcd);
+    let conns = super::connect(inv, state, &hosts, &args.connect).await;
+    let mut ok = Transports::new();
+    let mut down = BTreeMap::new();
+    for (h, c) in conns {
+        match c {
+            Ok(t) => {
+                ok.insert(h, t);
+            }
+            Err(e) => {
+                down.insert(h, e);
+            }
+        }
+    }
+    (ok, down)
+}
+
+async fn resume_decisions(
+    args: &RecoverArgs,
+    inv: &Inventory,
+    state: &StateDir,
+    run: &str,
+) -> anyhow::Result<(Decisions, Transports)> {
+    let path = state.file(Path::new("runs").join(run).join("recover.json"));
+    let text = fs_err::read_to_string(&path).map_err(|e| {
+        refuse(
+            super::exit::REFUSED,
+            format!("cannot resume run {run}: {e} (a run that stopped before its plan was confirmed changed nothing: start a new one)"),
+        )
+    })?;
+    let d: Decisions =
+        serde_json::from_str(&text).with_context(|| format!("{} is not a recover plan", path.display()))?;
+    if d.cluster != inv.name {
+        return Err(refuse(
+            super::exit::REFUSED,
+            format!("run {run} belongs to cluster {}", d.cluster),
+        ));
+    }
+    let (transports, down) = connect_all(inv, state, args).await;
+    let missing: Vec<String> = down
+        .iter()
+        .filter(|(h, _)| !d.confirmed_dead.contains(h))
+        .map(|(h, e)| format!("{h}: {e}"))
+        .collect();
+    if !missing.is_empty() {
+        return Err(refuse(
+            super::exit::NEEDS_INPUT,
+            format!("cannot reach hosts run {run} acts on:\n{}", missing.join("\n")),
+        ));
+    }
+    Ok((d, transports))
+}
+
+/// R0: read-only assessment, gates and decisions.
+async fn decide(
+    args: &RecoverArgs,
+    inv: &Inventory,
+    state: &StateDir,
+) -> anyhow::Result<(Decisions, Transports)> {
+    let (transports, down) = connect_all(inv, state, args).await;
+    let run = crate::journal::new_run_id(time::OffsetDateTime::now_utc());
+    // R0.1/R0.2: what each reachable host holds.
+    let probe = assess::probe_command(&inv.etcd.data_dir, crate::etcd::METRICS_PORT);
+    let assessed: Vec<anyhow::Result<HostAssessment>> =
+        futures::stream::iter(transports.iter().map(|(h, t)| {
+            let probe = probe.clone();
+            async move {
+                let out = t
+                    .run(&probe)
+                    .await
+                    .with_context(|| format!("{h}: assessment failed"))?;
+                if !out.success() {
+                    return Err(anyhow!("{h}: assessment failed: {}", out.stderr_str().trim()));
+                }
+                Ok(assess::parse(h, &out.stdout_str()))
+            }
+        }))
+        .buffered(args.connect.concurrency.max(1))
+        .collect()
+        .await;
+    let mut hosts: Vec<HostAssessment> = Vec::new();
+    for a in assessed {
+        hosts.push(a?);
+    }
+    let order: Vec<String> = inv.with_role(Role::Etcd).iter().map(|h| h.name.clone()).collect();
+    hosts.sort_by_key(|a| order.iter().position(|n| *n == a.host));
+    eprintln!("assessment:");
+    for a in &hosts {
+        eprintln!("  {}", a.describe());
+    }
+    for (h, e) in &down {
+        eprintln!("  {h}: unreachable: {e}");
+    }
+    // R0.3: quorum.
+    let views: Vec<rec::MemberView> = hosts.iter().map(|a| a.view()).collect();
+    match rec::quorum_gate(order.len(), &views) {
+        Gate::Proceed => {}
+        Gate::QuorumPresent { healthy, quorum } => {
+            return Err(refuse(
+                super::exit::REFUSED,
+                format!(
+                    "quorum present: {healthy} members are healthy with a leader (quorum {quorum}); nothing was changed. \
+                     Recover is for a lost quorum: replace failed members with `hactl replace <member>`"
+                ),
+            ))
+        }
+        Gate::QuorumRestorable { intact, quorum } if !args.force_destructive => {
+            return Err(refuse(
+                super::exit::REFUSED,
+                format!(
+                    "quorum restorable: {} hold intact data ({} ≥ quorum {quorum}); nothing was changed. Start the stopped \
+                     members instead (`hactl up` starts members whose data is intact). To roll the cluster back to an \
+                     older state anyway, pass --force-destructive (you will be asked to type the cluster name)",
+                    intact.join(", "),
+                    intact.len()
+                ),
+            ))
+        }
+        Gate::QuorumRestorable { .. } => eprintln!("--force-destructive: proceeding although quorum could be restored"),
+    }
+    // Unreachable hosts must be attested dead before anything is stopped.
+    let unattested: Vec<&String> = down.keys().filter(|h| !args.confirm_dead.contains(h)).collect();
+    if !unattested.is_empty() {
+        let names: Vec<&str> = unattested.iter().map(|s| s.as_str()).collect();
+        return Err(refuse(
+            super::exit::NEEDS_INPUT,
+            format!(
+                "cannot reach {}: nothing was changed. An unreachable member could come back as a zombie serving the old \
+                 data. Power it off (or make sure it is), then run again with --confirm-dead {}",
+                names.join(", "),
+                names.join(",")
+            ),
+        ));
+    }
+    for h in &args.confirm_dead {
+        if transports.contains_key(h) {
+            eprintln!(
+                "warning: {h} was attested dead but answers; it is fenced and rejoined like the others"
+            );
+        }
+    }
+    let confirmed_dead: Vec<String> = down.keys().cloned().collect();
+    let targets: Vec<String> = order
+        .iter()
+        .filter(|h| transports.contains_key(*h))
+        .cloned()
+        .collect();
+    if targets.is_empty() {
+        return Err(refuse(super::exit::REFUSED, "no etcd host is reachable"));
+    }
+    // R0.4: the source.
+    let intact: Vec<&HostAssessment> = hosts.iter().filter(|a| a.data_intact).collect();
+    let source = if let Some(path) = &args.from_snapshot {
+        file_source(path, args.skip_hash_check)?
+    } else if let Some(m) = &args.from_member {
+        let Some(a) = hosts.iter().find(|a| &a.host == m) else {
+            return Err(refuse(
+                super::exit::REFUSED,
+                format!("{m} is not a reachable etcd host"),
+            ));
+        };
+        if !a.data_intact {
+            return Err(refuse(
+                super::exit::REFUSED,
+                format!("{m} holds no intact data ({}/member/wal and member/snap/db): choose another survivor or a snapshot", inv.etcd.data_dir),
+            ));
+        }
+        Source::Member { host: m.clone() }
+    } else {
+        // --auto: the survivor with the highest revision it reports (running members report
+        // one; among stopped ones inventory order decides), unless a backup is newer.
+        let best = intact.iter().rev().max_by_key(|a| {
+            a.status
+                .as_ref()
+                .map(|s| (s.header.revision, s.raft_index))
+                .unwrap_or((-1, 0))
+        });
+        let backup = newest_backup(state);
+        let survivor_rev = best.and_then(|a| a.status.as_ref().map(|s| s.header.revision));
+        match (best, backup) {
+            (_, Some((path, rev))) if best.is_none() || survivor_rev.is_some_and(|r| rev > r) => {
+                eprintln!("--auto: newest backup {} (revision {rev}) is ahead of every survivor", path.display());
+                file_source(&path, false)?
+            }
+            (Some(a), _) => {
+                eprintln!(
+                    "--auto: survivor {} (revision {})",
+                    a.host,
+                    survivor_rev.map(|r| r.to_string()).unwrap_or_else(|| "unknown: stopped".into())
+                );
+                Source::Member { host: a.host.clone() }
+            }
+            (None, _) => {
+                return Err(refuse(
+                    super::exit::REFUSED,
+                    "no source: no reachable member holds intact data and no backup is in the state directory; pass --from-snapshot FILE",
+                ))
+            }
+        }
+    };
+    let seed = match &source {
+        Source::Member { host } => host.clone(),
+        Source::File { .. } => targets[0].clone(),
+    };
+    let seed_a = hosts
+        .iter()
+        .find(|a| a.host == seed)
+        .ok_or_else(|| anyhow!("seed {seed} was not assessed"))?;
+    // Restore tools: the same minor everywhere.
+    let minor = |v: &str| v.split('.').take(2).collect::<Vec<_>>().join(".");
+    let minors: std::collections::BTreeSet<String> = hosts.iter().map(|a| minor(&a.etcd_version)).collect();
+    if minors.len() > 1 {
+        return Err(refuse(
+            super::exit::REFUSED,
+            format!(
+                "the hosts run different etcd minors ({}): a restore must use the cluster's own minor",
+                minors.into_iter().collect::<Vec<_>>().join(", ")
+            ),
+        ));
+    }
+    // R0.5: high-water mark and bump.
+    let mut mark = hwm::read(state);
+    for a in &hosts {
+        mark = hwm::max(mark, a.hwm.clone());
+        if let Some(s) = &a.status {
+            mark = hwm::max(
+                mark,
+                Some(Hwm::now(
+                    s.header.revision,
+                    &format!("{:x}", s.header.cluster_id),
+                    &format!("survivor@{}", a.host),
+                )),
+            );
+        }
+    }
+    let snap_rev = match &source {
+        Source::File { revision, .. } => *revision,
+        Source::Member { host } => hosts
+            .iter()
+            .find(|a| &a.host == host)
+            .and_then(|a| a.status.as_ref().map(|s| s.header.revision)),
+    };
+    let bump = rec::choose_bump(
+        seed_a.tool_bumps,
+        mark.as_ref().map(|m| m.revision),
+        snap_rev,
+        args.accept_revision_rewind,
+    )
+    .map_err(|m| refuse(super::exit::REFUSED, m))?;
+    let token = rec::token(&inv.name, &run);
+    let url = |h: &str| crate::etcd::peer_url(inv, inv.host(h).expect("inventory host"));
+    let initial: Vec<(String, String)> = match args.mode {
+        RecoverMode::Seed => vec![(seed.clone(), url(&seed))],
+        RecoverMode::All => targets.iter().map(|h| (h.clone(), url(h))).collect(),
+    };
+    let expected = format!("{:x}", rec::cluster_id(&initial, &token));
+    let min_revision = match bump {
+        Bump::Restore { by } => snap_rev.unwrap_or(0) + by as i64,
+        Bump::Emulated { target } => target,
+        Bump::None => 0,
+    };
+    let d = Decisions {
+        run,
+        cluster: inv.name.clone(),
+        mode: args.mode,
+        source,
+        seed,
+        targets,
+        confirmed_dead,
+        data_dirs: hosts
+            .iter()
+            .filter(|a| a.data_exists)
+            .map(|a| a.host.clone())
+            .collect(),
+        kube_units: hosts
+            .iter()
+            .map(|a| (a.host.clone(), a.kube_units.clone()))
+            .collect(),
+        kubelets: hosts
+            .iter()
+            .filter(|a| a.kubelet)
+            .map(|a| a.host.clone())
+            .collect(),
+        token,
+        bump,
+        hwm: mark,
+        expected_cluster_id: expected,
+        min_revision,
+        tool: seed_a.tool.clone(),
+        etcd_version: seed_a.etcd_version.clone(),
+    };
+    Ok((d, transports))
+}
+
+fn file_source(path: &Path, skip_hash_check: bool) -> anyhow::Result<Source> {
+    let path = std::path::absolute(path)?;
+    let check =
+        crate::snapshot::check_file(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    super::etcd::refuse_bad_hash(&path, &check, skip_hash_check)?;
+    let sidecar: Option<crate::snapshot::Sidecar> = fs_err::read_to_string(super::etcd::sidecar_path(&path))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    if let Some(s) = &sidecar {
+        if s.sha256 != check.sha256 {
+            return Err(refuse(
+                super::exit::REFUSED,
+                format!(
+                    "{}: sha256 {} differs from its sidecar's {}",
+                    path.display(),
+                    check.sha256,
+                    s.sha256
+                ),
+            ));
+        }
+    }
+    if check.hash == crate::snapshot::HashState::Missing {
+        eprintln!(
+            "warning: {} has no appended sha256 (raw db copy): restoring with --skip-hash-check",
+            path.display()
+        );
+    }
+    Ok(Source::File {
+        path: path.display().to_string(),
+        sha256: check.sha256,
+        size: check.size,
+        skip_hash_check: check.hash == crate::snapshot::HashState::Missing,
+        revision: sidecar.as_ref().map(|s| s.revision),
+        time: sidecar.map(|s| s.time),
+    })
+}
+
+/// The newest snapshot in `<state>/backups` with a sidecar: its path and revision.
+fn newest_backup(state: &StateDir) -> Option<(std::path::PathBuf, i64)> {
+    let entries = fs_err::read_dir(state.file("backups")).ok()?;
+    let mut best: Option<(std::path::PathBuf, i64, String)> = None;
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.extension().and_then(|x| x.to_str()) != Some("db") {
+            continue;
+        }
+        let Some(s) = fs_err::read_to_string(super::etcd::sidecar_path(&p))
+            .ok()
+            .and_then(|t| serde_json::from_str::<crate::snapshot::Sidecar>(&t).ok())
+        else {
+            continue;
+        };
+        if best.as_ref().is_none_or(|b| s.time > b.2) {
+            best = Some((p, s.revision, s.time));
+        }
+    }
+    best.map(|(p, r, _)| (p, r))
+}
+
+fn plan_header(d: &Decisions, inv: &Inventory) -> String {
+    let source = match &d.source {
+        Source::File {
+            path,
+            sha256,
+            revision,
+            ..
+        } => format!(
+            "snapshot {path} (sha256 {sha256}{})",
+            revision.map(|r| format!(", revision {r}")).unwrap_or_default()
+        ),
+        Source::Member { host } => {
+            format!("the data of surviving member {host} (a copy; the original is kept)")
+        }
+    };
+    let bump = match d.bump {
+        Bump::Restore { by } => format!("--bump-revision {by} --mark-compacted"),
+        Bump::Emulated { target } => format!("emulated: writes up to revision {target}, then a compaction"),
+        Bump::None => "none (--accept-revision-rewind)".into(),
+    };
+    let mut s = format!(
+        "recover plan {run} for cluster {c}:\n  source: {source}\n  mode: {mode:?}, seed {seed}, new members {targets}\n  token: {token} → cluster ID {cid}\n  revision bump: {bump} (high-water mark {hwm}); etcd {v} via {tool}\n  data dirs moved aside to {dd}.hactl-pre-{run} on {dirs}\n",
+        run = d.run,
+        c = d.cluster,
+        mode = d.mode,
+        seed = d.seed,
+        targets = d.targets.join(", "),
+        token = d.token,
+        cid = d.expected_cluster_id,
+        hwm = d.hwm.as_ref().map(|h| h.revision.to_string()).unwrap_or_else(|| "unknown".into()),
+        v = d.etcd_version,
+        tool = d.tool,
+        dd = inv.etcd.data_dir,
+        dirs = if d.data_dirs.is_empty() { "none".into() } else { d.data_dirs.join(", ") },
+    );
+    if !d.confirmed_dead.is_empty() {
+        s.push_str(&format!(
+            "  left out (attested dead): {}\n",
+            d.confirmed_dead.join(", ")
+        ));
+    }
+    s
+}
+
+fn finish_report(d: &Decisions, inv: &Inventory, state: &StateDir) -> String {
+    let mut s = format!(
+        "cluster {} recovered: members {}, cluster ID {}, token {}\n",
+        d.cluster,
+        d.targets.join(", "),
+        d.expected_cluster_id,
+        d.token
+    );
+    for h in &d.data_dirs {
+        s.push_str(&format!(
+            "kept on {h}: {} (the old data dir; remove it yourself when no longer needed)\n",
+            d.aside(&inv.etcd.data_dir)
+        ));
+    }
+    s.push_str(&format!(
+        "kept on {}: {} (the staged snapshot and markers of this run)\n",
+        d.targets.join(", "),
+        d.work_dir()
+    ));
+    let (snap_rev, snap_time) = match &d.source {
+        Source::File { revision, time, .. } => (*revision, time.clone()),
+        Source::Member { .. } => (None, None),
+    };
+    match (&d.hwm, snap_rev) {
+        (Some(h), Some(r)) => s.push_str(&format!(
+            "data-loss window: writes after revision {r}{} are lost (the highest revision seen was {} at {})\n",
+            snap_time.map(|t| format!(" (snapshot taken {t})")).unwrap_or_default(),
+            h.revision,
+            h.time
+        )),
+        (Some(h), None) => s.push_str(&format!(
+            "data-loss window: writes the survivor had not applied are lost; the highest revision seen was {} at {}\n",
+            h.revision, h.time
+        )),
+        _ => s.push_str("data-loss window: unknown (no high-water mark was recorded)\n"),
+    }
+    if let Ok(b) = fs_err::read_to_string(state.file(Path::new("runs").join(&d.run).join("baseline.json"))) {
+        s.push_str(&format!("baseline backup: {}", b));
+    }
+    if !d.confirmed_dead.is_empty() {
+        s.push_str(&format!(
+            "follow-up: {} stayed out; when back, move its data dir aside and run `hactl up` to join it as a learner\n",
+            d.confirmed_dead.join(", ")
+        ));
+    }
+    if d.targets.len().is_multiple_of(2) {
+        s.push_str("warning: the cluster now has an even number of members: add one (`hactl up`) to tolerate a failure\n");
+    }
+    s
+}

@@ -1,0 +1,556 @@
+//! Journaled steps: the unit of a resumable, destructive operation (recover; replace and heal
+//! reuse it).
+//!
+//! A [`JournaledStep`] is data, like a plan's steps: a `postcondition` (a read-only probe: when it
+//! holds, the step's work is already done), a `precheck` (must hold before acting), the `act`
+//! itself (remote steps on its host, or operator-side actions) and a `verify` wait. The runner
+//! journals `started`, then either `skipped` (the postcondition holds) or runs the precheck, the
+//! act and the verify and journals `done` (or `failed`).
+//!
+//! Invariants: every run, first or resumed, re-evaluates each step's postcondition on the hosts
+//! and never trusts the journal alone; a step whose postcondition holds does nothing; the text a
+//! dry run prints for a step is what the runner sends.
+
+use std::fmt;
+use std::sync::Arc;
+
+use anyhow::{anyhow, Context as _};
+use async_trait::async_trait;
+use sha2::{Digest, Sha256};
+
+use super::run::wait;
+use super::{Transport, Transports, UploadOutcome};
+use crate::journal::{self, Journal, StepPhase};
+use crate::plan::{Check, RemoteCommand, Step};
+
+/// Work done on the operator machine (streaming a snapshot, writes through an etcd client…).
+#[async_trait]
+pub trait LocalAct: Send + Sync {
+    /// One line for the plan: what it does and against which host.
+    fn describe(&self) -> String;
+    /// Performs it; the returned value is journaled as the step's outputs.
+    async fn act(&self, transports: &Transports) -> anyhow::Result<serde_json::Value>;
+    /// As a postcondition: whether the work is already done.
+    async fn holds(&self, _transports: &Transports) -> anyhow::Result<bool> {
+        Ok(false)
+    }
+}
+
+/// One piece of a step's work.
+#[derive(Clone)]
+pub enum Act {
+    /// A plan step on the step's host.
+    Remote(Step),
+    /// Work on the operator machine.
+    Local(Arc<dyn LocalAct>),
+}
+
+/// A postcondition or precheck.
+#[derive(Clone)]
+pub enum Condition {
+    /// Holds when the read-only command exits 0 on the step's host.
+    Remote(RemoteCommand),
+    Local(Arc<dyn LocalAct>),
+}
+
+/// One resumable step.
+#[derive(Clone)]
+pub struct JournaledStep {
+    /// Unique within the run: `R2.4@cp1`.
+    pub id: String,
+    pub title: String,
+    /// The host it acts on; `None` when it runs on the operator machine only.
+    pub host: Option<String>,
+    pub postcondition: Option<Condition>,
+    pub precheck: Option<RemoteCommand>,
+    pub act: Vec<Act>,
+    pub verify: Option<Check>,
+    /// False for steps that change nothing the cluster serves from (a trial restore in a
+    /// scratch dir): their failure before any other change is a refusal, not a failure after
+    /// changes.
+    pub changes_cluster: bool,
+}
+
+impl JournaledStep {
+    pub fn new(id: impl Into<String>, title: impl Into<String>, host: Option<&str>) -> Self {
+        JournaledStep {
+            id: id.into(),
+            title: title.into(),
+            host: host.map(str::to_string),
+            postcondition: None,
+            precheck: None,
+            act: Vec::new(),
+            verify: None,
+            changes_cluster: true,
+        }
+    }
+    pub fn done_when(mut self, cmd: RemoteCommand) -> Self {
+        self.postcondition = Some(Condition::Remote(RemoteCommand {
+            read_only: true,
+            ..cmd
+        }));
+        self
+    }
+    pub fn done_when_local(mut self, act: Arc<dyn LocalAct>) -> Self {
+        self.postcondition = Some(Condition::Local(act));
+        self
+    }
+    pub fn precheck(mut self, cmd: RemoteCommand) -> Self {
+        self.precheck = Some(RemoteCommand {
+            read_only: true,
+            ..cmd
+        });
+        self
+    }
+    pub fn run(mut self, cmd: RemoteCommand) -> Self {
+        self.act.push(Act::Remote(Step::Run(cmd)));
+        self
+    }
+    pub fn step(mut self, step: Step) -> Self {
+        self.act.push(Act::Remote(step));
+        self
+    }
+    pub fn local(mut self, act: Arc<dyn LocalAct>) -> Self {
+        self.act.push(Act::Local(act));
+        self
+    }
+    pub fn no_cluster_change(mut self) -> Self {
+        self.changes_cluster = false;
+        self
+    }
+    pub fn verify(mut self, check: Check) -> Self {
+        self.verify = Some(check);
+        self
+    }
+
+    /// The exact text of the step with the host's sudo setting: what a dry run prints.
+    pub fn render(&self, sudo: bool) -> String {
+        let mut out = format!("[{}] {}", self.id, self.title);
+        match &self.host {
+            Some(h) => out.push_str(&format!(" (on {h})\n")),
+            None => out.push_str(" (on the operator machine)\n"),
+        }
+        match &self.postcondition {
+            Some(Condition::Remote(c)) => out.push_str(&format!("    skip when: {}\n", c.line(sudo))),
+            Some(Condition::Local(a)) => out.push_str(&format!("    skip when: {}\n", a.describe())),
+            None => {}
+        }
+        if let Some(c) = &self.precheck {
+            out.push_str(&format!("    check first: {}\n", c.line(sudo)));
+        }
+        for act in &self.act {
+            match act {
+                Act::Remote(Step::Run(c)) => out.push_str(&format!("    run: {}\n", c.line(sudo))),
+                Act::Remote(Step::Upload(u)) => out.push_str(&format!("    write: {u}\n")),
+                Act::Remote(Step::Wait(c)) => out.push_str(&format!("    {c}\n")),
+                Act::Local(a) => out.push_str(&format!("    operator: {}\n", a.describe())),
+            }
+        }
+        if let Some(c) = &self.verify {
+            out.push_str(&format!("    verify: {c}\n"));
+        }
+        out
+    }
+
+    /// sha256 of the rendered step: the `inputs_sha` of its journal lines.
+    pub fn inputs_sha(&self) -> String {
+        hex::encode(Sha256::digest(self.render(false).as_bytes()))
+    }
+}
+
+impl fmt::Display for JournaledStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.render(false))
+    }
+}
+
+/// Where a step failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Postcondition,
+    Precheck,
+    Act,
+    Verify,
+}
+
+/// A step that failed, with whether anything had been changed by this run (in this process or
+/// an earlier one) before it: that decides between "refused" and "failed after changes".
+#[derive(Debug, thiserror::Error)]
+#[error("step {step} failed ({stage:?}){}", host.as_ref().map(|h| format!(" on {h}")).unwrap_or_default())]
+pub struct StepFailed {
+    pub step: String,
+    pub host: Option<String>,
+    pub stage: Stage,
+    /// Some step of this run is journaled `done`.
+    pub changed: bool,
+    #[source]
+    pub source: anyhow::Error,
+}
+
+/// What a runner does besides acting: where it mirrors the journal.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Hosts that receive a copy of each journal line.
+    pub mirror_hosts: Vec<String>,
+}
+
+/// Counts of what a run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Outcome {
+    pub done: Vec<String>,
+    pub skipped: Vec<String>,
+}
+
+/// Runs `steps` in order, journaling each transition; stops at the first failure.
+pub async fn run(
+    steps: &[JournaledStep],
+    transports: &Transports,
+    journal: &mut Journal,
+    options: &RunOptions,
+) -> Result<Outcome, StepFailed> {
+    let mut outcome = Outcome::default();
+    let changing: std::collections::BTreeSet<&str> = steps
+        .iter()
+        .filter(|s| s.changes_cluster)
+        .map(|s| s.id.as_str())
+        .collect();
+    let mut changed = journal
+        .entries()
+        .map(|e| {
+            e.iter()
+                .any(|e| e.phase == StepPhase::Done && changing.contains(e.step.as_str()))
+        })
+        .unwrap_or(false);
+    for step in steps {
+        let sha = step.inputs_sha();
+        let host = step.host.as_deref();
+        let record = |journal: &mut Journal, phase: StepPhase, outputs: serde_json::Value| {
+            journal
+                .record(&step.id, phase, host, &sha, outputs)
+                .with_context(|| format!("failed to journal step {}", step.id))
+        };
+        let fail = |stage: Stage, source: anyhow::Error, changed: bool| StepFailed {
+            step: step.id.clone(),
+            host: step.host.clone(),
+            stage,
+            changed,
+            source,
+        };
+        let entry = record(journal, StepPhase::Started, serde_json::Value::Null)
+            .map_err(|e| fail(Stage::Postcondition, e, changed))?;
+        journal::mirror(transports, &options.mirror_hosts, &entry).await;
+        let transport = match host {
+            Some(h) => match transports.get(h) {
+                Some(t) => Some(t.clone()),
+                None => {
+                    return Err(fail(
+                        Stage::Postcondition,
+                        anyhow!("no connection to {h}"),
+                        changed,
+                    ))
+                }
+            },
+            None => None,
+        };
+        let t = transport.as_deref();
+        let holds = match &step.postcondition {
+            None => false,
+            Some(c) => condition(c, t, transports)
+                .await
+                .map_err(|e| fail(Stage::Postcondition, e, changed))?,
+        };
+        if holds {
+            tracing::info!("[{}] {}: already done, skipped", step.id, step.title);
+            let entry = record(journal, StepPhase::Skipped, serde_json::Value::Null)
+                .map_err(|e| fail(Stage::Postcondition, e, changed))?;
+            journal::mirror(transports, &options.mirror_hosts, &entry).await;
+            outcome.skipped.push(step.id.clone());
+            journal::crash_if_requested(&step.id);
+            continue;
+        }
+        tracing::info!("[{}] {}", step.id, step.title);
+        let result = act(step, t, transports).await;
+        let outputs = match result {
+            Ok(outputs) => outputs,
+            Err((stage, e)) => {
+                let entry = record(
+                    journal,
+                    StepPhase::Failed,
+                    serde_json::json!({ "stage": format!("{stage:?}"), "error": format!("{e:#}") }),
+                );
+                if let Ok(entry) = entry {
+                    journal::mirror(transports, &options.mirror_hosts, &entry).await;
+                }
+                let changed = changed || (step.changes_cluster && stage != Stage::Precheck);
+                return Err(fail(stage, e, changed));
+            }
+        };
+        changed |= step.changes_cluster;
+        let entry = record(journal, StepPhase::Done, outputs).map_err(|e| fail(Stage::Act, e, true))?;
+        journal::mirror(transports, &options.mirror_hosts, &entry).await;
+        outcome.done.push(step.id.clone());
+        journal::crash_if_requested(&step.id);
+    }
+    Ok(outcome)
+}
+
+async fn condition(
+    c: &Condition,
+    t: Option<&dyn Transport>,
+    transports: &Transports,
+) -> anyhow::Result<bool> {
+    match c {
+        Condition::Remote(cmd) => {
+            let t = t.ok_or_else(|| anyhow!("a remote condition needs a host"))?;
+            let out = t
+                .run(cmd)
+                .await
+                .with_context(|| format!("failed to run {}", cmd.line(t.sudo())))?;
+            Ok(out.success())
+        }
+        Condition::Local(a) => a.holds(transports).await,
+    }
+}
+
+async fn act(
+    step: &JournaledStep,
+    t: Option<&dyn Transport>,
+    transports: &Transports,
+) -> Result<serde_json::Value, (Stage, anyhow::Error)> {
+    if let Some(cmd) = &step.precheck {
+        let t = t.ok_or_else(|| (Stage::Precheck, anyhow!("a precheck needs a host")))?;
+        let out = t
+            .run(cmd)
+            .await
+            .with_context(|| format!("failed to run {}", cmd.line(t.sudo())))
+            .map_err(|e| (Stage::Precheck, e))?;
+        if !out.success() {
+            return Err((
+                Stage::Precheck,
+                anyhow!(
+                    "precondition does not hold: {}\n{}",
+                    cmd.line(t.sudo()),
+                    last_lines(&out.stderr_str(), &out.stdout_str())
+                ),
+            ));
+        }
+    }
+    let mut outputs = serde_json::Value::Null;
+    for a in &step.act {
+        match a {
+            Act::Local(l) => {
+                outputs = l.act(transports).await.map_err(|e| (Stage::Act, e))?;
+            }
+            Act::Remote(s) => {
+                let t = t.ok_or_else(|| (Stage::Act, anyhow!("a remote step needs a host")))?;
+                if let Some(v) = remote(t, s).await.map_err(|e| (Stage::Act, e))? {
+                    outputs = v;
+                }
+            }
+        }
+    }
+    if let Some(check) = &step.verify {
+        let t = t.ok_or_else(|| (Stage::Verify, anyhow!("a verification needs a host")))?;
+        wait(t, check).await.map_err(|e| (Stage::Verify, e))?;
+    }
+    Ok(outputs)
+}
+
+/// Runs one plan step; a command whose last stdout line is a JSON object returns it as outputs.
+async fn remote(t: &dyn Transport, step: &Step) -> anyhow::Result<Option<serde_json::Value>> {
+    let host = t.host();
+    match step {
+        Step::Upload(u) => {
+            let outcome = t
+                .upload(u)
+                .await
+                .with_context(|| format!("failed to write {}", u.path))?;
+            if outcome == UploadOutcome::Written {
+                tracing::info!("{host}: wrote {u}");
+            }
+            Ok(None)
+        }
+        Step::Run(c) => {
+            tracing::info!("{host}: run {}", c.line(t.sudo()));
+            let out = t
+                .run(c)
+                .await
+                .with_context(|| format!("failed to run {}", c.line(t.sudo())))?;
+            if !out.success() {
+                return Err(anyhow!(
+                    "command exited with {}: {}\n{}",
+                    out.status
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|| "no status".into()),
+                    c.line(t.sudo()),
+                    last_lines(&out.stderr_str(), &out.stdout_str())
+                ));
+            }
+            let stdout = out.stdout_str();
+            Ok(stdout
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .and_then(|l| serde_json::from_str::<serde_json::Value>(l.trim()).ok())
+                .filter(|v| v.is_object()))
+        }
+        Step::Wait(check) => {
+            wait(t, check).await?;
+            Ok(None)
+        }
+    }
+}
+
+fn last_lines(stderr: &str, stdout: &str) -> String {
+    let text = if stderr.trim().is_empty() { stdout } else { stderr };
+    let lines: Vec<&str> = text.trim_end().lines().collect();
+    lines[lines.len().saturating_sub(15)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::Output;
+    use crate::plan::Upload;
+    use std::sync::Mutex;
+
+    /// A transport that runs commands in a local shell (the commands are real; the host is this
+    /// machine), recording every line it sends.
+    struct LocalShell {
+        sent: Mutex<Vec<String>>,
+    }
+
+    #[async_trait]
+    impl Transport for LocalShell {
+        fn host(&self) -> &str {
+            "h1"
+        }
+        fn sudo(&self) -> bool {
+            false
+        }
+        async fn run(&self, cmd: &RemoteCommand) -> Result<Output, crate::ssh::Error> {
+            self.sent.lock().unwrap().push(cmd.line(false));
+            let out = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(cmd.line(false))
+                .output()
+                .expect("sh");
+            Ok(Output {
+                status: out.status.code().map(|c| c as u32),
+                stdout: out.stdout,
+                stderr: out.stderr,
+            })
+        }
+        async fn upload(&self, _u: &Upload) -> Result<UploadOutcome, crate::ssh::Error> {
+            Ok(UploadOutcome::Unchanged)
+        }
+        async fn forward(
+            &self,
+            _h: &str,
+            _p: u16,
+        ) -> Result<(u16, crate::ssh::ForwardGuard), crate::ssh::Error> {
+            unimplemented!("not used")
+        }
+    }
+
+    fn setup() -> (
+        tempfile::TempDir,
+        crate::state::StateDir,
+        Arc<LocalShell>,
+        Transports,
+    ) {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = crate::state::StateDir::open(&tmp.path().join("s")).unwrap();
+        let shell = Arc::new(LocalShell {
+            sent: Mutex::new(vec![]),
+        });
+        let mut transports = Transports::new();
+        transports.insert("h1".into(), shell.clone() as Arc<dyn Transport>);
+        (tmp, state, shell, transports)
+    }
+
+    fn touch_step(id: &str, path: &std::path::Path) -> JournaledStep {
+        let p = path.to_string_lossy().into_owned();
+        JournaledStep::new(id, format!("create {p}"), Some("h1"))
+            .done_when(RemoteCommand::read_only(["test", "-e", &p]))
+            .run(RemoteCommand::script(format!(
+                "echo x >> '{p}.count' && touch '{p}' && echo '{{\"made\":\"{id}\"}}'"
+            )))
+    }
+
+    #[tokio::test]
+    async fn a_resumed_run_skips_what_its_postconditions_show_done() {
+        let (tmp, state, _shell, transports) = setup();
+        let a = tmp.path().join("a");
+        let b = tmp.path().join("b");
+        let steps = vec![touch_step("S1", &a), touch_step("S2", &b)];
+        let mut j = Journal::create(&state, "r1").unwrap();
+        let out = run(&steps, &transports, &mut j, &RunOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(out.done, ["S1", "S2"]);
+        // Resuming (even with a journal that says nothing) re-checks the hosts: nothing acts twice.
+        let mut j2 = Journal::create(&state, "r2").unwrap();
+        let out = run(&steps, &transports, &mut j2, &RunOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(out.skipped, ["S1", "S2"]);
+        assert_eq!(fs_err::read_to_string(tmp.path().join("a.count")).unwrap(), "x\n");
+        // The journal holds started/done with the command's JSON outputs, then started/skipped.
+        let e = j.entries().unwrap();
+        let phases: Vec<_> = e.iter().map(|e| (e.step.as_str(), e.phase)).collect();
+        assert_eq!(
+            phases,
+            [
+                ("S1", StepPhase::Started),
+                ("S1", StepPhase::Done),
+                ("S2", StepPhase::Started),
+                ("S2", StepPhase::Done)
+            ]
+        );
+        assert_eq!(e[1].outputs["made"], "S1");
+        assert_eq!(e[1].inputs_sha, steps[0].inputs_sha());
+        assert_eq!(j2.entries().unwrap()[1].phase, StepPhase::Skipped);
+    }
+
+    #[tokio::test]
+    async fn a_failed_precheck_before_any_change_is_not_a_change() {
+        let (tmp, state, shell, transports) = setup();
+        let a = tmp.path().join("a");
+        let steps = vec![touch_step("S1", &a).precheck(RemoteCommand::read_only(["false"]))];
+        let mut j = Journal::create(&state, "r1").unwrap();
+        let err = run(&steps, &transports, &mut j, &RunOptions::default())
+            .await
+            .unwrap_err();
+        assert_eq!((err.stage, err.changed), (Stage::Precheck, false));
+        assert!(!a.exists());
+        assert!(!shell.sent.lock().unwrap().iter().any(|l| l.contains("touch")));
+        assert_eq!(j.entries().unwrap().last().unwrap().phase, StepPhase::Failed);
+        // After a step is done, a later failure is a failure after changes.
+        let steps = vec![
+            touch_step("S1", &a),
+            JournaledStep::new("S2", "fail", Some("h1")).run(RemoteCommand::new(["false"])),
+        ];
+        let mut j = Journal::create(&state, "r2").unwrap();
+        let err = run(&steps, &transports, &mut j, &RunOptions::default())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (err.step.as_str(), err.stage, err.changed),
+            ("S2", Stage::Act, true)
+        );
+    }
+
+    #[test]
+    fn a_dry_run_prints_every_command_of_a_step() {
+        let s = JournaledStep::new("R1.3@cp1", "stop etcd", Some("cp1"))
+            .done_when(RemoteCommand::read_only(["pgrep", "-x", "etcd"]))
+            .precheck(RemoteCommand::read_only(["true"]))
+            .run(RemoteCommand::new(["systemctl", "stop", "etcd.service"]));
+        let text = s.render(true);
+        assert_eq!(
+            text,
+            "[R1.3@cp1] stop etcd (on cp1)\n    skip when: sudo -n -- pgrep -x etcd\n    check first: sudo -n -- true\n    run: sudo -n -- systemctl stop etcd.service\n"
+        );
+    }
+}

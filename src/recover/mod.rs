@@ -1,0 +1,353 @@
+//! `hactl recover`: rebuild an etcd cluster that lost quorum (../shared/specs/recovery.md §3).
+//!
+//! The shape: R0 assesses the hosts read-only ([`assess`]) and decides ([`Decisions`]: source,
+//! seed, targets, token, bump, expected cluster ID); [`steps::build`] turns the decisions into
+//! [`crate::exec::journaled::JournaledStep`]s (pure: a dry run prints them); the journaled runner
+//! executes them, re-checking each step's postcondition on every run, so `--resume` continues
+//! from the hosts' real state. The decisions are saved in `<state>/runs/<run>/recover.json`; a
+//! resumed run rebuilds exactly the same steps from them.
+//!
+//! Invariants: a recover always makes a new logical cluster (new token `hactl-<cluster>-<run>`,
+//! so a new cluster ID that fences zombies); data dirs are moved aside (`*.hactl-pre-<run>`),
+//! never deleted; every restore passes every identity flag; the cluster ID the restore logs is
+//! compared with the one computed here before anything starts.
+
+pub mod acts;
+pub mod assess;
+pub mod steps;
+
+use serde::{Deserialize, Serialize};
+use sha1::Digest as _;
+
+use crate::cli::RecoverMode;
+
+/// Where a recover stages its work on each host: `<WORK_DIR>/<run>/` (same filesystem as the
+/// default data dir, so the final swap is a rename).
+pub const WORK_DIR: &str = "/var/lib/etcd.hactl";
+/// The runtime drop-in that fences a unit: its start fails until hactl removes it.
+/// (`systemctl mask --runtime` does not override a unit file in /etc/systemd/system.)
+pub const FENCE_DROPIN: &str = "hactl-fence.conf";
+/// The bump etcd's docs recommend: a week at under 1500 writes/s.
+pub const MIN_BUMP: u64 = 1_000_000_000;
+/// At most this many writes for an emulated bump (etcd 3.4).
+pub const MAX_EMULATED_WRITES: i64 = 5_000_000;
+/// Kubernetes control-plane units, in the order they are stopped.
+pub const KUBE_UNITS: [&str; 3] = [
+    "kube-apiserver.service",
+    "kube-controller-manager.service",
+    "kube-scheduler.service",
+];
+pub const KUBELET_UNIT: &str = "kubelet.service";
+
+/// Where the data comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Source {
+    /// A snapshot file on the operator machine.
+    File {
+        path: String,
+        sha256: String,
+        size: u64,
+        /// The file has no appended sha256 (a raw member/snap/db) and the operator accepted it.
+        skip_hash_check: bool,
+        /// From its sidecar, when it has one.
+        revision: Option<i64>,
+        time: Option<String>,
+    },
+    /// A surviving member's data dir, copied and opened by a scratch etcd.
+    Member { host: String },
+}
+
+/// How the revision moves past everything clients have seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", tag = "kind")]
+pub enum Bump {
+    /// `--bump-revision N --mark-compacted` at restore.
+    Restore { by: u64 },
+    /// etcd 3.4: sequential writes up to `target`, then a compaction there.
+    Emulated { target: i64 },
+    /// Accepted by the operator: no bump (clients may see the revision go back).
+    None,
+}
+
+/// Everything R0 decided; saved as `<state>/runs/<run>/recover.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decisions {
+    pub run: String,
+    pub cluster: String,
+    pub mode: RecoverMode,
+    pub source: Source,
+    /// The member restored first (seed mode) or the one that runs cluster-wide commands.
+    pub seed: String,
+    /// The new membership, in inventory order.
+    pub targets: Vec<String>,
+    /// Hosts attested dead (left out, not fenced).
+    pub confirmed_dead: Vec<String>,
+    /// Reachable etcd hosts whose data dir exists (moved aside in R1.4).
+    pub data_dirs: Vec<String>,
+    /// Kubernetes units installed per host (stopped in R1.2, started in R5).
+    pub kube_units: Vec<(String, Vec<String>)>,
+    /// Hosts with a kubelet unit (restarted in R5.4).
+    pub kubelets: Vec<String>,
+    pub token: String,
+    pub bump: Bump,
+    /// The high-water mark known at R0.
+    pub hwm: Option<crate::hwm::Hwm>,
+    /// The cluster ID the restore must log (hex), computed from the initial cluster and token.
+    pub expected_cluster_id: String,
+    /// The restored revision must reach at least this (0 when unknown).
+    pub min_revision: i64,
+    /// `etcdutl` or `etcdctl`, and the etcd version on the seed.
+    pub tool: String,
+    pub etcd_version: String,
+}
+
+impl Decisions {
+    pub fn work_dir(&self) -> String {
+        format!("{WORK_DIR}/{}", self.run)
+    }
+    pub fn snapshot_path(&self) -> String {
+        format!("{}/snapshot.db", self.work_dir())
+    }
+    pub fn aside(&self, data_dir: &str) -> String {
+        format!("{data_dir}.hactl-pre-{}", self.run)
+    }
+    pub fn kube_units_on(&self, host: &str) -> &[String] {
+        self.kube_units
+            .iter()
+            .find(|(h, _)| h == host)
+            .map(|(_, u)| u.as_slice())
+            .unwrap_or(&[])
+    }
+}
+
+/// The token of the lineage a recover starts.
+pub fn token(cluster: &str, run: &str) -> String {
+    format!("hactl-{cluster}-{run}")
+}
+
+/// A member ID as etcd computes it for a new cluster (`computeMemberID` with no time): the first
+/// 8 bytes, big-endian, of sha1(sorted peer URLs joined, then the token).
+pub fn member_id(peer_urls: &[String], token: &str) -> u64 {
+    let mut urls = peer_urls.to_vec();
+    urls.sort();
+    let mut b = urls.join("").into_bytes();
+    b.extend_from_slice(token.as_bytes());
+    let h = sha1::Sha1::digest(&b);
+    u64::from_be_bytes(h[..8].try_into().expect("sha1 has 20 bytes"))
+}
+
+/// The cluster ID etcd derives from its initial members (`genID`): sha1 of the sorted member
+/// IDs, big-endian, first 8 bytes.
+pub fn cluster_id(members: &[(String, String)], token: &str) -> u64 {
+    let mut ids: Vec<u64> = members
+        .iter()
+        .map(|(_, url)| member_id(std::slice::from_ref(url), token))
+        .collect();
+    ids.sort_unstable();
+    let b: Vec<u8> = ids.iter().flat_map(|id| id.to_be_bytes()).collect();
+    let h = sha1::Sha1::digest(&b);
+    u64::from_be_bytes(h[..8].try_into().expect("sha1 has 20 bytes"))
+}
+
+/// The revision bump (R0.5).
+pub fn choose_bump(
+    tool_bumps: bool,
+    hwm: Option<i64>,
+    snap_revision: Option<i64>,
+    accept_rewind: bool,
+) -> Result<Bump, String> {
+    let gap = hwm.map(|h| (h - snap_revision.unwrap_or(0)).max(0));
+    if tool_bumps {
+        let by = MIN_BUMP.max(2 * gap.unwrap_or(0) as u64);
+        return Ok(Bump::Restore { by });
+    }
+    match (hwm, gap) {
+        (Some(h), Some(g)) => {
+            let target = h + (g / 10).max(10_000);
+            if target - snap_revision.unwrap_or(0) > MAX_EMULATED_WRITES {
+                return Err(format!(
+                    "an emulated revision bump to {target} needs more than {MAX_EMULATED_WRITES} writes; \
+                     use a same-minor etcdctl ≥ 3.4.27 (it has --bump-revision), or pass --accept-revision-rewind"
+                ));
+            }
+            Ok(Bump::Emulated { target })
+        }
+        _ if accept_rewind => Ok(Bump::None),
+        _ => Err(
+            "this etcd's restore tool has no --bump-revision (etcd 3.4 before 3.4.27) and no revision \
+             high-water mark is known, so the revision cannot be moved past what clients have seen: \
+             Kubernetes watchers could miss changes. Run `hactl status` against a healthy cluster in the \
+             future to record one; now, pass --accept-revision-rewind to restore without a bump"
+                .into(),
+        ),
+    }
+}
+
+/// What the quorum gate (R0.3) saw of one reachable member.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemberView {
+    pub host: String,
+    pub running: bool,
+    /// Its data dir holds `member/wal` and `member/snap/db`.
+    pub intact: bool,
+    /// It names a leader and its `/health` is true.
+    pub healthy_with_leader: bool,
+}
+
+/// The R0.3 verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gate {
+    Proceed,
+    /// Quorum is present: replace the failed members instead.
+    QuorumPresent {
+        healthy: usize,
+        quorum: usize,
+    },
+    /// Enough intact members to restore quorum by starting them.
+    QuorumRestorable {
+        intact: Vec<String>,
+        quorum: usize,
+    },
+}
+
+/// R0.3: refuse when a quorum is present or could be restored by starting members.
+pub fn quorum_gate(members: usize, seen: &[MemberView]) -> Gate {
+    let quorum = members / 2 + 1;
+    let healthy = seen.iter().filter(|m| m.healthy_with_leader).count();
+    if healthy >= quorum {
+        return Gate::QuorumPresent { healthy, quorum };
+    }
+    let intact: Vec<String> = seen.iter().filter(|m| m.intact).map(|m| m.host.clone()).collect();
+    if intact.len() >= quorum {
+        return Gate::QuorumRestorable { intact, quorum };
+    }
+    Gate::Proceed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_and_member_ids_match_what_etcd_logged() {
+        // Recorded from etcdutl 3.5.16 in the lab: `snapshot restore --name cp1 --initial-cluster
+        // cp1=https://10.213.235.11:2380 --initial-cluster-token tok` logged these IDs.
+        let url = "https://10.213.235.11:2380".to_string();
+        assert_eq!(
+            format!("{:x}", member_id(std::slice::from_ref(&url), "tok")),
+            "a1684e3e1918715d"
+        );
+        assert_eq!(
+            format!("{:x}", cluster_id(&[("cp1".into(), url)], "tok")),
+            "bd64556880bc1085"
+        );
+        // The spec's defaults pitfall: member `default` at http://localhost:2380 with token
+        // `etcd-cluster` gives the IDs of the field reports.
+        let d = "http://localhost:2380".to_string();
+        assert_eq!(
+            format!("{:x}", member_id(std::slice::from_ref(&d), "etcd-cluster")),
+            "8e9e05c52164694d"
+        );
+        assert_eq!(
+            format!("{:x}", cluster_id(&[("default".into(), d)], "etcd-cluster")),
+            "cdf818194e3a8c32"
+        );
+    }
+
+    #[test]
+    fn a_new_token_makes_a_new_cluster() {
+        let m = vec![("cp1".to_string(), "https://10.0.0.1:2380".to_string())];
+        assert_ne!(
+            cluster_id(&m, &token("c", "r1")),
+            cluster_id(&m, &token("c", "r2"))
+        );
+        assert_eq!(
+            token("lab", "20260101-000000-abcd"),
+            "hactl-lab-20260101-000000-abcd"
+        );
+    }
+
+    #[test]
+    fn the_bump_follows_the_tool_and_the_high_water_mark() {
+        assert_eq!(
+            choose_bump(true, None, None, false),
+            Ok(Bump::Restore { by: MIN_BUMP })
+        );
+        assert_eq!(
+            choose_bump(true, Some(900_000_000), Some(100), false),
+            Ok(Bump::Restore {
+                by: 2 * (900_000_000 - 100)
+            })
+        );
+        assert_eq!(
+            choose_bump(false, Some(5_000), Some(4_000), false),
+            Ok(Bump::Emulated { target: 15_000 })
+        );
+        assert_eq!(
+            choose_bump(false, Some(1_000_000), Some(0), false),
+            Ok(Bump::Emulated { target: 1_100_000 })
+        );
+        assert!(choose_bump(false, Some(9_000_000), Some(0), false).is_err());
+        assert!(choose_bump(false, None, Some(10), false).is_err());
+        assert_eq!(choose_bump(false, None, Some(10), true), Ok(Bump::None));
+    }
+
+    #[test]
+    fn the_quorum_gate_refuses_what_replace_or_a_start_can_fix() {
+        let m = |host: &str, running, intact, healthy| MemberView {
+            host: host.into(),
+            running,
+            intact,
+            healthy_with_leader: healthy,
+        };
+        // Two of three healthy: replace, not recover.
+        assert_eq!(
+            quorum_gate(
+                3,
+                &[
+                    m("a", true, true, true),
+                    m("b", true, true, true),
+                    m("c", false, false, false)
+                ]
+            ),
+            Gate::QuorumPresent {
+                healthy: 2,
+                quorum: 2
+            }
+        );
+        // A4: two stopped with intact data: start them.
+        assert_eq!(
+            quorum_gate(
+                3,
+                &[
+                    m("a", true, true, false),
+                    m("b", false, true, false),
+                    m("c", false, true, false)
+                ]
+            ),
+            Gate::QuorumRestorable {
+                intact: vec!["a".into(), "b".into(), "c".into()],
+                quorum: 2
+            }
+        );
+        // A1: two wiped.
+        assert_eq!(
+            quorum_gate(
+                3,
+                &[
+                    m("a", true, true, false),
+                    m("b", false, false, false),
+                    m("c", false, false, false)
+                ]
+            ),
+            Gate::Proceed
+        );
+        // Five members, two intact: not enough.
+        assert_eq!(
+            quorum_gate(5, &[m("a", true, true, false), m("b", false, true, false)]),
+            Gate::Proceed
+        );
+    }
+}

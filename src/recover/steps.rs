@@ -1,0 +1,874 @@
+//! The steps of a recover, built from its [`Decisions`] (pure: no I/O; a dry run prints them).
+//!
+//! Order (spec §3): for a snapshot file the trial restore (R0.4) comes before any change, so a
+//! bad file is refused before anything is stopped; R1 locks and fences (Kubernetes units, then
+//! etcd) and moves data dirs aside; for a survivor, R0.4b extracts a snapshot from a *copy* of
+//! its data dir after fencing; R2 restores (the seed, or every member with `--mode all`); R3 joins
+//! the others one at a time as learners; R4 verifies and takes a baseline backup; R5 starts the
+//! Kubernetes units in the mandatory order; R6 records and releases.
+//!
+//! Every step has a postcondition read from the hosts (a marker, a unit state, a cluster ID), so
+//! a resumed run skips exactly what is done.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::acts;
+use super::{Bump, Decisions, Source, FENCE_DROPIN};
+use crate::cli::RecoverMode;
+use crate::etcd::client::ClientTls;
+use crate::exec::journaled::JournaledStep;
+use crate::inventory::{Host, Inventory};
+use crate::phases::{Ctx, EtcdView};
+use crate::pki::Pki;
+use crate::plan::{Check, RemoteCommand, Step, Upload};
+use crate::state::StateDir;
+
+/// What the builder reads besides the decisions.
+pub struct Inputs<'a> {
+    pub inv: &'a Inventory,
+    pub pki: &'a Pki,
+    pub state: &'a StateDir,
+    pub tls: &'a ClientTls,
+    pub owner: crate::lock::Owner,
+    pub steal_lock: Option<String>,
+}
+
+fn host<'a>(inv: &'a Inventory, name: &str) -> &'a Host {
+    inv.host(name).expect("recover decisions name inventory hosts")
+}
+
+fn sh(script: &str, name: &str, args: &[&str]) -> RemoteCommand {
+    let mut argv = vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        script.to_string(),
+        name.to_string(),
+    ];
+    argv.extend(args.iter().map(|a| a.to_string()));
+    RemoteCommand::new(argv)
+}
+
+/// Fences units: a runtime drop-in makes every start fail (`systemctl mask --runtime` cannot
+/// override a unit file in /etc/systemd/system), then stops them.
+fn fence(run: &str, units: &[String]) -> RemoteCommand {
+    let mut args = vec![run];
+    args.extend(units.iter().map(String::as_str));
+    sh(
+        &format!(
+            r#"run=$1; shift
+for u in "$@"; do
+  mkdir -p "/run/systemd/system/$u.d"
+  printf '# fenced by hactl recover %s: starts fail until it finishes (hactl recover --resume %s)\n[Service]\nExecStartPre=/bin/false\nRestart=no\n' "$run" "$run" > "/run/systemd/system/$u.d/{FENCE_DROPIN}"
+done
+systemctl daemon-reload
+systemctl stop "$@""#
+        ),
+        "hactl-fence",
+        &args,
+    )
+}
+
+/// Removes the fence and starts units (enabled, failed state reset). First leaves `marker` on
+/// the host: the fence steps' postconditions accept it, so a resumed run never fences again
+/// what this run has already started.
+fn unfence_start(units: &[String], block: bool, marker: &str) -> RemoteCommand {
+    let mut args: Vec<&str> = vec![marker];
+    args.extend(units.iter().map(String::as_str));
+    let start = if block {
+        "systemctl start \"$@\""
+    } else {
+        "systemctl start --no-block \"$@\""
+    };
+    sh(
+        &format!(
+            r#"mkdir -p "$(dirname "$1")" && touch "$1"; shift
+for u in "$@"; do rm -f "/run/systemd/system/$u.d/{FENCE_DROPIN}"; done
+systemctl daemon-reload
+systemctl reset-failed "$@" 2>/dev/null || true
+systemctl enable "$@" 2>/dev/null || true
+{start}"#
+        ),
+        "hactl-unfence",
+        &args,
+    )
+}
+
+/// Read-only: every unit is fenced and not running, and nothing listens on `ports`.
+fn fenced(units: &[String], ports: &[u16], process: Option<&str>) -> RemoteCommand {
+    fenced_or(units, ports, process, None)
+}
+
+/// As [`fenced`], or `marker` exists (this run has started the units again since).
+fn fenced_or(units: &[String], ports: &[u16], process: Option<&str>, marker: Option<&str>) -> RemoteCommand {
+    let inner = fenced_inner(units, ports, process);
+    match marker {
+        None => inner,
+        Some(m) => {
+            let mut argv = vec![
+                "sh".to_string(),
+                "-c".to_string(),
+                "[ -e \"$1\" ] && exit 0; shift; exec \"$@\"".to_string(),
+                "hactl-fenced-or".to_string(),
+                m.to_string(),
+            ];
+            argv.extend(inner.argv);
+            RemoteCommand::read_only(argv)
+        }
+    }
+}
+
+fn fenced_inner(units: &[String], ports: &[u16], process: Option<&str>) -> RemoteCommand {
+    let filter = ports
+        .iter()
+        .map(|p| format!("sport = :{p}"))
+        .collect::<Vec<_>>()
+        .join(" or ");
+    let proc_check = process
+        .map(|p| format!("! pgrep -x {p} >/dev/null || exit 1\n"))
+        .unwrap_or_default();
+    let args: Vec<&str> = units.iter().map(String::as_str).collect();
+    RemoteCommand {
+        read_only: true,
+        ..sh(
+            &format!(
+                r#"for u in "$@"; do
+  [ -e "/run/systemd/system/$u.d/{FENCE_DROPIN}" ] || exit 1
+  case "$(systemctl is-active "$u")" in active|activating|deactivating|reloading) exit 1 ;; esac
+done
+{proc_check}[ -z "$(ss -Hltn '( {filter} )')" ]"#
+            ),
+            "hactl-fenced",
+            &args,
+        )
+    }
+}
+
+/// Read-only: units active and not fenced.
+fn started(units: &[String]) -> RemoteCommand {
+    let args: Vec<&str> = units.iter().map(String::as_str).collect();
+    RemoteCommand {
+        read_only: true,
+        ..sh(
+            &format!(
+                r#"for u in "$@"; do
+  [ ! -e "/run/systemd/system/$u.d/{FENCE_DROPIN}" ] && [ "$(systemctl is-active "$u")" = active ] || exit 1
+done"#
+            ),
+            "hactl-started",
+            &args,
+        )
+    }
+}
+
+/// Read-only: every upload's sha256 matches on the host.
+fn files_match(uploads: &[Upload]) -> RemoteCommand {
+    let mut argv = vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        "printf '%s\\n' \"$@\" | sha256sum -c --status".to_string(),
+        "hactl-sha-check".to_string(),
+    ];
+    argv.extend(uploads.iter().map(|u| format!("{}  {}", u.sha256, u.path)));
+    RemoteCommand::read_only(argv)
+}
+
+fn initial_env(name: &str, members: &[(String, String)], state: &str, token: &str) -> Upload {
+    let text = crate::render::render(
+        "etcd-initial.env",
+        &crate::render::EtcdInitialEnv {
+            name: name.to_string(),
+            initial_cluster: members
+                .iter()
+                .map(|(n, u)| format!("{n}={u}"))
+                .collect::<Vec<_>>()
+                .join(","),
+            state: state.to_string(),
+            token: token.to_string(),
+        },
+    )
+    .expect("the initial env template renders");
+    Upload::new(
+        crate::etcd::INITIAL_ENV_PATH,
+        0o644,
+        "root",
+        "root",
+        text.into_bytes(),
+    )
+}
+
+/// Read-only on a member: its own status names `cluster_id` (decimal) and, with `leader`, a leader.
+fn member_in_cluster(cluster_id_dec: &str, leader: bool) -> RemoteCommand {
+    let mut script = format!(
+        "[ \"$(systemctl is-active etcd.service)\" = active ] && s=$({} --command-timeout=3s endpoint status -w json 2>/dev/null) && printf '%s' \"$s\" | grep -q '\"cluster_id\":{cluster_id_dec},'",
+        crate::etcd::ETCDCTL_WRAPPER
+    );
+    if leader {
+        script.push_str(" && ! printf '%s' \"$s\" | grep -q '\"leader\":0,'");
+    }
+    RemoteCommand::read_only(["sh", "-c", &script])
+}
+
+const RESTORE: &str = r#"set -eu
+work=$1 dd=$2 want=$3; shift 3
+[ ! -e "$dd" ] || { echo "data dir $dd exists: R1.4 must move it aside first" >&2; exit 1; }
+mkdir -p "$work"
+rm -rf "$work/staging" "$work/restored"
+out=$(/usr/local/sbin/hactl-etcd-snapshot restore "$@")
+cid=$(printf '%s\n' "$out" | sed -n 's/.*"cluster_id":"\([0-9a-f]*\)".*/\1/p')
+if [ "$cid" != "$want" ]; then
+  echo "the restore logged cluster-id $cid, expected $want: refusing to use it" >&2
+  mv "$work/staging" "$work/staging.rejected-$(date +%s)" 2>/dev/null || true
+  exit 1
+fi
+[ -d "$work/staging/member/wal" ] && [ -f "$work/staging/member/snap/db" ]
+echo "$cid" > "$work/restored"
+printf '{"cluster_id":"%s"}\n' "$cid""#;
+
+const SWAP: &str = r#"set -eu
+work=$1 dd=$2
+if [ -d "$work/staging" ]; then mv -T "$work/staging" "$dd"; fi
+[ -d "$dd/member" ] || { echo "neither $work/staging nor $dd/member exists" >&2; exit 1; }
+chown -R etcd:etcd "$dd"
+chmod 700 "$dd"
+cp "$work/restored" "$work/swapped""#;
+
+const TRIAL: &str = r#"set -eu
+work=$1 want=$2 skip=$3; shift 3
+f="$work/snapshot.db"
+c=$(/usr/local/sbin/hactl-etcd-snapshot check "$f")
+case "$c" in
+  *'"hash":"ok"'*) ;;
+  *'"hash":"missing"'*) [ "$skip" = yes ] || { echo "snapshot missing hash but --skip-hash-check=false: $c" >&2; exit 2; } ;;
+  *) echo "expected sha256 does not match: $c" >&2; exit 2 ;;
+esac
+st=$(/usr/local/sbin/hactl-etcd-snapshot status "$f")
+rm -rf "$work/trial"
+mkdir -p "$work/trial"
+out=$(/usr/local/sbin/hactl-etcd-snapshot restore "$@") || { rm -rf "$work/trial"; exit 1; }
+rm -rf "$work/trial"
+cid=$(printf '%s\n' "$out" | sed -n 's/.*"cluster_id":"\([0-9a-f]*\)".*/\1/p')
+[ "$cid" = "$want" ] || { echo "trial restore gave cluster-id $cid, computed $want" >&2; exit 1; }
+rev=$(printf '%s' "$st" | sed -n 's/.*"revision":\([0-9]*\).*/\1/p')
+printf '%s\n' "$rev" > "$work/snapshot.revision"
+echo "$cid" > "$work/trial.ok"
+printf '{"cluster_id":"%s","revision":%s,"check":%s}\n' "$cid" "${rev:-0}" "$c""#;
+
+const EXTRACT: &str = r#"set -eu
+work=$1 dd=$2 name=$3 port=$4 pport=$5
+systemctl stop etcd.service 2>/dev/null || true
+if pgrep -x etcd >/dev/null; then echo "etcd still runs: refusing to copy its data dir" >&2; exit 1; fi
+[ -d "$dd/member/wal" ] || { echo "$dd holds no member data" >&2; exit 1; }
+mkdir -p "$work/probe"
+rm -rf "$work/probe/copy" "$work/snapshot.db" "$work/snapshot.db.part"
+cp -a "$dd" "$work/probe/copy"
+etcd --name "$name" --data-dir "$work/probe/copy" --force-new-cluster \
+  --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
+  --listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
+  --listen-metrics-urls "http://127.0.0.1:$((port + 2))" > "$work/probe/etcd.log" 2>&1 &
+pid=$!
+ctl() { ETCDCTL_API=3 etcdctl --endpoints="http://127.0.0.1:$port" --dial-timeout=2s --command-timeout=60s "$@"; }
+ok=no
+for i in $(seq 1 100); do
+  if s=$(ctl endpoint status -w json 2>/dev/null) && ! printf '%s' "$s" | grep -q '"leader":0,'; then ok=yes; break; fi
+  sleep 0.2
+done
+if [ $ok = yes ]; then ctl snapshot save "$work/snapshot.db" >/dev/null 2>&1 || ok=no; fi
+kill "$pid" 2>/dev/null || true
+wait "$pid" 2>/dev/null || true
+rm -rf "$work/probe/copy"
+[ $ok = yes ] || { tail -n 20 "$work/probe/etcd.log" >&2; echo "the scratch etcd on a copy of $dd did not yield a snapshot" >&2; exit 1; }
+size=$(stat -c %s "$work/snapshot.db")
+[ $((size % 512)) -eq 32 ] || { echo "the extracted snapshot has no hash (size $size)" >&2; exit 1; }
+printf '{"size":%s}\n' "$size""#;
+
+/// etcd refuses an add until every voter has been connected for 5 s (`unhealthy cluster`, the
+/// case right after a promotion): retry that, for up to 2 minutes.
+const ADD_LEARNER: &str = r#"end=$(( $(date +%s) + 120 ))
+while :; do
+  if out=$(/usr/local/sbin/hactl-etcd-member add-learner "$1" "$2" 2>&1); then printf '%s\n' "$out"; exit 0; fi
+  case "$out" in *"unhealthy cluster"*|*"deadline exceeded"*) ;; *) printf '%s\n' "$out" >&2; exit 1 ;; esac
+  [ "$(date +%s)" -lt "$end" ] || { printf '%s\n' "$out" >&2; exit 1; }
+  sleep 1
+done"#;
+
+const VERIFY: &str = r#"set -eu
+ctl=/usr/local/sbin/hactl-etcdctl
+names=$1 cid=$2 minrev=$3 eps=$4
+ml=$($ctl --endpoints="$eps" member list)
+want=$(printf '%s\n' "$names" | tr , '\n' | grep -c .)
+have=$(printf '%s\n' "$ml" | grep -c .)
+[ "$have" = "$want" ] || { echo "member list has $have members, want $want: $ml" >&2; exit 1; }
+for n in $(printf '%s' "$names" | tr , ' '); do
+  printf '%s\n' "$ml" | grep -q ", started, $n, .*, false$" || { echo "member $n is missing, unstarted or a learner: $ml" >&2; exit 1; }
+done
+st=$($ctl --endpoints="$eps" endpoint status -w json)
+[ "$(printf '%s' "$st" | grep -o '"cluster_id":[0-9]*' | sort -u | wc -l)" = 1 ] || { echo "members disagree about the cluster ID" >&2; exit 1; }
+printf '%s' "$st" | grep -q "\"cluster_id\":$cid," || { echo "cluster ID is not the restored one" >&2; exit 1; }
+[ "$(printf '%s' "$st" | grep -o '"leader":[0-9]*' | sort -u | wc -l)" = 1 ] || { echo "members disagree about the leader" >&2; exit 1; }
+$ctl --endpoints="$eps" endpoint health >/dev/null
+hk=$($ctl --endpoints="$eps" endpoint hashkv -w json)
+[ "$(printf '%s' "$hk" | grep -o '"hash":[0-9]*' | sort -u | wc -l)" = 1 ] || { echo "hashkv differs: $hk" >&2; exit 1; }
+al=$($ctl --endpoints="$eps" alarm list)
+[ -z "$al" ] || { echo "alarms: $al" >&2; exit 1; }
+rev=$(printf '%s' "$st" | grep -o '"revision":[0-9]*' | cut -d: -f2 | sort -n | tail -n1)
+[ "$rev" -ge "$minrev" ] || { echo "revision $rev is below $minrev" >&2; exit 1; }
+printf '{"revision":%s,"hashkv":%s}\n' "$rev" "$(printf '%s' "$hk" | grep -o '"hash":[0-9]*' | head -n1 | cut -d: -f2)""#;
+
+/// The whole recover, in order.
+pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
+    let inv = i.inv;
+    let dd = inv.etcd.data_dir.as_str();
+    let work = d.work_dir();
+    let snap = d.snapshot_path();
+    let cid_dec = u64::from_str_radix(&d.expected_cluster_id, 16)
+        .unwrap_or(0)
+        .to_string();
+    let etcd_units = vec![crate::etcd::UNIT.to_string()];
+    let etcd_started = format!("{work}/etcd-started");
+    let kube_started = format!("{work}/kube-started");
+    let etcd_ports = [inv.etcd.client_port, inv.etcd.peer_port];
+    let reachable: Vec<String> = inv
+        .with_role(crate::inventory::Role::Etcd)
+        .into_iter()
+        .map(|h| h.name.clone())
+        .filter(|h| !d.confirmed_dead.contains(h))
+        .collect();
+    let url = |h: &str| crate::etcd::peer_url(inv, host(inv, h));
+    let initial: Vec<(String, String)> = match d.mode {
+        RecoverMode::Seed => vec![(d.seed.clone(), url(&d.seed))],
+        RecoverMode::All => d.targets.iter().map(|h| (h.clone(), url(h))).collect(),
+    };
+    let initial_cluster = initial
+        .iter()
+        .map(|(n, u)| format!("{n}={u}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let bump = match d.bump {
+        Bump::Restore { by } => by,
+        _ => 0,
+    };
+    let skip_hash = matches!(
+        d.source,
+        Source::File {
+            skip_hash_check: true,
+            ..
+        }
+    );
+    let restore_args = |h: &str, data_dir: &str| crate::snapshot::RestoreArgs {
+        snapshot: snap.clone(),
+        name: h.to_string(),
+        peer_url: url(h),
+        initial_cluster: initial_cluster.clone(),
+        token: d.token.clone(),
+        data_dir: data_dir.to_string(),
+        bump,
+        skip_hash_check: skip_hash,
+    };
+    let restore_argv = |h: &str, data_dir: &str| -> Vec<String> {
+        crate::snapshot::restore_command(&restore_args(h, data_dir)).argv[2..].to_vec()
+    };
+    let helper = crate::snapshot::helper_upload().expect("the snapshot helper renders");
+
+    let mut steps = Vec::new();
+
+    // R0.4 (file): stage the snapshot on the seed and trial-restore it, before any change.
+    let trial = |steps: &mut Vec<JournaledStep>| {
+        let mut args: Vec<String> = vec![
+            work.clone(),
+            d.expected_cluster_id.clone(),
+            if skip_hash { "yes" } else { "no" }.into(),
+        ];
+        args.extend(restore_argv(&d.seed, &format!("{work}/trial/data")));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut s = JournaledStep::new(
+            format!("R0.4@{}", d.seed),
+            "check the snapshot (hash, status on a copy) and trial-restore it with the real flags",
+            Some(&d.seed),
+        )
+        .done_when(RemoteCommand::read_only([
+            "sh",
+            "-c",
+            "[ \"$(cat \"$1/trial.ok\" 2>/dev/null)\" = \"$2\" ]",
+            "hactl-trial-done",
+            &work,
+            &d.expected_cluster_id,
+        ]))
+        .step(Step::Upload(helper.clone()));
+        if let Source::File { path, sha256, .. } = &d.source {
+            s = s.local(Arc::new(acts::UploadSnapshot {
+                host: d.seed.clone(),
+                local: path.into(),
+                remote: snap.clone(),
+                sha256: sha256.clone(),
+            }));
+        }
+        steps.push(
+            s.run(sh(TRIAL, "hactl-trial", &args).with_timeout(Duration::from_secs(900)))
+                .no_cluster_change(),
+        );
+    };
+    if matches!(d.source, Source::File { .. }) {
+        trial(&mut steps);
+    }
+
+    // R1.1: the operation lock on every reachable host.
+    steps.push(
+        JournaledStep::new("R1.1", "take the recover lock on every reachable host", None)
+            .done_when_local(Arc::new(acts::AcquireLocks {
+                hosts: reachable.clone(),
+                owner: i.owner.clone(),
+                steal: i.steal_lock.clone(),
+            }))
+            .local(Arc::new(acts::AcquireLocks {
+                hosts: reachable.clone(),
+                owner: i.owner.clone(),
+                steal: i.steal_lock.clone(),
+            })),
+    );
+    // R1.2: stop the Kubernetes control plane everywhere before touching etcd.
+    for (h, units) in &d.kube_units {
+        if units.is_empty() {
+            continue;
+        }
+        let mut s = JournaledStep::new(
+            format!("R1.2@{h}"),
+            format!("stop and fence {}", units.join(" ")),
+            Some(h),
+        )
+        .done_when(fenced_or(units, &[6443], None, Some(&kube_started)))
+        .run(fence(&d.run, units));
+        s = s.verify(Check::command(
+            format!("{h}: no apiserver listens on :6443"),
+            fenced(units, &[6443], None),
+            Duration::from_secs(60),
+        ));
+        steps.push(s);
+    }
+    // R1.3: stop and fence etcd on every reachable host.
+    for h in &reachable {
+        steps.push(
+            JournaledStep::new(format!("R1.3@{h}"), "stop and fence etcd", Some(h))
+                .done_when(fenced_or(
+                    &etcd_units,
+                    &etcd_ports,
+                    Some("etcd"),
+                    Some(&etcd_started),
+                ))
+                .run(fence(&d.run, &etcd_units))
+                .verify(Check::command(
+                    format!(
+                        "{h}: no etcd process, nothing on :{}/:{}",
+                        etcd_ports[0], etcd_ports[1]
+                    ),
+                    fenced(&etcd_units, &etcd_ports, Some("etcd")),
+                    Duration::from_secs(60),
+                )),
+        );
+    }
+    // R0.4b (survivor): a snapshot from a scratch etcd on a copy of its data dir.
+    if let Source::Member { host: survivor } = &d.source {
+        let port = "23790";
+        let pport = "23800";
+        steps.push(
+            JournaledStep::new(
+                format!("R0.4b@{survivor}"),
+                "copy the data dir, open the copy with a loopback-only --force-new-cluster etcd, save a snapshot",
+                Some(survivor),
+            )
+            .done_when(RemoteCommand::read_only([
+                "sh",
+                "-c",
+                "[ -e \"$1/trial.ok\" ] || [ -s \"$1/snapshot.db\" -a ! -e \"$1/probe/copy\" ]",
+                "hactl-extracted",
+                &work,
+            ]))
+            .run(
+                sh(EXTRACT, "hactl-extract", &[&work, dd, survivor, port, pport])
+                    .with_timeout(Duration::from_secs(900)),
+            ),
+        );
+        trial(&mut steps);
+    }
+    // R1.4: move every data dir aside (never deleted).
+    for h in &d.data_dirs {
+        let aside = d.aside(dd);
+        steps.push(
+            JournaledStep::new(format!("R1.4@{h}"), format!("move {dd} aside to {aside}"), Some(h))
+                .done_when(RemoteCommand::read_only(["test", "-e", &aside]))
+                .precheck(RemoteCommand::read_only([
+                    "sh",
+                    "-c",
+                    "! pgrep -x etcd >/dev/null && [ ! -e \"$2\" ] || { echo \"etcd runs, or both $1 and $2 exist: needs a human\" >&2; exit 1; }",
+                    "hactl-aside-check",
+                    dd,
+                    &aside,
+                ]))
+                .run(RemoteCommand::new(["mv", "-T", "--", dd, &aside])),
+        );
+    }
+    // R2.3: certificates, scripts and the unit on every target (the same files `up` writes).
+    let no_facts = Default::default();
+    let view = EtcdView::default();
+    let ctx = Ctx {
+        inv,
+        pki: i.pki,
+        facts: &no_facts,
+        etcd: &view,
+        binaries: None,
+        kubernetes: None,
+        vrrp_password: None,
+    };
+    for h in &d.targets {
+        let mut files =
+            crate::phases::etcd_files::member_files(host(inv, h), &ctx).expect("member files render");
+        files.push(helper.clone());
+        let mut s = JournaledStep::new(
+            format!("R2.3@{h}"),
+            "certificates, keys, helper scripts and the etcd unit",
+            Some(h),
+        )
+        .done_when(files_match(&files));
+        for f in files {
+            s = s.step(Step::Upload(f));
+        }
+        steps.push(s.run(RemoteCommand::new(["systemctl", "daemon-reload"])));
+    }
+
+    let restored_ok = |h: &str| -> JournaledStep {
+        let mut args: Vec<String> = vec![work.clone(), dd.to_string(), d.expected_cluster_id.clone()];
+        args.extend(restore_argv(h, &format!("{work}/staging")));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        JournaledStep::new(
+            format!("R2.4@{h}"),
+            format!("restore into {work}/staging with token {} and compare the cluster ID", d.token),
+            Some(h),
+        )
+        .done_when(RemoteCommand::read_only([
+            "sh",
+            "-c",
+            "[ -e \"$1/swapped\" ] || { [ \"$(cat \"$1/restored\" 2>/dev/null)\" = \"$2\" ] && [ -d \"$1/staging/member\" ]; }",
+            "hactl-restored",
+            &work,
+            &d.expected_cluster_id,
+        ]))
+        .run(sh(RESTORE, "hactl-restore", &args).with_timeout(Duration::from_secs(900)))
+    };
+    let swap = |h: &str| -> JournaledStep {
+        JournaledStep::new(
+            format!("R2.5@{h}"),
+            format!("rename the staging dir to {dd}"),
+            Some(h),
+        )
+        .done_when(RemoteCommand::read_only([
+            "sh",
+            "-c",
+            "[ -e \"$1/swapped\" ] && [ -d \"$2/member\" ]",
+            "hactl-swapped",
+            &work,
+            dd,
+        ]))
+        .run(sh(SWAP, "hactl-swap", &[&work, dd]))
+    };
+    let config = |h: &str, members: &[(String, String)], state: &str, record_token: bool| -> JournaledStep {
+        let env = initial_env(h, members, state, &d.token);
+        let mut s = JournaledStep::new(
+            format!("R2.6@{h}"),
+            format!("initial env: state {state}, token {}", d.token),
+            Some(h),
+        )
+        .done_when(files_match(std::slice::from_ref(&env)))
+        .step(Step::Upload(env));
+        if record_token {
+            s = s.local(Arc::new(acts::RecordToken {
+                state: i.state.clone(),
+                token: d.token.clone(),
+            }));
+        }
+        s
+    };
+
+    match d.mode {
+        RecoverMode::Seed => {
+            steps.push(restored_ok(&d.seed));
+            steps.push(swap(&d.seed));
+            steps.push(config(&d.seed, &initial, "new", true));
+            steps.push(
+                JournaledStep::new(
+                    format!("R2.7@{}", d.seed),
+                    "start the seed as a one-member cluster",
+                    Some(&d.seed),
+                )
+                .done_when(member_in_cluster(&cid_dec, true))
+                .run(unfence_start(&etcd_units, true, &etcd_started))
+                .verify(
+                    Check::command(
+                        format!("{}: leads cluster {}", d.seed, d.expected_cluster_id),
+                        member_in_cluster(&cid_dec, true),
+                        Duration::from_secs(60),
+                    )
+                    .diagnose_with(crate::etcd::probe::journal_tail()),
+                ),
+            );
+        }
+        RecoverMode::All => {
+            for h in &d.targets {
+                if let Source::Member { host: survivor } = &d.source {
+                    if h != survivor {
+                        steps.push(
+                            JournaledStep::new(format!("R2.2@{h}"), "stage the snapshot", None)
+                                .done_when_local(Arc::new(acts::CopySnapshot {
+                                    from: survivor.clone(),
+                                    to: h.clone(),
+                                    path: snap.clone(),
+                                }))
+                                .local(Arc::new(acts::CopySnapshot {
+                                    from: survivor.clone(),
+                                    to: h.clone(),
+                                    path: snap.clone(),
+                                })),
+                        );
+                    }
+                } else if let Source::File { path, sha256, .. } = &d.source {
+                    if h != &d.seed {
+                        let up = Arc::new(acts::UploadSnapshot {
+                            host: h.clone(),
+                            local: path.into(),
+                            remote: snap.clone(),
+                            sha256: sha256.clone(),
+                        });
+                        steps.push(
+                            JournaledStep::new(format!("R2.2@{h}"), "stage the snapshot", None)
+                                .done_when_local(up.clone())
+                                .local(up),
+                        );
+                    }
+                }
+            }
+            // All restores before any swap or start: all or nothing.
+            for h in &d.targets {
+                steps.push(restored_ok(h));
+            }
+            for h in &d.targets {
+                steps.push(swap(h));
+            }
+            for h in &d.targets {
+                steps.push(config(h, &initial, "new", h == &d.seed));
+            }
+            for h in &d.targets {
+                steps.push(
+                    JournaledStep::new(format!("R2.7@{h}"), "start etcd", Some(h))
+                        .done_when(member_in_cluster(&cid_dec, false))
+                        .run(unfence_start(&etcd_units, false, &etcd_started)),
+                );
+            }
+            steps.push(
+                JournaledStep::new("R2.9", "every member is healthy with one leader", Some(&d.seed))
+                    .done_when(crate::etcd::probe::one_leader())
+                    .step(Step::Wait(crate::etcd::probe::cluster_has_one_leader(
+                        Duration::from_secs(90),
+                    ))),
+            );
+        }
+    }
+    // R2.8: the emulated bump (etcd 3.4).
+    if let Bump::Emulated { target } = d.bump {
+        let act = Arc::new(acts::EmulatedBump {
+            host: d.seed.clone(),
+            client_port: inv.etcd.client_port,
+            tls: i.tls.clone(),
+            target,
+        });
+        steps.push(
+            JournaledStep::new(
+                format!("R2.8@{}", d.seed),
+                format!("emulate the revision bump to {target} (the tool has no --bump-revision)"),
+                None,
+            )
+            .done_when_local(act.clone())
+            .local(act),
+        );
+    }
+    // R3: the other members join one at a time, as learners.
+    if d.mode == RecoverMode::Seed {
+        let mut members = initial.clone();
+        for h in d.targets.iter().filter(|h| **h != d.seed) {
+            let u = url(h);
+            members.push((h.clone(), u.clone()));
+            let env = initial_env(h, &members, "existing", &d.token);
+            steps.push(
+                JournaledStep::new(
+                    format!("R3.1@{h}"),
+                    format!("initial env: join {} with state existing", members.len() - 1),
+                    Some(h),
+                )
+                .done_when(files_match(std::slice::from_ref(&env)))
+                .precheck(RemoteCommand::read_only([
+                    "sh",
+                    "-c",
+                    "[ ! -e \"$1/member\" ] || { echo \"$1 holds data: it must be moved aside first\" >&2; exit 1; }",
+                    "hactl-empty",
+                    dd,
+                ]))
+                .step(Step::Upload(env)),
+            );
+            let has_member = RemoteCommand::read_only([
+                "sh",
+                "-c",
+                "/usr/local/sbin/hactl-etcdctl member list | awk -F', ' -v u=\"$1\" '$4 == u' | grep -q .",
+                "hactl-has-member",
+                &u,
+            ]);
+            steps.push(
+                JournaledStep::new(
+                    format!("R3.2@{h}"),
+                    format!("add {h} as a learner"),
+                    Some(&d.seed),
+                )
+                .done_when(has_member)
+                .step(Step::Wait(crate::etcd::probe::cluster_healthy(
+                    &format!("before adding {h}"),
+                    Duration::from_secs(60),
+                )))
+                .run(sh(ADD_LEARNER, "hactl-add-learner", &[h, &u]).with_timeout(Duration::from_secs(150))),
+            );
+            steps.push(
+                JournaledStep::new(format!("R3.3@{h}"), "start etcd as a learner", Some(h))
+                    .done_when(member_in_cluster(&cid_dec, false))
+                    .run(RemoteCommand::new([
+                        "install", "-d", "-o", "etcd", "-g", "etcd", "-m", "0700", dd,
+                    ]))
+                    .run(unfence_start(&etcd_units, false, &etcd_started))
+                    .verify(
+                        Check::command(
+                            format!("learner {h} serves cluster {}", d.expected_cluster_id),
+                            member_in_cluster(&cid_dec, false),
+                            Duration::from_secs(120),
+                        )
+                        .diagnose_with(crate::etcd::probe::journal_tail()),
+                    ),
+            );
+            steps.push(
+                JournaledStep::new(
+                    format!("R3.4@{h}"),
+                    format!("promote {h} once in sync"),
+                    Some(&d.seed),
+                )
+                .done_when(RemoteCommand::read_only([
+                    crate::etcd::MEMBER_SCRIPT,
+                    "is-voter",
+                    &u,
+                ]))
+                .run(
+                    RemoteCommand::new([crate::etcd::MEMBER_SCRIPT, "promote", &u, "600"])
+                        .with_timeout(Duration::from_secs(630)),
+                )
+                .verify(crate::etcd::probe::cluster_healthy(
+                    &format!("after promoting {h}"),
+                    Duration::from_secs(60),
+                )),
+            );
+        }
+    }
+    // R4: verify etcd, then a new baseline backup.
+    let names = d.targets.join(",");
+    let endpoints = d
+        .targets
+        .iter()
+        .map(|h| crate::etcd::client_url(inv, host(inv, h)))
+        .collect::<Vec<_>>()
+        .join(",");
+    let min_rev = d.min_revision.to_string();
+    let verify =
+        RemoteCommand::read_only(sh(VERIFY, "hactl-verify", &[&names, &cid_dec, &min_rev, &endpoints]).argv);
+    steps.push(
+        JournaledStep::new(
+            "R4.1",
+            "verify: exact membership, one cluster ID, health, equal hashkv, no alarms, revision past the mark",
+            Some(&d.seed),
+        )
+        .done_when(verify.clone())
+        .step(Step::Wait(Check::command(
+            "the recovered cluster passes every check",
+            verify,
+            Duration::from_secs(90),
+        ))),
+    );
+    let marker = i
+        .state
+        .file(std::path::Path::new("runs").join(&d.run).join("baseline.json"));
+    let baseline = Arc::new(acts::Baseline {
+        inv: inv.clone(),
+        state: i.state.clone(),
+        marker,
+    });
+    steps.push(
+        JournaledStep::new("R4.2", "take a new baseline backup", None)
+            .done_when_local(baseline.clone())
+            .local(baseline),
+    );
+    // R5: Kubernetes, in the mandatory order, where installed.
+    let with = |unit: &str| -> Vec<(String, Vec<String>)> {
+        d.kube_units
+            .iter()
+            .filter(|(_, us)| us.iter().any(|u| u == unit))
+            .map(|(h, _)| (h.clone(), vec![unit.to_string()]))
+            .collect()
+    };
+    for (h, units) in with("kube-apiserver.service") {
+        steps.push(
+            JournaledStep::new(format!("R5.2@{h}"), "start kube-apiserver", Some(&h))
+                .done_when(started(&units))
+                .run(unfence_start(&units, false, &kube_started))
+                .verify(Check::command(
+                    format!("{h}: kube-apiserver listens on :6443"),
+                    RemoteCommand::read_only(["sh", "-c", "ss -Hltn 'sport = :6443' | grep -q ."]),
+                    Duration::from_secs(180),
+                )),
+        );
+    }
+    for unit in ["kube-controller-manager.service", "kube-scheduler.service"] {
+        for (h, units) in with(unit) {
+            steps.push(
+                JournaledStep::new(
+                    format!("R5.3@{h}:{}", unit.trim_end_matches(".service")),
+                    format!("start {unit}"),
+                    Some(&h),
+                )
+                .done_when(started(&units))
+                .run(unfence_start(&units, false, &kube_started)),
+            );
+        }
+    }
+    for h in &d.kubelets {
+        let marker = format!("{work}/kubelet-restarted");
+        steps.push(
+            JournaledStep::new(format!("R5.4@{h}"), "restart the kubelet", Some(h))
+                .done_when(RemoteCommand::read_only(["test", "-e", &marker]))
+                .run(sh(
+                    "mkdir -p \"$(dirname \"$1\")\" && systemctl restart kubelet.service && touch \"$1\"",
+                    "hactl-kubelet",
+                    &[&marker],
+                )),
+        );
+    }
+    // R6: record, release.
+    let fin = Arc::new(acts::Finalize {
+        state: i.state.clone(),
+        hosts: reachable,
+        seed: d.seed.clone(),
+        op: "recover".into(),
+        run: d.run.clone(),
+        cluster_id: d.expected_cluster_id.clone(),
+    });
+    steps.push(
+        JournaledStep::new(
+            "R6",
+            "record the high-water mark, mark the run finished, release the locks",
+            None,
+        )
+        .done_when_local(fin.clone())
+        .local(fin),
+    );
+    steps
+}

@@ -1,0 +1,679 @@
+//! `hactl recover` against real etcd in lab hosts (spec §6.2). They need root; without it each
+//! prints `SKIPPED <name>: needs root`.
+//!
+//! Each test brings its own 3-host lab (no load balancers), runs the real `hactl` binary, and
+//! checks the hosts with etcdctl inside them.
+
+#[path = "support/lab.rs"]
+mod lab_support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use lab_support::{eventually, TestLab};
+
+const DATA_DIR: &str = "/var/lib/etcd";
+
+fn hactl(lab: &TestLab, args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hactl"));
+    cmd.args(args).arg("-i").arg(lab.inventory());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.env_remove("HACTL_CRASH_AFTER");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("hactl runs");
+    if let Some(text) = stdin {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn ok(lab: &TestLab, args: &[&str]) -> String {
+    let out = hactl(lab, args, &[], None);
+    assert!(out.status.success(), "hactl {args:?}: {}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn state_dir(lab: &TestLab) -> PathBuf {
+    lab.inventory().parent().unwrap().join("state")
+}
+
+fn ctl(lab: &TestLab, host: &str, args: &[&str]) -> Output {
+    let mut argv = vec!["/usr/local/sbin/hactl-etcdctl"];
+    argv.extend_from_slice(args);
+    lab.exec(host, &argv)
+}
+
+fn ctl_ok(lab: &TestLab, host: &str, args: &[&str]) -> String {
+    let out = ctl(lab, host, args);
+    assert!(
+        out.status.success(),
+        "{host}: etcdctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The value of `key`, or None.
+fn get(lab: &TestLab, host: &str, key: &str) -> Option<String> {
+    let out = ctl_ok(lab, host, &["get", key, "--print-value-only"]);
+    let v = out.trim_end();
+    (!v.is_empty()).then(|| v.to_string())
+}
+
+fn status_json(lab: &TestLab) -> serde_json::Value {
+    let out = hactl(lab, &["status", "-o", "json"], &[], None);
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)))
+}
+
+/// Every member healthy, one leader, exactly `members`, no learners, equal hashkv.
+fn assert_cluster(lab: &TestLab, members: &[&str]) -> (String, i64) {
+    let ok = eventually(Duration::from_secs(30), || {
+        let s = status_json(lab);
+        s["problems"].as_array().is_some_and(|p| p.is_empty())
+    });
+    let s = status_json(lab);
+    assert!(ok, "cluster not healthy: {s:#}");
+    let names: Vec<&str> = s["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, members);
+    assert!(s["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|m| !m["isLearner"].as_bool().unwrap()));
+    let hk = ctl_ok(
+        lab,
+        members[0],
+        &["endpoint", "hashkv", "--cluster", "-w", "json"],
+    );
+    let hashes: std::collections::BTreeSet<&str> = hk
+        .split("\"hash\":")
+        .skip(1)
+        .map(|h| h.split(|c: char| !c.is_ascii_digit()).next().unwrap())
+        .collect();
+    assert_eq!(hashes.len(), 1, "hashkv differs: {hk}");
+    (
+        s["clusterId"].as_str().unwrap().to_string(),
+        s["revision"].as_i64().unwrap(),
+    )
+}
+
+/// kill -9 etcd on `hosts` and delete their data dirs (the disaster of A1).
+fn lose(lab: &TestLab, hosts: &[&str]) {
+    for h in hosts {
+        lab.exec(h, &["systemctl", "kill", "-s", "KILL", "etcd.service"]);
+        lab.exec(h, &["systemctl", "stop", "etcd.service"]);
+        lab.exec_ok(h, &["rm", "-rf", DATA_DIR]);
+    }
+}
+
+/// Waits until `host`'s member no longer reports itself healthy (it noticed the lost quorum).
+fn wait_leaderless(lab: &TestLab, host: &str) {
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            let out = lab.exec(host, &["curl", "-s", "-m", "2", "http://127.0.0.1:2381/health"]);
+            !String::from_utf8_lossy(&out.stdout).contains("\"health\":\"true\"")
+        }),
+        "{host} still reports health"
+    );
+}
+
+fn is_active(lab: &TestLab, host: &str) -> bool {
+    let out = lab.exec(host, &["systemctl", "is-active", "etcd.service"]);
+    String::from_utf8_lossy(&out.stdout).trim() == "active"
+}
+
+fn newest_run(lab: &TestLab) -> String {
+    let mut runs: Vec<String> = std::fs::read_dir(state_dir(lab).join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    runs.sort();
+    runs.pop().unwrap()
+}
+
+fn journal(lab: &TestLab, run: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(state_dir(lab).join("runs").join(run).join("journal.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Saves a snapshot with `hactl etcd snapshot save`; returns its path and revision.
+fn snapshot(lab: &TestLab, out: &Path) -> (PathBuf, i64) {
+    let path = PathBuf::from(ok(lab, &["etcd", "snapshot", "save", "--out", out.to_str().unwrap()]).trim());
+    let sidecar: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{}.json", path.display())).unwrap()).unwrap();
+    (path, sidecar["revision"].as_i64().unwrap())
+}
+
+fn up(lab: &TestLab) {
+    ok(lab, &["up", "--yes"]);
+}
+
+fn put_many(lab: &TestLab, host: &str, n: usize) {
+    let script = format!(
+        "for i in $(seq 1 {n}); do /usr/local/sbin/hactl-etcdctl put /registry/bulk/$i v$i >/dev/null || exit 1; done"
+    );
+    lab.exec_ok(host, &["sh", "-c", &script]);
+}
+
+#[test]
+fn recover_restores_quorum_after_losing_two_of_three() {
+    let Some(lab) = TestLab::up(
+        "recover_restores_quorum_after_losing_two_of_three",
+        3,
+        0,
+        0,
+        "trixie",
+    ) else {
+        return;
+    };
+    up(&lab);
+    let (old_id, _) = assert_cluster(&lab, &["cp1", "cp2", "cp3"]);
+    ctl_ok(&lab, "cp1", &["put", "/registry/pre", "k1"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (snap, snap_rev) = snapshot(&lab, tmp.path());
+    put_many(&lab, "cp1", 100);
+    ctl_ok(&lab, "cp1", &["put", "/registry/post", "p"]);
+    // `hactl status` records the high-water mark.
+    let hwm = status_json(&lab)["revision"].as_i64().unwrap();
+    let mark: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(state_dir(&lab).join("hwm.json")).unwrap()).unwrap();
+    assert_eq!(mark["revision"].as_i64().unwrap(), hwm);
+    assert!(hwm > snap_rev + 100);
+
+    lose(&lab, &["cp2", "cp3"]);
+    wait_leaderless(&lab, "cp1");
+
+    // A9: one flipped byte at offset 9000 → exit 2 before any fencing.
+    let mut bytes = std::fs::read(&snap).unwrap();
+    bytes[9000] ^= 0x01;
+    let corrupt = tmp.path().join("corrupt.db");
+    std::fs::write(&corrupt, &bytes).unwrap();
+    let out = hactl(
+        &lab,
+        &["recover", "--from-snapshot", corrupt.to_str().unwrap(), "--yes"],
+        &[],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("expected sha256"), "{}", text(&out));
+    assert!(is_active(&lab, "cp1"), "A9: etcd on cp1 was stopped");
+    assert!(lab
+        .exec("cp1", &["test", "-d", "/var/lib/etcd/member"])
+        .status
+        .success());
+
+    // A10: a raw member/snap/db has no hash → exit 2 without --skip-hash-check.
+    let raw = lab.exec_ok(
+        "cp1",
+        &["sh", "-c", "cat /var/lib/etcd/member/snap/db | base64 -w0"],
+    );
+    let raw_path = tmp.path().join("raw.db");
+    use base64::Engine as _;
+    std::fs::write(
+        &raw_path,
+        base64::engine::general_purpose::STANDARD
+            .decode(raw.trim())
+            .unwrap(),
+    )
+    .unwrap();
+    let out = hactl(
+        &lab,
+        &["recover", "--from-snapshot", raw_path.to_str().unwrap(), "--yes"],
+        &[],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--skip-hash-check"), "{}", text(&out));
+    assert!(is_active(&lab, "cp1"));
+
+    // A1.
+    let out = hactl(
+        &lab,
+        &["recover", "--from-snapshot", snap.to_str().unwrap(), "--yes"],
+        &[],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let run = newest_run(&lab);
+    let (new_id, _) = assert_cluster(&lab, &["cp1", "cp2", "cp3"]);
+    assert_ne!(new_id, old_id, "a recover makes a new cluster ID");
+    assert_eq!(get(&lab, "cp2", "/registry/pre").as_deref(), Some("k1"));
+    assert_eq!(get(&lab, "cp3", "/registry/post"), None);
+    let st = ctl_ok(&lab, "cp1", &["endpoint", "status", "-w", "json"]);
+    let rev: i64 = st
+        .split("\"revision\":")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(rev >= snap_rev + 1_000_000_000 && rev > hwm, "revision {rev}");
+    let old = ctl(
+        &lab,
+        "cp1",
+        &["get", "--rev", &snap_rev.to_string(), "/registry/pre"],
+    );
+    assert!(String::from_utf8_lossy(&old.stderr).contains("required revision has been compacted"));
+    let watch = lab.exec(
+        "cp1",
+        &[
+            "timeout",
+            "10",
+            "/usr/local/sbin/hactl-etcdctl",
+            "watch",
+            "--rev",
+            &(hwm - 1).to_string(),
+            "/registry",
+            "--prefix",
+        ],
+    );
+    let w = format!(
+        "{}{}",
+        String::from_utf8_lossy(&watch.stdout),
+        String::from_utf8_lossy(&watch.stderr)
+    );
+    assert!(
+        w.contains("compacted"),
+        "watch from HWM-1 was not cancelled as compacted: {w}"
+    );
+    lab.exec_ok(
+        "cp1",
+        &["test", "-d", &format!("{DATA_DIR}.hactl-pre-{run}/member/wal")],
+    );
+    for h in ["cp1", "cp2", "cp3"] {
+        let left = lab.exec(
+            h,
+            &[
+                "sh",
+                "-c",
+                &format!("ls -d /var/lib/etcd.hactl/{run}/staging* 2>/dev/null"),
+            ],
+        );
+        assert!(left.stdout.is_empty(), "{h}: staging left behind");
+    }
+    let steps: Vec<String> = journal(&lab, &run)
+        .iter()
+        .filter(|e| e["phase"] == "done")
+        .map(|e| e["step"].as_str().unwrap().to_string())
+        .collect();
+    for want in [
+        "R0.1", "R0.4@cp1", "R1.1", "R1.3@cp1", "R1.4@cp1", "R2.4@cp1", "R2.7@cp1", "R3.4@cp3", "R4.2", "R6",
+    ] {
+        assert!(
+            steps.iter().any(|s| s == want),
+            "journal lacks {want} done: {steps:?}"
+        );
+    }
+    // The hosts hold a copy of the journal; the lock is released.
+    let mirrored = lab.exec_ok(
+        "cp2",
+        &["cat", &format!("/var/lib/hactl/runs/{run}/journal.jsonl")],
+    );
+    assert!(mirrored.contains("\"step\":\"R6\""));
+    assert!(!lab
+        .exec("cp1", &["test", "-e", "/var/lib/hactl/locks/recover"])
+        .status
+        .success());
+    // A second `hactl up` changes nothing; a resume of the finished run does nothing.
+    let out = ok(&lab, &["up", "--yes"]);
+    assert!(out.contains("no changes"), "{out}");
+    let out = ok(&lab, &["recover", "--resume", &run, "--yes"]);
+    assert!(out.contains("0 steps done"), "{out}");
+}
+
+/// Runs a recover crashing after every step in turn (each crash resumed by the next call), then
+/// checks the result and that no step acted twice.
+fn crash_at_every_step(lab: &TestLab, snap: &Path, mode: &str) -> String {
+    let dry = hactl(
+        lab,
+        &[
+            "recover",
+            "--from-snapshot",
+            snap.to_str().unwrap(),
+            "--mode",
+            mode,
+            "--dry-run",
+        ],
+        &[],
+        None,
+    );
+    assert!(dry.status.success(), "{}", text(&dry));
+    let ids: Vec<String> = String::from_utf8_lossy(&dry.stdout)
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix('[')
+                .and_then(|l| l.split(']').next())
+                .map(str::to_string)
+        })
+        .collect();
+    assert!(ids.len() > 10, "{ids:?}");
+    let first = hactl(
+        lab,
+        &[
+            "recover",
+            "--from-snapshot",
+            snap.to_str().unwrap(),
+            "--mode",
+            mode,
+            "--yes",
+        ],
+        &[("HACTL_CRASH_AFTER", &ids[0])],
+        None,
+    );
+    assert_eq!(first.status.code(), Some(137), "{}", text(&first));
+    let run = newest_run(lab);
+    for id in &ids[1..] {
+        let out = hactl(
+            lab,
+            &["recover", "--resume", &run, "--yes"],
+            &[("HACTL_CRASH_AFTER", id)],
+            None,
+        );
+        assert_eq!(out.status.code(), Some(137), "crash after {id}: {}", text(&out));
+    }
+    let out = hactl(lab, &["recover", "--resume", &run, "--yes"], &[], None);
+    assert!(out.status.success(), "{}", text(&out));
+    // Every step was done exactly once; every other visit was a skip.
+    let entries = journal(lab, &run);
+    let mut done: BTreeMap<String, usize> = BTreeMap::new();
+    for e in entries.iter().filter(|e| e["phase"] == "done") {
+        *done.entry(e["step"].as_str().unwrap().to_string()).or_default() += 1;
+    }
+    for id in &ids {
+        let n = done.get(id).copied().unwrap_or(0);
+        let skipped_first = entries
+            .iter()
+            .any(|e| e["step"] == id.as_str() && e["phase"] == "skipped");
+        assert!(
+            n == 1 || (n == 0 && skipped_first),
+            "{mode}: step {id} done {n} times"
+        );
+    }
+    assert!(
+        entries.iter().all(|e| e["phase"] != "failed"),
+        "{mode}: a step failed"
+    );
+    for h in ["cp1", "cp2", "cp3"] {
+        let left = lab.exec(
+            h,
+            &[
+                "sh",
+                "-c",
+                &format!(
+                    "ls -d /var/lib/etcd.hactl/{run}/staging* /var/lib/etcd.hactl/{run}/trial 2>/dev/null"
+                ),
+            ],
+        );
+        assert!(left.stdout.is_empty(), "{h}: staging left behind");
+    }
+    run
+}
+
+#[test]
+fn recover_crashed_after_every_step_resumes_to_the_same_cluster() {
+    let Some(lab) = TestLab::up(
+        "recover_crashed_after_every_step_resumes_to_the_same_cluster",
+        3,
+        0,
+        0,
+        "trixie",
+    ) else {
+        return;
+    };
+    up(&lab);
+    ctl_ok(&lab, "cp1", &["put", "/registry/pre", "k1"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (snap, snap_rev) = snapshot(&lab, tmp.path());
+    ctl_ok(&lab, "cp1", &["put", "/registry/post", "p"]);
+
+    // Seed mode.
+    lose(&lab, &["cp2", "cp3"]);
+    wait_leaderless(&lab, "cp1");
+    crash_at_every_step(&lab, &snap, "seed");
+    let (seed_id, seed_rev) = assert_cluster(&lab, &["cp1", "cp2", "cp3"]);
+    assert_eq!(get(&lab, "cp3", "/registry/pre").as_deref(), Some("k1"));
+    assert_eq!(get(&lab, "cp3", "/registry/post"), None);
+    assert!(seed_rev >= snap_rev + 1_000_000_000);
+    let seed_hash = ctl_ok(
+        &lab,
+        "cp1",
+        &["endpoint", "hashkv", "--rev", &seed_rev.to_string(), "-w", "json"],
+    );
+
+    // All mode, from a snapshot of the recovered cluster (A13: the same data either way).
+    let (snap2, _) = snapshot(&lab, tmp.path());
+    lose(&lab, &["cp2", "cp3"]);
+    wait_leaderless(&lab, "cp1");
+    crash_at_every_step(&lab, &snap2, "all");
+    let (all_id, all_rev) = assert_cluster(&lab, &["cp1", "cp2", "cp3"]);
+    assert_ne!(all_id, seed_id);
+    assert_eq!(get(&lab, "cp2", "/registry/pre").as_deref(), Some("k1"));
+    assert!(all_rev >= seed_rev + 1_000_000_000);
+    let _ = seed_hash;
+    let out = ok(&lab, &["up", "--yes"]);
+    assert!(out.contains("no changes"), "{out}");
+}
+
+#[test]
+fn recover_refuses_when_quorum_is_restorable() {
+    let Some(lab) = TestLab::up("recover_refuses_when_quorum_is_restorable", 3, 0, 0, "trixie") else {
+        return;
+    };
+    up(&lab);
+    ctl_ok(&lab, "cp1", &["put", "/registry/last", "l"]);
+    let wal_sha = |dir: &str| {
+        lab.exec_ok(
+            "cp1",
+            &["sh", "-c", &format!("cat {dir}/member/wal/*.wal | sha256sum")],
+        )
+    };
+    for h in ["cp2", "cp3"] {
+        lab.exec_ok(h, &["systemctl", "stop", "etcd.service"]);
+    }
+    wait_leaderless(&lab, "cp1");
+    // A4: two members stopped with intact data: start them, do not recover.
+    let out = hactl(&lab, &["recover", "--auto", "--yes"], &[], None);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("quorum restorable"), "{}", text(&out));
+    for h in ["cp1", "cp2", "cp3"] {
+        lab.exec_ok(h, &["test", "-d", "/var/lib/etcd/member/wal"]);
+        assert!(!lab
+            .exec(
+                h,
+                &["sh", "-c", "ls -d /var/lib/etcd.hactl-* 2>/dev/null | grep -q ."]
+            )
+            .status
+            .success());
+    }
+    assert!(is_active(&lab, "cp1"));
+    // A wrong typed name changes nothing.
+    let out = hactl(
+        &lab,
+        &["recover", "--auto", "--force-destructive", "--yes"],
+        &[],
+        Some("nope\n"),
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(is_active(&lab, "cp1"));
+    // With the typed cluster name it proceeds: --auto takes survivor cp1 (A2: from its data).
+    lab.exec_ok("cp1", &["systemctl", "stop", "etcd.service"]);
+    let before = wal_sha(DATA_DIR);
+    let name = lab.name().to_string();
+    let out = hactl(
+        &lab,
+        &["recover", "--auto", "--force-destructive", "--yes"],
+        &[],
+        Some(&format!("{name}\n")),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let run = newest_run(&lab);
+    assert_cluster(&lab, &["cp1", "cp2", "cp3"]);
+    assert_eq!(get(&lab, "cp2", "/registry/last").as_deref(), Some("l"));
+    // The survivor's own files were never opened by a writer: its WAL is byte-identical, aside.
+    assert_eq!(wal_sha(&format!("{DATA_DIR}.hactl-pre-{run}")), before);
+}
+
+#[test]
+fn recover_needs_attestation_for_an_unreachable_host() {
+    let Some(mut lab) = TestLab::up(
+        "recover_needs_attestation_for_an_unreachable_host",
+        3,
+        0,
+        0,
+        "trixie",
+    ) else {
+        return;
+    };
+    up(&lab);
+    ctl_ok(&lab, "cp1", &["put", "/registry/last", "l"]);
+    lose(&lab, &["cp2", "cp3"]);
+    lab.fault("cp3", hactl::lab::Fault::Isolate);
+    wait_leaderless(&lab, "cp1");
+    // A5: exit 3 before anything is stopped.
+    let out = hactl(
+        &lab,
+        &[
+            "recover",
+            "--from-member",
+            "cp1",
+            "--yes",
+            "--connect-timeout",
+            "3",
+        ],
+        &[],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("--confirm-dead cp3"), "{}", text(&out));
+    assert!(
+        is_active(&lab, "cp1"),
+        "a service was stopped before the attestation gate"
+    );
+    // Attested: recovered without it (A2 from the survivor's data).
+    let out = hactl(
+        &lab,
+        &[
+            "recover",
+            "--from-member",
+            "cp1",
+            "--confirm-dead",
+            "cp3",
+            "--yes",
+            "--connect-timeout",
+            "3",
+        ],
+        &[],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("even number of members"), "{}", text(&out));
+    for h in ["cp1", "cp2"] {
+        assert_eq!(get(&lab, h, "/registry/last").as_deref(), Some("l"));
+    }
+    let list = ctl_ok(&lab, "cp1", &["member", "list"]);
+    assert_eq!(list.lines().count(), 2, "{list}");
+    lab.fault("cp3", hactl::lab::Fault::Rejoin);
+}
+
+#[test]
+fn recover_on_etcd_3_4_emulates_the_bump_or_refuses() {
+    let Some(lab) = TestLab::up(
+        "recover_on_etcd_3_4_emulates_the_bump_or_refuses",
+        3,
+        0,
+        0,
+        "bookworm",
+    ) else {
+        return;
+    };
+    up(&lab);
+    ctl_ok(&lab, "cp1", &["put", "/registry/pre", "k1"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let (snap, snap_rev) = snapshot(&lab, tmp.path());
+    put_many(&lab, "cp1", 50);
+    let hwm = status_json(&lab)["revision"].as_i64().unwrap();
+    lose(&lab, &["cp2", "cp3"]);
+    lab.exec_ok("cp1", &["systemctl", "stop", "etcd.service"]);
+    // No high-water mark anywhere (and no running member to read one from): refused.
+    let mark = std::fs::read(state_dir(&lab).join("hwm.json")).unwrap();
+    std::fs::remove_file(state_dir(&lab).join("hwm.json")).unwrap();
+    for h in ["cp1", "cp2", "cp3"] {
+        lab.exec(h, &["rm", "-f", "/var/lib/hactl/hwm.json"]);
+    }
+    std::fs::remove_file(format!("{}.json", snap.display())).unwrap();
+    let out = hactl(
+        &lab,
+        &["recover", "--from-snapshot", snap.to_str().unwrap(), "--yes"],
+        &[],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--accept-revision-rewind"), "{}", text(&out));
+    lab.exec_ok("cp1", &["test", "-d", "/var/lib/etcd/member"]);
+    // With the mark known, the bump is emulated: writes, then a compaction past the mark.
+    std::fs::write(state_dir(&lab).join("hwm.json"), mark).unwrap();
+    let out = hactl(
+        &lab,
+        &["recover", "--from-snapshot", snap.to_str().unwrap(), "--yes"],
+        &[],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_cluster(&lab, &["cp1", "cp2", "cp3"]);
+    assert_eq!(get(&lab, "cp3", "/registry/pre").as_deref(), Some("k1"));
+    let st = ctl_ok(&lab, "cp1", &["endpoint", "status", "-w", "json"]);
+    let rev: i64 = st
+        .split("\"revision\":")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(rev > hwm, "revision {rev} not above the mark {hwm}");
+    let old = ctl(
+        &lab,
+        "cp1",
+        &["get", "--rev", &(hwm - 1).to_string(), "/registry/pre"],
+    );
+    assert!(
+        String::from_utf8_lossy(&old.stderr).contains("compacted"),
+        "{}",
+        String::from_utf8_lossy(&old.stderr)
+    );
+    let _ = snap_rev;
+}
