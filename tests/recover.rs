@@ -374,9 +374,9 @@ fn crash_at_every_step(lab: &TestLab, snap: &Path, mode: &str) -> String {
     let ids: Vec<String> = String::from_utf8_lossy(&dry.stdout)
         .lines()
         .filter_map(|l| {
-            l.strip_prefix('[')
+            l.strip_prefix("[R")
                 .and_then(|l| l.split(']').next())
-                .map(str::to_string)
+                .map(|id| format!("R{id}"))
         })
         .collect();
     assert!(ids.len() > 10, "{ids:?}");

@@ -24,6 +24,8 @@ use crate::snapshot::{self, FileCheck, HashState, RestoreArgs, Sidecar, SidecarM
 use crate::state::StateDir;
 
 const TIMEOUT: Duration = Duration::from_secs(5);
+/// Written by every snapshot save just before it streams; recover's checks can read it back.
+pub const CANARY_KEY: &str = "/hactl/backup-canary";
 
 /// The cluster's client credentials from the state directory.
 pub fn client_tls(state: &StateDir) -> anyhow::Result<ClientTls> {
@@ -99,6 +101,18 @@ pub async fn take(
                 .into(),
         }));
     };
+    // The canary: a write just before the save, so the snapshot's revision (the newest key's, as
+    // `snapshot status` reports it) must reach this write's, proving it holds it.
+    let canary = c
+        .client
+        .put(
+            CANARY_KEY,
+            crate::journal::timestamp(time::OffsetDateTime::now_utc()),
+            None,
+        )
+        .await
+        .with_context(|| format!("failed to write the backup canary through {leader_host}"))?;
+    revision_before = canary.header().map(|h| h.revision()).unwrap_or(revision_before);
     let members = c
         .client
         .member_list()

@@ -657,8 +657,17 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
             }
             for h in &d.targets {
                 steps.push(
+                    // A member of a new multi-member cluster serves only once a quorum has
+                    // started: started (or starting) after this run's start is what counts here;
+                    // R2.9 waits for the cluster.
                     JournaledStep::new(format!("R2.7@{h}"), "start etcd", Some(h))
-                        .done_when(member_in_cluster(&cid_dec, false))
+                        .done_when(RemoteCommand::read_only([
+                            "sh",
+                            "-c",
+                            "[ -e \"$1\" ] && case \"$(systemctl is-active etcd.service)\" in active|activating) true ;; *) false ;; esac",
+                            "hactl-starting",
+                            &etcd_started,
+                        ]))
                         .run(unfence_start(&etcd_units, false, &etcd_started)),
                 );
             }
