@@ -75,22 +75,10 @@ impl Phase for ConfigureLoadBalancer {
     /// The configure phase, then (only when it changes something) a check that etcd answers
     /// through the VIP.
     fn plan(&self, ctx: &Ctx<'_>) -> Result<Vec<PlannedPhase>, PlanError> {
-        let mut hosts = Vec::new();
-        for host in self.hosts(ctx.inv) {
-            hosts.push(HostSteps {
-                host: host.name.clone(),
-                sudo: host.ssh.sudo,
-                steps: self.steps(host, ctx)?,
-            });
-        }
-        let changed = hosts.iter().any(|h| !h.steps.is_empty());
-        let first = hosts.first().map(|h| (h.host.clone(), h.sudo));
-        let mut phases = vec![PlannedPhase {
-            title: self.title().to_string(),
-            parallelism: self.parallelism(),
-            disruptive: false,
-            hosts,
-        }];
+        let configure = super::per_host(self, ctx)?;
+        let changed = configure.hosts.iter().any(|h| !h.steps.is_empty());
+        let first = configure.hosts.first().map(|h| (h.host.clone(), h.sudo));
+        let mut phases = vec![configure];
         if let (true, Some((host, sudo)), Some(check)) =
             (changed, first, vip_serves_etcd(ctx.inv, Duration::from_secs(30)))
         {

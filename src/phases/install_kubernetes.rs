@@ -96,19 +96,6 @@ impl Phase for InstallKubernetes {
     }
     fn plan(&self, ctx: &Ctx<'_>) -> Result<Vec<PlannedPhase>, PlanError> {
         refuse(ctx)?;
-        let mut hosts = Vec::new();
-        for host in self.hosts(ctx.inv) {
-            hosts.push(crate::plan::HostSteps {
-                host: host.name.clone(),
-                sudo: host.ssh.sudo,
-                steps: self.steps(host, ctx)?,
-            });
-        }
-        Ok(vec![PlannedPhase {
-            title: self.title().to_string(),
-            parallelism: self.parallelism(),
-            disruptive: self.disruptive(),
-            hosts,
-        }])
+        Ok(vec![super::per_host(self, ctx)?])
     }
 }

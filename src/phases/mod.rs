@@ -85,21 +85,27 @@ pub trait Phase {
     fn steps(&self, host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError>;
     /// The planned phase; phases whose steps run on other hosts than their subject override it.
     fn plan(&self, ctx: &Ctx<'_>) -> Result<Vec<PlannedPhase>, PlanError> {
-        let mut hosts = Vec::new();
-        for host in self.hosts(ctx.inv) {
-            hosts.push(HostSteps {
-                host: host.name.clone(),
-                sudo: host.ssh.sudo,
-                steps: self.steps(host, ctx)?,
-            });
-        }
-        Ok(vec![PlannedPhase {
-            title: self.title().to_string(),
-            parallelism: self.parallelism(),
-            disruptive: self.disruptive(),
-            hosts,
-        }])
+        Ok(vec![per_host(self, ctx)?])
     }
+}
+
+/// The usual shape of a phase: its own steps on each of its hosts, in inventory order.
+/// Phases that override [`Phase::plan`] to add steps around it start from this.
+pub fn per_host<P: Phase + ?Sized>(phase: &P, ctx: &Ctx<'_>) -> Result<PlannedPhase, PlanError> {
+    let mut hosts = Vec::new();
+    for host in phase.hosts(ctx.inv) {
+        hosts.push(HostSteps {
+            host: host.name.clone(),
+            sudo: host.ssh.sudo,
+            steps: phase.steps(host, ctx)?,
+        });
+    }
+    Ok(PlannedPhase {
+        title: phase.title().to_string(),
+        parallelism: phase.parallelism(),
+        disruptive: phase.disruptive(),
+        hosts,
+    })
 }
 
 /// Builds the plan of `phases` in order; empty phases are dropped.
