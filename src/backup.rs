@@ -151,9 +151,9 @@ backups (newest good per host):
 
 fn span(d: Duration) -> String {
     let s = d.as_secs();
-    if s % 3600 == 0 {
+    if s.is_multiple_of(3600) {
         format!("{}h", s / 3600)
-    } else if s % 60 == 0 {
+    } else if s.is_multiple_of(60) {
         format!("{}m", s / 60)
     } else {
         format!("{s}s")
