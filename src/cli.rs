@@ -224,6 +224,10 @@ pub struct RecoverArgs {
     /// Allow a restore without a revision bump when no bump is possible (etcd 3.4 without a known high-water mark).
     #[arg(long)]
     pub accept_revision_rewind: bool,
+    /// Accept losing up to this much (a source up to DUR old: 30m, 6h, 2d). Without it, a source
+    /// more than 10000 revisions behind the high-water mark or older than 24h is refused (exit 3).
+    #[arg(long, value_name = "DUR", value_parser = parse_window)]
+    pub accept_data_loss_window: Option<std::time::Duration>,
     /// Restore a snapshot that has no appended sha256 (a raw member/snap/db copy).
     #[arg(long)]
     pub skip_hash_check: bool,
@@ -331,4 +335,18 @@ pub struct EtcdMaintenanceArgs {
     pub defrag: bool,
     #[arg(long)]
     pub disarm: bool,
+}
+
+/// `--accept-data-loss-window`: `30s`, `10m`, `6h` or `2d`.
+fn parse_window(s: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("{s:?} is not a duration: use e.g. 30m, 6h or 2d");
+    match s.strip_suffix('d') {
+        Some(days) => days
+            .parse::<u64>()
+            .ok()
+            .and_then(|d| d.checked_mul(86_400))
+            .map(std::time::Duration::from_secs)
+            .ok_or_else(bad),
+        None => crate::inventory::parse_duration(s).ok_or_else(bad),
+    }
 }

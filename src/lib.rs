@@ -15,6 +15,7 @@
 //! ```
 //! See ARCHITECTURE.md for the code map and the invariants.
 
+pub mod backup;
 pub mod binaries;
 pub mod cli;
 pub mod commands;

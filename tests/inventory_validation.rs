@@ -340,6 +340,31 @@ fn bad_inventories_report_every_problem_with_its_place() {
                 "lab.yaml: kubernetes.version: \"latest\" is not a version (use MAJOR.MINOR.PATCH, e.g. 1.31.4)".into(),
             ],
         ),
+        (
+            "backup interval that is not a time span",
+            edit(&[("  kubernetes:", "  backup:\n    interval: hourly\n  kubernetes:")]),
+            vec!["lab.yaml: backup.interval: \"hourly\" is not a time span: use e.g. 30s, 10m or 1h".into()],
+        ),
+        (
+            "backup interval of zero",
+            edit(&[("  kubernetes:", "  backup:\n    interval: 0s\n  kubernetes:")]),
+            vec!["lab.yaml: backup.interval: \"0s\" is zero: use at least 1s, e.g. 1h".into()],
+        ),
+        (
+            "backup retention of zero",
+            edit(&[("  kubernetes:", "  backup:\n    retention: 0\n  kubernetes:")]),
+            vec!["lab.yaml: backup.retention: 0 would delete every snapshot: keep at least 1 (default 24)".into()],
+        ),
+        (
+            "relative backup dir",
+            edit(&[("  kubernetes:", "  backup:\n    dir: backups\n  kubernetes:")]),
+            vec!["lab.yaml: backup.dir: \"backups\" is not absolute: use e.g. /var/lib/etcd-backups".into()],
+        ),
+        (
+            "backup dir with a space and ..",
+            edit(&[("  kubernetes:", "  backup:\n    dir: /var/../my backups\n  kubernetes:")]),
+            vec!["lab.yaml: backup.dir: \"/var/../my backups\": use a plain absolute path of [A-Za-z0-9/._-] without `..`, e.g. /var/lib/etcd-backups".into()],
+        ),
     ];
 
     let mut failures = Vec::new();
@@ -427,6 +452,28 @@ fn a_good_inventory_gets_its_defaults() {
         (3650, 365)
     );
     assert!(!inv.allow_single_member);
+
+    let b = &inv.backup;
+    assert!(b.enabled);
+    assert_eq!(b.interval, std::time::Duration::from_secs(3600));
+    assert_eq!(b.interval_text, "1h");
+    assert_eq!(b.retention, 24);
+    assert_eq!(b.dir, "/var/lib/etcd-backups");
+}
+
+#[test]
+fn backup_settings_are_read() {
+    let text = edit(&[(
+        "  kubernetes:",
+        "  backup:\n    enabled: false\n    interval: 10m\n    retention: 3\n    dir: /srv/etcd-backups/\n  kubernetes:",
+    )]);
+    let inv = inventory::load_str(Path::new("/srv/lab.yaml"), &text).unwrap();
+    let b = &inv.backup;
+    assert!(!b.enabled);
+    assert_eq!(b.interval, std::time::Duration::from_secs(600));
+    assert_eq!(b.interval_text, "600s");
+    assert_eq!(b.retention, 3);
+    assert_eq!(b.dir, "/srv/etcd-backups");
 }
 
 #[test]

@@ -85,6 +85,7 @@ fn inventory(members: usize, key_type: KeyType) -> Inventory {
         state_dir: PathBuf::from("/tmp/state"),
         allow_single_member: false,
         heal: Default::default(),
+        backup: Default::default(),
     }
 }
 

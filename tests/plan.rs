@@ -83,6 +83,14 @@ fn converged(
                 enabled: "enabled".into(),
             },
         );
+        f.units.insert(
+            hactl::backup::TIMER.into(),
+            UnitState {
+                active: "active".into(),
+                main_pid: 0,
+                enabled: "enabled".into(),
+            },
+        );
         f.members = Some(members.clone());
     }
     facts
@@ -262,4 +270,37 @@ fn members_reporting_different_clusters_are_refused() {
         .cluster_id = 0xdef;
     let err = build(&inv, &facts).unwrap_err();
     assert!(err.to_string().contains("cluster IDs abc, def"), "{err}");
+}
+
+#[test]
+fn disabling_backups_disables_the_timer_and_keeps_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut inv = inventory(3, dir.path());
+    let fresh = fresh_facts(&inv);
+    let plan = build(&inv, &fresh).unwrap();
+    let facts = converged(&plan, fresh, &members(&inv, 3));
+    inv.backup.enabled = false;
+    let again = build(&inv, &facts).unwrap();
+    let text = again.to_string();
+    assert_eq!(
+        text.lines().filter(|l| !l.starts_with("==")).collect::<Vec<_>>(),
+        [
+            "cp1: run systemctl disable --now hactl-etcd-backup.timer",
+            "cp2: run systemctl disable --now hactl-etcd-backup.timer",
+            "cp3: run systemctl disable --now hactl-etcd-backup.timer",
+        ],
+        "{text}"
+    );
+    // A changed interval rewrites the timer, reloads systemd and restarts the running timer.
+    inv.backup.enabled = true;
+    inv.backup.interval_text = "600s".into();
+    let changed = build(&inv, &facts).unwrap().to_string();
+    let cp1: Vec<&str> = changed.lines().filter(|l| l.starts_with("cp1:")).collect();
+    assert_eq!(cp1.len(), 3, "{changed}");
+    assert!(
+        cp1[0].starts_with("cp1: write /etc/systemd/system/hactl-etcd-backup.timer"),
+        "{changed}"
+    );
+    assert_eq!(cp1[1], "cp1: run systemctl daemon-reload");
+    assert_eq!(cp1[2], "cp1: run systemctl restart hactl-etcd-backup.timer");
 }

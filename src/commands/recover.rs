@@ -440,6 +440,31 @@ async fn decide(
             .find(|a| &a.host == host)
             .and_then(|a| a.status.as_ref().map(|s| s.header.revision)),
     };
+    // R0.4c: refuse a source older than the operator accepted, naming the estimated loss.
+    let source_age = match &source {
+        Source::File { time: Some(t), .. } => {
+            time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339)
+                .ok()
+                .map(|t| {
+                    (time::OffsetDateTime::now_utc() - t)
+                        .max(time::Duration::ZERO)
+                        .unsigned_abs()
+                })
+        }
+        _ => None,
+    };
+    let estimate = rec::LossEstimate {
+        revisions: mark.as_ref().zip(snap_rev).map(|(m, r)| (m.revision - r).max(0)),
+        hwm: mark.as_ref().map(|m| (m.revision, m.time.clone())),
+        source_revision: snap_rev,
+        source_age,
+        source: match &source {
+            Source::File { path, .. } => path.clone(),
+            Source::Member { host } => format!("(member {host})"),
+        },
+    };
+    rec::data_loss_gate(&estimate, args.accept_data_loss_window)
+        .map_err(|m| refuse(super::exit::NEEDS_INPUT, m))?;
     let bump = rec::choose_bump(
         seed_a.tool_bumps,
         mark.as_ref().map(|m| m.revision),

@@ -19,6 +19,20 @@ use crate::plan::{HostSteps, Parallelism, Plan, PlannedPhase, RemoteCommand, Ste
 /// The steps that undo `up` on one etcd host, from what its facts show is there.
 pub fn reset_steps(inv: &Inventory, facts: &HostFacts, stamp: &str) -> Vec<Step> {
     let mut steps = Vec::new();
+    // Scheduled backups first, so no snapshot starts while etcd stops; the snapshots stay.
+    if facts.files.contains_key(crate::backup::TIMER_PATH)
+        || facts
+            .units
+            .get(crate::backup::TIMER)
+            .is_some_and(|u| u.active == "active")
+    {
+        steps.push(Step::Run(RemoteCommand::new([
+            "systemctl",
+            "disable",
+            "--now",
+            crate::backup::TIMER,
+        ])));
+    }
     let unit_known = facts.files.contains_key(etcd::UNIT_PATH)
         || facts.units.get(etcd::UNIT).is_some_and(|u| u.active == "active");
     if unit_known {
@@ -41,6 +55,7 @@ pub fn reset_steps(inv: &Inventory, facts: &HostFacts, stamp: &str) -> Vec<Step>
     }
     let present: Vec<String> = managed_paths(&inv.etcd.source)
         .into_iter()
+        .chain(crate::backup::managed_paths())
         .filter(|p| facts.files.contains_key(p))
         .collect();
     if !present.is_empty() {
@@ -48,7 +63,7 @@ pub fn reset_steps(inv: &Inventory, facts: &HostFacts, stamp: &str) -> Vec<Step>
         argv.extend(present.iter().cloned());
         steps.push(Step::Run(RemoteCommand::new(argv)));
     }
-    if facts.files.contains_key(etcd::UNIT_PATH) {
+    if facts.files.contains_key(etcd::UNIT_PATH) || facts.files.contains_key(crate::backup::TIMER_PATH) {
         steps.push(Step::Run(RemoteCommand::new(["systemctl", "daemon-reload"])));
     }
     steps

@@ -36,6 +36,9 @@ pub struct ClusterStatus {
     /// The Kubernetes control plane, when the inventory has a kubernetes section.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kubernetes: Option<crate::kubernetes::status::KubernetesStatus>,
+    /// Per etcd host, the newest good scheduled backup (`spec.backup`; empty when disabled).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub backups: Vec<crate::backup::BackupRow>,
 }
 
 #[derive(Debug, Clone, Serialize, Default)]
@@ -264,6 +267,12 @@ pub async fn gather(
     status.members = rows;
     status.alarms = alarms;
     status.certificates = certificate_rows(&pki_dir);
+    if inv.backup.enabled {
+        status.backups = crate::backup::gather(&hosts, &conns, &inv.backup.dir).await;
+        status
+            .problems
+            .extend(crate::backup::stale_problem(&status.backups, inv.backup.interval));
+    }
     if inv.kubernetes.is_some() {
         let cps = inv.with_role(Role::ControlPlane);
         let cp_conns = super::connect(inv, state, &cps, connect).await;
@@ -408,6 +417,9 @@ pub fn table(s: &ClusterStatus) -> String {
             first.name,
             first.days_left
         ));
+    }
+    if !s.backups.is_empty() {
+        out.push_str(&crate::backup::table(&s.backups));
     }
     if let Some(lb) = &s.load_balancers {
         out.push_str(&crate::load_balancer::status::table(lb));

@@ -17,7 +17,9 @@ use crate::cli::UpArgs;
 use crate::exec::{self, Mode, Transport, Transports};
 use crate::facts::{self, HostFacts, Query};
 use crate::inventory::{Host, Inventory, Role};
-use crate::phases::{self, configure_etcd, etcd_files, install_etcd, join_etcd, roll_etcd, start_etcd};
+use crate::phases::{
+    self, configure_etcd, etcd_files, install_etcd, join_etcd, roll_etcd, schedule_backups, start_etcd,
+};
 use crate::phases::{
     configure_kubernetes, install_kubernetes, roll_apiservers, roll_controllers, start_kubernetes,
 };
@@ -35,6 +37,8 @@ pub fn phases() -> Vec<Box<dyn Phase>> {
         Box::new(start_etcd::StartEtcd),
         Box::new(join_etcd::JoinEtcd),
         Box::new(roll_etcd::RollEtcd),
+        // Local snapshots on every etcd host (spec.backup), once the members are up.
+        Box::new(schedule_backups::ScheduleBackups),
         // Load balancers (before the Kubernetes roll, which drains their backends).
         Box::new(install_load_balancer::InstallLoadBalancer),
         Box::new(configure_load_balancer::ConfigureLoadBalancer),
@@ -65,6 +69,8 @@ pub fn query_for(inv: &Inventory, host: &Host) -> Query {
     let mut q = super::check::query_for(inv, host);
     if host.has(Role::Etcd) {
         q.files = etcd_files::managed_paths(&inv.etcd.source);
+        q.files.extend(crate::backup::managed_paths());
+        q.units.push(crate::backup::TIMER.into());
     }
     if let Some(kube) = crate::kubernetes::spec_for(inv, host) {
         q.files.extend(crate::kubernetes::managed_paths(kube));

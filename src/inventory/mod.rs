@@ -33,6 +33,30 @@ pub struct Inventory {
     pub state_dir: PathBuf,
     pub allow_single_member: bool,
     pub heal: HealSpec,
+    pub backup: BackupSpec,
+}
+
+/// `spec.backup`, validated (see `raw::RawBackup`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BackupSpec {
+    pub enabled: bool,
+    pub interval: std::time::Duration,
+    /// As written in the inventory (a systemd time span), for the timer unit.
+    pub interval_text: String,
+    pub retention: u32,
+    pub dir: String,
+}
+
+impl Default for BackupSpec {
+    fn default() -> Self {
+        BackupSpec {
+            enabled: true,
+            interval: std::time::Duration::from_secs(3600),
+            interval_text: "1h".into(),
+            retention: 24,
+            dir: "/var/lib/etcd-backups".into(),
+        }
+    }
 }
 
 /// `spec.heal`, validated (see `raw::RawHeal`).

@@ -50,6 +50,23 @@ pub struct RawSpec {
     /// Automatic repair of etcd members by `hactl heal` (spec §4.2).
     #[serde(default)]
     pub heal: RawHeal,
+    /// Scheduled snapshots on every etcd host (a systemd timer), see `hactl status`.
+    #[serde(default)]
+    pub backup: RawBackup,
+}
+
+/// `spec.backup`: the local snapshot timer on every etcd host.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawBackup {
+    /// Install and run the timer (default true); `false` disables the timer, keeps the files.
+    pub enabled: Option<bool>,
+    /// Time between two snapshots, a systemd time span like `30m` or `1h` (default 1h).
+    pub interval: Option<String>,
+    /// Snapshots kept per host, newest first (default 24).
+    pub retention: Option<u32>,
+    /// Absolute directory on the hosts (default `/var/lib/etcd-backups`).
+    pub dir: Option<String>,
 }
 
 /// `spec.heal`: limits of automatic remediation; durations like `30s`, `10m`, `1h`.

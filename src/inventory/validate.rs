@@ -257,6 +257,7 @@ impl Checker {
         let kubernetes = self.kubernetes(&spec.kubernetes, &drafts, vip.as_ref());
         let pki = self.pki(&spec.pki);
         let heal = self.heal(&spec.heal);
+        let backup = self.backup(&spec.backup);
         let state_dir = match &spec.state_dir {
             Some(dir) if dir.as_os_str().is_empty() => {
                 self.report(
@@ -293,7 +294,62 @@ impl Checker {
             state_dir: state_dir?,
             allow_single_member: spec.allow_single_member,
             heal,
+            backup,
         })
+    }
+
+    fn backup(&mut self, raw: &super::raw::RawBackup) -> super::BackupSpec {
+        let mut b = super::BackupSpec::default();
+        if let Some(e) = raw.enabled {
+            b.enabled = e;
+        }
+        if let Some(v) = &raw.interval {
+            match super::parse_duration(v) {
+                Some(d) if d.as_secs() >= 1 => {
+                    b.interval = d;
+                    b.interval_text = format!("{}s", d.as_secs());
+                }
+                Some(_) => self.report(
+                    "backup.interval",
+                    format!("{v:?} is zero: use at least 1s, e.g. 1h"),
+                ),
+                None => self.report(
+                    "backup.interval",
+                    format!("{v:?} is not a time span: use e.g. 30s, 10m or 1h"),
+                ),
+            }
+        }
+        if let Some(n) = raw.retention {
+            if n == 0 {
+                self.report(
+                    "backup.retention",
+                    "0 would delete every snapshot: keep at least 1 (default 24)",
+                );
+            } else {
+                b.retention = n;
+            }
+        }
+        if let Some(dir) = &raw.dir {
+            let ok_chars = dir
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c));
+            if !dir.starts_with('/') {
+                self.report(
+                    "backup.dir",
+                    format!("{dir:?} is not absolute: use e.g. /var/lib/etcd-backups"),
+                );
+            } else if !ok_chars || dir.split('/').any(|p| p == "..") || dir == "/" {
+                self.report(
+                    "backup.dir",
+                    format!(
+                        "{dir:?}: use a plain absolute path of [A-Za-z0-9/._-] without `..`, e.g. /var/lib/etcd-backups"
+                    ),
+                );
+            } else {
+                b.dir = dir.trim_end_matches('/').to_string();
+            }
+        }
+        b
     }
 
     fn heal(&mut self, raw: &super::raw::RawHeal) -> super::HealSpec {

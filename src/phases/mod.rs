@@ -16,6 +16,7 @@ pub mod load_balancer;
 pub mod roll_apiservers;
 pub mod roll_controllers;
 pub mod roll_etcd;
+pub mod schedule_backups;
 pub mod start_etcd;
 pub mod start_kubernetes;
 

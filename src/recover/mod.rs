@@ -185,6 +185,87 @@ pub fn choose_bump(
     }
 }
 
+/// R0.4c default without `--accept-data-loss-window`: refuse a source more than this many
+/// revisions behind the high-water mark (minutes of a busy cluster's writes: worth a decision).
+pub const DEFAULT_MAX_LOST_REVISIONS: i64 = 10_000;
+/// R0.4c default without `--accept-data-loss-window`: refuse a snapshot older than this.
+pub const DEFAULT_MAX_SOURCE_AGE: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// What choosing a source would lose, as far as hactl can tell (R0.4c).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LossEstimate {
+    /// `HWM − source revision`, when both are known.
+    pub revisions: Option<i64>,
+    /// The high-water mark and when it was seen (for the message).
+    pub hwm: Option<(i64, String)>,
+    pub source_revision: Option<i64>,
+    /// How old the source is (a snapshot's sidecar time to now); None for a survivor or a file
+    /// without a sidecar.
+    pub source_age: Option<std::time::Duration>,
+    /// How the source was named (for the message).
+    pub source: String,
+}
+
+fn human_span(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    if s >= 2 * 3600 {
+        format!("{} h {} min", s / 3600, (s % 3600) / 60)
+    } else {
+        format!("{} min", s.div_ceil(60))
+    }
+}
+
+/// R0.4c: refuse (the caller exits 3) a source older than the operator accepted. Without
+/// `accept`, the defaults apply: at most [`DEFAULT_MAX_LOST_REVISIONS`] behind the high-water mark
+/// and at most [`DEFAULT_MAX_SOURCE_AGE`] old. With `accept = D`, the source must be at most D old
+/// (the revision threshold is then waived: the operator has chosen a window). What cannot be
+/// estimated (no sidecar, no mark) does not refuse; the plan says the window is unknown.
+pub fn data_loss_gate(est: &LossEstimate, accept: Option<std::time::Duration>) -> Result<(), String> {
+    let too_old = |limit: std::time::Duration| est.source_age.is_some_and(|a| a > limit);
+    let (refused, limit) = match accept {
+        Some(d) => (too_old(d), format!("--accept-data-loss-window {}", human_span(d))),
+        None => (
+            too_old(DEFAULT_MAX_SOURCE_AGE)
+                || est.revisions.is_some_and(|r| r > DEFAULT_MAX_LOST_REVISIONS),
+            format!(
+                "the default limits: at most {DEFAULT_MAX_LOST_REVISIONS} revisions behind the high-water mark, at most {} old",
+                human_span(DEFAULT_MAX_SOURCE_AGE)
+            ),
+        ),
+    };
+    if !refused {
+        return Ok(());
+    }
+    let mut loss = Vec::new();
+    if let (Some(r), Some((h, at)), Some(src)) = (est.revisions, &est.hwm, est.source_revision) {
+        loss.push(format!(
+            "{r} revisions (source at revision {src}, the highest revision seen was {h} at {at})"
+        ));
+    }
+    if let Some(a) = est.source_age {
+        loss.push(format!(
+            "up to {} of writes (the source is that old)",
+            human_span(a)
+        ));
+    }
+    // Suggest a window that covers this source, rounded up to the hour.
+    let hours = est
+        .source_age
+        .map(|a| a.as_secs().div_ceil(3600).max(1))
+        .unwrap_or(24);
+    Err(format!(
+        "R0.4c: the chosen source {} is older than allowed by {limit}: the estimated data loss is {}. \
+         Pick a newer source (`--auto` takes the highest revision among survivors and backups), or accept \
+         this loss with `--accept-data-loss-window {hours}h`",
+        est.source,
+        if loss.is_empty() {
+            "unknown".to_string()
+        } else {
+            loss.join(" and ")
+        },
+    ))
+}
+
 /// What the quorum gate (R0.3) saw of one reachable member.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MemberView {
@@ -292,6 +373,42 @@ mod tests {
         assert!(choose_bump(false, Some(9_000_000), Some(0), false).is_err());
         assert!(choose_bump(false, None, Some(10), false).is_err());
         assert_eq!(choose_bump(false, None, Some(10), true), Ok(Bump::None));
+    }
+
+    #[test]
+    fn the_data_loss_gate_refuses_old_sources_unless_accepted() {
+        use std::time::Duration;
+        let h = |n: u64| Duration::from_secs(n * 3600);
+        let est = |revisions: Option<i64>, age: Option<Duration>| LossEstimate {
+            revisions,
+            hwm: Some((50_000, "2026-11-22T03:00:00.000Z".into())),
+            source_revision: revisions.map(|r| 50_000 - r),
+            source_age: age,
+            source: "snap.db".into(),
+        };
+        // (estimate, --accept-data-loss-window, allowed?)
+        let cases = [
+            (est(Some(100), Some(h(1))), None, true),
+            (est(Some(10_000), Some(h(24))), None, true),
+            (est(Some(10_001), Some(h(1))), None, false),
+            (est(Some(100), Some(h(25))), None, false),
+            (est(Some(100), Some(h(25))), Some(h(26)), true),
+            (est(Some(100), Some(h(25))), Some(h(2)), false),
+            // The window waives the revision threshold.
+            (est(Some(90_000), Some(h(1))), Some(h(2)), true),
+            // Nothing known (a survivor, no mark): the gate cannot refuse.
+            (est(None, None), None, true),
+            (est(Some(20_000), None), None, false),
+            (est(Some(20_000), None), Some(Duration::from_secs(60)), true),
+        ];
+        for (e, accept, allowed) in cases {
+            let got = data_loss_gate(&e, accept);
+            assert_eq!(got.is_ok(), allowed, "{e:?} with {accept:?}: {got:?}");
+        }
+        let msg = data_loss_gate(&est(Some(12_345), Some(h(30))), None).unwrap_err();
+        assert!(msg.contains("12345 revisions"), "{msg}");
+        assert!(msg.contains("up to 30 h 0 min of writes"), "{msg}");
+        assert!(msg.contains("--accept-data-loss-window 30h"), "{msg}");
     }
 
     #[test]

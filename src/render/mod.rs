@@ -80,6 +80,19 @@ const TEMPLATES: &[(&str, &str)] = &[
         "hactl-etcd-snapshot",
         include_str!("../../templates/hactl-etcd-snapshot.tera"),
     ),
+    // Scheduled backups (contexts in `phases::schedule_backups`).
+    (
+        "hactl-etcd-backup",
+        include_str!("../../templates/hactl-etcd-backup.tera"),
+    ),
+    (
+        "hactl-etcd-backup.service",
+        include_str!("../../templates/hactl-etcd-backup.service.tera"),
+    ),
+    (
+        "hactl-etcd-backup.timer",
+        include_str!("../../templates/hactl-etcd-backup.timer.tera"),
+    ),
 ];
 
 /// A template failed to render (a bug in hactl, not in the inventory).

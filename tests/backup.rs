@@ -1,0 +1,195 @@
+//! Scheduled backups on the etcd hosts, against real etcd in lab hosts (systemd-nspawn). They
+//! need root; without it each prints `SKIPPED <name>: needs root`.
+
+#[path = "support/lab.rs"]
+mod lab_support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use lab_support::TestLab;
+
+const DIR: &str = "/var/lib/etcd-backups";
+const HOSTS: [&str; 3] = ["cp1", "cp2", "cp3"];
+
+fn hactl(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_hactl"))
+        .args(args)
+        .output()
+        .expect("run hactl")
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn up_ok(inventory: &Path) -> String {
+    let out = hactl(&["up", "-i", inventory.to_str().unwrap(), "--yes"]);
+    assert!(out.status.success(), "hactl up failed:\n{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn status_json(inventory: &Path) -> (i32, serde_json::Value) {
+    let out = hactl(&["status", "-i", inventory.to_str().unwrap(), "-o", "json"]);
+    let json =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("status JSON: {e}\n{}", text(&out)));
+    (out.status.code().unwrap_or(-1), json)
+}
+
+/// Adds `spec.backup` to the lab's inventory, indented like the other keys of `spec`.
+fn set_backup(inventory: &Path, interval: &str, retention: u32) {
+    let text = std::fs::read_to_string(inventory).unwrap();
+    let after = text.split_once("\nspec:\n").expect("a spec section").1;
+    let indent: String = after.chars().take_while(|c| *c == ' ').collect();
+    let block = format!(
+        "\nspec:\n{indent}backup:\n{indent}{indent}interval: {interval}\n{indent}{indent}retention: {retention}\n"
+    );
+    std::fs::write(inventory, text.replacen("\nspec:\n", &block, 1)).unwrap();
+}
+
+/// The snapshot files (names) in the backup dir of `host`, sorted.
+fn snapshots(lab: &TestLab, host: &str) -> Vec<String> {
+    let out = lab.exec(
+        host,
+        &[
+            "sh",
+            "-c",
+            &format!("ls -1 {DIR} 2>/dev/null | grep '\\.db$' || true"),
+        ],
+    );
+    let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    v.sort();
+    v
+}
+
+fn run_backup(lab: &TestLab, host: &str) {
+    lab.exec_ok(host, &["systemctl", "start", "hactl-etcd-backup.service"]);
+}
+
+#[test]
+fn scheduled_backups_write_verified_snapshots_on_the_leader_and_status_reports_their_age() {
+    let Some(lab) = TestLab::up("backup_sched", 3, 0, 0, "trixie") else {
+        return;
+    };
+    let inv = lab.inventory();
+    set_backup(inv, "10s", 2);
+    up_ok(inv);
+    for h in HOSTS {
+        let state = lab.exec_ok(h, &["systemctl", "is-enabled", "hactl-etcd-backup.timer"]);
+        assert_eq!(state.trim(), "enabled", "{h}");
+        let active = lab.exec_ok(h, &["systemctl", "is-active", "hactl-etcd-backup.timer"]);
+        assert_eq!(active.trim(), "active", "{h}");
+    }
+    // A converged cluster: nothing to upload, nothing to enable.
+    assert_eq!(up_ok(inv).trim(), "no changes");
+
+    // From here the test drives the runs itself.
+    for h in HOSTS {
+        lab.exec_ok(h, &["systemctl", "stop", "hactl-etcd-backup.timer"]);
+        lab.exec_ok(h, &["sh", "-c", &format!("rm -rf {DIR}")]);
+    }
+    let (code, s) = status_json(inv);
+    assert_eq!(code, 0, "{s:#}");
+    let leader = s["leader"].as_str().unwrap().to_string();
+    assert!(HOSTS.contains(&leader.as_str()), "{s:#}");
+    lab.exec_ok(
+        &leader,
+        &["/usr/local/sbin/hactl-etcdctl", "put", "/backup/k", "v"],
+    );
+
+    for h in HOSTS {
+        run_backup(&lab, h);
+    }
+    for h in HOSTS {
+        let files = snapshots(&lab, h);
+        if h == leader {
+            assert_eq!(files.len(), 1, "{h}: {files:?}");
+        } else {
+            assert!(files.is_empty(), "follower {h} saved {files:?}");
+            let log = lab.exec_ok(
+                h,
+                &["journalctl", "-u", "hactl-etcd-backup.service", "--no-pager"],
+            );
+            assert!(log.contains("not the leader"), "{h}: {log}");
+        }
+    }
+    let file = format!("{DIR}/{}", snapshots(&lab, &leader)[0]);
+    assert!(file.starts_with(&format!("{DIR}/{}-", lab.name())), "{file}");
+    let check = lab.exec_ok(&leader, &["/usr/local/sbin/hactl-etcd-snapshot", "check", &file]);
+    let check: serde_json::Value = serde_json::from_str(check.trim()).unwrap();
+    assert_eq!(check["hash"], "ok", "{check}");
+    assert_eq!(check["size"].as_u64().unwrap() % 512, 32);
+    let latest: serde_json::Value =
+        serde_json::from_str(&lab.exec_ok(&leader, &["cat", &format!("{DIR}/latest.json")])).unwrap();
+    assert_eq!(latest["file"], file.as_str(), "{latest}");
+    assert_eq!(latest["ok"], true);
+    assert_eq!(latest["sha256"], check["sha256"], "{latest}");
+    assert!(latest["revision"].as_i64().unwrap() > 1, "{latest}");
+    let now: i64 = lab.exec_ok(&leader, &["date", "+%s"]).trim().parse().unwrap();
+    assert!((now - latest["time"].as_i64().unwrap()).abs() < 60, "{latest}");
+
+    // Retention 2: after retention + 2 runs, the newest two remain, and latest.json names the newest.
+    for _ in 0..3 {
+        run_backup(&lab, &leader);
+    }
+    let files = snapshots(&lab, &leader);
+    assert_eq!(files.len(), 2, "{files:?}");
+    let latest: serde_json::Value =
+        serde_json::from_str(&lab.exec_ok(&leader, &["cat", &format!("{DIR}/latest.json")])).unwrap();
+    assert_eq!(latest["file"], format!("{DIR}/{}", files[1]).as_str(), "{latest}");
+    let leftovers = lab.exec(&leader, &["sh", "-c", &format!("ls {DIR} | grep -c part")]);
+    assert_eq!(String::from_utf8_lossy(&leftovers.stdout).trim(), "0");
+
+    // status: the age per host, healthy.
+    let (code, s) = status_json(inv);
+    assert_eq!(code, 0, "{s:#}");
+    let rows = s["backups"].as_array().unwrap_or_else(|| panic!("{s:#}"));
+    assert_eq!(rows.len(), 3, "{s:#}");
+    for r in rows {
+        if r["host"] == leader.as_str() {
+            assert_eq!(r["ok"], true, "{r}");
+            assert!(r["ageSeconds"].as_i64().unwrap() <= 20, "{r}");
+            assert_eq!(r["file"], latest["file"], "{r}");
+        } else {
+            assert!(r["ageSeconds"].is_null(), "{r}");
+        }
+    }
+
+    // Stale: the newest good backup older than 2 × interval → a problem and exit 5.
+    lab.exec_ok(
+        &leader,
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "t=$(($(date +%s) - 100)); sed -i \"s/\\\"time\\\":[0-9]*/\\\"time\\\":$t/\" {DIR}/latest.json"
+            ),
+        ],
+    );
+    let (code, s) = status_json(inv);
+    assert_eq!(code, 5, "{s:#}");
+    let problems: Vec<&str> = s["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("newest good backup is 1 min old (interval 10s): stale")),
+        "{problems:?}"
+    );
+
+    // `up` starts the stopped timers again; then a converged cluster plans nothing.
+    up_ok(inv);
+    assert_eq!(up_ok(inv).trim(), "no changes");
+}
