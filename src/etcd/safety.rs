@@ -540,8 +540,10 @@ mod tests {
             let target_healthy = target_healthy && c.healthy > 0;
             let h_after = c.healthy - usize::from(target_healthy);
             let v_after = c.voters - 1;
+            // §5.2 R-remove: H′ ≥ ⌊(V−1)/2⌋+1 with V the voters before the removal, i.e. a
+            // quorum of the V′ = V−1 that remain.
             let formula = clean(&c) && c.learners == 0 && c.unstarted == 0
-                && v_after > 0 && h_after >= (v_after - 1) / 2 + 1;
+                && v_after > 0 && h_after >= (c.voters - 1) / 2 + 1;
             let d = r_remove(&c, target_healthy);
             prop_assert_eq!(d.is_allowed(), formula);
             if d.is_allowed() {
