@@ -15,7 +15,13 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 
+use super::balancers::Balancers;
 use super::exit;
+
+/// Marks in the maintenance record's `stopped` list: the host's HAProxy servers are in MAINT,
+/// and keepalived was stopped on it (so `complete` undoes exactly what `start` did).
+const DRAIN_MARK: &str = "haproxy-backends";
+const VIP_MARK: &str = "keepalived.service";
 use super::membership::{self, refusal, refuse, Journal, MaintenanceRecord, Reach};
 use crate::cli::{MaintenanceArgs, MaintenanceCommand};
 use crate::etcd::health::Observation;
@@ -275,13 +281,18 @@ async fn start(args: &MaintenanceArgs) -> anyhow::Result<i32> {
             journal.record(&format!("stop-{unit}"), "done", &host.name, "")?;
         }
     }
-    let lbs = s.inv.with_role(Role::LoadBalancer).len();
-    journal.record(
-        "lb-drain",
-        "skipped",
-        &host.name,
-        &format!("{lbs} load balancer host(s); backend drain comes with the lb branch"),
-    )?;
+    // HAProxy next: no new client reaches this host's apiserver or etcd through the VIP, and
+    // the VIP leaves it if it is a load balancer itself, before either stops.
+    let balancers = Balancers::connect(&s.inv, &s.state, &args.connect).await;
+    if balancers.move_vip_off(mode, &journal, "vip-move", host).await? {
+        rec.stopped.push(VIP_MARK.into());
+        write_record(&s, mode, host, &rec).await?;
+    }
+    rec.stopped.push(DRAIN_MARK.into());
+    write_record(&s, mode, host, &rec).await?;
+    balancers
+        .drain(mode, &s.inv, &journal, "lb-drain", &host.name)
+        .await?;
     if active.contains(&"kube-apiserver.service") {
         journal.record("stop-kube-apiserver.service", "started", &host.name, "")?;
         membership::run_on(
@@ -427,6 +438,7 @@ async fn complete(args: &MaintenanceArgs) -> anyhow::Result<i32> {
             &format!("cancelled during {}: nothing was stopped", rec.stage),
         )?;
     }
+    let balancers = Balancers::connect(&s.inv, &s.state, &args.connect).await;
     let stopped = rec.stopped.clone();
     let was = |u: &str| {
         stopped.iter().any(|x| x == u)
@@ -471,12 +483,29 @@ async fn complete(args: &MaintenanceArgs) -> anyhow::Result<i32> {
             journal.record(&format!("start-{unit}"), "done", &host.name, "")?;
         }
         if unit == "kube-apiserver.service" {
-            journal.record(
-                "lb-ready",
-                "skipped",
-                &host.name,
-                "backend ready comes with the lb branch",
-            )?;
+            // etcd caught up and the apiserver started: the backend returns.
+            if was(DRAIN_MARK) {
+                balancers
+                    .ready(
+                        mode,
+                        &s.inv,
+                        &journal,
+                        "lb-ready",
+                        &host.name,
+                        Duration::from_secs(60),
+                    )
+                    .await?;
+            } else {
+                journal.record(
+                    "lb-ready",
+                    "skipped",
+                    &host.name,
+                    "its backends were never drained",
+                )?;
+            }
+            if was(VIP_MARK) {
+                balancers.restore_vip(mode, &journal, "vip-restore", host).await?;
+            }
         }
     }
     journal.record(
