@@ -15,7 +15,7 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 H=${HACTL:-$HERE/target/release/hactl}
 NAME=benchr$$
 OUT=$(mktemp -d)
-trap 'on cp2 "pkill -f vip-writer-loop" >/dev/null 2>&1 || true; $H lab down --name $NAME >/dev/null 2>&1 || true; rm -rf "$OUT"' EXIT INT TERM
+trap 'on cp2 "kill \$(cat /var/tmp/writer.pid)" >/dev/null 2>&1 || true; $H lab down --name $NAME >/dev/null 2>&1 || true; rm -rf "$OUT"' EXIT INT TERM
 
 now() { date +%s.%N; }
 since() { echo "$(now) - $1" | bc; }
@@ -28,7 +28,7 @@ KH=$LAB/known_hosts
 ip() { sed -n "/name: $1\$/{n;s/.*\"\(.*\)\".*/\1/p}" "$I"; }
 on() { h=$1; shift; ssh -q -i "$KEY" -o UserKnownHostsFile="$KH" -o StrictHostKeyChecking=yes -o BatchMode=yes "root@$(ip "$h")" "$@"; }
 $H up -i "$I" --yes >/dev/null 2>&1
-VIP=$($H status -i "$I" -o json | sed -n 's/.*"vip": "\([0-9.]*\)".*/\1/p' | head -n1)
+VIP=$(ip cp1 | sed 's/\.[0-9]*$/.100/') # the lab's VIP is .100 of its subnet
 
 echo "filling ${SIZE_MB} MB (1 MB values)..."
 on cp1 "for i in \$(seq 1 $SIZE_MB); do head -c 1000000 /dev/urandom | base64 -w0 | head -c 1000000 | hactl-etcdctl put /bench/\$i >/dev/null; done"
@@ -37,12 +37,12 @@ echo "database: $DB bytes; VIP $VIP"
 
 # A writer through the VIP on cp2: one line per put, ok or fail, in /var/tmp/writer.log.
 writer_start() {
-  on cp2 "rm -f /var/tmp/writer.log; nohup sh -c 'i=0; while :; do i=\$((i+1)); \
-    if hactl-etcdctl --endpoints=https://${VIP:-127.0.0.1}:2379 --command-timeout=3s put /w/\$((i%64)) \$i >/dev/null 2>&1; \
-    then echo ok; else echo fail; fi; sleep 0.05; done # vip-writer-loop' >>/var/tmp/writer.log 2>&1 </dev/null &"
+  on cp2 "rm -f /var/tmp/writer.log; nohup sh -c 'echo \$\$ >/var/tmp/writer.pid; i=0; while :; do i=\$((i+1)); \
+    if hactl-etcdctl --endpoints=https://$VIP:2379 --command-timeout=3s put /w/\$((i%64)) \$i >/dev/null 2>&1; \
+    then echo ok; else echo fail; fi; sleep 0.05; done' >>/var/tmp/writer.log 2>&1 </dev/null &"
 }
 writer_stop() {
-  on cp2 "pkill -f vip-writer-loop; sleep 0.2; echo \$(grep -c ok /var/tmp/writer.log) \$(grep -c fail /var/tmp/writer.log)"
+  on cp2 "kill \$(cat /var/tmp/writer.pid); sleep 0.2; echo \$(grep -c ok /var/tmp/writer.log) \$(grep -c fail /var/tmp/writer.log)"
 }
 kill_cp3() {
   on cp3 "systemctl kill -s KILL etcd; systemctl stop etcd; mv /var/lib/etcd /var/lib/etcd.dead-\$(date +%s%N)"
