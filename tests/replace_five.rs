@@ -64,7 +64,10 @@ fn assert_five(lab: &TestLab) {
     let mut names: Vec<&str> = list.iter().filter_map(|l| l.split(", ").nth(2)).collect();
     names.sort();
     assert_eq!(names, HOSTS, "{list:?}");
-    assert!(list.iter().all(|l| l.ends_with(", false")), "a learner is left: {list:?}");
+    assert!(
+        list.iter().all(|l| l.ends_with(", false")),
+        "a learner is left: {list:?}"
+    );
 }
 
 /// Members whose peer URL is `url` (B7: never two).
@@ -94,7 +97,10 @@ fn five_members_crash_resume_nospace_budget_and_cancel() {
     let inv = lab.inventory().to_path_buf();
     let state = inv.parent().unwrap().join("state");
     let t = std::fs::read_to_string(&inv).unwrap();
-    let line = t.lines().find(|l| l.trim() == "source: package").expect("etcd source line");
+    let line = t
+        .lines()
+        .find(|l| l.trim() == "source: package")
+        .expect("etcd source line");
     let indent = &line[..line.len() - line.trim_start().len()];
     let t = t.replacen(line, &format!("{line}\n{indent}quotaBackendBytes: 2097152"), 1);
     std::fs::write(&inv, t).unwrap();
@@ -104,10 +110,18 @@ fn five_members_crash_resume_nospace_budget_and_cancel() {
 
     // --- C3: N=5, budget 2. Default concurrency 1; --max-unavailable 2 lets a second host in
     // only while every member is healthy (U=0); a third is refused.
-    assert!(hactl(&inv, &["maintenance", "start", "cp1", "--max-unavailable", "2"]).status.success());
+    assert!(
+        hactl(&inv, &["maintenance", "start", "cp1", "--max-unavailable", "2"])
+            .status
+            .success()
+    );
     let o = hactl(&inv, &["maintenance", "start", "cp2"]);
     assert_eq!(o.status.code(), Some(2), "C3: default concurrency is 1");
-    assert!(hactl(&inv, &["maintenance", "start", "cp2", "--max-unavailable", "2"]).status.success());
+    assert!(
+        hactl(&inv, &["maintenance", "start", "cp2", "--max-unavailable", "2"])
+            .status
+            .success()
+    );
     let o = hactl(&inv, &["maintenance", "start", "cp3", "--max-unavailable", "2"]);
     assert_eq!(o.status.code(), Some(2), "C3: a third host");
     assert!(text(&o).contains("R-maint"), "{}", text(&o));
@@ -117,7 +131,11 @@ fn five_members_crash_resume_nospace_budget_and_cancel() {
     // U=1 (cp5's etcd stopped by hand): one host still fits, a second does not.
     lab.exec_ok("cp5", &["systemctl", "stop", "etcd"]);
     std::thread::sleep(Duration::from_secs(2));
-    assert!(hactl(&inv, &["maintenance", "start", "cp1", "--max-unavailable", "2"]).status.success());
+    assert!(
+        hactl(&inv, &["maintenance", "start", "cp1", "--max-unavailable", "2"])
+            .status
+            .success()
+    );
     let o = hactl(&inv, &["maintenance", "start", "cp2", "--max-unavailable", "2"]);
     assert_eq!(o.status.code(), Some(2), "C3: --max-unavailable 2 with U=1");
 
@@ -153,21 +171,45 @@ fn five_members_crash_resume_nospace_budget_and_cancel() {
         "{}",
         text(&o)
     );
-    assert_eq!(members(&lab, "cp1"), before, "heal changed the membership on NOSPACE");
-    let o = hactl(&inv, &["etcd", "maintenance", "--compact", "--defrag", "--disarm"]);
+    assert_eq!(
+        members(&lab, "cp1"),
+        before,
+        "heal changed the membership on NOSPACE"
+    );
+    let o = hactl(
+        &inv,
+        &["etcd", "maintenance", "--compact", "--defrag", "--disarm"],
+    );
     assert!(o.status.success());
-    assert!(ctl(&lab, "cp1", &["put", "after-nospace", "ok"]).0, "writes fail after disarm");
+    assert!(
+        ctl(&lab, "cp1", &["put", "after-nospace", "ok"]).0,
+        "writes fail after disarm"
+    );
     let (_, alarms) = ctl(&lab, "cp1", &["alarm", "list"]);
     assert!(alarms.trim().is_empty(), "{alarms}");
 
     // --- B7: crash after representative steps, then --resume; never two members at cp5's URL.
     let url = format!("https://{}:2380", lab.ip("cp5"));
     for step in ["P2", "P3", "P5", "P6"] {
-        lab.exec_ok("cp5", &["sh", "-c", "systemctl kill -s KILL etcd; systemctl stop etcd; rm -rf /var/lib/etcd"]);
+        lab.exec_ok(
+            "cp5",
+            &[
+                "sh",
+                "-c",
+                "systemctl kill -s KILL etcd; systemctl stop etcd; rm -rf /var/lib/etcd",
+            ],
+        );
         std::thread::sleep(Duration::from_secs(6));
-        let o = hactl_env(&inv, &["replace", "cp5", "--reuse-host"], &[("HACTL_CRASH_AFTER", step)]);
+        let o = hactl_env(
+            &inv,
+            &["replace", "cp5", "--reuse-host"],
+            &[("HACTL_CRASH_AFTER", step)],
+        );
         assert_eq!(o.status.code(), Some(137), "B7: crash after {step}: {}", text(&o));
-        assert!(at_url(&lab, &url) <= 1, "B7: two members at {url} after a crash at {step}");
+        assert!(
+            at_url(&lab, &url) <= 1,
+            "B7: two members at {url} after a crash at {step}"
+        );
         let run = newest_run(&state, "replace-");
         let o = hactl(&inv, &["replace", "cp5", "--reuse-host", "--resume", &run]);
         assert_eq!(o.status.code(), Some(0), "B7: resume after {step}: {}", text(&o));
