@@ -398,6 +398,7 @@ async fn start(args: &MaintenanceArgs) -> anyhow::Result<i32> {
         journal.record("stop-etcd", "done", &host.name, "")?;
         write_record(&s, mode, host, &rec).await?;
         let observer = s.inv.host(&obs.observer).expect("observer from inventory");
+        let away = membership::in_maintenance(&s.state);
         membership::run_on(
             mode,
             &s.reach.transports,
@@ -410,7 +411,8 @@ async fn start(args: &MaintenanceArgs) -> anyhow::Result<i32> {
                     format!(
                         "--endpoints={}",
                         obs.voters()
-                            .filter(|m| m.name != host.name)
+                            // Members of hosts already in maintenance are stopped on purpose.
+                            .filter(|m| m.name != host.name && !away.contains(&m.name))
                             .flat_map(|m| m.client_urls.clone())
                             .collect::<Vec<_>>()
                             .join(",")
