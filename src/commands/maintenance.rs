@@ -464,6 +464,8 @@ async fn complete(args: &MaintenanceArgs) -> anyhow::Result<i32> {
         )?;
     }
     let balancers = Balancers::connect(&s.inv, &s.state, &args.connect).await;
+    let mut others_away = membership::in_maintenance(&s.state);
+    others_away.remove(&host.name);
     let stopped = rec.stopped.clone();
     let was = |u: &str| {
         stopped.iter().any(|x| x == u)
@@ -476,16 +478,23 @@ async fn complete(args: &MaintenanceArgs) -> anyhow::Result<i32> {
             &s.reach.transports,
             "start etcd and wait until it caught up",
             host,
-            vec![
-                Step::Run(RemoteCommand::new(["systemctl", "start", "--no-block", UNIT])),
-                // A linearizable read through the member waits until it applied the leader's
-                // commit index: healthy here means caught up.
-                Step::Wait(probe::member_healthy(&host.name, Duration::from_secs(120))),
-                Step::Wait(probe::cluster_healthy(
-                    &format!("after {} returned", host.name),
-                    Duration::from_secs(60),
-                )),
-            ],
+            {
+                let mut steps = vec![
+                    Step::Run(RemoteCommand::new(["systemctl", "start", "--no-block", UNIT])),
+                    // A linearizable read through the member waits until it applied the
+                    // leader's commit index: healthy here means caught up.
+                    Step::Wait(probe::member_healthy(&host.name, Duration::from_secs(120))),
+                ];
+                // The whole cluster only when no other host is out on purpose (its stopped
+                // member would never answer).
+                if others_away.is_empty() {
+                    steps.push(Step::Wait(probe::cluster_healthy(
+                        &format!("after {} returned", host.name),
+                        Duration::from_secs(60),
+                    )));
+                }
+                steps
+            },
         )
         .await?;
         journal.record("start-etcd", "done", &host.name, "")?;
