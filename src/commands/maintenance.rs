@@ -413,6 +413,9 @@ async fn start(args: &MaintenanceArgs) -> anyhow::Result<i32> {
                         obs.voters()
                             // Members of hosts already in maintenance are stopped on purpose.
                             .filter(|m| m.name != host.name && !away.contains(&m.name))
+                            // Those healthy before etcd stopped must stay so; one already down
+                            // (R-maint counted it in U) is not this step's to wait for.
+                            .filter(|m| obs.is_healthy(m))
                             .flat_map(|m| m.client_urls.clone())
                             .collect::<Vec<_>>()
                             .join(",")
