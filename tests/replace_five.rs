@@ -140,8 +140,8 @@ fn five_members_crash_resume_nospace_budget_and_cancel() {
     assert_eq!(o.status.code(), Some(2), "C3: --max-unavailable 2 with U=1");
 
     // --- C6: complete right after start goes straight to Complete; nothing left stopped.
-    assert!(hactl(&inv, &["maintenance", "complete", "cp1"]).status.success());
     lab.exec_ok("cp5", &["systemctl", "start", "etcd"]);
+    assert!(hactl(&inv, &["maintenance", "complete", "cp1"]).status.success());
     for h in ["cp1", "cp5"] {
         assert!(lab
             .exec(h, &["systemctl", "is-active", "--quiet", "etcd"])

@@ -399,27 +399,26 @@ async fn start(args: &MaintenanceArgs) -> anyhow::Result<i32> {
         write_record(&s, mode, host, &rec).await?;
         let observer = s.inv.host(&obs.observer).expect("observer from inventory");
         let away = membership::in_maintenance(&s.state);
+        let endpoints = obs
+            .voters()
+            // Members of hosts already in maintenance are stopped on purpose.
+            .filter(|m| m.name != host.name && !away.contains(&m.name))
+            // Those healthy before etcd stopped must stay so; one already down (R-maint counted
+            // it in U) is not this step's to wait for.
+            .filter(|m| obs.is_healthy(m))
+            .flat_map(|m| m.client_urls.clone())
+            .collect::<Vec<_>>()
+            .join(",");
         membership::run_on(
             mode,
             &s.reach.transports,
             "the rest of the cluster is healthy",
             observer,
             vec![Step::Wait(Check::command(
-                "the other members are healthy",
+                &format!("the other members are healthy ({endpoints}; away: {away:?})"),
                 RemoteCommand::read_only([
                     etcd::ETCDCTL_WRAPPER.to_string(),
-                    format!(
-                        "--endpoints={}",
-                        obs.voters()
-                            // Members of hosts already in maintenance are stopped on purpose.
-                            .filter(|m| m.name != host.name && !away.contains(&m.name))
-                            // Those healthy before etcd stopped must stay so; one already down
-                            // (R-maint counted it in U) is not this step's to wait for.
-                            .filter(|m| obs.is_healthy(m))
-                            .flat_map(|m| m.client_urls.clone())
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    ),
+                    format!("--endpoints={endpoints}"),
                     "endpoint".into(),
                     "health".into(),
                 ]),
