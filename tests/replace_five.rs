@@ -154,10 +154,18 @@ fn five_members_crash_resume_nospace_budget_and_cancel() {
 
     // --- B12: NOSPACE is an alert, never a replacement.
     let before = members(&lab, "cp1");
-    let value = "x".repeat(200_000);
     let mut exceeded = false;
-    for _ in 0..60 {
-        let (ok, out) = ctl(&lab, "cp1", &["put", "fill", &value]);
+    for _ in 0..100 {
+        // 100 kB values through stdin (an argument that long exceeds the exec limit).
+        let o = lab.exec(
+            "cp1",
+            &[
+                "sh",
+                "-c",
+                "head -c 100000 /dev/zero | tr '\\0' x | /usr/local/sbin/hactl-etcdctl put fill",
+            ],
+        );
+        let (ok, out) = (o.status.success(), text(&o));
         if !ok {
             assert!(out.contains("database space exceeded"), "{out}");
             exceeded = true;
