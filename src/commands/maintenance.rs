@@ -415,7 +415,7 @@ async fn start(args: &MaintenanceArgs) -> anyhow::Result<i32> {
             "the rest of the cluster is healthy",
             observer,
             vec![Step::Wait(Check::command(
-                &format!("the other members are healthy ({endpoints}; away: {away:?})"),
+                format!("the other members are healthy ({endpoints}; away: {away:?})"),
                 RemoteCommand::read_only([
                     etcd::ETCDCTL_WRAPPER.to_string(),
                     format!("--endpoints={endpoints}"),
