@@ -15,7 +15,13 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 
+use super::balancers::Balancers;
 use super::exit;
+
+/// Marks in the maintenance record's `stopped` list: the host's HAProxy servers are in MAINT,
+/// and keepalived was stopped on it (so `complete` undoes exactly what `start` did).
+const DRAIN_MARK: &str = "haproxy-backends";
+const VIP_MARK: &str = "keepalived.service";
 use super::membership::{self, refusal, refuse, Journal, MaintenanceRecord, Reach};
 use crate::cli::{MaintenanceArgs, MaintenanceCommand};
 use crate::etcd::health::Observation;
@@ -107,6 +113,23 @@ fn counts_for(s: &Setup, obs: &Observation, host: &str) -> safety::Counts {
     obs.counts(&others, None)
 }
 
+/// maxUnavailable is the number of hosts in maintenance at once (default 1, KEP-4212's
+/// concurrency): R-maint's budget bounds how many *more* members may stop, and this bounds how
+/// many hosts are out together, counting those already in maintenance.
+fn over_concurrency(s: &Setup, host: &str, max_unavailable: usize) -> Option<String> {
+    let mut others = membership::in_maintenance(&s.state);
+    others.remove(host);
+    (others.len() + 1 > max_unavailable).then(|| {
+        format!(
+            "refused by R-maint: {} already in maintenance ({}) and maxUnavailable={max_unavailable} host(s) at once; finish it first (`hactl maintenance complete HOST`), or allow {} with --max-unavailable {} where the budget permits",
+            others.len(),
+            others.iter().cloned().collect::<Vec<_>>().join(", "),
+            others.len() + 1,
+            others.len() + 1
+        )
+    })
+}
+
 fn units_active(s: &Setup, host: &str) -> Vec<&'static str> {
     let f = s.reach.facts.get(host);
     membership::KUBE_UNITS
@@ -125,6 +148,9 @@ async fn plan(args: &MaintenanceArgs) -> anyhow::Result<i32> {
     let counts = counts_for(&s, &obs, &args.host);
     let decision = safety::r_maint(&counts, 1, args.max_unavailable);
     println!("maintenance plan for {} ({})", args.host, counts.numbers());
+    if let Some(why) = over_concurrency(&s, &args.host, args.max_unavailable) {
+        println!("  blocked: {why}");
+    }
     println!(
         "  budget: B = H − Q = {} − {} = {}; maxUnavailable = {}",
         counts.healthy,
@@ -216,6 +242,9 @@ async fn start(args: &MaintenanceArgs) -> anyhow::Result<i32> {
         );
     }
     // Gate at entry to Cordon.
+    if let Some(why) = over_concurrency(&s, &host.name, args.max_unavailable) {
+        return Err(refuse(exit::REFUSED, why));
+    }
     let obs = s.reach.observe(&s.inv, &[host.name.as_str()]).await?;
     safety::r_maint(&counts_for(&s, &obs, &host.name), 1, args.max_unavailable)
         .into_result()
@@ -275,13 +304,18 @@ async fn start(args: &MaintenanceArgs) -> anyhow::Result<i32> {
             journal.record(&format!("stop-{unit}"), "done", &host.name, "")?;
         }
     }
-    let lbs = s.inv.with_role(Role::LoadBalancer).len();
-    journal.record(
-        "lb-drain",
-        "skipped",
-        &host.name,
-        &format!("{lbs} load balancer host(s); backend drain comes with the lb branch"),
-    )?;
+    // HAProxy next: no new client reaches this host's apiserver or etcd through the VIP, and
+    // the VIP leaves it if it is a load balancer itself, before either stops.
+    let balancers = Balancers::connect(&s.inv, &s.state, &args.connect).await;
+    if balancers.move_vip_off(mode, &journal, "vip-move", host).await? {
+        rec.stopped.push(VIP_MARK.into());
+        write_record(&s, mode, host, &rec).await?;
+    }
+    rec.stopped.push(DRAIN_MARK.into());
+    write_record(&s, mode, host, &rec).await?;
+    balancers
+        .drain(mode, &s.inv, &journal, "lb-drain", &host.name)
+        .await?;
     if active.contains(&"kube-apiserver.service") {
         journal.record("stop-kube-apiserver.service", "started", &host.name, "")?;
         membership::run_on(
@@ -364,23 +398,27 @@ async fn start(args: &MaintenanceArgs) -> anyhow::Result<i32> {
         journal.record("stop-etcd", "done", &host.name, "")?;
         write_record(&s, mode, host, &rec).await?;
         let observer = s.inv.host(&obs.observer).expect("observer from inventory");
+        let away = membership::in_maintenance(&s.state);
+        let endpoints = obs
+            .voters()
+            // Members of hosts already in maintenance are stopped on purpose.
+            .filter(|m| m.name != host.name && !away.contains(&m.name))
+            // Those healthy before etcd stopped must stay so; one already down (R-maint counted
+            // it in U) is not this step's to wait for.
+            .filter(|m| obs.is_healthy(m))
+            .flat_map(|m| m.client_urls.clone())
+            .collect::<Vec<_>>()
+            .join(",");
         membership::run_on(
             mode,
             &s.reach.transports,
             "the rest of the cluster is healthy",
             observer,
             vec![Step::Wait(Check::command(
-                "the other members are healthy",
+                format!("the other members are healthy ({endpoints}; away: {away:?})"),
                 RemoteCommand::read_only([
                     etcd::ETCDCTL_WRAPPER.to_string(),
-                    format!(
-                        "--endpoints={}",
-                        obs.voters()
-                            .filter(|m| m.name != host.name)
-                            .flat_map(|m| m.client_urls.clone())
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    ),
+                    format!("--endpoints={endpoints}"),
                     "endpoint".into(),
                     "health".into(),
                 ]),
@@ -427,6 +465,9 @@ async fn complete(args: &MaintenanceArgs) -> anyhow::Result<i32> {
             &format!("cancelled during {}: nothing was stopped", rec.stage),
         )?;
     }
+    let balancers = Balancers::connect(&s.inv, &s.state, &args.connect).await;
+    let mut others_away = membership::in_maintenance(&s.state);
+    others_away.remove(&host.name);
     let stopped = rec.stopped.clone();
     let was = |u: &str| {
         stopped.iter().any(|x| x == u)
@@ -439,16 +480,23 @@ async fn complete(args: &MaintenanceArgs) -> anyhow::Result<i32> {
             &s.reach.transports,
             "start etcd and wait until it caught up",
             host,
-            vec![
-                Step::Run(RemoteCommand::new(["systemctl", "start", "--no-block", UNIT])),
-                // A linearizable read through the member waits until it applied the leader's
-                // commit index: healthy here means caught up.
-                Step::Wait(probe::member_healthy(&host.name, Duration::from_secs(120))),
-                Step::Wait(probe::cluster_healthy(
-                    &format!("after {} returned", host.name),
-                    Duration::from_secs(60),
-                )),
-            ],
+            {
+                let mut steps = vec![
+                    Step::Run(RemoteCommand::new(["systemctl", "start", "--no-block", UNIT])),
+                    // A linearizable read through the member waits until it applied the
+                    // leader's commit index: healthy here means caught up.
+                    Step::Wait(probe::member_healthy(&host.name, Duration::from_secs(120))),
+                ];
+                // The whole cluster only when no other host is out on purpose (its stopped
+                // member would never answer).
+                if others_away.is_empty() {
+                    steps.push(Step::Wait(probe::cluster_healthy(
+                        &format!("after {} returned", host.name),
+                        Duration::from_secs(60),
+                    )));
+                }
+                steps
+            },
         )
         .await?;
         journal.record("start-etcd", "done", &host.name, "")?;
@@ -471,12 +519,29 @@ async fn complete(args: &MaintenanceArgs) -> anyhow::Result<i32> {
             journal.record(&format!("start-{unit}"), "done", &host.name, "")?;
         }
         if unit == "kube-apiserver.service" {
-            journal.record(
-                "lb-ready",
-                "skipped",
-                &host.name,
-                "backend ready comes with the lb branch",
-            )?;
+            // etcd caught up and the apiserver started: the backend returns.
+            if was(DRAIN_MARK) {
+                balancers
+                    .ready(
+                        mode,
+                        &s.inv,
+                        &journal,
+                        "lb-ready",
+                        &host.name,
+                        Duration::from_secs(60),
+                    )
+                    .await?;
+            } else {
+                journal.record(
+                    "lb-ready",
+                    "skipped",
+                    &host.name,
+                    "its backends were never drained",
+                )?;
+            }
+            if was(VIP_MARK) {
+                balancers.restore_vip(mode, &journal, "vip-restore", host).await?;
+            }
         }
     }
     journal.record(

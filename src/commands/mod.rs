@@ -2,6 +2,7 @@
 //!
 //! Invariant: `anyhow` with context lives here and in `main.rs` only.
 
+pub mod balancers;
 pub mod check;
 pub mod etcd;
 pub mod etcd_maintenance;

@@ -158,6 +158,8 @@ struct Run<'a> {
     replacement: &'a Host,
     new_url: String,
     stamp: String,
+    /// Connections to the load balancers (P2 drains, P9 readies or re-renders).
+    balancers: super::balancers::Balancers,
 }
 
 pub async fn run(args: &ReplaceArgs) -> anyhow::Result<i32> {
@@ -220,6 +222,7 @@ pub async fn run(args: &ReplaceArgs) -> anyhow::Result<i32> {
         .unwrap_or_else(|| membership::new_run_id("replace"));
     let journal = Journal::open(&state, &run_id, mode)?;
     let new_url = etcd::peer_url(&inv, replacement);
+    let balancers = super::balancers::Balancers::connect(&inv, &state, &args.connect).await;
     let mut run = Run {
         inv: &inv,
         state: &state,
@@ -234,6 +237,7 @@ pub async fn run(args: &ReplaceArgs) -> anyhow::Result<i32> {
         replacement,
         new_url,
         stamp: membership::stamp(),
+        balancers,
     };
     run.go().await
 }
@@ -272,7 +276,7 @@ impl<'a> Run<'a> {
                 "P5" => self.p5_add_learner().await,
                 "P6" => self.p6_start().await,
                 "P7" => self.p7_promote().await,
-                "P9" => self.p9_propagate(),
+                "P9" => self.p9_propagate().await,
                 "P10" => return self.p10_verify().await,
                 _ => unreachable!(),
             };
@@ -496,6 +500,16 @@ impl<'a> Run<'a> {
     }
 
     async fn p2_fence(&mut self) -> anyhow::Result<()> {
+        // Fence at the load balancers first: clients through the VIP stop reaching the old
+        // member (and, if it holds the VIP, the VIP moves) before its etcd stops.
+        if let Some(host) = self.target_host {
+            self.balancers
+                .move_vip_off(self.mode, &self.journal, "P2 vip", host)
+                .await?;
+        }
+        self.balancers
+            .drain(self.mode, self.inv, &self.journal, "P2 lb-drain", &self.target)
+            .await?;
         let Some(host) = self.target_host else {
             return self.need_confirm_dead("it is not in the inventory");
         };
@@ -885,14 +899,43 @@ impl<'a> Run<'a> {
         ))
     }
 
-    fn p9_propagate(&mut self) -> anyhow::Result<()> {
-        let lbs = self.inv.with_role(Role::LoadBalancer).len();
-        self.journal.record(
-            "P9",
-            "skipped",
-            "",
-            &format!("no Kubernetes units to re-point; {lbs} load balancer host(s) (backends are etcd-independent apiservers)"),
-        )
+    /// P9: the load balancers follow the membership. With a new host name haproxy.cfg is
+    /// re-rendered from the inventory (the old server leaves, the new one joins); the
+    /// replacement's servers are then taken out of MAINT once it is a healthy voter.
+    async fn p9_propagate(&mut self) -> anyhow::Result<()> {
+        if self.inv.with_role(Role::LoadBalancer).is_empty() {
+            return self
+                .journal
+                .record("P9", "skipped", "", "no load balancer in the inventory");
+        }
+        self.journal
+            .record("P9", "started", "", "load balancers follow the membership")?;
+        if self.replacement.name != self.target {
+            let n = self
+                .balancers
+                .reconfigure(self.mode, self.inv, self.state, self.pki)
+                .await?;
+            self.journal.record(
+                "P9 lb-configure",
+                "done",
+                "",
+                &format!("haproxy.cfg re-rendered for the new membership ({n} step(s))"),
+            )?;
+        }
+        self.balancers
+            .ready(
+                self.mode,
+                self.inv,
+                &self.journal,
+                "P9 lb-ready",
+                &self.replacement.name,
+                Duration::from_secs(60),
+            )
+            .await?;
+        self.balancers
+            .restore_vip(self.mode, &self.journal, "P9 vip", self.replacement)
+            .await?;
+        self.journal.record("P9", "done", "", "")
     }
 
     async fn p10_verify(&mut self) -> anyhow::Result<i32> {

@@ -1,0 +1,181 @@
+//! C4 with load balancers (../shared/specs/recovery.md §6.4): on a lab of 3 control-plane hosts
+//! and 2 load balancers (real etcd, HAProxy, keepalived), `hactl maintenance start cp1` puts
+//! cp1's `etcd-client` server in MAINT on every HAProxy before etcd stops, clients through the
+//! VIP keep writing the whole time, and `complete` brings the server back UP.
+//! Needs root; without it the test prints `SKIPPED <name>: needs root`.
+
+#[path = "support/lab.rs"]
+mod lab_support;
+
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lab_support::{eventually, TestLab};
+
+fn hactl(inv: &std::path::Path, args: &[&str]) -> Output {
+    let out = Command::new(env!("CARGO_BIN_EXE_hactl"))
+        .args(args)
+        .arg("-i")
+        .arg(inv)
+        .output()
+        .expect("run hactl");
+    eprintln!(
+        "hactl {args:?} -> {:?}\n{}{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The newest journal of a run whose name starts with `prefix`: (step, phase) in order.
+fn journal(state: &std::path::Path, prefix: &str) -> Vec<(String, String)> {
+    let mut runs: Vec<_> = std::fs::read_dir(state.join("runs"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+        .collect();
+    runs.sort_by_key(|e| e.metadata().unwrap().modified().unwrap());
+    let path = runs.last().expect("a run").path().join("journal.jsonl");
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["step"].as_str().unwrap_or_default().to_string(),
+                v["phase"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn pos(j: &[(String, String)], step: &str, phase: &str) -> usize {
+    j.iter()
+        .position(|(s, p)| s == step && p == phase)
+        .unwrap_or_else(|| panic!("no {step} {phase} in {j:?}"))
+}
+
+/// `hactl-haproxy is etcd-client SERVER STATE` on `lb`.
+fn server_is(lab: &TestLab, lb: &str, server: &str, state: &str) -> bool {
+    lab.exec(
+        lb,
+        &[
+            "/usr/local/sbin/hactl-haproxy",
+            "is",
+            "etcd-client",
+            server,
+            state,
+        ],
+    )
+    .status
+    .success()
+}
+
+#[test]
+fn maintenance_drains_haproxy_before_etcd_stops_and_vip_clients_keep_writing() {
+    let name = "maintenance_drains_haproxy_before_etcd_stops_and_vip_clients_keep_writing";
+    let Some(lab) = TestLab::up(name, 3, 2, 0, "trixie") else {
+        return;
+    };
+    let inv = lab.inventory().to_path_buf();
+    let state = inv.parent().unwrap().join("state");
+    let o = hactl(&inv, &["up", "--yes"]);
+    assert!(o.status.success());
+    for lb in ["lb1", "lb2"] {
+        assert!(eventually(Duration::from_secs(30), || server_is(
+            &lab, lb, "cp1", "UP"
+        )));
+    }
+
+    // A writer through VIP:2379 from cp2 with the health-check client certificate.
+    let vip = lab.lab().vip.to_string();
+    let lab = Arc::new(lab);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (writes, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let writer = {
+        let (lab, stop, writes, failed, vip) = (
+            lab.clone(),
+            stop.clone(),
+            writes.clone(),
+            failed.clone(),
+            vip.clone(),
+        );
+        std::thread::spawn(move || {
+            let endpoint = format!("--endpoints=https://{vip}:2379");
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                i += 1;
+                let o = lab.exec(
+                    "cp2",
+                    &[
+                        "/usr/local/sbin/hactl-etcdctl",
+                        &endpoint,
+                        "--command-timeout=3s",
+                        "put",
+                        &format!("vip-writer/{}", i % 64),
+                        &i.to_string(),
+                    ],
+                );
+                writes.fetch_add(1, Ordering::Relaxed);
+                if !o.status.success() {
+                    failed.fetch_add(1, Ordering::Relaxed);
+                    eprintln!("writer: {}", String::from_utf8_lossy(&o.stderr));
+                }
+            }
+        })
+    };
+    let finish = |stop: &AtomicBool| {
+        stop.store(true, Ordering::Relaxed);
+    };
+    struct StopOnDrop(Arc<AtomicBool>);
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let _guard = StopOnDrop(stop.clone());
+    std::thread::sleep(Duration::from_secs(2));
+
+    // --- C4: start. The order is journaled; HAProxy shows MAINT before etcd stops.
+    let o = hactl(&inv, &["maintenance", "start", "cp1"]);
+    assert!(o.status.success());
+    let j = journal(&state, "maintenance-cp1");
+    assert!(
+        pos(&j, "lb-drain", "done") < pos(&j, "stop-etcd", "started"),
+        "HAProxy drained after etcd stopped: {j:?}"
+    );
+    for lb in ["lb1", "lb2"] {
+        assert!(server_is(&lab, lb, "cp1", "MAINT"), "cp1 not in MAINT on {lb}");
+    }
+    assert!(!lab
+        .exec("cp1", &["systemctl", "is-active", "--quiet", "etcd"])
+        .status
+        .success());
+    std::thread::sleep(Duration::from_secs(3));
+
+    // --- complete: etcd caught up, then the backend returns.
+    let o = hactl(&inv, &["maintenance", "complete", "cp1"]);
+    assert!(o.status.success());
+    let j = journal(&state, "maintenance-cp1");
+    assert!(
+        pos(&j, "start-etcd", "done") < pos(&j, "lb-ready", "done"),
+        "{j:?}"
+    );
+    for lb in ["lb1", "lb2"] {
+        assert!(server_is(&lab, lb, "cp1", "UP"), "cp1 not UP on {lb}");
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    finish(&stop);
+    writer.join().unwrap();
+    let (w, f) = (writes.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    eprintln!("writer through the VIP: {w} writes, {f} failed");
+    assert!(w > 5, "the writer barely ran: {w}");
+    assert_eq!(f, 0, "writes through the VIP failed during maintenance");
+    drop(_guard);
+    if let Ok(lab) = Arc::try_unwrap(lab) {
+        lab.down().unwrap();
+    }
+}
