@@ -116,14 +116,20 @@ fn counts_for(s: &Setup, obs: &Observation, host: &str) -> safety::Counts {
 /// maxUnavailable is the number of hosts in maintenance at once (default 1, KEP-4212's
 /// concurrency): R-maint's budget bounds how many *more* members may stop, and this bounds how
 /// many hosts are out together, counting those already in maintenance.
-fn over_concurrency(s: &Setup, host: &str, max_unavailable: usize) -> Option<String> {
+fn over_concurrency(
+    s: &Setup,
+    host: &str,
+    max_unavailable: usize,
+    counts: &safety::Counts,
+) -> Option<String> {
     let mut others = membership::in_maintenance(&s.state);
     others.remove(host);
     (others.len() + 1 > max_unavailable).then(|| {
         format!(
-            "refused by R-maint: {} already in maintenance ({}) and maxUnavailable={max_unavailable} host(s) at once; finish it first (`hactl maintenance complete HOST`), or allow {} with --max-unavailable {} where the budget permits",
+            "refused by R-maint: {} already in maintenance ({}) and maxUnavailable={max_unavailable} host(s) at once ({}); finish it first (`hactl maintenance complete HOST`), or allow {} with --max-unavailable {} where the budget permits",
             others.len(),
             others.iter().cloned().collect::<Vec<_>>().join(", "),
+            counts.numbers(),
             others.len() + 1,
             others.len() + 1
         )
@@ -148,7 +154,7 @@ async fn plan(args: &MaintenanceArgs) -> anyhow::Result<i32> {
     let counts = counts_for(&s, &obs, &args.host);
     let decision = safety::r_maint(&counts, 1, args.max_unavailable);
     println!("maintenance plan for {} ({})", args.host, counts.numbers());
-    if let Some(why) = over_concurrency(&s, &args.host, args.max_unavailable) {
+    if let Some(why) = over_concurrency(&s, &args.host, args.max_unavailable, &counts) {
         println!("  blocked: {why}");
     }
     println!(
@@ -242,11 +248,12 @@ async fn start(args: &MaintenanceArgs) -> anyhow::Result<i32> {
         );
     }
     // Gate at entry to Cordon.
-    if let Some(why) = over_concurrency(&s, &host.name, args.max_unavailable) {
+    let obs = s.reach.observe(&s.inv, &[host.name.as_str()]).await?;
+    let counts = counts_for(&s, &obs, &host.name);
+    if let Some(why) = over_concurrency(&s, &host.name, args.max_unavailable, &counts) {
         return Err(refuse(exit::REFUSED, why));
     }
-    let obs = s.reach.observe(&s.inv, &[host.name.as_str()]).await?;
-    safety::r_maint(&counts_for(&s, &obs, &host.name), 1, args.max_unavailable)
+    safety::r_maint(&counts, 1, args.max_unavailable)
         .into_result()
         .map_err(refusal)?;
     let journal = Journal::open(
