@@ -648,6 +648,9 @@ impl<'a> Run<'a> {
             etcd_files::member_files(r, &ctx)?,
         ));
         steps.push(Step::Run(RemoteCommand::new(["systemctl", "daemon-reload"])));
+        // The replacement gets the scheduled backups `up` gives every etcd host, so the
+        // inventory and the hosts agree again when the replace is done.
+        steps.extend(crate::phases::schedule_backups::ScheduleBackups.steps(r, &ctx)?);
         self.journal.record(
             "P4",
             "started",
