@@ -48,12 +48,14 @@ pub fn refuse(code: i32, message: impl Into<String>) -> anyhow::Error {
 
 /// The facts query for a host that runs (or is about to run) an etcd member.
 pub fn etcd_query(inv: &Inventory) -> Query {
-    let mut units = vec![crate::etcd::UNIT.to_string()];
+    let mut units = vec![crate::etcd::UNIT.to_string(), crate::backup::TIMER.to_string()];
     units.extend(KUBE_UNITS.map(String::from));
+    let mut files = etcd_files::managed_paths(&inv.etcd.source);
+    files.extend(crate::backup::managed_paths());
     Query {
         data_dir: inv.etcd.data_dir.clone(),
         units,
-        files: etcd_files::managed_paths(&inv.etcd.source),
+        files,
         binaries: ["etcd", "etcdctl"].map(String::from).to_vec(),
     }
 }
