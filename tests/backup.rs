@@ -1,45 +1,18 @@
 //! Scheduled backups on the etcd hosts, against real etcd in lab hosts (systemd-nspawn). They
 //! need root; without it each prints `SKIPPED <name>: needs root`.
 
+#[path = "support/cli.rs"]
+mod cli_support;
 #[path = "support/lab.rs"]
 mod lab_support;
 
 use std::path::Path;
-use std::process::{Command, Output};
 
+use cli_support::{status_json, up_ok};
 use lab_support::TestLab;
 
 const DIR: &str = "/var/lib/etcd-backups";
 const HOSTS: [&str; 3] = ["cp1", "cp2", "cp3"];
-
-fn hactl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hactl"))
-        .args(args)
-        .output()
-        .expect("run hactl")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn up_ok(inventory: &Path) -> String {
-    let out = hactl(&["up", "-i", inventory.to_str().unwrap(), "--yes"]);
-    assert!(out.status.success(), "hactl up failed:\n{}", text(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn status_json(inventory: &Path) -> (i32, serde_json::Value) {
-    let out = hactl(&["status", "-i", inventory.to_str().unwrap(), "-o", "json"]);
-    let json =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("status JSON: {e}\n{}", text(&out)));
-    (out.status.code().unwrap_or(-1), json)
-}
 
 /// Adds `spec.backup` to the lab's inventory, indented like the other keys of `spec`.
 fn set_backup(inventory: &Path, interval: &str, retention: u32) {

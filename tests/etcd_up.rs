@@ -1,47 +1,21 @@
 //! `hactl up` / `plan` / `status` / `reset` against real etcd in lab hosts (systemd-nspawn, real
 //! systemd and sshd). They need root; without it each prints `SKIPPED <name>: needs root`.
 
+#[path = "support/cli.rs"]
+mod cli_support;
 #[path = "support/lab.rs"]
 mod lab_support;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use cli_support::{hactl, status_json, text, up_ok};
 use hactl::exec::{Output as RemoteOutput, Transport, UploadOutcome};
 use hactl::plan::{RemoteCommand, Upload};
 use lab_support::TestLab;
-
-fn hactl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hactl"))
-        .args(args)
-        .output()
-        .expect("run hactl")
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
-fn up_ok(inventory: &Path) -> String {
-    let out = hactl(&["up", "-i", inventory.to_str().unwrap(), "--yes"]);
-    assert!(out.status.success(), "hactl up failed:\n{}", text(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn status_json(inventory: &Path) -> (i32, serde_json::Value) {
-    let out = hactl(&["status", "-i", inventory.to_str().unwrap(), "-o", "json"]);
-    let json =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("status JSON: {e}\n{}", text(&out)));
-    (out.status.code().unwrap_or(-1), json)
-}
 
 fn etcd_main_pid(lab: &TestLab, host: &str) -> String {
     lab.exec_ok(
