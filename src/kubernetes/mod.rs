@@ -7,10 +7,14 @@
 //!   prints exactly what a live run writes);
 //! - the flags of a component are built once ([`files::flags`]) and rendered into both the unit and
 //!   the static-pod manifest, so the two modes cannot drift apart;
-//! - nothing here opens a connection, except [`status`], which only reads.
+//! - nothing here opens a connection, except [`status`], which only reads, and [`api`], the
+//!   client maintenance and heal drive the API with ([`drain`] decides what it does, purely).
 
+pub mod api;
+pub mod drain;
 pub mod files;
 pub mod lease;
+pub mod objects;
 pub mod probe;
 pub mod secrets;
 pub mod skew;

@@ -1,0 +1,183 @@
+//! The parts of Kubernetes API objects that maintenance and heal read: Node, Pod,
+//! PodDisruptionBudget (policy/v1) and the Status an API call answers with.
+//!
+//! Invariant: serde mirrors only, no logic; every field hactl does not need is left out, and every
+//! field it reads has a default, so objects from any supported Kubernetes minor deserialize.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// `metadata` as far as hactl reads it.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub uid: String,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(default)]
+    pub owner_references: Vec<OwnerReference>,
+    /// Set once the object is being deleted (graceful termination under way).
+    #[serde(default)]
+    pub deletion_timestamp: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReference {
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub controller: Option<bool>,
+}
+
+/// A `v1` Node.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub struct Node {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: NodeSpec,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub struct NodeSpec {
+    /// `kubectl cordon` sets it; absent means schedulable.
+    #[serde(default)]
+    pub unschedulable: bool,
+}
+
+/// A `v1` Pod.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub struct Pod {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: PodSpec,
+    #[serde(default)]
+    pub status: PodStatus,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSpec {
+    #[serde(default)]
+    pub node_name: String,
+    /// Filled in by the Priority admission plugin from the pod's PriorityClass.
+    #[serde(default)]
+    pub priority: Option<i32>,
+    #[serde(default)]
+    pub priority_class_name: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub struct PodStatus {
+    /// `Pending`, `Running`, `Succeeded`, `Failed`, `Unknown`.
+    #[serde(default)]
+    pub phase: String,
+}
+
+/// Any `*List` (`PodList`, `PodDisruptionBudgetList`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct List<T> {
+    #[serde(default = "Vec::new")]
+    pub items: Vec<T>,
+}
+
+/// A `policy/v1` PodDisruptionBudget.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub struct PodDisruptionBudget {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: PdbSpec,
+    #[serde(default)]
+    pub status: PdbStatus,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PdbSpec {
+    /// policy/v1: `null` selects no pod, `{}` every pod of the namespace.
+    #[serde(default)]
+    pub selector: Option<LabelSelector>,
+    /// An int or a percentage string.
+    #[serde(default)]
+    pub min_available: Option<serde_json::Value>,
+    #[serde(default)]
+    pub max_unavailable: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PdbStatus {
+    #[serde(default)]
+    pub disruptions_allowed: i32,
+    #[serde(default)]
+    pub current_healthy: i32,
+    #[serde(default)]
+    pub desired_healthy: i32,
+    #[serde(default)]
+    pub expected_pods: i32,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelSelector {
+    #[serde(default)]
+    pub match_labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub struct LabelSelectorRequirement {
+    pub key: String,
+    /// `In`, `NotIn`, `Exists`, `DoesNotExist`.
+    pub operator: String,
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+/// The `v1` Status an API call answers with when it is not an object (errors, evictions).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    #[serde(default)]
+    pub status: String,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub code: u16,
+    #[serde(default)]
+    pub details: Option<StatusDetails>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusDetails {
+    #[serde(default)]
+    pub causes: Vec<StatusCause>,
+    #[serde(default)]
+    pub retry_after_seconds: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub struct StatusCause {
+    /// `DisruptionBudget` for a PDB refusal (Go's `StatusCause.Type`, serialized as `reason`).
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+}
