@@ -318,6 +318,10 @@ pub struct MaintenanceArgs {
     pub max_unavailable: usize,
     #[arg(long, default_value = "")]
     pub reason: String,
+    /// How long Drain retries Evictions a PodDisruptionBudget refuses (429) and waits for evicted
+    /// pods to go (`30s`, `10m`, `1h`, `2d`).
+    #[arg(long, value_name = "DUR", default_value = "30m", value_parser = parse_window)]
+    pub drain_timeout: std::time::Duration,
     /// Print the steps; change nothing.
     #[arg(long)]
     pub dry_run: bool,

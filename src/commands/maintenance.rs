@@ -7,9 +7,16 @@
 //! scheduler → controller-manager → load-balancer backend → apiserver → etcd leadership → etcd;
 //! `complete` runs it backwards, waiting for etcd to catch up before the apiserver starts.
 //!
-//! The record lives in the state dir (`maintenance/<host>.json`) and on the host
-//! (`/var/lib/hactl/maintenance/<host>.json`); while it exists the host's member counts as
-//! unhealthy in every budget (M in §5.1), so a second host is refused while B = 0.
+//! With a `kubernetes` section, Cordon marks the host's Node unschedulable and Drain evicts its
+//! pods through the Eviction API by ascending priority, honouring PodDisruptionBudgets
+//! ([`super::node`], decisions in [`crate::kubernetes::drain`]); Complete uncordons. A host with
+//! no Node object (no kubelet) has nothing to cordon or drain, and the journal says so.
+//!
+//! The record lives in the state dir (`maintenance/<host>.json`), on the host
+//! (`/var/lib/hactl/maintenance/<host>.json`) and, when the Node exists, in its annotation
+//! `hactl.io/maintenance-stage`; while it exists the host's member counts as unhealthy in every
+//! budget (M in §5.1), so a second host is refused while B = 0. Every stage entered is journaled
+//! as step `stage-<Stage>`.
 
 use std::time::Duration;
 
@@ -17,6 +24,7 @@ use anyhow::{bail, Context as _};
 
 use super::balancers::Balancers;
 use super::exit;
+use super::node::{self, Kube};
 
 /// Marks in the maintenance record's `stopped` list: the host's HAProxy servers are in MAINT,
 /// and keepalived was stopped on it (so `complete` undoes exactly what `start` did).
@@ -106,6 +114,23 @@ async fn write_record(s: &Setup, mode: Mode, host: &Host, rec: &MaintenanceRecor
     Ok(())
 }
 
+/// Moves the record to `stage`: state dir, host, Node annotation, and the journal step
+/// `stage-<stage>` (which `HACTL_CRASH_AFTER` can name).
+async fn enter(
+    s: &Setup,
+    mode: Mode,
+    host: &Host,
+    rec: &mut MaintenanceRecord,
+    kube: Option<&Kube>,
+    journal: &Journal,
+    stage: &str,
+) -> anyhow::Result<()> {
+    rec.stage = stage.to_string();
+    write_record(s, mode, host, rec).await?;
+    node::annotate_stage(kube, mode, &host.name, stage).await;
+    journal.record(&format!("stage-{stage}"), "done", &host.name, "")
+}
+
 /// The budget as this host's maintenance sees it: other hosts in maintenance count as unhealthy.
 fn counts_for(s: &Setup, obs: &Observation, host: &str) -> safety::Counts {
     let mut others = membership::in_maintenance(&s.state);
@@ -182,30 +207,53 @@ async fn plan(args: &MaintenanceArgs) -> anyhow::Result<i32> {
             );
         }
     }
-    let kube = s.inv.kubernetes.is_some();
     let lbs = s.inv.with_role(Role::LoadBalancer);
+    let kube = node::kube_for(&s.inv, &s.state, &s.reach.transports, &args.connect, &args.host).await;
+    let mut blocked_by_kube = false;
     println!("  order:");
-    println!(
-        "    1. Cordon: {}",
-        if kube {
-            "mark the Node unschedulable"
-        } else {
-            "skipped (no kubernetes section)"
+    match &kube {
+        Err(e) => {
+            blocked_by_kube = true;
+            println!("    1. Cordon, 2. Drain: blocked: {e:#}");
         }
-    );
-    println!(
-        "    2. Drain: {}",
-        if kube {
-            "evict pods by ascending priority, DaemonSet pods last, PDBs honoured"
-        } else {
-            "skipped (no kubernetes section)"
-        }
-    );
+        Ok(k) => match node::not_applicable(&s.inv, k.as_ref(), &args.host) {
+            Some(why) => {
+                println!("    1. Cordon: {why}");
+                println!("    2. Drain: {why}");
+            }
+            None => {
+                let k = k.as_ref().expect("not_applicable is None only with a Kube");
+                println!(
+                    "    1. Cordon: Node {} spec.unschedulable=true (through {})",
+                    args.host, k.api.through
+                );
+                println!(
+                    "    2. Drain: Eviction API by ascending priority, PodDisruptionBudgets honoured for up to --drain-timeout {}s:",
+                    args.drain_timeout.as_secs()
+                );
+                match node::describe_drain(k, &args.host).await {
+                    Ok(lines) => {
+                        for l in lines {
+                            println!("       {l}");
+                        }
+                    }
+                    Err(e) => {
+                        blocked_by_kube = true;
+                        println!("       blocked: cannot list the pods of {}: {e:#}", args.host);
+                    }
+                }
+            }
+        },
+    }
     println!("    3. StopControlPlane: kube-scheduler, kube-controller-manager (when present)");
     println!("       load-balancer backend drained on {} host(s)", lbs.len());
     println!("       kube-apiserver (when present); R-maint re-checked; etcd leadership moved if {} leads; etcd stopped", args.host);
     println!("    4. Complete (reverse): etcd started and caught up, apiserver, backend ready, controller-manager, scheduler, uncordon");
     match decision {
+        safety::Decision::Allowed if blocked_by_kube => {
+            println!("  verdict: blocked: the Kubernetes API is needed for Cordon and Drain");
+            Ok(exit::FAILED)
+        }
         safety::Decision::Allowed => {
             println!(
                 "  verdict: allowed; budget after start: B = {}",
@@ -256,6 +304,10 @@ async fn start(args: &MaintenanceArgs) -> anyhow::Result<i32> {
     safety::r_maint(&counts, 1, args.max_unavailable)
         .into_result()
         .map_err(refusal)?;
+    // The API before anything changes: Cordon and Drain cannot run without it.
+    let kube = node::kube_for(&s.inv, &s.state, &s.reach.transports, &args.connect, &host.name)
+        .await
+        .context("the Cordon and Drain stages need the Kubernetes API; nothing was changed")?;
     let journal = Journal::open(
         &s.state,
         &membership::new_run_id(&format!("maintenance-{}", host.name)),
@@ -268,33 +320,38 @@ async fn start(args: &MaintenanceArgs) -> anyhow::Result<i32> {
         reason: args.reason.clone(),
         stopped: vec![],
     };
-    write_record(&s, mode, host, &rec).await?;
-    let no_kube = "skipped: no kubernetes section in the inventory";
-    journal.record(
-        "cordon",
-        "skipped",
-        &host.name,
-        if s.inv.kubernetes.is_some() {
-            "skipped: needs the Kubernetes API client (HACTL_KUBE_BIN_DIR labs only)"
-        } else {
-            no_kube
-        },
-    )?;
-    rec.stage = "Drain".into();
-    write_record(&s, mode, host, &rec).await?;
-    journal.record(
-        "drain",
-        "skipped",
-        &host.name,
-        if s.inv.kubernetes.is_some() {
-            "skipped: needs the Kubernetes API client"
-        } else {
-            no_kube
-        },
-    )?;
+    let not_applicable = node::not_applicable(&s.inv, kube.as_ref(), &host.name);
+    enter(&s, mode, host, &mut rec, kube.as_ref(), &journal, "Cordon").await?;
+    match (&kube, &not_applicable) {
+        (Some(k), None) => node::set_unschedulable(k, mode, &journal, "cordon", &host.name, true).await?,
+        _ => journal.record(
+            "cordon",
+            "skipped",
+            &host.name,
+            not_applicable.as_deref().unwrap_or(""),
+        )?,
+    }
+    enter(&s, mode, host, &mut rec, kube.as_ref(), &journal, "Drain").await?;
+    match (&kube, &not_applicable) {
+        (Some(k), None) => node::drain(k, mode, &journal, &host.name, args.drain_timeout).await?,
+        _ => journal.record(
+            "drain",
+            "skipped",
+            &host.name,
+            not_applicable.as_deref().unwrap_or(""),
+        )?,
+    }
 
-    rec.stage = "StopControlPlane".into();
-    write_record(&s, mode, host, &rec).await?;
+    enter(
+        &s,
+        mode,
+        host,
+        &mut rec,
+        kube.as_ref(),
+        &journal,
+        "StopControlPlane",
+    )
+    .await?;
     let active = units_active(&s, &host.name);
     for unit in ["kube-scheduler.service", "kube-controller-manager.service"] {
         if active.contains(&unit) {
@@ -459,20 +516,85 @@ async fn complete(args: &MaintenanceArgs) -> anyhow::Result<i32> {
             s.reach.unreachable.get(&host.name).cloned().unwrap_or_default()
         );
     }
+    // The same lock as start: a start still running is not raced; one that crashed left a
+    // stale lock, which is taken over; dropping it at the end releases it.
+    let _lock = if mode == Mode::Live {
+        Some(s.state.lock(membership::OPERATION_LOCK).map_err(|e| {
+            refuse(
+                exit::NEEDS_INPUT,
+                format!("another hactl operation holds this cluster ({e:#}); wait for it to finish, then run `hactl maintenance complete {}` again", host.name),
+            )
+        })?)
+    } else {
+        None
+    };
     let journal = Journal::open(
         &s.state,
         &membership::new_run_id(&format!("maintenance-{}", host.name)),
         mode,
     )?;
-    if rec.stage == "Cordon" || rec.stage == "Drain" {
+    // Cancel (§5.4): during Idle, Cordon or Drain nothing was stopped, so Complete is only the
+    // uncordon.
+    let cancelled = matches!(rec.stage.as_str(), "Idle" | "Cordon" | "Drain") && rec.stopped.is_empty();
+    if cancelled {
         journal.record(
             "cancel",
             "done",
             &host.name,
-            &format!("cancelled during {}: nothing was stopped", rec.stage),
+            &format!(
+                "cancelled during {}: nothing was stopped, straight to Complete",
+                rec.stage
+            ),
         )?;
+    } else {
+        restart_stopped(&s, mode, host, &rec, &journal, &args.connect).await?;
     }
-    let balancers = Balancers::connect(&s.inv, &s.state, &args.connect).await;
+    let kube = node::kube_for(&s.inv, &s.state, &s.reach.transports, &args.connect, &host.name).await;
+    let kube = match kube {
+        Ok(k) => k,
+        Err(e) => {
+            rec.stopped.clear();
+            write_record(&s, mode, host, &rec).await?;
+            journal.record("uncordon", "failed", &host.name, &format!("{e:#}"))?;
+            return Err(refuse(
+                exit::FAILED_AFTER_CHANGES,
+                format!("{}: everything hactl stopped runs again, but the Node could not be uncordoned: {e:#}; run `hactl maintenance complete {}` again once an apiserver answers", host.name, host.name),
+            ));
+        }
+    };
+    match node::not_applicable(&s.inv, kube.as_ref(), &host.name) {
+        None => {
+            let k = kube.as_ref().expect("not_applicable is None only with a Kube");
+            node::set_unschedulable(k, mode, &journal, "uncordon", &host.name, false).await?;
+        }
+        Some(why) => journal.record("uncordon", "skipped", &host.name, &why)?,
+    }
+    rec.since = membership::now_rfc3339();
+    rec.stopped.clear();
+    enter(&s, mode, host, &mut rec, kube.as_ref(), &journal, "Complete").await?;
+    println!(
+        "maintenance: {} is back in service{}",
+        host.name,
+        if cancelled {
+            " (cancelled before anything was stopped)"
+        } else {
+            ""
+        }
+    );
+    Ok(exit::OK)
+}
+
+/// Complete's reverse order for what StopControlPlane stopped: etcd (caught up), apiserver, the
+/// load-balancer backend and the VIP, controller-manager, scheduler.
+async fn restart_stopped(
+    s: &Setup,
+    mode: Mode,
+    host: &Host,
+    rec: &MaintenanceRecord,
+    journal: &Journal,
+    connect: &crate::cli::ConnectArgs,
+) -> anyhow::Result<()> {
+    let balancers = Balancers::connect(&s.inv, &s.state, connect).await;
     let mut others_away = membership::in_maintenance(&s.state);
     others_away.remove(&host.name);
     let stopped = rec.stopped.clone();
@@ -551,20 +673,5 @@ async fn complete(args: &MaintenanceArgs) -> anyhow::Result<i32> {
             }
         }
     }
-    journal.record(
-        "uncordon",
-        "skipped",
-        &host.name,
-        if s.inv.kubernetes.is_some() {
-            "skipped: needs the Kubernetes API client"
-        } else {
-            "skipped: no kubernetes section in the inventory"
-        },
-    )?;
-    rec.stage = "Complete".into();
-    rec.since = membership::now_rfc3339();
-    rec.stopped.clear();
-    write_record(&s, mode, host, &rec).await?;
-    println!("maintenance: {} is back in service", host.name);
-    Ok(exit::OK)
+    Ok(())
 }

@@ -11,6 +11,7 @@ pub mod init;
 pub mod lab;
 pub mod maintenance;
 pub mod membership;
+pub mod node;
 pub mod recover;
 pub mod replace;
 pub mod reset;
