@@ -8,6 +8,11 @@
 //! in the member's journal goes straight to replace. `maxRetry` failed remediations within
 //! `minHealthyPeriod` stop heal with exit 2. One change at a time, most broken first.
 //!
+//! The retry records live in `heal.json` in the state directory (the source); with a `kubernetes`
+//! section each changed record is mirrored onto the member's Node as the annotation
+//! `hactl.io/remediation-for` (`{"retryCount":1,"lastRemediation":"2026-11-22T05:00:00Z"}`), at
+//! the end of the heal round that sees the change (also one made by a `hactl replace` run).
+//!
 //! Invariant: [`decide`] is pure: what heal does follows from what it saw, its records and the
 //! policy; the command only gathers, asks `decide`, and runs the one action.
 
@@ -25,6 +30,7 @@ use crate::etcd::safety::{self, Counts};
 use crate::etcd::{self as etcd_paths};
 use crate::exec::Mode;
 use crate::inventory::{HealSpec, Inventory, Role};
+use crate::kubernetes::api::REMEDIATION_ANNOTATION;
 use crate::plan::{RemoteCommand, Step};
 use crate::state::StateDir;
 
@@ -80,6 +86,79 @@ pub struct Record {
     pub retry_count: u32,
     #[serde(default)]
     pub last_error: String,
+    /// The annotation value last written to the member's Node (or found to have no Node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotated: Option<String>,
+}
+
+/// The Node annotation `hactl.io/remediation-for` for a record: `{retryCount, lastRemediation}`,
+/// or `None` when the member was never remediated.
+pub fn remediation_annotation(r: &Record) -> Option<String> {
+    let last = time::OffsetDateTime::from_unix_timestamp(i64::try_from(r.last_remediation?).ok()?).ok()?;
+    Some(
+        serde_json::json!({
+            "retryCount": r.retry_count,
+            "lastRemediation": last.format(&time::format_description::well_known::Rfc3339).ok()?,
+        })
+        .to_string(),
+    )
+}
+
+/// Mirrors the records that changed since they were last written onto the members' Nodes. The
+/// state directory stays the source: an apiserver that does not answer is a warning.
+async fn publish_records(inv: &Inventory, state: &StateDir, args: &HealArgs) {
+    if inv.kubernetes.is_none() || args.dry_run {
+        return;
+    }
+    let mut records = load_records(state);
+    let due: Vec<(String, String)> = records
+        .members
+        .iter()
+        .filter_map(|(m, r)| {
+            let v = remediation_annotation(r)?;
+            (r.annotated.as_deref() != Some(v.as_str())).then(|| (m.clone(), v))
+        })
+        .collect();
+    if due.is_empty() {
+        return;
+    }
+    let stamp = membership::now_rfc3339();
+    let api = match super::node::connect_api(inv, state, &Default::default(), &args.connect, "").await {
+        Ok(a) => a,
+        Err(e) => {
+            println!(
+                "{stamp} heal: warning: retry records not written to the Nodes ({e:#}); heal.json holds them"
+            );
+            return;
+        }
+    };
+    for (member, value) in due {
+        let written = match api.node(&member).await {
+            Ok(Some(_)) => api
+                .annotate_node(&member, REMEDIATION_ANNOTATION, Some(&value))
+                .await
+                .map(|_| true),
+            Ok(None) => Ok(false),
+            Err(e) => Err(e),
+        };
+        match written {
+            Ok(on_node) => {
+                if on_node {
+                    println!("{stamp} heal: Node {member}: {REMEDIATION_ANNOTATION}={value}");
+                }
+                if let Some(r) = records.members.get_mut(&member) {
+                    r.annotated = Some(value);
+                }
+            }
+            Err(e) => println!(
+                "{stamp} heal: warning: cannot annotate Node {member}: {:#} (heal.json holds the record)",
+                anyhow::Error::from(e)
+            ),
+        }
+    }
+    if let Err(e) = save_records(state, &records) {
+        println!("{stamp} heal: warning: {e:#}");
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -413,8 +492,14 @@ async fn gather(
     Ok((counts, signals, reach))
 }
 
-/// One round: look, decide, act (or print).
+/// One round: look, decide, act (or print), then mirror changed retry records onto the Nodes.
 async fn round(inv: &Inventory, state: &StateDir, args: &HealArgs) -> anyhow::Result<i32> {
+    let result = act(inv, state, args).await;
+    publish_records(inv, state, args).await;
+    result
+}
+
+async fn act(inv: &Inventory, state: &StateDir, args: &HealArgs) -> anyhow::Result<i32> {
     let (counts, signals, reach) = gather(inv, state, args).await?;
     let now = unix_now();
     let mut records = load_records(state);
@@ -577,6 +662,21 @@ mod tests {
             healthy: 2,
             ..Counts::healthy(3)
         }
+    }
+
+    #[test]
+    fn the_node_annotation_carries_retry_count_and_last_remediation() {
+        assert_eq!(remediation_annotation(&Record::default()), None);
+        let r = Record {
+            retry_count: 2,
+            last_remediation: Some(1_795_323_600),
+            last_failure: Some(1_795_323_600),
+            ..Record::default()
+        };
+        assert_eq!(
+            remediation_annotation(&r).unwrap(),
+            r#"{"lastRemediation":"2026-11-22T05:00:00Z","retryCount":2}"#
+        );
     }
 
     #[test]
