@@ -218,8 +218,8 @@ async fn plan(args: &MaintenanceArgs) -> anyhow::Result<i32> {
         }
         Ok(k) => match node::not_applicable(&s.inv, k.as_ref(), &args.host) {
             Some(why) => {
-                println!("    1. Cordon: {why}");
-                println!("    2. Drain: {why}");
+                println!("    1. Cordon: skipped: {why}");
+                println!("    2. Drain: skipped: {why}");
             }
             None => {
                 let k = k.as_ref().expect("not_applicable is None only with a Kube");

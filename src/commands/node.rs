@@ -114,15 +114,17 @@ pub async fn kube_for(
 /// Why cordon, drain and uncordon do nothing, when they do nothing.
 pub fn not_applicable(inv: &Inventory, kube: Option<&Kube>, node: &str) -> Option<String> {
     match kube {
-        None => Some("skipped: no kubernetes section in the inventory".into()),
-        Some(k) if !k.node => Some(format!(
-            "skipped: no Node named {node} in the cluster (no kubelet registered this host{}), so no pod runs there",
+        None => Some("no kubernetes section in the inventory".into()),
+        Some(k) if !k.node => {
+            Some(format!(
+            "no Node named {node} in the cluster (no kubelet registered this host{}), so no pod runs there",
             if inv.kubernetes.as_ref().is_some_and(|k| k.mode == KubernetesMode::Systemd) {
                 "; hactl runs the control plane as systemd units"
             } else {
                 ""
             }
-        )),
+        ))
+        }
         Some(_) => None,
     }
 }
