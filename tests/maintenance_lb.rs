@@ -1,7 +1,10 @@
 //! C4 with load balancers (../shared/specs/recovery.md §6.4): on a lab of 3 control-plane hosts
 //! and 2 load balancers (real etcd, HAProxy, keepalived), `hactl maintenance start cp1` puts
 //! cp1's `etcd-client` server in MAINT on every HAProxy before etcd stops, clients through the
-//! VIP keep writing the whole time, and `complete` brings the server back UP.
+//! VIP keep writing the whole time, and `complete` brings the server back UP. Then C6 on the same
+//! lab: a `start` that dies at stage Drain (`HACTL_CRASH_AFTER=stage-Drain`), then `complete`,
+//! which cancels: nothing restarted because nothing was stopped, every member and backend
+//! healthy, the lock released.
 //! Needs root; without it the test prints `SKIPPED <name>: needs root`.
 
 #[path = "support/lab.rs"]
@@ -15,10 +18,15 @@ use std::time::Duration;
 use lab_support::{eventually, TestLab};
 
 fn hactl(inv: &std::path::Path, args: &[&str]) -> Output {
+    hactl_env(inv, args, &[])
+}
+
+fn hactl_env(inv: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let out = Command::new(env!("CARGO_BIN_EXE_hactl"))
         .args(args)
         .arg("-i")
         .arg(inv)
+        .envs(env.iter().copied())
         .output()
         .expect("run hactl");
     eprintln!(
@@ -167,6 +175,63 @@ fn maintenance_drains_haproxy_before_etcd_stops_and_vip_clients_keep_writing() {
     for lb in ["lb1", "lb2"] {
         assert!(server_is(&lab, lb, "cp1", "UP"), "cp1 not UP on {lb}");
     }
+
+    // --- C6: `complete` issued during Drain goes straight to Complete. The start dies right
+    // after entering Drain, as a killed operator session would: the record says Drain and the
+    // dead process's operation lock is left behind.
+    let o = hactl_env(
+        &inv,
+        &["maintenance", "start", "cp1"],
+        &[("HACTL_CRASH_AFTER", "stage-Drain")],
+    );
+    assert_eq!(o.status.code(), Some(137), "C6: start did not stop at Drain");
+    let record = |state: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(state.join("maintenance/cp1.json")).unwrap()).unwrap()
+    };
+    assert_eq!(record(&state)["stage"], "Drain");
+    let lock = state.join("locks/etcd-operation.lock");
+    assert!(lock.exists(), "the crashed start left no lock to release");
+    // In Drain cp1 holds the budget: the plan for another host is refused (plan takes no lock,
+    // so the stale one stays for complete to take over and release).
+    assert_eq!(
+        hactl(&inv, &["maintenance", "plan", "cp2"]).status.code(),
+        Some(2),
+        "C6: cp2 would be let in while cp1 is in Drain"
+    );
+    let o = hactl(&inv, &["maintenance", "complete", "cp1"]);
+    assert!(o.status.success(), "C6: complete during Drain failed");
+    let j = journal(&state, "maintenance-cp1");
+    pos(&j, "cancel", "done");
+    pos(&j, "stage-Complete", "done");
+    for step in [
+        "start-etcd",
+        "start-kube-apiserver.service",
+        "lb-ready",
+        "vip-restore",
+    ] {
+        assert!(
+            !j.iter().any(|(s, p)| s == step && p == "done"),
+            "C6: complete restarted {step} although nothing was stopped: {j:?}"
+        );
+    }
+    assert_eq!(record(&state)["stage"], "Complete");
+    assert!(!lock.exists(), "C6: the operation lock was not released");
+    // Nothing left stopped: every member healthy, every backend UP on every balancer.
+    assert!(lab
+        .exec(
+            "cp2",
+            &["/usr/local/sbin/hactl-etcdctl", "endpoint", "health", "--cluster"]
+        )
+        .status
+        .success());
+    for lb in ["lb1", "lb2"] {
+        for cp in ["cp1", "cp2", "cp3"] {
+            assert!(server_is(&lab, lb, cp, "UP"), "C6: {cp} not UP on {lb}");
+        }
+    }
+    // The maintenance lock is free again: the budget lets a host in.
+    let o = hactl(&inv, &["maintenance", "plan", "cp2"]);
+    assert_eq!(o.status.code(), Some(0), "C6: cp1 still holds the budget");
     std::thread::sleep(Duration::from_secs(2));
     finish(&stop);
     writer.join().unwrap();
