@@ -5,9 +5,11 @@
 //!   so systemd-analyze reports that each unit's ExecStart binary is missing; exactly that
 //!   complaint, and nothing else, is accepted (the test says so when it filters it). A unit
 //!   broken on purpose proves that verify reports syntax problems here.
-//! - `kubernetes_control_plane_comes_up_with_real_binaries` runs only when `HACTL_KUBE_BIN_DIR`
-//!   names a directory holding kube-apiserver, kube-controller-manager and kube-scheduler;
-//!   otherwise it prints `SKIPPED … HACTL_KUBE_BIN_DIR not set`. Nothing stands in for them.
+//! - `kubernetes_control_plane_comes_up_with_real_binaries` and
+//!   `maintenance_cordons_drains_and_uncordons_with_a_real_apiserver` run only when
+//!   `HACTL_KUBE_BIN_DIR` names a directory holding kube-apiserver, kube-controller-manager and
+//!   kube-scheduler; otherwise each prints `SKIPPED <name>: HACTL_KUBE_BIN_DIR not set`. Nothing
+//!   stands in for them.
 
 #[path = "support/lab.rs"]
 mod lab_support;
@@ -205,4 +207,249 @@ fn kubernetes_control_plane_comes_up_with_real_binaries() {
     assert!(held, "the Leases did not get holders:\n{last}");
     let again = hactl(&["up", "-i", &inv_arg, "--yes"]);
     assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), "no changes");
+}
+
+/// One API call through the library's client; panics with the answer when `ok` does not hold.
+fn call(
+    rt: &tokio::runtime::Runtime,
+    api: &hactl::kubernetes::api::ApiClient,
+    method: &str,
+    path: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let content_type = if method == reqwest::Method::PATCH {
+        "application/merge-patch+json"
+    } else {
+        "application/json"
+    };
+    let body = (!body.is_null()).then_some(body);
+    let (code, text) = rt
+        .block_on(api.request(method.clone(), path, content_type, body.as_ref()))
+        .unwrap_or_else(|e| panic!("{method} {path}: {e:#}"));
+    (
+        code,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// Cordon, the ordered drain through the Eviction API (a PodDisruptionBudget blocking it until
+/// --drain-timeout, then a cancel, then a drain that succeeds) and uncordon, against real
+/// apiservers. hactl runs no kubelet, so the test registers the Node `cp1` and binds pods to it
+/// through the API; the pods carry `terminationGracePeriodSeconds: 0`, so an accepted eviction
+/// deletes them at once (the apiserver's own rule for a zero grace period), and the guarded pod
+/// gets a Running/Ready status written through the status subresource, as its kubelet would,
+/// since the Eviction API ignores budgets for Pending pods.
+#[test]
+fn maintenance_cordons_drains_and_uncordons_with_a_real_apiserver() {
+    let name = "maintenance_cordons_drains_and_uncordons_with_a_real_apiserver";
+    let Some(dir) = std::env::var_os("HACTL_KUBE_BIN_DIR") else {
+        println!("SKIPPED {name}: HACTL_KUBE_BIN_DIR not set");
+        return;
+    };
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let dir = std::path::PathBuf::from(dir);
+    let version_line = std::process::Command::new(dir.join("kube-apiserver"))
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("{}: cannot run kube-apiserver --version: {e}", dir.display()));
+    let version =
+        hactl::kubernetes::skew::parse_kubernetes_version(&String::from_utf8_lossy(&version_line.stdout))
+            .unwrap_or_else(|| panic!("cannot read the version of {}", dir.display()));
+    let Some(lab) = TestLab::up(name, 3, 2, 0, "trixie") else {
+        return;
+    };
+    let path = lab.inventory().to_path_buf();
+    let mut yaml = std::fs::read_to_string(&path).unwrap();
+    yaml.push_str(&format!(
+        "  kubernetes:\n    version: {version}\n    source: bundle\n    bundleDir: {}\n",
+        dir.display()
+    ));
+    std::fs::write(&path, yaml).unwrap();
+    let inv_arg = path.to_string_lossy().to_string();
+    let run = |args: &[&str]| {
+        let mut argv = args.to_vec();
+        argv.extend(["-i", &inv_arg]);
+        let out = hactl(&argv);
+        eprintln!(
+            "hactl {args:?} -> {:?}\n{}{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    };
+    assert!(run(&["up", "--yes"]).status.success());
+    let state = path.parent().unwrap().join("state");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let api = hactl::kubernetes::api::ApiClient::new(
+        &format!("https://{}:6443", lab.ip("cp2")),
+        &state.join("pki"),
+    )
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(120), || call(
+            &rt,
+            &api,
+            "GET",
+            "/readyz",
+            serde_json::Value::Null
+        )
+        .0 == 200),
+        "cp2's apiserver is not ready"
+    );
+    let post = |path: &str, body: serde_json::Value| {
+        let (code, answer) = call(&rt, &api, "POST", path, body);
+        assert!(code == 201 || code == 200, "POST {path}: {code} {answer}");
+        answer
+    };
+    post(
+        "/api/v1/nodes",
+        serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cp1"}}),
+    );
+    post(
+        "/api/v1/namespaces",
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "drain-test"}}),
+    );
+    let pod = |ns: &str, name: &str, class: Option<&str>, labels: serde_json::Value| {
+        let mut spec = serde_json::json!({
+            "nodeName": "cp1",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+        });
+        if let Some(c) = class {
+            spec["priorityClassName"] = c.into();
+        }
+        post(
+            &format!("/api/v1/namespaces/{ns}/pods"),
+            serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": ns, "labels": labels},
+                "spec": spec}),
+        )
+    };
+    pod("drain-test", "plain", None, serde_json::json!({"app": "plain"}));
+    pod(
+        "drain-test",
+        "guarded",
+        None,
+        serde_json::json!({"app": "guarded"}),
+    );
+    pod(
+        "kube-system",
+        "hactl-drain-critical",
+        Some("system-cluster-critical"),
+        serde_json::json!({"app": "critical"}),
+    );
+    // The guarded pod runs and is ready, as its kubelet would report.
+    let (code, answer) = call(
+        &rt,
+        &api,
+        "PATCH",
+        "/api/v1/namespaces/drain-test/pods/guarded/status",
+        serde_json::json!({"status": {"phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True"}]}}),
+    );
+    assert_eq!(code, 200, "{answer}");
+    post(
+        "/apis/policy/v1/namespaces/drain-test/poddisruptionbudgets",
+        serde_json::json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": {"name": "guard", "namespace": "drain-test"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}}),
+    );
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            let (_, b) = call(
+                &rt,
+                &api,
+                "GET",
+                "/apis/policy/v1/namespaces/drain-test/poddisruptionbudgets/guard",
+                serde_json::Value::Null,
+            );
+            b["status"]["expectedPods"] == 1 && b["status"]["disruptionsAllowed"] == 0
+        }),
+        "the disruption controller did not compute the budget"
+    );
+    let node =
+        |rt: &tokio::runtime::Runtime| call(rt, &api, "GET", "/api/v1/nodes/cp1", serde_json::Value::Null).1;
+    let exists = |ns: &str, pod: &str| {
+        call(
+            &rt,
+            &api,
+            "GET",
+            &format!("/api/v1/namespaces/{ns}/pods/{pod}"),
+            serde_json::Value::Null,
+        )
+        .0 == 200
+    };
+
+    // The plan names the blocker.
+    let out = run(&["maintenance", "plan", "cp1"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        text.contains("blocker: drain-test/guarded is covered by PodDisruptionBudget drain-test/guard"),
+        "{text}"
+    );
+
+    // The budget holds the drain until --drain-timeout; the stage fails naming pod and budget.
+    let out = run(&["maintenance", "start", "cp1", "--drain-timeout", "15s"]);
+    assert_eq!(out.status.code(), Some(4));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        err.contains("refused by PodDisruptionBudget drain-test/guard"),
+        "{err}"
+    );
+    assert!(
+        err.contains("pod drain-test/guarded from cp1 was answered 429"),
+        "{err}"
+    );
+    assert_eq!(node(&rt)["spec"]["unschedulable"], true, "not cordoned");
+    assert_eq!(
+        node(&rt)["metadata"]["annotations"]["hactl.io/maintenance-stage"],
+        "Drain"
+    );
+    // Lower priority first: the plain pod is gone, the critical one (a later wave) is not.
+    assert!(!exists("drain-test", "plain"));
+    assert!(exists("kube-system", "hactl-drain-critical"));
+
+    // C6 with Kubernetes: complete during Drain uncordons and stops nothing.
+    assert!(run(&["maintenance", "complete", "cp1"]).status.success());
+    let n = node(&rt);
+    assert!(
+        n["spec"]["unschedulable"].is_null() || n["spec"]["unschedulable"] == false,
+        "{n}"
+    );
+    assert_eq!(
+        n["metadata"]["annotations"]["hactl.io/maintenance-stage"],
+        "Complete"
+    );
+
+    // Without the budget the drain finishes: every wave gone, then the control plane stops.
+    let (code, _) = call(
+        &rt,
+        &api,
+        "DELETE",
+        "/apis/policy/v1/namespaces/drain-test/poddisruptionbudgets/guard",
+        serde_json::Value::Null,
+    );
+    assert_eq!(code, 200);
+    assert!(run(&["maintenance", "start", "cp1"]).status.success());
+    assert!(!exists("drain-test", "guarded"));
+    assert!(!exists("kube-system", "hactl-drain-critical"));
+    let n = node(&rt);
+    assert_eq!(n["spec"]["unschedulable"], true);
+    assert_eq!(
+        n["metadata"]["annotations"]["hactl.io/maintenance-stage"],
+        "StopControlPlane"
+    );
+    assert!(run(&["maintenance", "complete", "cp1"]).status.success());
+    let n = node(&rt);
+    assert!(
+        n["spec"]["unschedulable"].is_null() || n["spec"]["unschedulable"] == false,
+        "{n}"
+    );
+    assert_eq!(
+        n["metadata"]["annotations"]["hactl.io/maintenance-stage"],
+        "Complete"
+    );
+    lab.down().unwrap();
 }
