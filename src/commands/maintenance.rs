@@ -654,7 +654,7 @@ async fn restart_stopped(
                     .ready(
                         mode,
                         &s.inv,
-                        &journal,
+                        journal,
                         "lb-ready",
                         &host.name,
                         Duration::from_secs(60),
@@ -669,7 +669,7 @@ async fn restart_stopped(
                 )?;
             }
             if was(VIP_MARK) {
-                balancers.restore_vip(mode, &journal, "vip-restore", host).await?;
+                balancers.restore_vip(mode, journal, "vip-restore", host).await?;
             }
         }
     }
