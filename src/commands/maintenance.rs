@@ -323,7 +323,20 @@ async fn start(args: &MaintenanceArgs) -> anyhow::Result<i32> {
     let not_applicable = node::not_applicable(&s.inv, kube.as_ref(), &host.name);
     enter(&s, mode, host, &mut rec, kube.as_ref(), &journal, "Cordon").await?;
     match (&kube, &not_applicable) {
-        (Some(k), None) => node::set_unschedulable(k, mode, &journal, "cordon", &host.name, true).await?,
+        (Some(k), None) if k.node.as_ref().is_some_and(|n| n.spec.unschedulable) => journal.record(
+            "cordon",
+            "skipped",
+            &host.name,
+            &format!(
+                "Node {} was already unschedulable (cordoned by someone else): Complete leaves it cordoned",
+                host.name
+            ),
+        )?,
+        (Some(k), None) => {
+            rec.stopped.push(node::CORDON_MARK.into());
+            write_record(&s, mode, host, &rec).await?;
+            node::set_unschedulable(k, mode, &journal, "cordon", &host.name, true).await?
+        }
         _ => journal.record(
             "cordon",
             "skipped",
@@ -535,7 +548,9 @@ async fn complete(args: &MaintenanceArgs) -> anyhow::Result<i32> {
     )?;
     // Cancel (§5.4): during Idle, Cordon or Drain nothing was stopped, so Complete is only the
     // uncordon.
-    let cancelled = matches!(rec.stage.as_str(), "Idle" | "Cordon" | "Drain") && rec.stopped.is_empty();
+    let cordoned = rec.stopped.iter().any(|x| x == node::CORDON_MARK);
+    let cancelled = matches!(rec.stage.as_str(), "Idle" | "Cordon" | "Drain")
+        && rec.stopped.iter().all(|x| x == node::CORDON_MARK);
     if cancelled {
         journal.record(
             "cancel",
@@ -553,7 +568,8 @@ async fn complete(args: &MaintenanceArgs) -> anyhow::Result<i32> {
     let kube = match kube {
         Ok(k) => k,
         Err(e) => {
-            rec.stopped.clear();
+            // Everything is running again; only the cordon is left for the next `complete`.
+            rec.stopped.retain(|x| x == node::CORDON_MARK);
             write_record(&s, mode, host, &rec).await?;
             journal.record("uncordon", "failed", &host.name, &format!("{e:#}"))?;
             return Err(refuse(
@@ -563,10 +579,16 @@ async fn complete(args: &MaintenanceArgs) -> anyhow::Result<i32> {
         }
     };
     match node::not_applicable(&s.inv, kube.as_ref(), &host.name) {
-        None => {
+        None if cordoned => {
             let k = kube.as_ref().expect("not_applicable is None only with a Kube");
             node::set_unschedulable(k, mode, &journal, "uncordon", &host.name, false).await?;
         }
+        None => journal.record(
+            "uncordon",
+            "skipped",
+            &host.name,
+            &format!("hactl did not cordon Node {}: it stays as it was", host.name),
+        )?,
         Some(why) => journal.record("uncordon", "skipped", &host.name, &why)?,
     }
     rec.since = membership::now_rfc3339();

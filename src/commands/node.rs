@@ -17,15 +17,20 @@ use crate::exec::{Mode, Transports};
 use crate::inventory::{Inventory, KubernetesMode, Role};
 use crate::kubernetes::api::{ApiClient, MAINTENANCE_STAGE_ANNOTATION};
 use crate::kubernetes::drain::{self, Eviction, PodRef};
+use crate::kubernetes::objects::Node;
 use crate::state::StateDir;
 
 /// An apiserver to talk to, and whether the node in question is registered.
 pub struct Kube {
     pub api: ApiClient,
-    /// A Node object by the host's name exists (a kubelet registered it). hactl itself runs no
-    /// kubelet, so a control-plane host may have none: then there is nothing to cordon or drain.
-    pub node: bool,
+    /// The Node by the host's name, as read before anything changed; `None` when no kubelet
+    /// registered one (hactl itself runs no kubelet): then there is nothing to cordon or drain.
+    pub node: Option<Node>,
 }
+
+/// The mark in the maintenance record's `stopped` list: hactl cordoned the Node, so Complete
+/// uncordons it. A Node someone else had cordoned before stays cordoned.
+pub const CORDON_MARK: &str = "node-unschedulable";
 
 /// Connects to the apiserver of a control-plane host (hosts other than `avoid` first, since
 /// `avoid` is the one going out of service) through an SSH port forward, and checks `/readyz`.
@@ -103,19 +108,18 @@ pub async fn kube_for(
         return Ok(None);
     }
     let api = connect_api(inv, state, transports, connect, node).await?;
-    let exists = api
+    let node = api
         .node(node)
         .await
-        .with_context(|| format!("cannot read Node {node}"))?
-        .is_some();
-    Ok(Some(Kube { api, node: exists }))
+        .with_context(|| format!("cannot read Node {node}"))?;
+    Ok(Some(Kube { api, node }))
 }
 
 /// Why cordon, drain and uncordon do nothing, when they do nothing.
 pub fn not_applicable(inv: &Inventory, kube: Option<&Kube>, node: &str) -> Option<String> {
     match kube {
         None => Some("no kubernetes section in the inventory".into()),
-        Some(k) if !k.node => {
+        Some(k) if k.node.is_none() => {
             Some(format!(
             "no Node named {node} in the cluster (no kubelet registered this host{}), so no pod runs there",
             if inv.kubernetes.as_ref().is_some_and(|k| k.mode == KubernetesMode::Systemd) {
@@ -132,7 +136,7 @@ pub fn not_applicable(inv: &Inventory, kube: Option<&Kube>, node: &str) -> Optio
 /// Writes the stage to the Node annotation; a failure is a warning (the journal and the state
 /// directory hold the stage).
 pub async fn annotate_stage(kube: Option<&Kube>, mode: Mode, node: &str, stage: &str) {
-    let Some(k) = kube.filter(|k| k.node) else {
+    let Some(k) = kube.filter(|k| k.node.is_some()) else {
         return;
     };
     if mode == Mode::DryRun {
