@@ -201,7 +201,7 @@ fn maintenance_drains_haproxy_before_etcd_stops_and_vip_clients_keep_writing() {
     let o = hactl(&inv, &["maintenance", "complete", "cp1"]);
     assert!(o.status.success(), "C6: complete during Drain failed");
     let j = journal(&state, "maintenance-cp1");
-    pos(&j, "cancel", "done");
+    assert!(pos(&j, "cancel", "done") < pos(&j, "uncordon", "skipped"));
     pos(&j, "stage-Complete", "done");
     for step in [
         "start-etcd",
