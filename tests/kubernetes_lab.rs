@@ -311,6 +311,21 @@ fn maintenance_cordons_drains_and_uncordons_with_a_real_apiserver() {
         "/api/v1/namespaces",
         serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "drain-test"}}),
     );
+    // The ServiceAccount admission plugin wants each namespace's `default` account, which the
+    // controller-manager creates.
+    for ns in ["drain-test", "kube-system"] {
+        assert!(
+            eventually(Duration::from_secs(60), || call(
+                &rt,
+                &api,
+                "GET",
+                &format!("/api/v1/namespaces/{ns}/serviceaccounts/default"),
+                serde_json::Value::Null
+            )
+            .0 == 200),
+            "no default ServiceAccount in {ns}"
+        );
+    }
     let pod = |ns: &str, name: &str, class: Option<&str>, labels: serde_json::Value| {
         let mut spec = serde_json::json!({
             "nodeName": "cp1",
