@@ -104,6 +104,19 @@ pub fn remediation_annotation(r: &Record) -> Option<String> {
     )
 }
 
+/// The members whose annotation is due (never written, or the record changed since), with the
+/// value to write.
+pub fn due_annotations(records: &Records) -> Vec<(String, String)> {
+    records
+        .members
+        .iter()
+        .filter_map(|(m, r)| {
+            let v = remediation_annotation(r)?;
+            (r.annotated.as_deref() != Some(v.as_str())).then(|| (m.clone(), v))
+        })
+        .collect()
+}
+
 /// Mirrors the records that changed since they were last written onto the members' Nodes. The
 /// state directory stays the source: an apiserver that does not answer is a warning.
 async fn publish_records(inv: &Inventory, state: &StateDir, args: &HealArgs) {
@@ -111,14 +124,7 @@ async fn publish_records(inv: &Inventory, state: &StateDir, args: &HealArgs) {
         return;
     }
     let mut records = load_records(state);
-    let due: Vec<(String, String)> = records
-        .members
-        .iter()
-        .filter_map(|(m, r)| {
-            let v = remediation_annotation(r)?;
-            (r.annotated.as_deref() != Some(v.as_str())).then(|| (m.clone(), v))
-        })
-        .collect();
+    let due = due_annotations(&records);
     if due.is_empty() {
         return;
     }
@@ -676,6 +682,29 @@ mod tests {
         assert_eq!(
             remediation_annotation(&r).unwrap(),
             r#"{"lastRemediation":"2026-11-22T05:00:00Z","retryCount":2}"#
+        );
+    }
+
+    #[test]
+    fn an_annotation_is_due_once_per_change() {
+        let mut records = Records::default();
+        records.members.insert("cp1".into(), Record::default());
+        assert!(due_annotations(&records).is_empty(), "never remediated");
+        let r = records.members.get_mut("cp1").unwrap();
+        r.retry_count = 1;
+        r.last_remediation = Some(1_795_323_600);
+        let due = due_annotations(&records);
+        assert_eq!(due.len(), 1);
+        records.members.get_mut("cp1").unwrap().annotated = Some(due[0].1.clone());
+        assert!(due_annotations(&records).is_empty(), "written already");
+        // A replace that failed again (record_failure) makes it due again.
+        records.members.get_mut("cp1").unwrap().retry_count = 2;
+        assert_eq!(
+            due_annotations(&records),
+            [(
+                "cp1".to_string(),
+                r#"{"lastRemediation":"2026-11-22T05:00:00Z","retryCount":2}"#.to_string()
+            )]
         );
     }
 
