@@ -223,10 +223,17 @@ async fn plan(args: &MaintenanceArgs) -> anyhow::Result<i32> {
             }
             None => {
                 let k = k.as_ref().expect("not_applicable is None only with a Kube");
-                println!(
-                    "    1. Cordon: Node {} spec.unschedulable=true (through {})",
-                    args.host, k.api.through
-                );
+                if k.node.as_ref().is_some_and(|n| n.spec.unschedulable) {
+                    println!(
+                        "    1. Cordon: Node {} is already unschedulable (cordoned by someone else): left so, also after Complete",
+                        args.host
+                    );
+                } else {
+                    println!(
+                        "    1. Cordon: Node {} spec.unschedulable=true (through {})",
+                        args.host, k.api.through
+                    );
+                }
                 println!(
                     "    2. Drain: Eviction API by ascending priority, PodDisruptionBudgets honoured for up to --drain-timeout {}s:",
                     args.drain_timeout.as_secs()
