@@ -809,3 +809,148 @@ fn recover_refuses_a_source_older_than_the_accepted_data_loss_window() {
     assert!(out.status.success(), "{}", text(&out));
     assert!(is_active(&lab, "cp1"));
 }
+
+/// The address of `host` in the lab's inventory.
+fn address(lab: &TestLab, host: &str) -> String {
+    let inv = hactl::inventory::load(lab.inventory()).unwrap();
+    inv.host(host).unwrap().address.to_string()
+}
+
+#[test]
+fn recover_auto_takes_the_newest_scheduled_backup_and_checks_members_and_bump() {
+    let Some(lab) = TestLab::up(
+        "recover_auto_takes_the_newest_scheduled_backup",
+        3,
+        0,
+        0,
+        "trixie",
+    ) else {
+        return;
+    };
+    up(&lab);
+    ctl_ok(&lab, "cp1", &["put", "/registry/pre", "k1"]);
+    // A snapshot in the state directory (a candidate), then cp3 stops (a stale survivor).
+    let (_, local_rev) = snapshot(&lab, &state_dir(&lab).join("backups"));
+    lab.exec_ok("cp3", &["systemctl", "stop", "etcd.service"]);
+    put_many(&lab, "cp1", 20);
+    // The scheduled backup runs on every host; only the leader saves.
+    for h in ["cp1", "cp2"] {
+        lab.exec_ok(h, &["systemctl", "start", "hactl-etcd-backup.service"]);
+    }
+    let (backup_host, backup_rev, backup_file) = ["cp1", "cp2"]
+        .iter()
+        .find_map(|h| {
+            let out = lab.exec(h, &["cat", "/var/lib/etcd-backups/latest.json"]);
+            out.status.success().then(|| {
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                (
+                    h.to_string(),
+                    v["revision"].as_i64().unwrap(),
+                    v["file"].as_str().unwrap().to_string(),
+                )
+            })
+        })
+        .expect("the leader saved a scheduled backup");
+    assert!(backup_rev > local_rev + 10, "{backup_rev} vs {local_rev}");
+    // Writes after the backup are the loss; a snapshot outside the state dir records the mark.
+    ctl_ok(&lab, "cp1", &["put", "/registry/post", "p"]);
+    put_many(&lab, "cp2", 5);
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, hwm) = snapshot(&lab, tmp.path());
+    lose(&lab, &["cp1", "cp2"]);
+
+    let m = format!(
+        "cp1={},cp2={},cp3={}",
+        address(&lab, "cp1"),
+        address(&lab, "cp2"),
+        address(&lab, "cp3")
+    );
+    // --members and --bump-revision: input errors name the entry and the fix; nothing changes.
+    let bad = format!("cp1={},cp2=10.255.0.2", address(&lab, "cp1"));
+    let out = hactl(
+        &lab,
+        &["recover", "--auto", "--dry-run", "--members", &bad],
+        &[],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "the inventory gives cp2 the address {}",
+            address(&lab, "cp2")
+        )),
+        "{}",
+        text(&out)
+    );
+    let out = hactl(
+        &lab,
+        &[
+            "recover",
+            "--auto",
+            "--dry-run",
+            "--members",
+            &m,
+            "--bump-revision",
+            "5",
+        ],
+        &[],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("not above the high-water mark"),
+        "{}",
+        text(&out)
+    );
+
+    // --auto: the scheduled backup is ahead of the stale survivor and the local snapshot.
+    let out = hactl(
+        &lab,
+        &[
+            "recover",
+            "--auto",
+            "--dry-run",
+            "--members",
+            &m,
+            "--bump-revision",
+            "3000000000",
+        ],
+        &[],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let t = text(&out);
+    assert!(t.contains("survivor cp3: revision"), "{t}");
+    assert!(
+        t.contains(&format!("snapshot {}", state_dir(&lab).join("backups").display())),
+        "{t}"
+    );
+    assert!(
+        t.contains(&format!(
+            "--auto: chose scheduled backup {backup_host}:{backup_file}: revision {backup_rev}"
+        )),
+        "{t}"
+    );
+    assert!(
+        t.contains(&format!(
+            "estimated data loss: {} revisions behind the high-water mark {hwm}",
+            hwm - backup_rev
+        )),
+        "{t}"
+    );
+    assert!(t.contains("--bump-revision 3000000000 --mark-compacted"), "{t}");
+
+    let out = hactl(&lab, &["recover", "--auto", "--yes"], &[], None);
+    assert!(out.status.success(), "{}", text(&out));
+    let (_, rev) = assert_cluster(&lab, &["cp1", "cp2", "cp3"]);
+    assert!(rev >= backup_rev + 1_000_000_000 && rev > hwm, "revision {rev}");
+    assert_eq!(get(&lab, "cp3", "/registry/pre").as_deref(), Some("k1"));
+    assert_eq!(get(&lab, "cp3", "/registry/bulk/20").as_deref(), Some("v20"));
+    assert_eq!(get(&lab, "cp2", "/registry/post"), None);
+    let name = std::path::Path::new(&backup_file).file_name().unwrap();
+    assert!(state_dir(&lab)
+        .join("backups/fetched")
+        .join(&backup_host)
+        .join(name)
+        .exists());
+}
