@@ -53,6 +53,23 @@ pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
         Some(run) => resume_decisions(args, &inv, &state, run).await?,
         None => decide(args, &inv, &state).await?,
     };
+    // R2.3: the members' certificates carry their addresses and come from the etcd CA (else they
+    // are re-issued from the CA in the state directory), checked before anything changes.
+    let pki = match rec::certs::ensure_member_certs(
+        &state.file("pki"),
+        &inv,
+        &decisions.targets,
+        &decisions.run,
+        pki,
+    ) {
+        Ok((pki, reissued)) => {
+            for line in reissued {
+                eprintln!("{line}");
+            }
+            pki
+        }
+        Err(m) => return Err(refuse(super::exit::REFUSED, m)),
+    };
     let owner = crate::lock::Owner::new("recover", &decisions.run);
     let inputs = rec::steps::Inputs {
         inv: &inv,

@@ -14,6 +14,7 @@
 
 pub mod acts;
 pub mod assess;
+pub mod certs;
 pub mod steps;
 
 use serde::{Deserialize, Serialize};
