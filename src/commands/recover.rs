@@ -514,6 +514,10 @@ async fn decide(
         min_revision,
         tool: seed_a.tool.clone(),
         etcd_version: seed_a.etcd_version.clone(),
+        kube_manifests: rec::static_pod_manifests(
+            inv,
+            &hosts.iter().map(|a| a.host.clone()).collect::<Vec<_>>(),
+        ),
     };
     Ok((d, transports))
 }

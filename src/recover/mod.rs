@@ -39,6 +39,38 @@ pub const KUBE_UNITS: [&str; 3] = [
     "kube-scheduler.service",
 ];
 pub const KUBELET_UNIT: &str = "kubelet.service";
+/// Static-pod mode: R1.2 moves the manifests to `<MANIFESTS_ASIDE>/<run>/` (spec §2.2).
+pub const MANIFESTS_ASIDE: &str = "/etc/kubernetes/manifests.hactl";
+
+/// Static-pod mode (`spec.kubernetes.mode: static-pod`): the components whose manifests each
+/// reachable control-plane etcd host holds, in stop order; empty in systemd mode.
+pub fn static_pod_manifests(
+    inv: &crate::inventory::Inventory,
+    hosts: &[String],
+) -> Vec<(String, Vec<String>)> {
+    let Some(k) = &inv.kubernetes else {
+        return Vec::new();
+    };
+    if k.mode != crate::inventory::KubernetesMode::StaticPod {
+        return Vec::new();
+    }
+    hosts
+        .iter()
+        .filter(|h| {
+            inv.host(h)
+                .is_some_and(|h| h.has(crate::inventory::Role::ControlPlane))
+        })
+        .map(|h| {
+            (
+                h.clone(),
+                crate::kubernetes::Component::ALL
+                    .iter()
+                    .map(|c| c.binary().to_string())
+                    .collect(),
+            )
+        })
+        .collect()
+}
 
 /// Where the data comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,6 +134,10 @@ pub struct Decisions {
     /// `etcdutl` or `etcdctl`, and the etcd version on the seed.
     pub tool: String,
     pub etcd_version: String,
+    /// Static-pod mode: the control-plane components whose manifests R1.2 moves to
+    /// `/etc/kubernetes/manifests.hactl/<run>/` and R5 moves back, per host (empty for systemd).
+    #[serde(default)]
+    pub kube_manifests: Vec<(String, Vec<String>)>,
 }
 
 impl Decisions {
@@ -113,6 +149,10 @@ impl Decisions {
     }
     pub fn aside(&self, data_dir: &str) -> String {
         format!("{data_dir}.hactl-pre-{}", self.run)
+    }
+    /// Where R1.2 keeps a host's static-pod manifests while the control plane is stopped.
+    pub fn manifests_aside(&self) -> String {
+        format!("{MANIFESTS_ASIDE}/{}", self.run)
     }
     pub fn kube_units_on(&self, host: &str) -> &[String] {
         self.kube_units
