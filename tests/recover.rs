@@ -825,7 +825,7 @@ fn address(lab: &TestLab, host: &str) -> String {
 }
 
 #[test]
-fn recover_auto_takes_the_newest_scheduled_backup_and_checks_members_and_bump() {
+fn recover_auto_takes_the_newest_scheduled_backup_and_checks_members_bump_and_a8() {
     let Some(lab) = TestLab::up(
         "recover_auto_takes_the_newest_scheduled_backup",
         3,
@@ -961,4 +961,90 @@ fn recover_auto_takes_the_newest_scheduled_backup_and_checks_members_and_bump() 
         .join(&backup_host)
         .join(name)
         .exists());
+
+    // A8 (same lab): --mode all with cp3's staging filesystem full. No member starts, cp3's
+    // partial staging is removed; after the fix, --resume starts all three in one cluster.
+    let (snap, _) = snapshot(&lab, tmp.path());
+    lose(&lab, &["cp2", "cp3"]);
+    wait_leaderless(&lab, "cp1");
+    let size_k = (std::fs::metadata(&snap).unwrap().len() * 2 / 1024 + 256).max(1024);
+    lab.exec_ok("cp3", &["mkdir", "-p", "/var/lib/etcd.hactl"]);
+    lab.exec_ok(
+        "cp3",
+        &[
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size={size_k}k"),
+            "tmpfs",
+            "/var/lib/etcd.hactl",
+        ],
+    );
+    let out = hactl(
+        &lab,
+        &[
+            "recover",
+            "--from-snapshot",
+            snap.to_str().unwrap(),
+            "--mode",
+            "all",
+            "--yes",
+        ],
+        &[],
+        None,
+    );
+    let a8_run = newest_run(&lab);
+    lab.exec("cp3", &["umount", "/var/lib/etcd.hactl"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    let entries = journal(&lab, &a8_run);
+    let failed: Vec<&str> = entries
+        .iter()
+        .filter(|e| e["phase"] == "failed")
+        .map(|e| e["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(failed, ["R2.4@cp3"], "{}", text(&out));
+    assert!(
+        entries
+            .iter()
+            .all(|e| !e["step"].as_str().unwrap().starts_with("R2.7")),
+        "a member was started after a failed restore"
+    );
+    for h in ["cp1", "cp2", "cp3"] {
+        assert!(
+            !is_active(&lab, h),
+            "{h}: etcd runs after a failed all-mode restore"
+        );
+    }
+    assert!(
+        text(&out).contains("partial staging dir was removed"),
+        "{}",
+        text(&out)
+    );
+    // The fix (the filesystem has room again), then resume.
+    let out = hactl(&lab, &["recover", "--resume", &a8_run, "--yes"], &[], None);
+    assert!(out.status.success(), "{}", text(&out));
+    let (id, _) = assert_cluster(&lab, &["cp1", "cp2", "cp3"]);
+    let plan: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(state_dir(&lab).join("runs").join(&a8_run).join("recover.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        id.trim_start_matches('0'),
+        plan["expectedClusterId"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches('0')
+    );
+    for h in ["cp1", "cp2", "cp3"] {
+        let left = lab.exec(
+            h,
+            &[
+                "sh",
+                "-c",
+                &format!("ls -d /var/lib/etcd.hactl/{a8_run}/staging* 2>/dev/null"),
+            ],
+        );
+        assert!(left.stdout.is_empty(), "{h}: staging left behind");
+    }
 }

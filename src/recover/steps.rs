@@ -214,7 +214,12 @@ work=$1 dd=$2 want=$3; shift 3
 [ ! -e "$dd" ] || { echo "data dir $dd exists: R1.4 must move it aside first" >&2; exit 1; }
 mkdir -p "$work"
 rm -rf "$work/staging" "$work/restored"
-out=$(/usr/local/sbin/hactl-etcd-snapshot restore "$@")
+out=$(/usr/local/sbin/hactl-etcd-snapshot restore "$@") || {
+  rc=$?
+  rm -rf "$work/staging"
+  echo "the restore failed (exit $rc); its partial staging dir was removed (a partial restore is never reused): fix the cause, e.g. free space on the filesystem of $work, then resume" >&2
+  exit 1
+}
 cid=$(printf '%s\n' "$out" | sed -n 's/.*"cluster_id":"\([0-9a-f]*\)".*/\1/p')
 if [ "$cid" != "$want" ]; then
   echo "the restore logged cluster-id $cid, expected $want: refusing to use it" >&2
