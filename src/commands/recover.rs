@@ -868,7 +868,23 @@ fn plan_header(d: &Decisions, inv: &Inventory) -> String {
             d.confirmed_dead.join(", ")
         ));
     }
+    let left_out = left_out_by_members(d, inv);
+    if !left_out.is_empty() {
+        s.push_str(&format!(
+            "  left out by --members: {} (fenced and data moved aside like the others, not rejoined)\n",
+            left_out.join(", ")
+        ));
+    }
     s
+}
+
+/// Reachable etcd hosts of the inventory that `--members` leaves out of the new cluster.
+fn left_out_by_members(d: &Decisions, inv: &Inventory) -> Vec<String> {
+    inv.with_role(Role::Etcd)
+        .iter()
+        .map(|h| h.name.clone())
+        .filter(|h| !d.targets.contains(h) && !d.confirmed_dead.contains(h))
+        .collect()
 }
 
 fn finish_report(d: &Decisions, inv: &Inventory, state: &StateDir) -> String {
@@ -914,6 +930,13 @@ fn finish_report(d: &Decisions, inv: &Inventory, state: &StateDir) -> String {
         s.push_str(&format!(
             "follow-up: {} stayed out; when back, move its data dir aside and run `hactl up` to join it as a learner\n",
             d.confirmed_dead.join(", ")
+        ));
+    }
+    let left_out = left_out_by_members(d, inv);
+    if !left_out.is_empty() {
+        s.push_str(&format!(
+            "follow-up: {} left out by --members stay fenced until reboot, their data dirs moved aside: remove their etcd role from the inventory (or run `hactl up` to join them as learners)\n",
+            left_out.join(", ")
         ));
     }
     if d.targets.len().is_multiple_of(2) {
