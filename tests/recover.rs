@@ -1047,4 +1047,28 @@ fn recover_auto_takes_the_newest_scheduled_backup_and_checks_members_bump_and_a8
         );
         assert!(left.stdout.is_empty(), "{h}: staging left behind");
     }
+
+    // --members (same lab): a two-member cluster from survivor cp1; cp3 is left out, stays fenced.
+    lose(&lab, &["cp2", "cp3"]);
+    wait_leaderless(&lab, "cp1");
+    let two = format!("cp2={},cp1={}", address(&lab, "cp2"), address(&lab, "cp1"));
+    let out = hactl(
+        &lab,
+        &["recover", "--from-member", "cp1", "--members", &two, "--yes"],
+        &[],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("left out by --members: cp3"),
+        "{}",
+        text(&out)
+    );
+    let list = ctl_ok(&lab, "cp1", &["member", "list"]);
+    let mut names: Vec<&str> = list.lines().filter_map(|l| l.split(", ").nth(2)).collect();
+    names.sort();
+    assert_eq!(names, ["cp1", "cp2"], "{list}");
+    ctl_ok(&lab, "cp2", &["endpoint", "health"]);
+    assert!(!is_active(&lab, "cp3"), "cp3 was left out but runs etcd");
+    assert_eq!(get(&lab, "cp2", "/registry/pre").as_deref(), Some("k1"));
 }
