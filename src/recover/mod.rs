@@ -363,7 +363,7 @@ pub fn choose_bump_requested(
     };
     if !tool_bumps {
         return Err(format!(
-            "--bump-revision {n}: this etcd's restore tool has no --bump-revision (etcd 3.4 before 3.4.27, \
+            "R0.5: --bump-revision {n}: this etcd's restore tool has no --bump-revision (etcd 3.4 before 3.4.27, \
              etcdutl before 3.5.10), so a bump of exactly {n} cannot be made. Use --bump-revision auto: it \
              emulates the bump with writes up to the high-water mark, then a compaction"
         ));
@@ -376,7 +376,7 @@ pub fn choose_bump_requested(
                 _ => MIN_BUMP,
             };
             return Err(format!(
-                "--bump-revision {n}: the restored revision would be {after} (source at revision {r}), not above \
+                "R0.5: --bump-revision {n}: the restored revision would be {after} (source at revision {r}), not above \
                  the high-water mark {h} that clients have seen, so their watches would miss changes. Use at \
                  least --bump-revision {}, or --bump-revision auto ({auto} here)",
                 h - r + 1
