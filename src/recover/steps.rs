@@ -315,7 +315,14 @@ $ctl --endpoints="$eps" endpoint health >/dev/null
 # hashkv at one revision every member has applied (the lowest they report), so a member that is
 # one write ahead cannot make equal data look different; every member must answer.
 hrev=$(printf '%s' "$st" | grep -o '"revision":[0-9]*' | cut -d: -f2 | sort -n | head -n1)
-hk=$($ctl --endpoints="$eps" endpoint hashkv --rev="$hrev" -w json)
+if ! hk=$($ctl --endpoints="$eps" endpoint hashkv --rev="$hrev" -w json 2>&1); then
+  case "$hk" in
+    # etcd 3.4 refuses a hash at the compaction revision itself (3.5 allows it): right after an
+    # emulated bump that is the current revision, so hash at the current one (0) instead.
+    *"required revision has been compacted"*) hrev=0; hk=$($ctl --endpoints="$eps" endpoint hashkv -w json) ;;
+    *) echo "hashkv at revision $hrev failed: $hk" >&2; exit 1 ;;
+  esac
+fi
 [ "$(printf '%s' "$hk" | grep -o '"hash":[0-9]*' | wc -l)" = "$want" ] || { echo "hashkv at revision $hrev: not every member answered: $hk" >&2; exit 1; }
 [ "$(printf '%s' "$hk" | grep -o '"hash":[0-9]*' | sort -u | wc -l)" = 1 ] || { echo "hashkv differs at revision $hrev: $hk" >&2; exit 1; }
 al=$($ctl --endpoints="$eps" alarm list)
