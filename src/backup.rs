@@ -101,6 +101,21 @@ pub fn parse_read(host: &str, text: &str) -> BackupRow {
     row
 }
 
+/// [`read_command`]'s output as `hactl recover --auto` needs it: the host's clock (unix seconds)
+/// and its `latest.json`, when both are there and the snapshot was verified (`ok`).
+pub fn parse_latest(text: &str) -> Option<(i64, Latest)> {
+    let mut now = None;
+    let mut latest = None;
+    for line in text.lines() {
+        match line.split_once(' ') {
+            Some(("now", rest)) => now = rest.trim().parse::<i64>().ok(),
+            Some(("latest", rest)) => latest = serde_json::from_str::<Latest>(rest.trim()).ok(),
+            _ => {}
+        }
+    }
+    now.zip(latest.filter(|l| l.ok && !l.file.is_empty()))
+}
+
 /// Reads every etcd host's newest backup (read-only), in inventory order.
 pub async fn gather(
     hosts: &[&crate::inventory::Host],
@@ -253,5 +268,17 @@ mod tests {
     #[test]
     fn the_read_command_is_read_only() {
         assert!(read_command("/var/lib/etcd-backups").read_only);
+    }
+
+    #[test]
+    fn parse_latest_takes_only_a_verified_backup() {
+        let text = "now 1000\nactive active\nsince 400\nlatest {\"file\":\"/b/c-1.db\",\"time\":940,\"revision\":12,\"sha256\":\"ab\",\"ok\":true}\n";
+        let (now, l) = parse_latest(text).unwrap();
+        assert_eq!(
+            (now, l.revision, l.file.as_str(), l.sha256.as_str()),
+            (1000, 12, "/b/c-1.db", "ab")
+        );
+        assert_eq!(parse_latest(&text.replace("true}", "false}")), None);
+        assert_eq!(parse_latest("now 1000\nactive active\n"), None);
     }
 }

@@ -243,7 +243,19 @@ pub struct RecoverArgs {
     /// Do not ask for confirmation (the plan is still printed).
     #[arg(long, short = 'y')]
     pub yes: bool,
+    /// The new membership, NAME=IP,... (default: every reachable etcd host of the inventory).
+    /// Each NAME must be an etcd host of the inventory, at its inventory address.
+    #[arg(long, value_name = "NAME=IP,...", value_delimiter = ',', value_parser = parse_member)]
+    pub members: Vec<(String, std::net::IpAddr)>,
+    /// The revision bump at restore: `auto` (max(10^9, 2 × (high-water mark − source revision)),
+    /// emulated on etcd 3.4) or a number N ≥ 1 that must take the revision past the high-water mark.
+    #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = parse_bump)]
+    pub bump_revision: BumpRequest,
 }
+
+/// `--bump-revision`: `auto` (None) or N.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BumpRequest(pub Option<u64>);
 
 #[derive(Debug, Clone, Args)]
 pub struct ReplaceArgs {
@@ -352,5 +364,84 @@ fn parse_window(s: &str) -> Result<std::time::Duration, String> {
             .map(std::time::Duration::from_secs)
             .ok_or_else(bad),
         None => crate::inventory::parse_duration(s).ok_or_else(bad),
+    }
+}
+
+/// One `--members` entry: `NAME=IP`.
+fn parse_member(s: &str) -> Result<(String, std::net::IpAddr), String> {
+    let (name, ip) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not NAME=IP: write each member as e.g. cp1=10.0.0.11"))?;
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(format!(
+            "{s:?} has no member name before '=': write e.g. cp1=10.0.0.11"
+        ));
+    }
+    let ip = ip.trim().parse::<std::net::IpAddr>().map_err(|_| {
+        format!("{s:?}: {ip:?} is not an IP address (etcd peer URLs use IP literals): write e.g. {name}=10.0.0.11")
+    })?;
+    Ok((name.to_string(), ip))
+}
+
+/// `--bump-revision`: `auto` or N ≥ 1.
+fn parse_bump(s: &str) -> Result<BumpRequest, String> {
+    if s == "auto" {
+        return Ok(BumpRequest(None));
+    }
+    match s.parse::<u64>() {
+        Ok(0) => Err(
+            "0 is no bump: use auto, or N ≥ 1 (a restore without any bump needs --accept-revision-rewind and a tool without --bump-revision)"
+                .into(),
+        ),
+        Ok(n) if n > i64::MAX as u64 / 2 => Err(format!("{n} is too large: etcd revisions are 64-bit signed")),
+        Ok(n) => Ok(BumpRequest(Some(n))),
+        Err(_) => Err(format!("{s:?} is neither auto nor a number of revisions (e.g. 1000000000)")),
+    }
+}
+
+#[cfg(test)]
+mod recover_flag_tests {
+    use super::*;
+
+    #[test]
+    fn members_and_bump_parse_with_errors_that_say_the_fix() {
+        assert_eq!(
+            parse_member("cp1=10.0.0.11"),
+            Ok(("cp1".to_string(), "10.0.0.11".parse().unwrap()))
+        );
+        assert!(parse_member("cp1").unwrap_err().contains("e.g. cp1=10.0.0.11"));
+        assert!(parse_member("=10.0.0.1").unwrap_err().contains("no member name"));
+        assert!(parse_member("cp1=host.example")
+            .unwrap_err()
+            .contains("not an IP address"));
+        assert_eq!(parse_bump("auto"), Ok(BumpRequest(None)));
+        assert_eq!(parse_bump("2000000000"), Ok(BumpRequest(Some(2_000_000_000))));
+        assert!(parse_bump("0").unwrap_err().contains("use auto"));
+        assert!(parse_bump("lots")
+            .unwrap_err()
+            .contains("neither auto nor a number"));
+        let cli = Cli::try_parse_from([
+            "hactl",
+            "recover",
+            "--auto",
+            "--members",
+            "cp1=10.0.0.11,cp2=10.0.0.12",
+            "--bump-revision",
+            "5",
+        ])
+        .unwrap();
+        let Command::Recover(a) = cli.command else {
+            panic!("not recover")
+        };
+        assert_eq!(a.members.len(), 2);
+        assert_eq!(a.bump_revision, BumpRequest(Some(5)));
+        let cli = Cli::try_parse_from(["hactl", "recover", "--auto"]).unwrap();
+        let Command::Recover(a) = cli.command else {
+            panic!("not recover")
+        };
+        assert!(a.members.is_empty() && a.bump_revision.0.is_none());
+        let e = Cli::try_parse_from(["hactl", "recover", "--auto", "--members", "cp1=nope"]).unwrap_err();
+        assert!(e.to_string().contains("--members"), "{e}");
     }
 }

@@ -125,6 +125,53 @@ fn assert_cluster(lab: &TestLab, members: &[&str]) -> (String, i64) {
     )
 }
 
+/// `endpoint hashkv --cluster --rev REV`: every member's hash (asserted equal) and the
+/// compaction revision it reports.
+fn hashkv_at(lab: &TestLab, rev: i64) -> (u64, i64) {
+    let hk = ctl_ok(
+        lab,
+        "cp1",
+        &[
+            "endpoint",
+            "hashkv",
+            "--cluster",
+            "--rev",
+            &rev.to_string(),
+            "-w",
+            "json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_str(&hk).unwrap_or_else(|e| panic!("{e}: {hk}"));
+    let pairs: std::collections::BTreeSet<(u64, i64)> = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["HashKV"]["hash"].as_u64().unwrap(),
+                e["HashKV"]["compact_revision"].as_i64().unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(v.as_array().unwrap().len(), 3, "{hk}");
+    assert_eq!(
+        pairs.len(),
+        1,
+        "hashkv at revision {rev} differs between members: {hk}"
+    );
+    pairs.into_iter().next().unwrap()
+}
+
+/// The member IDs, sorted (hex).
+fn member_ids(lab: &TestLab) -> Vec<String> {
+    let mut ids: Vec<String> = ctl_ok(lab, "cp1", &["member", "list"])
+        .lines()
+        .filter_map(|l| l.split(',').next().map(|s| s.trim().to_string()))
+        .collect();
+    ids.sort();
+    ids
+}
+
 /// kill -9 etcd on `hosts` and delete their data dirs (the disaster of A1).
 fn lose(lab: &TestLab, hosts: &[&str]) {
     for h in hosts {
@@ -458,6 +505,7 @@ fn recover_crashed_after_every_step_resumes_to_the_same_cluster() {
     let tmp = tempfile::tempdir().unwrap();
     let (snap, snap_rev) = snapshot(&lab, tmp.path());
     ctl_ok(&lab, "cp1", &["put", "/registry/post", "p"]);
+    let mark_before = std::fs::read(state_dir(&lab).join("hwm.json")).unwrap();
 
     // Seed mode.
     lose(&lab, &["cp2", "cp3"]);
@@ -467,22 +515,43 @@ fn recover_crashed_after_every_step_resumes_to_the_same_cluster() {
     assert_eq!(get(&lab, "cp3", "/registry/pre").as_deref(), Some("k1"));
     assert_eq!(get(&lab, "cp3", "/registry/post"), None);
     assert!(seed_rev >= snap_rev + 1_000_000_000);
-    let seed_hash = ctl_ok(
-        &lab,
-        "cp1",
-        &["endpoint", "hashkv", "--rev", &seed_rev.to_string(), "-w", "json"],
+    // The restored revision (snapshot + bump, compacted there by --mark-compacted): R4.2's
+    // baseline backup writes its canary (a timestamp) right after, so hashes are compared here.
+    let restored = snap_rev + 1_000_000_000;
+    let seed_hash = hashkv_at(&lab, restored);
+    assert_eq!(
+        seed_hash.1, restored,
+        "seed mode: compacted at {} (bump not 10^9?)",
+        seed_hash.1
     );
+    let seed_members = member_ids(&lab);
 
-    // All mode, from a snapshot of the recovered cluster (A13: the same data either way).
-    let (snap2, _) = snapshot(&lab, tmp.path());
+    // A13: the same disaster recovered with --mode all from the same snapshot gives the same
+    // revision and the same hashkv at that revision (member IDs may differ). The seed-mode run
+    // raised the high-water mark to its own revision, which would size a larger bump; put the
+    // marks back to what the first run saw (as on a second, identical lab) and stop cp1, so
+    // no running survivor reports the recovered revision either.
+    for h in ["cp1", "cp2", "cp3"] {
+        lab.exec(h, &["rm", "-f", "/var/lib/hactl/hwm.json"]);
+    }
+    std::fs::write(state_dir(&lab).join("hwm.json"), &mark_before).unwrap();
     lose(&lab, &["cp2", "cp3"]);
-    wait_leaderless(&lab, "cp1");
-    crash_at_every_step(&lab, &snap2, "all");
+    lab.exec_ok("cp1", &["systemctl", "stop", "etcd.service"]);
+    crash_at_every_step(&lab, &snap, "all");
     let (all_id, all_rev) = assert_cluster(&lab, &["cp1", "cp2", "cp3"]);
     assert_ne!(all_id, seed_id);
     assert_eq!(get(&lab, "cp2", "/registry/pre").as_deref(), Some("k1"));
-    assert!(all_rev >= seed_rev + 1_000_000_000);
-    let _ = seed_hash;
+    assert_eq!(get(&lab, "cp2", "/registry/post"), None);
+    assert_eq!(
+        all_rev, seed_rev,
+        "A13: seed and all modes reached different revisions"
+    );
+    assert_eq!(
+        hashkv_at(&lab, restored),
+        seed_hash,
+        "A13: hashkv at revision {restored} differs between the seed-mode and the all-mode cluster"
+    );
+    assert_ne!(member_ids(&lab), seed_members, "a new lineage has new member IDs");
     let out = ok(&lab, &["up", "--yes"]);
     assert!(out.contains("no changes"), "{out}");
 }
@@ -747,4 +816,259 @@ fn recover_refuses_a_source_older_than_the_accepted_data_loss_window() {
     );
     assert!(out.status.success(), "{}", text(&out));
     assert!(is_active(&lab, "cp1"));
+}
+
+/// The address of `host` in the lab's inventory.
+fn address(lab: &TestLab, host: &str) -> String {
+    let inv = hactl::inventory::load(lab.inventory()).unwrap();
+    inv.host(host).unwrap().address.to_string()
+}
+
+#[test]
+fn recover_auto_takes_the_newest_scheduled_backup_and_checks_members_bump_and_a8() {
+    let Some(lab) = TestLab::up(
+        "recover_auto_takes_the_newest_scheduled_backup",
+        3,
+        0,
+        0,
+        "trixie",
+    ) else {
+        return;
+    };
+    up(&lab);
+    ctl_ok(&lab, "cp1", &["put", "/registry/pre", "k1"]);
+    // A snapshot in the state directory (a candidate), then cp3 stops (a stale survivor).
+    let (_, local_rev) = snapshot(&lab, &state_dir(&lab).join("backups"));
+    lab.exec_ok("cp3", &["systemctl", "stop", "etcd.service"]);
+    put_many(&lab, "cp1", 20);
+    // The scheduled backup runs on every host; only the leader saves.
+    for h in ["cp1", "cp2"] {
+        lab.exec_ok(h, &["systemctl", "start", "hactl-etcd-backup.service"]);
+    }
+    let (backup_host, backup_rev, backup_file) = ["cp1", "cp2"]
+        .iter()
+        .find_map(|h| {
+            let out = lab.exec(h, &["cat", "/var/lib/etcd-backups/latest.json"]);
+            out.status.success().then(|| {
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                (
+                    h.to_string(),
+                    v["revision"].as_i64().unwrap(),
+                    v["file"].as_str().unwrap().to_string(),
+                )
+            })
+        })
+        .expect("the leader saved a scheduled backup");
+    assert!(backup_rev > local_rev + 10, "{backup_rev} vs {local_rev}");
+    // Writes after the backup are the loss; a snapshot outside the state dir records the mark.
+    ctl_ok(&lab, "cp1", &["put", "/registry/post", "p"]);
+    put_many(&lab, "cp2", 5);
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, hwm) = snapshot(&lab, tmp.path());
+    lose(&lab, &["cp1", "cp2"]);
+
+    let m = format!(
+        "cp1={},cp2={},cp3={}",
+        address(&lab, "cp1"),
+        address(&lab, "cp2"),
+        address(&lab, "cp3")
+    );
+    // --members and --bump-revision: input errors name the entry and the fix; nothing changes.
+    let bad = format!("cp1={},cp2=10.255.0.2", address(&lab, "cp1"));
+    let out = hactl(
+        &lab,
+        &["recover", "--auto", "--dry-run", "--members", &bad],
+        &[],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains(&format!(
+            "the inventory gives cp2 the address {}",
+            address(&lab, "cp2")
+        )),
+        "{}",
+        text(&out)
+    );
+    let out = hactl(
+        &lab,
+        &[
+            "recover",
+            "--auto",
+            "--dry-run",
+            "--members",
+            &m,
+            "--bump-revision",
+            "5",
+        ],
+        &[],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("not above the high-water mark"),
+        "{}",
+        text(&out)
+    );
+
+    // --auto: the scheduled backup is ahead of the stale survivor and the local snapshot.
+    let out = hactl(
+        &lab,
+        &[
+            "recover",
+            "--auto",
+            "--dry-run",
+            "--members",
+            &m,
+            "--bump-revision",
+            "3000000000",
+        ],
+        &[],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let t = text(&out);
+    assert!(t.contains("survivor cp3: revision"), "{t}");
+    assert!(
+        t.contains(&format!("snapshot {}", state_dir(&lab).join("backups").display())),
+        "{t}"
+    );
+    assert!(
+        t.contains(&format!(
+            "--auto: chose scheduled backup {backup_host}:{backup_file}: revision {backup_rev}"
+        )),
+        "{t}"
+    );
+    assert!(
+        t.contains(&format!(
+            "estimated data loss: {} revisions behind the high-water mark {hwm}",
+            hwm - backup_rev
+        )),
+        "{t}"
+    );
+    assert!(t.contains("--bump-revision 3000000000 --mark-compacted"), "{t}");
+
+    let out = hactl(&lab, &["recover", "--auto", "--yes"], &[], None);
+    assert!(out.status.success(), "{}", text(&out));
+    let (_, rev) = assert_cluster(&lab, &["cp1", "cp2", "cp3"]);
+    assert!(rev >= backup_rev + 1_000_000_000 && rev > hwm, "revision {rev}");
+    assert_eq!(get(&lab, "cp3", "/registry/pre").as_deref(), Some("k1"));
+    assert_eq!(get(&lab, "cp3", "/registry/bulk/20").as_deref(), Some("v20"));
+    assert_eq!(get(&lab, "cp2", "/registry/post"), None);
+    let name = std::path::Path::new(&backup_file).file_name().unwrap();
+    assert!(state_dir(&lab)
+        .join("backups/fetched")
+        .join(&backup_host)
+        .join(name)
+        .exists());
+
+    // A8 (same lab): --mode all with cp3's staging filesystem full. No member starts, cp3's
+    // partial staging is removed; after the fix, --resume starts all three in one cluster.
+    let (snap, _) = snapshot(&lab, tmp.path());
+    lose(&lab, &["cp2", "cp3"]);
+    wait_leaderless(&lab, "cp1");
+    let size_k = (std::fs::metadata(&snap).unwrap().len() * 2 / 1024 + 256).max(1024);
+    lab.exec_ok("cp3", &["mkdir", "-p", "/var/lib/etcd.hactl"]);
+    lab.exec_ok(
+        "cp3",
+        &[
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size={size_k}k"),
+            "tmpfs",
+            "/var/lib/etcd.hactl",
+        ],
+    );
+    let out = hactl(
+        &lab,
+        &[
+            "recover",
+            "--from-snapshot",
+            snap.to_str().unwrap(),
+            "--mode",
+            "all",
+            "--yes",
+        ],
+        &[],
+        None,
+    );
+    let a8_run = newest_run(&lab);
+    lab.exec("cp3", &["umount", "/var/lib/etcd.hactl"]);
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    let entries = journal(&lab, &a8_run);
+    let failed: Vec<&str> = entries
+        .iter()
+        .filter(|e| e["phase"] == "failed")
+        .map(|e| e["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(failed, ["R2.4@cp3"], "{}", text(&out));
+    assert!(
+        entries
+            .iter()
+            .all(|e| !e["step"].as_str().unwrap().starts_with("R2.7")),
+        "a member was started after a failed restore"
+    );
+    for h in ["cp1", "cp2", "cp3"] {
+        assert!(
+            !is_active(&lab, h),
+            "{h}: etcd runs after a failed all-mode restore"
+        );
+    }
+    assert!(
+        text(&out).contains("partial staging dir was removed"),
+        "{}",
+        text(&out)
+    );
+    // The fix (the filesystem has room again), then resume.
+    let out = hactl(&lab, &["recover", "--resume", &a8_run, "--yes"], &[], None);
+    assert!(out.status.success(), "{}", text(&out));
+    let (id, _) = assert_cluster(&lab, &["cp1", "cp2", "cp3"]);
+    let plan: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(state_dir(&lab).join("runs").join(&a8_run).join("recover.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        id.trim_start_matches('0'),
+        plan["expectedClusterId"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches('0')
+    );
+    for h in ["cp1", "cp2", "cp3"] {
+        let left = lab.exec(
+            h,
+            &[
+                "sh",
+                "-c",
+                &format!("ls -d /var/lib/etcd.hactl/{a8_run}/staging* 2>/dev/null"),
+            ],
+        );
+        assert!(left.stdout.is_empty(), "{h}: staging left behind");
+    }
+
+    // --members (same lab): a two-member cluster from survivor cp1; cp3 is left out, stays fenced.
+    lose(&lab, &["cp2", "cp3"]);
+    wait_leaderless(&lab, "cp1");
+    let two = format!("cp2={},cp1={}", address(&lab, "cp2"), address(&lab, "cp1"));
+    let out = hactl(
+        &lab,
+        &["recover", "--from-member", "cp1", "--members", &two, "--yes"],
+        &[],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("left out by --members: cp3"),
+        "{}",
+        text(&out)
+    );
+    let list = ctl_ok(&lab, "cp1", &["member", "list"]);
+    let mut names: Vec<&str> = list.lines().filter_map(|l| l.split(", ").nth(2)).collect();
+    names.sort();
+    assert_eq!(names, ["cp1", "cp2"], "{list}");
+    ctl_ok(&lab, "cp2", &["endpoint", "health"]);
+    assert!(!is_active(&lab, "cp3"), "cp3 was left out but runs etcd");
+    assert_eq!(get(&lab, "cp2", "/registry/pre").as_deref(), Some("k1"));
 }

@@ -53,6 +53,23 @@ pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
         Some(run) => resume_decisions(args, &inv, &state, run).await?,
         None => decide(args, &inv, &state).await?,
     };
+    // R2.3: the members' certificates carry their addresses and come from the etcd CA (else they
+    // are re-issued from the CA in the state directory), checked before anything changes.
+    let pki = match rec::certs::ensure_member_certs(
+        &state.file("pki"),
+        &inv,
+        &decisions.targets,
+        &decisions.run,
+        pki,
+    ) {
+        Ok((pki, reissued)) => {
+            for line in reissued {
+                eprintln!("{line}");
+            }
+            pki
+        }
+        Err(m) => return Err(refuse(super::exit::REFUSED, m)),
+    };
     let owner = crate::lock::Owner::new("recover", &decisions.run);
     let inputs = rec::steps::Inputs {
         inv: &inv,
@@ -340,16 +357,18 @@ async fn decide(
         }
     }
     let confirmed_dead: Vec<String> = down.keys().cloned().collect();
-    let targets: Vec<String> = order
+    let mut targets: Vec<String> = order
         .iter()
         .filter(|h| transports.contains_key(*h))
         .cloned()
         .collect();
+    if !args.members.is_empty() {
+        targets = member_targets(args, inv, &transports)?;
+    }
     if targets.is_empty() {
         return Err(refuse(super::exit::REFUSED, "no etcd host is reachable"));
     }
     // R0.4: the source.
-    let intact: Vec<&HostAssessment> = hosts.iter().filter(|a| a.data_intact).collect();
     let source = if let Some(path) = &args.from_snapshot {
         file_source(path, args.skip_hash_check)?
     } else if let Some(m) = &args.from_member {
@@ -367,41 +386,22 @@ async fn decide(
         }
         Source::Member { host: m.clone() }
     } else {
-        // --auto: the survivor with the highest revision it reports (running members report
-        // one; among stopped ones inventory order decides), unless a backup is newer.
-        let best = intact.iter().rev().max_by_key(|a| {
-            a.status
-                .as_ref()
-                .map(|s| (s.header.revision, s.raft_index))
-                .unwrap_or((-1, 0))
-        });
-        let backup = newest_backup(state);
-        let survivor_rev = best.and_then(|a| a.status.as_ref().map(|s| s.header.revision));
-        match (best, backup) {
-            (_, Some((path, rev))) if best.is_none() || survivor_rev.is_some_and(|r| rev > r) => {
-                eprintln!("--auto: newest backup {} (revision {rev}) is ahead of every survivor", path.display());
-                file_source(&path, false)?
-            }
-            (Some(a), _) => {
-                eprintln!(
-                    "--auto: survivor {} (revision {})",
-                    a.host,
-                    survivor_rev.map(|r| r.to_string()).unwrap_or_else(|| "unknown: stopped".into())
-                );
-                Source::Member { host: a.host.clone() }
-            }
-            (None, _) => {
-                return Err(refuse(
-                    super::exit::REFUSED,
-                    "no source: no reachable member holds intact data and no backup is in the state directory; pass --from-snapshot FILE",
-                ))
-            }
-        }
+        auto_source(inv, state, &transports, &hosts, &targets).await?
     };
     let seed = match &source {
         Source::Member { host } => host.clone(),
         Source::File { .. } => targets[0].clone(),
     };
+    if !targets.contains(&seed) {
+        return Err(refuse(
+            super::exit::REFUSED,
+            format!(
+                "the source is member {seed}'s data, but --members leaves {seed} out (members: {}): nothing was changed. \
+                 Add {seed} to --members, or recover from a snapshot file",
+                targets.join(", ")
+            ),
+        ));
+    }
     let seed_a = hosts
         .iter()
         .find(|a| a.host == seed)
@@ -465,7 +465,8 @@ async fn decide(
     };
     rec::data_loss_gate(&estimate, args.accept_data_loss_window)
         .map_err(|m| refuse(super::exit::NEEDS_INPUT, m))?;
-    let bump = rec::choose_bump(
+    let bump = rec::choose_bump_requested(
+        args.bump_revision.0,
         seed_a.tool_bumps,
         mark.as_ref().map(|m| m.revision),
         snap_rev,
@@ -513,6 +514,10 @@ async fn decide(
         min_revision,
         tool: seed_a.tool.clone(),
         etcd_version: seed_a.etcd_version.clone(),
+        kube_manifests: rec::static_pod_manifests(
+            inv,
+            &hosts.iter().map(|a| a.host.clone()).collect::<Vec<_>>(),
+        ),
     };
     Ok((d, transports))
 }
@@ -554,12 +559,199 @@ fn file_source(path: &Path, skip_hash_check: bool) -> anyhow::Result<Source> {
     })
 }
 
-/// The newest snapshot in `<state>/backups` with a sidecar: its path and revision.
-fn newest_backup(state: &StateDir) -> Option<(std::path::PathBuf, i64)> {
-    let entries = fs_err::read_dir(state.file("backups")).ok()?;
-    let mut best: Option<(std::path::PathBuf, i64, String)> = None;
-    for e in entries.flatten() {
-        let p = e.path();
+/// `--members`: checked against the inventory (every problem at once), and every member must be
+/// reachable (it is restored or joined).
+fn member_targets(
+    args: &RecoverArgs,
+    inv: &Inventory,
+    transports: &crate::exec::Transports,
+) -> anyhow::Result<Vec<String>> {
+    let etcd_hosts: Vec<(String, std::net::IpAddr)> = inv
+        .with_role(Role::Etcd)
+        .iter()
+        .map(|h| (h.name.clone(), h.address))
+        .collect();
+    let targets = rec::validate_members(&etcd_hosts, &args.members).map_err(|problems| {
+        refuse(
+            super::exit::REFUSED,
+            format!("nothing was changed:\n  {}", problems.join("\n  ")),
+        )
+    })?;
+    let unreachable: Vec<&String> = targets.iter().filter(|h| !transports.contains_key(*h)).collect();
+    if !unreachable.is_empty() {
+        let names: Vec<&str> = unreachable.iter().map(|s| s.as_str()).collect();
+        return Err(refuse(
+            super::exit::REFUSED,
+            format!(
+                "--members names {}, which cannot be reached: nothing was changed. A member must be reachable to be \
+                 restored or joined: bring it back, or leave it out of --members",
+                names.join(", ")
+            ),
+        ));
+    }
+    Ok(targets)
+}
+
+/// `--auto` (R0.4c): the highest revision among the survivors' data dirs, the verified scheduled
+/// backups on reachable hosts and the snapshot files in `<state>/backups`; prints every
+/// candidate and the estimated loss of the choice; a host backup is fetched into
+/// `<state>/backups/fetched/<host>/` and used as a snapshot file.
+async fn auto_source(
+    inv: &Inventory,
+    state: &StateDir,
+    transports: &crate::exec::Transports,
+    hosts: &[HostAssessment],
+    targets: &[String],
+) -> anyhow::Result<Source> {
+    let mut candidates: Vec<rec::AutoCandidate> = Vec::new();
+    // Survivors: a running member reports its revision; a stopped one's db is read on a copy.
+    // (Only the new members: a survivor's data is restored on its own host, the seed.)
+    for a in hosts
+        .iter()
+        .filter(|a| a.data_intact && targets.contains(&a.host))
+    {
+        let (revision, raft_index) = match &a.status {
+            Some(s) => (Some(s.header.revision), s.raft_index),
+            None => {
+                let t = &transports[&a.host];
+                let out = t.run(&assess::db_revision_command(&inv.etcd.data_dir)).await;
+                let rev = match out {
+                    Ok(o) if o.success() => assess::parse_db_revision(&o.stdout_str()),
+                    Ok(o) => {
+                        eprintln!(
+                            "{}: cannot read the revision of its db: {}",
+                            a.host,
+                            o.stderr_str().trim()
+                        );
+                        None
+                    }
+                    Err(e) => {
+                        eprintln!("{}: cannot read the revision of its db: {e}", a.host);
+                        None
+                    }
+                };
+                (rev, 0)
+            }
+        };
+        candidates.push(rec::AutoCandidate {
+            source: rec::AutoSource::Survivor { host: a.host.clone() },
+            revision,
+            raft_index,
+            age: None,
+        });
+    }
+    // Scheduled backups on the reachable hosts (only verified ones: latest.json says ok).
+    let read = crate::backup::read_command(&inv.backup.dir);
+    for h in inv.with_role(Role::Etcd) {
+        let Some(t) = transports.get(&h.name) else {
+            continue;
+        };
+        let out = match t.run(&read).await {
+            Ok(o) if o.success() => o,
+            Ok(o) => {
+                eprintln!("{}: cannot read its backups: {}", h.name, o.stderr_str().trim());
+                continue;
+            }
+            Err(e) => {
+                eprintln!("{}: cannot read its backups: {e}", h.name);
+                continue;
+            }
+        };
+        if let Some((now, l)) = crate::backup::parse_latest(&out.stdout_str()) {
+            candidates.push(rec::AutoCandidate {
+                source: rec::AutoSource::HostBackup {
+                    host: h.name.clone(),
+                    file: l.file.clone(),
+                    sha256: l.sha256.clone(),
+                },
+                revision: Some(l.revision),
+                raft_index: 0,
+                age: Some(std::time::Duration::from_secs((now - l.time).max(0) as u64)),
+            });
+        }
+    }
+    // Snapshot files of this cluster in the state directory.
+    candidates.extend(local_candidates(state, &inv.name));
+    eprintln!("--auto: candidates (the highest revision wins):");
+    for c in &candidates {
+        eprintln!("  {}", c.describe());
+    }
+    let Some(best) = rec::pick_auto(&candidates) else {
+        return Err(refuse(
+            super::exit::REFUSED,
+            format!(
+                "no source: no reachable member holds intact data, no reachable host has a verified backup in {} \
+                 and {} holds no snapshot with a sidecar; nothing was changed. Pass --from-snapshot FILE",
+                inv.backup.dir,
+                state.file("backups").display()
+            ),
+        ));
+    };
+    let c = &candidates[best];
+    let source = match &c.source {
+        rec::AutoSource::Survivor { host } => Source::Member { host: host.clone() },
+        rec::AutoSource::LocalFile { path } => file_source(path, false)?,
+        rec::AutoSource::HostBackup { host, file, sha256 } => {
+            let local = fetch_host_backup(state, transports, host, file, sha256).await?;
+            eprintln!("--auto: fetched {host}:{file} to {}", local.display());
+            match file_source(&local, false)? {
+                Source::File {
+                    path,
+                    sha256,
+                    size,
+                    skip_hash_check,
+                    revision,
+                    time,
+                } => Source::File {
+                    path,
+                    sha256,
+                    size,
+                    skip_hash_check,
+                    revision: revision.or(c.revision),
+                    time: time.or_else(|| {
+                        c.age
+                            .map(|a| crate::journal::timestamp(time::OffsetDateTime::now_utc() - a))
+                    }),
+                },
+                other => other,
+            }
+        }
+    };
+    // The loss against the high-water mark known so far (the same sources R0.5 reads).
+    let mut mark = hwm::read(state);
+    for a in hosts {
+        mark = hwm::max(mark, a.hwm.clone());
+        if let Some(s) = &a.status {
+            mark = hwm::max(
+                mark,
+                Some(Hwm::now(s.header.revision, "", &format!("survivor@{}", a.host))),
+            );
+        }
+    }
+    let est = rec::LossEstimate {
+        revisions: mark
+            .as_ref()
+            .zip(c.revision)
+            .map(|(m, r)| (m.revision - r).max(0)),
+        hwm: mark.as_ref().map(|m| (m.revision, m.time.clone())),
+        source_revision: c.revision,
+        source_age: c.age,
+        source: String::new(),
+    };
+    eprintln!("--auto: chose {}; {}", c.describe(), rec::describe_loss(&est));
+    Ok(source)
+}
+
+/// Snapshot files in `<state>/backups` with a sidecar of this cluster.
+fn local_candidates(state: &StateDir, cluster: &str) -> Vec<rec::AutoCandidate> {
+    let Ok(entries) = fs_err::read_dir(state.file("backups")) else {
+        return Vec::new();
+    };
+    let now = time::OffsetDateTime::now_utc();
+    let mut out = Vec::new();
+    let mut paths: Vec<std::path::PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    paths.sort();
+    for p in paths {
         if p.extension().and_then(|x| x.to_str()) != Some("db") {
             continue;
         }
@@ -569,11 +761,70 @@ fn newest_backup(state: &StateDir) -> Option<(std::path::PathBuf, i64)> {
         else {
             continue;
         };
-        if best.as_ref().is_none_or(|b| s.time > b.2) {
-            best = Some((p, s.revision, s.time));
+        if s.cluster != cluster {
+            continue;
         }
+        let age = time::OffsetDateTime::parse(&s.time, &time::format_description::well_known::Rfc3339)
+            .ok()
+            .map(|t| (now - t).max(time::Duration::ZERO).unsigned_abs());
+        out.push(rec::AutoCandidate {
+            source: rec::AutoSource::LocalFile { path: p },
+            revision: Some(s.revision),
+            raft_index: 0,
+            age,
+        });
     }
-    best.map(|(p, r, _)| (p, r))
+    out
+}
+
+/// Copies a host's scheduled backup to `<state>/backups/fetched/<host>/<name>` (kept when it is
+/// already there with the same sha256) and checks it against the sha256 its `latest.json` names.
+async fn fetch_host_backup(
+    state: &StateDir,
+    transports: &crate::exec::Transports,
+    host: &str,
+    file: &str,
+    sha256: &str,
+) -> anyhow::Result<std::path::PathBuf> {
+    let name = Path::new(file)
+        .file_name()
+        .ok_or_else(|| anyhow!("{host}: latest.json names no file ({file:?})"))?;
+    let dir = state.file(Path::new("backups").join("fetched").join(host));
+    let local = dir.join(name);
+    if local.exists() && crate::snapshot::check_file(&local).is_ok_and(|c| c.sha256 == sha256) {
+        return Ok(local);
+    }
+    let t = &transports[host];
+    let out = t
+        .run(
+            &crate::plan::RemoteCommand::read_only(["cat", file])
+                .with_timeout(std::time::Duration::from_secs(900)),
+        )
+        .await
+        .with_context(|| format!("{host}: cannot read {file}"))?;
+    if !out.success() {
+        return Err(refuse(
+            super::exit::REFUSED,
+            format!(
+                "{host}: cannot read its backup {file}: {}: nothing was changed; pass --from-snapshot FILE",
+                out.stderr_str().trim()
+            ),
+        ));
+    }
+    fs_err::create_dir_all(&dir)?;
+    crate::snapshot::write_atomically(&local, &out.stdout)?;
+    let got = crate::snapshot::check_file(&local)?;
+    if got.sha256 != sha256 {
+        return Err(refuse(
+            super::exit::REFUSED,
+            format!(
+                "{host}:{file} arrived with sha256 {} but its latest.json names {sha256}: nothing was changed. \
+                 Check the file on {host}, or pass another source with --from-snapshot",
+                got.sha256
+            ),
+        ));
+    }
+    Ok(local)
 }
 
 fn plan_header(d: &Decisions, inv: &Inventory) -> String {
@@ -617,7 +868,23 @@ fn plan_header(d: &Decisions, inv: &Inventory) -> String {
             d.confirmed_dead.join(", ")
         ));
     }
+    let left_out = left_out_by_members(d, inv);
+    if !left_out.is_empty() {
+        s.push_str(&format!(
+            "  left out by --members: {} (fenced and data moved aside like the others, not rejoined)\n",
+            left_out.join(", ")
+        ));
+    }
     s
+}
+
+/// Reachable etcd hosts of the inventory that `--members` leaves out of the new cluster.
+fn left_out_by_members(d: &Decisions, inv: &Inventory) -> Vec<String> {
+    inv.with_role(Role::Etcd)
+        .iter()
+        .map(|h| h.name.clone())
+        .filter(|h| !d.targets.contains(h) && !d.confirmed_dead.contains(h))
+        .collect()
 }
 
 fn finish_report(d: &Decisions, inv: &Inventory, state: &StateDir) -> String {
@@ -663,6 +930,13 @@ fn finish_report(d: &Decisions, inv: &Inventory, state: &StateDir) -> String {
         s.push_str(&format!(
             "follow-up: {} stayed out; when back, move its data dir aside and run `hactl up` to join it as a learner\n",
             d.confirmed_dead.join(", ")
+        ));
+    }
+    let left_out = left_out_by_members(d, inv);
+    if !left_out.is_empty() {
+        s.push_str(&format!(
+            "follow-up: {} left out by --members stay fenced until reboot, their data dirs moved aside: remove their etcd role from the inventory (or run `hactl up` to join them as learners)\n",
+            left_out.join(", ")
         ));
     }
     if d.targets.len().is_multiple_of(2) {

@@ -92,6 +92,32 @@ pub fn probe_command(data_dir: &str, metrics_port: u16) -> RemoteCommand {
     ])
 }
 
+const DB_REVISION: &str = r#"set -u
+dd=$1 tmp=/var/lib/hactl/scratch/recover-auto-db
+[ -f "$dd/member/snap/db" ] || { echo "no $dd/member/snap/db" >&2; exit 1; }
+mkdir -p /var/lib/hactl/scratch
+cp "$dd/member/snap/db" "$tmp" || { rm -f "$tmp"; exit 1; }
+if command -v etcdutl >/dev/null 2>&1; then out=$(etcdutl snapshot status "$tmp" -w json 2>&1); rc=$?
+else out=$(ETCDCTL_API=3 etcdctl snapshot status "$tmp" -w json 2>&1); rc=$?; fi
+rm -f "$tmp"
+[ $rc -eq 0 ] || { printf '%s\n' "$out" >&2; exit 1; }
+printf '%s\n' "$out" | grep '^{' | tail -n1
+"#;
+
+/// `--auto` on a stopped survivor: the revision in its bbolt db, read by `snapshot status` on a
+/// scratch copy (the member's own files are only read; the WAL may hold a few more writes).
+/// Prints `snapshot status -w json`.
+pub fn db_revision_command(data_dir: &str) -> RemoteCommand {
+    RemoteCommand::read_only(["sh", "-c", DB_REVISION, "hactl-recover-db-revision", data_dir])
+}
+
+/// The revision in [`db_revision_command`]'s output.
+pub fn parse_db_revision(text: &str) -> Option<i64> {
+    serde_json::from_str::<crate::snapshot::Status>(text.trim())
+        .ok()
+        .map(|s| s.revision)
+}
+
 /// Parses the probe's output.
 pub fn parse(host: &str, text: &str) -> HostAssessment {
     let mut a = HostAssessment {
@@ -234,5 +260,15 @@ hwm {"revision":600,"time":"t","clusterId":"","source":"status"}
         let a = parse("here", &String::from_utf8_lossy(&out.stdout));
         assert!(!a.data_exists && !a.data_intact);
         assert!(a.free_bytes.is_some());
+    }
+
+    #[test]
+    fn reads_the_revision_of_a_stopped_members_db() {
+        assert_eq!(
+            parse_db_revision("{\"hash\":1,\"revision\":512,\"totalKey\":9,\"totalSize\":20480}\n"),
+            Some(512)
+        );
+        assert_eq!(parse_db_revision("Error: no such file"), None);
+        assert!(db_revision_command("/var/lib/etcd").read_only);
     }
 }

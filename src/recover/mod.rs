@@ -14,6 +14,7 @@
 
 pub mod acts;
 pub mod assess;
+pub mod certs;
 pub mod steps;
 
 use serde::{Deserialize, Serialize};
@@ -38,6 +39,38 @@ pub const KUBE_UNITS: [&str; 3] = [
     "kube-scheduler.service",
 ];
 pub const KUBELET_UNIT: &str = "kubelet.service";
+/// Static-pod mode: R1.2 moves the manifests to `<MANIFESTS_ASIDE>/<run>/` (spec §2.2).
+pub const MANIFESTS_ASIDE: &str = "/etc/kubernetes/manifests.hactl";
+
+/// Static-pod mode (`spec.kubernetes.mode: static-pod`): the components whose manifests each
+/// reachable control-plane etcd host holds, in stop order; empty in systemd mode.
+pub fn static_pod_manifests(
+    inv: &crate::inventory::Inventory,
+    hosts: &[String],
+) -> Vec<(String, Vec<String>)> {
+    let Some(k) = &inv.kubernetes else {
+        return Vec::new();
+    };
+    if k.mode != crate::inventory::KubernetesMode::StaticPod {
+        return Vec::new();
+    }
+    hosts
+        .iter()
+        .filter(|h| {
+            inv.host(h)
+                .is_some_and(|h| h.has(crate::inventory::Role::ControlPlane))
+        })
+        .map(|h| {
+            (
+                h.clone(),
+                crate::kubernetes::Component::ALL
+                    .iter()
+                    .map(|c| c.binary().to_string())
+                    .collect(),
+            )
+        })
+        .collect()
+}
 
 /// Where the data comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,6 +134,10 @@ pub struct Decisions {
     /// `etcdutl` or `etcdctl`, and the etcd version on the seed.
     pub tool: String,
     pub etcd_version: String,
+    /// Static-pod mode: the control-plane components whose manifests R1.2 moves to
+    /// `/etc/kubernetes/manifests.hactl/<run>/` and R5 moves back, per host (empty for systemd).
+    #[serde(default)]
+    pub kube_manifests: Vec<(String, Vec<String>)>,
 }
 
 impl Decisions {
@@ -112,6 +149,10 @@ impl Decisions {
     }
     pub fn aside(&self, data_dir: &str) -> String {
         format!("{data_dir}.hactl-pre-{}", self.run)
+    }
+    /// Where R1.2 keeps a host's static-pod manifests while the control plane is stopped.
+    pub fn manifests_aside(&self) -> String {
+        format!("{MANIFESTS_ASIDE}/{}", self.run)
     }
     pub fn kube_units_on(&self, host: &str) -> &[String] {
         self.kube_units
@@ -307,6 +348,178 @@ pub fn quorum_gate(members: usize, seen: &[MemberView]) -> Gate {
     Gate::Proceed
 }
 
+/// `--bump-revision N` (Some) or `auto` (None), R0.5. With N, the operator's bump is used as
+/// given, but never one that leaves the revision at or below the high-water mark (watchers that
+/// saw it would silently miss changes) unless `--accept-revision-rewind` says so.
+pub fn choose_bump_requested(
+    requested: Option<u64>,
+    tool_bumps: bool,
+    hwm: Option<i64>,
+    snap_revision: Option<i64>,
+    accept_rewind: bool,
+) -> Result<Bump, String> {
+    let Some(n) = requested else {
+        return choose_bump(tool_bumps, hwm, snap_revision, accept_rewind);
+    };
+    if !tool_bumps {
+        return Err(format!(
+            "R0.5: --bump-revision {n}: this etcd's restore tool has no --bump-revision (etcd 3.4 before 3.4.27, \
+             etcdutl before 3.5.10), so a bump of exactly {n} cannot be made. Use --bump-revision auto: it \
+             emulates the bump with writes up to the high-water mark, then a compaction"
+        ));
+    }
+    if let (Some(h), Some(r)) = (hwm, snap_revision) {
+        let after = r.saturating_add(n as i64);
+        if after <= h && !accept_rewind {
+            let auto = match choose_bump(true, hwm, snap_revision, false) {
+                Ok(Bump::Restore { by }) => by,
+                _ => MIN_BUMP,
+            };
+            return Err(format!(
+                "R0.5: --bump-revision {n}: the restored revision would be {after} (source at revision {r}), not above \
+                 the high-water mark {h} that clients have seen, so their watches would miss changes. Use at \
+                 least --bump-revision {}, or --bump-revision auto ({auto} here)",
+                h - r + 1
+            ));
+        }
+    }
+    Ok(Bump::Restore { by: n })
+}
+
+/// Checks `--members NAME=IP,...` against the inventory's etcd hosts (`(name, address)`, in
+/// inventory order). Returns the target names in inventory order, or every problem, each naming
+/// the entry and the fix.
+pub fn validate_members(
+    etcd_hosts: &[(String, std::net::IpAddr)],
+    requested: &[(String, std::net::IpAddr)],
+) -> Result<Vec<String>, Vec<String>> {
+    let mut problems = Vec::new();
+    let known = etcd_hosts
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    for (i, (name, ip)) in requested.iter().enumerate() {
+        let place = format!("--members {name}={ip}");
+        if requested[..i].iter().any(|(n, _)| n == name) {
+            problems.push(format!("{place}: {name} is named twice: name each member once"));
+            continue;
+        }
+        if let Some((other, _)) = requested[..i].iter().find(|(_, a)| a == ip) {
+            problems.push(format!(
+                "{place}: {ip} is also given to {other}: every member needs its own address"
+            ));
+            continue;
+        }
+        match etcd_hosts.iter().find(|(n, _)| n == name) {
+            None => problems.push(format!(
+                "{place}: {name} is not an etcd host of the inventory (etcd hosts: {known}): add it to \
+                 spec.hosts with the etcd role first, or leave it out"
+            )),
+            Some((_, addr)) if addr != ip => problems.push(format!(
+                "{place}: the inventory gives {name} the address {addr}; hactl reaches and certifies a member at \
+                 its inventory address. To move {name}, change its spec.hosts[].address in the inventory and \
+                 run again; otherwise write --members {name}={addr}"
+            )),
+            Some(_) => {}
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Ok(etcd_hosts
+        .iter()
+        .filter(|(n, _)| requested.iter().any(|(r, _)| r == n))
+        .map(|(n, _)| n.clone())
+        .collect())
+}
+
+/// Where an `--auto` candidate comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AutoSource {
+    /// A surviving member's data dir (R0.4b copies it).
+    Survivor { host: String },
+    /// A verified scheduled backup on a host (`<spec.backup.dir>/latest.json`).
+    HostBackup {
+        host: String,
+        file: String,
+        sha256: String,
+    },
+    /// A snapshot file with a sidecar in the state directory's `backups/`.
+    LocalFile { path: std::path::PathBuf },
+}
+
+/// One source `--auto` may choose (R0.4c).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AutoCandidate {
+    pub source: AutoSource,
+    /// None when it could not be read (such a candidate ranks below every known one).
+    pub revision: Option<i64>,
+    pub raft_index: u64,
+    /// How old the data is (a backup's time to now); None for a survivor.
+    pub age: Option<std::time::Duration>,
+}
+
+impl AutoCandidate {
+    /// One line for the operator.
+    pub fn describe(&self) -> String {
+        let what = match &self.source {
+            AutoSource::Survivor { host } => format!("survivor {host}"),
+            AutoSource::HostBackup { host, file, .. } => format!("scheduled backup {host}:{file}"),
+            AutoSource::LocalFile { path } => format!("snapshot {}", path.display()),
+        };
+        let rev = self
+            .revision
+            .map(|r| format!("revision {r}"))
+            .unwrap_or_else(|| "revision unknown".into());
+        match self.age {
+            Some(a) => format!("{what}: {rev}, {} old", human_span(a)),
+            None => format!("{what}: {rev}"),
+        }
+    }
+}
+
+/// `--auto`: the candidate with the highest revision; on a tie a survivor (its WAL may hold
+/// more than its db shows), then the higher raft index, then the newer. Candidates whose
+/// revision is unknown come last (the first survivor among them, when nothing is known).
+pub fn pick_auto(candidates: &[AutoCandidate]) -> Option<usize> {
+    candidates
+        .iter()
+        .enumerate()
+        .max_by(|(ia, a), (ib, b)| {
+            let key = |c: &AutoCandidate| {
+                (
+                    c.revision.is_some(),
+                    c.revision.unwrap_or(i64::MIN),
+                    matches!(c.source, AutoSource::Survivor { .. }),
+                    c.raft_index,
+                    std::cmp::Reverse(c.age.unwrap_or_default()),
+                )
+            };
+            // Equal keys: the earlier candidate wins.
+            key(a).cmp(&key(b)).then(ib.cmp(ia))
+        })
+        .map(|(i, _)| i)
+}
+
+/// The loss line `--auto` prints for its choice: revisions behind the high-water mark and age.
+pub fn describe_loss(est: &LossEstimate) -> String {
+    let mut parts = Vec::new();
+    match (est.revisions, &est.hwm) {
+        (Some(r), Some((h, at))) => parts.push(format!(
+            "{r} revisions behind the high-water mark {h} (seen {at})"
+        )),
+        (None, Some((h, at))) => parts.push(format!(
+            "unknown in revisions (the high-water mark is {h}, seen {at})"
+        )),
+        _ => parts.push("unknown in revisions (no high-water mark recorded)".into()),
+    }
+    if let Some(a) = est.source_age {
+        parts.push(format!("the source is {} old", human_span(a)));
+    }
+    format!("estimated data loss: {}", parts.join("; "))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -465,6 +678,143 @@ mod tests {
         assert_eq!(
             quorum_gate(5, &[m("a", true, true, false), m("b", false, true, false)]),
             Gate::Proceed
+        );
+    }
+
+    #[test]
+    fn an_explicit_bump_must_pass_the_high_water_mark() {
+        // auto is the spec's rule.
+        assert_eq!(
+            choose_bump_requested(None, true, Some(100), Some(50), false),
+            Ok(Bump::Restore { by: MIN_BUMP })
+        );
+        assert_eq!(
+            choose_bump_requested(Some(5_000), true, Some(1_000), Some(900), false),
+            Ok(Bump::Restore { by: 5_000 })
+        );
+        let e = choose_bump_requested(Some(100), true, Some(1_000), Some(900), false).unwrap_err();
+        assert!(e.contains("at least --bump-revision 101"), "{e}");
+        assert!(e.contains("--bump-revision auto (1000000000 here)"), "{e}");
+        // Exactly at the mark is not past it.
+        assert!(choose_bump_requested(Some(100), true, Some(1_000), Some(900), false).is_err());
+        assert!(choose_bump_requested(Some(101), true, Some(1_000), Some(900), false).is_ok());
+        assert_eq!(
+            choose_bump_requested(Some(100), true, Some(1_000), Some(900), true),
+            Ok(Bump::Restore { by: 100 })
+        );
+        // Nothing to compare with: taken as given.
+        assert_eq!(
+            choose_bump_requested(Some(7), true, None, Some(900), false),
+            Ok(Bump::Restore { by: 7 })
+        );
+        // No tool support: only auto can emulate.
+        let e = choose_bump_requested(Some(5_000), false, Some(1_000), Some(900), false).unwrap_err();
+        assert!(e.contains("--bump-revision auto"), "{e}");
+    }
+
+    #[test]
+    fn members_must_be_inventory_etcd_hosts_at_their_addresses() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        let inv = vec![
+            ("cp1".to_string(), ip("10.0.0.11")),
+            ("cp2".to_string(), ip("10.0.0.12")),
+            ("cp3".to_string(), ip("10.0.0.13")),
+        ];
+        let m = |n: &str, a: &str| (n.to_string(), ip(a));
+        // Given in any order, returned in inventory order.
+        assert_eq!(
+            validate_members(&inv, &[m("cp3", "10.0.0.13"), m("cp1", "10.0.0.11")]),
+            Ok(vec!["cp1".to_string(), "cp3".to_string()])
+        );
+        let errs = validate_members(
+            &inv,
+            &[
+                m("cp1", "10.0.0.11"),
+                m("cp1", "10.0.0.11"),
+                m("cp9", "10.0.0.19"),
+                m("cp2", "10.0.0.99"),
+                m("cp3", "10.0.0.11"),
+            ],
+        )
+        .unwrap_err();
+        assert_eq!(errs.len(), 4, "{errs:#?}");
+        assert!(
+            errs[0].starts_with("--members cp1=10.0.0.11: cp1 is named twice"),
+            "{}",
+            errs[0]
+        );
+        assert!(
+            errs[1].contains("cp9 is not an etcd host of the inventory (etcd hosts: cp1, cp2, cp3)"),
+            "{}",
+            errs[1]
+        );
+        assert!(
+            errs[2].contains("the inventory gives cp2 the address 10.0.0.12")
+                && errs[2].contains("--members cp2=10.0.0.12"),
+            "{}",
+            errs[2]
+        );
+        assert!(errs[3].contains("10.0.0.11 is also given to cp1"), "{}", errs[3]);
+    }
+
+    #[test]
+    fn auto_takes_the_highest_revision_among_survivors_and_backups() {
+        use std::time::Duration;
+        let survivor = |h: &str, r: Option<i64>| AutoCandidate {
+            source: AutoSource::Survivor { host: h.into() },
+            revision: r,
+            raft_index: 0,
+            age: None,
+        };
+        let backup = |h: &str, r: i64, age: u64| AutoCandidate {
+            source: AutoSource::HostBackup {
+                host: h.into(),
+                file: format!("/b/{h}.db"),
+                sha256: "ab".into(),
+            },
+            revision: Some(r),
+            raft_index: 0,
+            age: Some(Duration::from_secs(age)),
+        };
+        let local = |r: i64, age: u64| AutoCandidate {
+            source: AutoSource::LocalFile {
+                path: "/s/backups/x.db".into(),
+            },
+            revision: Some(r),
+            raft_index: 0,
+            age: Some(Duration::from_secs(age)),
+        };
+        // A host backup ahead of a stale survivor and an older local snapshot.
+        let c = [survivor("cp3", Some(20)), backup("cp1", 130, 60), local(110, 600)];
+        assert_eq!(pick_auto(&c), Some(1));
+        // A survivor at least as far as every backup wins (its WAL may hold more).
+        let c = [backup("cp1", 130, 60), survivor("cp3", Some(130))];
+        assert_eq!(pick_auto(&c), Some(1));
+        // Two backups at one revision: the newer.
+        let c = [backup("cp1", 130, 600), backup("cp2", 130, 60)];
+        assert_eq!(pick_auto(&c), Some(1));
+        // Unknown revisions rank last, but a lone survivor is still a source.
+        let c = [survivor("cp1", None), local(5, 60)];
+        assert_eq!(pick_auto(&c), Some(1));
+        assert_eq!(
+            pick_auto(&[survivor("cp1", None), survivor("cp2", None)]),
+            Some(0)
+        );
+        assert_eq!(pick_auto(&[]), None);
+        assert_eq!(
+            backup("cp1", 130, 120).describe(),
+            "scheduled backup cp1:/b/cp1.db: revision 130, 2 min old"
+        );
+        let est = LossEstimate {
+            revisions: Some(12),
+            hwm: Some((142, "2026-11-22T05:00:00Z".into())),
+            source_revision: Some(130),
+            source_age: Some(Duration::from_secs(120)),
+            source: "x".into(),
+        };
+        assert_eq!(
+            describe_loss(&est),
+            "estimated data loss: 12 revisions behind the high-water mark 142 (seen 2026-11-22T05:00:00Z); the source is 2 min old"
         );
     }
 }

@@ -214,7 +214,12 @@ work=$1 dd=$2 want=$3; shift 3
 [ ! -e "$dd" ] || { echo "data dir $dd exists: R1.4 must move it aside first" >&2; exit 1; }
 mkdir -p "$work"
 rm -rf "$work/staging" "$work/restored"
-out=$(/usr/local/sbin/hactl-etcd-snapshot restore "$@")
+out=$(/usr/local/sbin/hactl-etcd-snapshot restore "$@") || {
+  rc=$?
+  rm -rf "$work/staging"
+  echo "the restore failed (exit $rc); its partial staging dir was removed (a partial restore is never reused): fix the cause, e.g. free space on the filesystem of $work, then resume" >&2
+  exit 1
+}
 cid=$(printf '%s\n' "$out" | sed -n 's/.*"cluster_id":"\([0-9a-f]*\)".*/\1/p')
 if [ "$cid" != "$want" ]; then
   echo "the restore logged cluster-id $cid, expected $want: refusing to use it" >&2
@@ -307,13 +312,111 @@ st=$($ctl --endpoints="$eps" endpoint status -w json)
 printf '%s' "$st" | grep -q "\"cluster_id\":$cid," || { echo "cluster ID is not the restored one" >&2; exit 1; }
 [ "$(printf '%s' "$st" | grep -o '"leader":[0-9]*' | sort -u | wc -l)" = 1 ] || { echo "members disagree about the leader" >&2; exit 1; }
 $ctl --endpoints="$eps" endpoint health >/dev/null
-hk=$($ctl --endpoints="$eps" endpoint hashkv -w json)
-[ "$(printf '%s' "$hk" | grep -o '"hash":[0-9]*' | sort -u | wc -l)" = 1 ] || { echo "hashkv differs: $hk" >&2; exit 1; }
+# hashkv at one revision every member has applied (the lowest they report), so a member that is
+# one write ahead cannot make equal data look different; every member must answer.
+hrev=$(printf '%s' "$st" | grep -o '"revision":[0-9]*' | cut -d: -f2 | sort -n | head -n1)
+if ! hk=$($ctl --endpoints="$eps" endpoint hashkv --rev="$hrev" -w json 2>&1); then
+  case "$hk" in
+    # etcd 3.4 refuses a hash at the compaction revision itself (3.5 allows it): right after an
+    # emulated bump that is the current revision, so hash at the current one (0) instead.
+    *"required revision has been compacted"*) hrev=0; hk=$($ctl --endpoints="$eps" endpoint hashkv -w json) ;;
+    *) echo "hashkv at revision $hrev failed: $hk" >&2; exit 1 ;;
+  esac
+fi
+[ "$(printf '%s' "$hk" | grep -o '"hash":[0-9]*' | wc -l)" = "$want" ] || { echo "hashkv at revision $hrev: not every member answered: $hk" >&2; exit 1; }
+[ "$(printf '%s' "$hk" | grep -o '"hash":[0-9]*' | sort -u | wc -l)" = 1 ] || { echo "hashkv differs at revision $hrev: $hk" >&2; exit 1; }
 al=$($ctl --endpoints="$eps" alarm list)
 [ -z "$al" ] || { echo "alarms: $al" >&2; exit 1; }
 rev=$(printf '%s' "$st" | grep -o '"revision":[0-9]*' | cut -d: -f2 | sort -n | tail -n1)
 [ "$rev" -ge "$minrev" ] || { echo "revision $rev is below $minrev" >&2; exit 1; }
-printf '{"revision":%s,"hashkv":%s}\n' "$rev" "$(printf '%s' "$hk" | grep -o '"hash":[0-9]*' | head -n1 | cut -d: -f2)""#;
+printf '{"revision":%s,"hashkv_revision":%s,"hashkv":%s}\n' "$rev" "$hrev" "$(printf '%s' "$hk" | grep -o '"hash":[0-9]*' | head -n1 | cut -d: -f2)""#;
+
+/// Static-pod mode, R1.2: moves each component's manifest out of the kubelet's directory into
+/// `$1` (the run's aside dir); a manifest already moved is left there.
+const MANIFESTS_OUT: &str = r#"set -eu
+dest=$1; shift
+mkdir -p "$dest"
+for c in "$@"; do
+  if [ -e "/etc/kubernetes/manifests/$c.yaml" ]; then mv -f "/etc/kubernetes/manifests/$c.yaml" "$dest/$c.yaml"; fi
+done"#;
+
+/// Static-pod mode, R5: leaves the kube-started marker (`$2`), then moves the manifests back.
+const MANIFESTS_BACK: &str = r#"set -eu
+dest=$1 marker=$2; shift 2
+mkdir -p "$(dirname "$marker")" && touch "$marker"
+mkdir -p /etc/kubernetes/manifests
+for c in "$@"; do
+  if [ -e "$dest/$c.yaml" ]; then mv -f "$dest/$c.yaml" "/etc/kubernetes/manifests/$c.yaml"; fi
+done"#;
+
+fn manifest_args<'a>(aside: &'a str, components: &'a [String]) -> Vec<&'a str> {
+    let mut v = vec![aside];
+    v.extend(components.iter().map(String::as_str));
+    v
+}
+
+fn manifest_back_args<'a>(aside: &'a str, marker: &'a str, components: &'a [String]) -> Vec<&'a str> {
+    let mut v = vec![aside, marker];
+    v.extend(components.iter().map(String::as_str));
+    v
+}
+
+/// Read-only, static-pod mode: R5 has begun (`marker`, when given), or no manifest of `components` is in the
+/// kubelet's directory, nothing listens on :6443 and (where crictl exists) none of their
+/// containers runs.
+fn manifests_stopped(components: &[String], marker: Option<&str>) -> RemoteCommand {
+    let mut argv = vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        r#"[ -n "$1" ] && [ -e "$1" ] && exit 0; shift
+for c in "$@"; do
+  [ ! -e "/etc/kubernetes/manifests/$c.yaml" ] || exit 1
+  if command -v crictl >/dev/null 2>&1; then [ -z "$(crictl ps --name "$c" -q 2>/dev/null)" ] || exit 1; fi
+done
+[ -z "$(ss -Hltn 'sport = :6443')" ]"#
+            .to_string(),
+        "hactl-manifests-stopped".to_string(),
+        marker.unwrap_or_default().to_string(),
+    ];
+    argv.extend(components.iter().cloned());
+    RemoteCommand::read_only(argv)
+}
+
+/// Read-only, static-pod mode: nothing of `components` is left in the aside dir.
+fn manifests_back(components: &[String], aside: &str) -> RemoteCommand {
+    let mut argv = vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        r#"d=$1; shift
+for c in "$@"; do [ ! -e "$d/$c.yaml" ] || exit 1; done"#
+            .to_string(),
+        "hactl-manifests-back".to_string(),
+        aside.to_string(),
+    ];
+    argv.extend(components.iter().cloned());
+    RemoteCommand::read_only(argv)
+}
+
+/// Read-only: a container named `component` runs (`crictl ps --name`); true where crictl is
+/// not installed (the kubelet's runtime is then not hactl's to ask).
+fn container_running(component: &str) -> RemoteCommand {
+    RemoteCommand::read_only([
+        "sh",
+        "-c",
+        r#"! command -v crictl >/dev/null 2>&1 || [ -n "$(crictl ps --name "$1" -q 2>/dev/null)" ]"#,
+        "hactl-container-running",
+        component,
+    ])
+}
+
+/// Static-pod hosts holding `component`'s manifest, each with just that component.
+fn static_pods_with(d: &Decisions, component: &str) -> Vec<(String, Vec<String>)> {
+    d.kube_manifests
+        .iter()
+        .filter(|(_, cs)| cs.iter().any(|c| c == component))
+        .map(|(h, _)| (h.clone(), vec![component.to_string()]))
+        .collect()
+}
 
 /// The whole recover, in order.
 pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
@@ -444,6 +547,28 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
             Duration::from_secs(60),
         ));
         steps.push(s);
+    }
+    // R1.2 (static-pod mode): move the manifests aside, so the kubelet stops the pods.
+    let aside_dir = d.manifests_aside();
+    for (h, components) in &d.kube_manifests {
+        steps.push(
+            JournaledStep::new(
+                format!("R1.2@{h}:manifests"),
+                format!("move the {} manifests to {aside_dir}/", components.join(" ")),
+                Some(h),
+            )
+            .done_when(manifests_stopped(components, Some(&kube_started)))
+            .run(sh(
+                MANIFESTS_OUT,
+                "hactl-manifests-out",
+                &manifest_args(&aside_dir, components),
+            ))
+            .verify(Check::command(
+                format!("{h}: no apiserver listens on :6443, no control-plane container runs"),
+                manifests_stopped(components, None),
+                Duration::from_secs(120),
+            )),
+        );
     }
     // R1.3: stop and fence etcd on every reachable host.
     for h in &reachable {
@@ -836,7 +961,48 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
                 )),
         );
     }
+    for (h, components) in static_pods_with(d, "kube-apiserver") {
+        steps.push(
+            JournaledStep::new(
+                format!("R5.2@{h}:manifests"),
+                "move the kube-apiserver manifest back",
+                Some(&h),
+            )
+            .done_when(manifests_back(&components, &aside_dir))
+            .run(sh(
+                MANIFESTS_BACK,
+                "hactl-manifests-back",
+                &manifest_back_args(&aside_dir, &kube_started, &components),
+            ))
+            .verify(Check::command(
+                format!("{h}: kube-apiserver listens on :6443"),
+                RemoteCommand::read_only(["sh", "-c", "ss -Hltn 'sport = :6443' | grep -q ."]),
+                Duration::from_secs(180),
+            )),
+        );
+    }
     for unit in ["kube-controller-manager.service", "kube-scheduler.service"] {
+        let component = unit.trim_end_matches(".service");
+        for (h, components) in static_pods_with(d, component) {
+            steps.push(
+                JournaledStep::new(
+                    format!("R5.3@{h}:{component}:manifest"),
+                    format!("move the {component} manifest back"),
+                    Some(&h),
+                )
+                .done_when(manifests_back(&components, &aside_dir))
+                .run(sh(
+                    MANIFESTS_BACK,
+                    "hactl-manifests-back",
+                    &manifest_back_args(&aside_dir, &kube_started, &components),
+                ))
+                .verify(Check::command(
+                    format!("{h}: a {component} container runs (where crictl is installed)"),
+                    container_running(component),
+                    Duration::from_secs(180),
+                )),
+            );
+        }
         for (h, units) in with(unit) {
             steps.push(
                 JournaledStep::new(
@@ -880,4 +1046,144 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
         .local(fin),
     );
     steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recover::{static_pod_manifests, Bump, Decisions, Source};
+
+    fn inventory(state: &std::path::Path, mode: &str) -> Inventory {
+        let yaml = format!(
+            concat!(
+                "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: c\nspec:\n  ssh:\n    agent: true\n",
+                "  hosts:\n",
+                "    - {{ name: cp1, address: 10.0.0.11, roles: [etcd, control-plane] }}\n",
+                "    - {{ name: cp2, address: 10.0.0.12, roles: [etcd, control-plane] }}\n",
+                "    - {{ name: cp3, address: 10.0.0.13, roles: [etcd, control-plane] }}\n",
+                "  kubernetes: {{ version: 1.31.4, source: package, mode: {} }}\n",
+                "  stateDir: {}\n",
+            ),
+            mode,
+            state.display()
+        );
+        crate::inventory::load_str(std::path::Path::new("c.yaml"), &yaml).unwrap()
+    }
+
+    fn decisions(inv: &Inventory) -> Decisions {
+        let hosts: Vec<String> = ["cp1", "cp2", "cp3"].map(String::from).to_vec();
+        Decisions {
+            run: "20261122-050000-abcd".into(),
+            cluster: "c".into(),
+            mode: RecoverMode::Seed,
+            source: Source::File {
+                path: "/tmp/c.db".into(),
+                sha256: "ab".into(),
+                size: 544,
+                skip_hash_check: false,
+                revision: Some(10),
+                time: None,
+            },
+            seed: "cp1".into(),
+            targets: hosts.clone(),
+            confirmed_dead: vec![],
+            data_dirs: hosts.clone(),
+            kube_units: vec![],
+            kubelets: hosts.clone(),
+            token: crate::recover::token("c", "20261122-050000-abcd"),
+            bump: Bump::Restore { by: 1_000_000_000 },
+            hwm: None,
+            expected_cluster_id: "bd64556880bc1085".into(),
+            min_revision: 1_000_000_010,
+            tool: "etcdutl".into(),
+            etcd_version: "3.5.16".into(),
+            kube_manifests: static_pod_manifests(inv, &hosts),
+        }
+    }
+
+    /// Builds the steps a dry run prints for `mode` (`systemd` / `static-pod`).
+    fn build_for(mode: &str) -> (Vec<JournaledStep>, Decisions) {
+        let dir = tempfile::tempdir().unwrap();
+        let inv = inventory(dir.path(), mode);
+        let pki = crate::pki::ensure(&dir.path().join("pki"), &inv, time::OffsetDateTime::now_utc()).unwrap();
+        let state = StateDir::open(&dir.path().join("state")).unwrap();
+        let tls = ClientTls {
+            ca_pem: String::new(),
+            cert_pem: String::new(),
+            key_pem: String::new(),
+        };
+        let d = decisions(&inv);
+        let inputs = Inputs {
+            inv: &inv,
+            pki: &pki,
+            state: &state,
+            tls: &tls,
+            owner: crate::lock::Owner::new("recover", &d.run),
+            steal_lock: None,
+        };
+        (build(&d, &inputs), d)
+    }
+
+    fn position(steps: &[JournaledStep], id: &str) -> usize {
+        steps.iter().position(|s| s.id == id).unwrap_or_else(|| {
+            panic!(
+                "no step {id}: {:?}",
+                steps.iter().map(|s| &s.id).collect::<Vec<_>>()
+            )
+        })
+    }
+
+    #[test]
+    fn static_pod_mode_moves_the_manifests_aside_and_back_in_the_mandatory_order() {
+        let (steps, d) = build_for("static-pod");
+        let aside = format!("/etc/kubernetes/manifests.hactl/{}", d.run);
+        for h in ["cp1", "cp2", "cp3"] {
+            let out = position(&steps, &format!("R1.2@{h}:manifests"));
+            // Every control plane is stopped before etcd stops anywhere.
+            assert!(out < position(&steps, "R1.3@cp1"), "{h}");
+            let text = steps[out].render(false);
+            assert!(text.contains(&aside), "{text}");
+            assert!(
+                text.contains("kube-apiserver kube-controller-manager kube-scheduler"),
+                "{text}"
+            );
+        }
+        // R5: every apiserver, then every controller-manager, then every scheduler, then kubelets;
+        // all after etcd is verified and the baseline taken.
+        let r4 = position(&steps, "R4.2");
+        let api: Vec<usize> = ["cp1", "cp2", "cp3"]
+            .iter()
+            .map(|h| position(&steps, &format!("R5.2@{h}:manifests")))
+            .collect();
+        let kcm: Vec<usize> = ["cp1", "cp2", "cp3"]
+            .iter()
+            .map(|h| position(&steps, &format!("R5.3@{h}:kube-controller-manager:manifest")))
+            .collect();
+        let sched: Vec<usize> = ["cp1", "cp2", "cp3"]
+            .iter()
+            .map(|h| position(&steps, &format!("R5.3@{h}:kube-scheduler:manifest")))
+            .collect();
+        let kubelet = position(&steps, "R5.4@cp1");
+        assert!(r4 < api[0]);
+        assert!(api.iter().max() < kcm.iter().min(), "{api:?} {kcm:?}");
+        assert!(kcm.iter().max() < sched.iter().min(), "{kcm:?} {sched:?}");
+        assert!(*sched.iter().max().unwrap() < kubelet);
+        let back = steps[api[0]].render(false);
+        assert!(back.contains(&aside) && back.contains("kube-apiserver"), "{back}");
+        assert!(!back.contains("kube-scheduler"), "one component per step: {back}");
+    }
+
+    #[test]
+    fn systemd_mode_plans_no_manifest_moves() {
+        let (steps, _) = build_for("systemd");
+        assert!(steps.iter().all(|s| !s.id.contains(":manifest")));
+    }
+
+    #[test]
+    fn r4_compares_hashkv_at_one_revision_and_fails_on_a_difference() {
+        let (steps, _) = build_for("systemd");
+        let v = steps[position(&steps, "R4.1")].render(false);
+        assert!(v.contains("endpoint hashkv --rev=\"$hrev\""), "{v}");
+        assert!(v.contains("hashkv differs at revision"), "{v}");
+    }
 }
