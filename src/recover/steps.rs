@@ -9,6 +9,13 @@
 //!
 //! Every step has a postcondition read from the hosts (a marker, a unit state, a cluster ID), so
 //! a resumed run skips exactly what is done.
+//!
+//! Work that is the same on several hosts runs on all of them at once (a step group, see
+//! [`JournaledStep::group`]): fencing, moving data dirs aside, certificates, and with `--mode
+//! all` the copies of the snapshot file, the restores, swaps and starts. With `--mode all` from
+//! a file, the copies to the other hosts run alongside the trial restore on the seed: they only
+//! stage the file in this run's scratch dir (as R0.4 does on the seed), change nothing etcd
+//! serves from, and a failed trial still refuses before anything is stopped.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -315,6 +322,12 @@ rev=$(printf '%s' "$st" | grep -o '"revision":[0-9]*' | cut -d: -f2 | sort -n | 
 [ "$rev" -ge "$minrev" ] || { echo "revision $rev is below $minrev" >&2; exit 1; }
 printf '{"revision":%s,"hashkv":%s}\n' "$rev" "$(printf '%s' "$hk" | grep -o '"hash":[0-9]*' | head -n1 | cut -d: -f2)""#;
 
+/// `--mode all`: each host's snapshot copy (R2.2, from a survivor) and restore (R2.4) run
+/// alongside the other hosts'.
+const STAGE_AND_RESTORE: &str = "R2.2/R2.4";
+/// `--mode all` from a file: the copies to the other hosts run alongside the trial on the seed.
+const TRIAL_AND_STAGE: &str = "R0.4/R2.2";
+
 /// The whole recover, in order.
 pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
     let inv = i.inv;
@@ -408,8 +421,27 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
                 .no_cluster_change(),
         );
     };
-    if matches!(d.source, Source::File { .. }) {
+    if let Source::File { path, sha256, .. } = &d.source {
         trial(&mut steps);
+        if d.mode == RecoverMode::All {
+            let last = steps.pop().expect("the trial step");
+            steps.push(last.group(TRIAL_AND_STAGE, &d.seed));
+            for h in d.targets.iter().filter(|h| **h != d.seed) {
+                let up = Arc::new(acts::UploadSnapshot {
+                    host: h.clone(),
+                    local: path.into(),
+                    remote: snap.clone(),
+                    sha256: sha256.clone(),
+                });
+                steps.push(
+                    JournaledStep::new(format!("R2.2@{h}"), "stage the snapshot", None)
+                        .group(TRIAL_AND_STAGE, h)
+                        .done_when_local(up.clone())
+                        .local(up)
+                        .no_cluster_change(),
+                );
+            }
+        }
     }
 
     // R1.1: the operation lock on every reachable host.
@@ -437,7 +469,8 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
             Some(h),
         )
         .done_when(fenced_or(units, &[6443], None, Some(&kube_started)))
-        .run(fence(&d.run, units));
+        .run(fence(&d.run, units))
+        .group("R1.2", h);
         s = s.verify(Check::command(
             format!("{h}: no apiserver listens on :6443"),
             fenced(units, &[6443], None),
@@ -449,6 +482,7 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
     for h in &reachable {
         steps.push(
             JournaledStep::new(format!("R1.3@{h}"), "stop and fence etcd", Some(h))
+                .group("R1.3", h)
                 .done_when(fenced_or(
                     &etcd_units,
                     &etcd_ports,
@@ -495,6 +529,7 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
         let aside = d.aside(dd);
         steps.push(
             JournaledStep::new(format!("R1.4@{h}"), format!("move {dd} aside to {aside}"), Some(h))
+                .group("R1.4", h)
                 .done_when(RemoteCommand::read_only(["test", "-e", &aside]))
                 .precheck(RemoteCommand::read_only([
                     "sh",
@@ -528,18 +563,19 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
             "certificates, keys, helper scripts and the etcd unit",
             Some(h),
         )
-        .done_when(files_match(&files));
+        .done_when(files_match(&files))
+        .group("R2.3", h);
         for f in files {
             s = s.step(Step::Upload(f));
         }
         steps.push(s.run(RemoteCommand::new(["systemctl", "daemon-reload"])));
     }
 
-    let restored_ok = |h: &str| -> JournaledStep {
+    let restored_ok = |h: &str, group: Option<&str>| -> JournaledStep {
         let mut args: Vec<String> = vec![work.clone(), dd.to_string(), d.expected_cluster_id.clone()];
         args.extend(restore_argv(h, &format!("{work}/staging")));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        JournaledStep::new(
+        let s = JournaledStep::new(
             format!("R2.4@{h}"),
             format!("restore into {work}/staging with token {} and compare the cluster ID", d.token),
             Some(h),
@@ -552,7 +588,11 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
             &work,
             &d.expected_cluster_id,
         ]))
-        .run(sh(RESTORE, "hactl-restore", &args).with_timeout(Duration::from_secs(900)))
+        .run(sh(RESTORE, "hactl-restore", &args).with_timeout(Duration::from_secs(900)));
+        match group {
+            Some(g) => s.group(g, h),
+            None => s,
+        }
     };
     let swap = |h: &str| -> JournaledStep {
         JournaledStep::new(
@@ -590,7 +630,7 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
 
     match d.mode {
         RecoverMode::Seed => {
-            steps.push(restored_ok(&d.seed));
+            steps.push(restored_ok(&d.seed, None));
             steps.push(swap(&d.seed));
             steps.push(config(&d.seed, &initial, "new", true));
             steps.push(
@@ -617,6 +657,7 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
                     if h != survivor {
                         steps.push(
                             JournaledStep::new(format!("R2.2@{h}"), "stage the snapshot", None)
+                                .group(STAGE_AND_RESTORE, h)
                                 .done_when_local(Arc::new(acts::CopySnapshot {
                                     from: survivor.clone(),
                                     to: h.clone(),
@@ -629,31 +670,18 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
                                 })),
                         );
                     }
-                } else if let Source::File { path, sha256, .. } = &d.source {
-                    if h != &d.seed {
-                        let up = Arc::new(acts::UploadSnapshot {
-                            host: h.clone(),
-                            local: path.into(),
-                            remote: snap.clone(),
-                            sha256: sha256.clone(),
-                        });
-                        steps.push(
-                            JournaledStep::new(format!("R2.2@{h}"), "stage the snapshot", None)
-                                .done_when_local(up.clone())
-                                .local(up),
-                        );
-                    }
                 }
             }
-            // All restores before any swap or start: all or nothing.
+            // All restores before any swap or start: all or nothing. Each host's copy and
+            // restore run alongside the other hosts' (R2.2/R2.4 form one group).
             for h in &d.targets {
-                steps.push(restored_ok(h));
+                steps.push(restored_ok(h, Some(STAGE_AND_RESTORE)));
             }
             for h in &d.targets {
-                steps.push(swap(h));
+                steps.push(swap(h).group("R2.5", h));
             }
             for h in &d.targets {
-                steps.push(config(h, &initial, "new", h == &d.seed));
+                steps.push(config(h, &initial, "new", h == &d.seed).group("R2.6", h));
             }
             for h in &d.targets {
                 steps.push(
@@ -661,6 +689,7 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
                     // started: started (or starting) after this run's start is what counts here;
                     // R2.9 waits for the cluster.
                     JournaledStep::new(format!("R2.7@{h}"), "start etcd", Some(h))
+                        .group("R2.7", h)
                         .done_when(RemoteCommand::read_only([
                             "sh",
                             "-c",
