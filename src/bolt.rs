@@ -94,6 +94,9 @@ fn meta(page: &[u8]) -> Option<Meta> {
     })
 }
 
+/// Called with each leaf element's key, value and flags.
+type Visit<'a> = dyn FnMut(&[u8], &[u8], u32) -> Result<(), BoltError> + 'a;
+
 struct Reader {
     file: fs_err::File,
     page_size: u64,
@@ -135,12 +138,7 @@ impl Reader {
 
     /// Calls `f(key, value, flags)` for every leaf element under `page` (a page read from the
     /// file, or an inline bucket's page), in key order.
-    fn walk(
-        &mut self,
-        id: u64,
-        page: &[u8],
-        f: &mut dyn FnMut(&[u8], &[u8], u32) -> Result<(), BoltError>,
-    ) -> Result<(), BoltError> {
+    fn walk(&mut self, id: u64, page: &[u8], f: &mut Visit<'_>) -> Result<(), BoltError> {
         if page.len() < HEADER {
             return Err(corrupt(id, "shorter than a page header"));
         }
@@ -186,12 +184,7 @@ impl Reader {
     }
 
     /// Walks the bucket whose header (and, inline, page) is `value`.
-    fn walk_bucket(
-        &mut self,
-        name: &[u8],
-        value: &[u8],
-        f: &mut dyn FnMut(&[u8], &[u8], u32) -> Result<(), BoltError>,
-    ) -> Result<(), BoltError> {
+    fn walk_bucket(&mut self, name: &[u8], value: &[u8], f: &mut Visit<'_>) -> Result<(), BoltError> {
         if value.len() < 16 {
             return Err(corrupt(
                 0,
@@ -406,9 +399,9 @@ mod tests {
         // Free pages may look like leaves: only pages the walk reached count.
         let (_, reached) = read(Path::new(FIXTURE)).unwrap();
         let mut flipped = 0;
-        for page in 2..m.pgid as usize {
+        for (page, _) in reached.iter().enumerate().skip(2).filter(|(_, r)| **r) {
             let at = page * ps;
-            if reached[page] && u16_at(&good, at + 8) == LEAF && u16_at(&good, at + 10) > 1 {
+            if u16_at(&good, at + 8) == LEAF && u16_at(&good, at + 10) > 1 {
                 let mut bad = good.clone();
                 let e = at + HEADER;
                 let start = e + u32_at(&bad, e + 4) as usize;

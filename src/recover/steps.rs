@@ -76,7 +76,8 @@ systemctl stop "$@""#
     )
 }
 
-/// Removes the fence and starts units (enabled, failed state reset). First leaves `marker` on
+/// Removes the fence and starts units (enabled, failed state reset; `systemctl enable` only
+/// where needed: it costs a third of a second even when there is nothing to do). First leaves `marker` on
 /// the host: the fence steps' postconditions accept it, so a resumed run never fences again
 /// what this run has already started.
 fn unfence_start(units: &[String], block: bool, marker: &str) -> RemoteCommand {
@@ -93,7 +94,7 @@ fn unfence_start(units: &[String], block: bool, marker: &str) -> RemoteCommand {
 for u in "$@"; do rm -f "/run/systemd/system/$u.d/{FENCE_DROPIN}"; done
 systemctl daemon-reload
 systemctl reset-failed "$@" 2>/dev/null || true
-systemctl enable "$@" 2>/dev/null || true
+for u in "$@"; do systemctl is-enabled -q "$u" 2>/dev/null || systemctl enable "$u" 2>/dev/null || true; done
 {start}"#
         ),
         "hactl-unfence",
@@ -296,8 +297,42 @@ while :; do
   if out=$(/usr/local/sbin/hactl-etcd-member add-learner "$1" "$2" 2>&1); then printf '%s\n' "$out"; exit 0; fi
   case "$out" in *"unhealthy cluster"*|*"deadline exceeded"*) ;; *) printf '%s\n' "$out" >&2; exit 1 ;; esac
   [ "$(date +%s)" -lt "$end" ] || { printf '%s\n' "$out" >&2; exit 1; }
-  sleep 1
+  sleep 0.2
 done"#;
+
+/// Waits for the last joining learner to be ready (systemd's `active`: etcd signals readiness
+/// once it has published itself), restarting it once if it got stuck the way etcd #3774 shows.
+///
+/// A member that gets its data as the leader's raft snapshot may have had its first publish
+/// committed *inside* that snapshot: always so when the leader is the only voter (the first
+/// join after a seed restore), since the leader commits the proposal before it cuts the
+/// snapshot, and by a race when there are more. The member then never applies the entry it
+/// waits for, and waits out etcd's request timeout (5 s + 2 × election timeout) before it
+/// publishes again. So: once its metrics show the snapshot applied and it is still not ready a
+/// second later, it is restarted once (a learner does not vote: quorum-neutral); restarted, it
+/// publishes through its log in milliseconds. Only the last joiner: a restart renews its peer
+/// connection, and etcd refuses the next `member add` until the leader has been connected to
+/// every voter for 5 s, which costs what the restart saves.
+const LEARNER_READY: &str = r#"set -u
+port=$1; applied_at=; restarted=; i=0
+while [ $i -lt 1200 ]; do
+  case "$(systemctl is-active etcd.service)" in
+    active) [ -z "$restarted" ] || echo "restarted once, after it applied the leader's snapshot"; exit 0 ;;
+    activating|deactivating|inactive) ;;
+    *) echo "etcd.service is $(systemctl is-active etcd.service)" >&2; exit 1 ;;
+  esac
+  if [ -z "$applied_at" ]; then
+    a=$(curl -fsS -m 1 "http://127.0.0.1:$port/metrics" 2>/dev/null | sed -n 's/^etcd_server_proposals_applied_total //p')
+    case "$a" in ''|0) ;; *) applied_at=$i ;; esac
+  elif [ -z "$restarted" ] && [ $((i - applied_at)) -ge 10 ]; then
+    systemctl restart --no-block etcd.service
+    restarted=yes
+  fi
+  sleep 0.1
+  i=$((i + 1))
+done
+echo "etcd.service did not become ready" >&2
+exit 1"#;
 
 const VERIFY: &str = r#"set -eu
 ctl=/usr/local/sbin/hactl-etcdctl
@@ -730,7 +765,9 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
     // R3: the other members join one at a time, as learners.
     if d.mode == RecoverMode::Seed {
         let mut members = initial.clone();
-        for h in d.targets.iter().filter(|h| **h != d.seed) {
+        let joiners: Vec<&String> = d.targets.iter().filter(|h| **h != d.seed).collect();
+        let last = joiners.last().map(|h| h.as_str());
+        for h in joiners.iter().copied() {
             let u = url(h);
             members.push((h.clone(), u.clone()));
             let env = initial_env(h, &members, "existing", &d.token);
@@ -770,21 +807,31 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
                 )))
                 .run(sh(ADD_LEARNER, "hactl-add-learner", &[h, &u]).with_timeout(Duration::from_secs(150))),
             );
+            let mut start = JournaledStep::new(format!("R3.3@{h}"), "start etcd as a learner", Some(h))
+                .done_when(member_in_cluster(&cid_dec, false))
+                .run(RemoteCommand::new([
+                    "install", "-d", "-o", "etcd", "-g", "etcd", "-m", "0700", dd,
+                ]))
+                .run(unfence_start(&etcd_units, false, &etcd_started));
+            if Some(h.as_str()) == last {
+                start = start.run(
+                    sh(
+                        LEARNER_READY,
+                        "hactl-learner-ready",
+                        &[&crate::etcd::METRICS_PORT.to_string()],
+                    )
+                    .with_timeout(Duration::from_secs(150)),
+                );
+            }
             steps.push(
-                JournaledStep::new(format!("R3.3@{h}"), "start etcd as a learner", Some(h))
-                    .done_when(member_in_cluster(&cid_dec, false))
-                    .run(RemoteCommand::new([
-                        "install", "-d", "-o", "etcd", "-g", "etcd", "-m", "0700", dd,
-                    ]))
-                    .run(unfence_start(&etcd_units, false, &etcd_started))
-                    .verify(
-                        Check::command(
-                            format!("learner {h} serves cluster {}", d.expected_cluster_id),
-                            member_in_cluster(&cid_dec, false),
-                            Duration::from_secs(120),
-                        )
-                        .diagnose_with(crate::etcd::probe::journal_tail()),
-                    ),
+                start.verify(
+                    Check::command(
+                        format!("learner {h} serves cluster {}", d.expected_cluster_id),
+                        member_in_cluster(&cid_dec, false),
+                        Duration::from_secs(120),
+                    )
+                    .diagnose_with(crate::etcd::probe::journal_tail()),
+                ),
             );
             steps.push(
                 JournaledStep::new(
