@@ -69,7 +69,7 @@ t=$(now)
 SNAP=$($H etcd snapshot save -i "$I" --out "$OUT/snaps" 2>"$OUT/save.err")
 HACTL_SNAP=$(since "$t")
 SIZE=$(stat -c %s "$SNAP")
-echo "snapshot save: hactl ${HACTL_SNAP}s (stream, status on a copy, sidecar, bundle) vs floor etcdctl+ssh cat ${FLOOR_SNAP}s; $SIZE bytes"
+echo "snapshot save: hactl ${HACTL_SNAP}s (stream, status read from the file, sidecar, bundle) vs floor etcdctl+ssh cat ${FLOOR_SNAP}s; $SIZE bytes"
 grep '^snapshot:' "$OUT/save.err" || true
 
 # --- recover -------------------------------------------------------------------------------
