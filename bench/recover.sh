@@ -8,6 +8,10 @@
 #   snapshot: `etcdctl snapshot save` on the leader, then a copy back with `ssh cat`;
 #   recover:  the etcd docs' manual restore as a plain script: restore every member from the same
 #             snapshot (copied to each with scp), start all, wait for health.
+# Recover is measured as the issue defines it, from the command's start to a verified 3-member
+# quorum: the time its journal records step R4.1 (exact membership, one cluster ID, health,
+# equal hashkv, no alarms, revision past the mark) as done. The whole command's time (which
+# adds the R4.2 baseline backup and R6) is printed beside it.
 # Prints figures; asserts nothing about time. Tears the lab down on exit.
 set -eu
 SIZE_MB=${1:-256}
@@ -19,6 +23,27 @@ trap '$H lab down --name $NAME >/dev/null 2>&1 || true; rm -rf "$OUT"' EXIT INT 
 
 now() { date +%s.%N; }
 since() { echo "$(now) - $1" | bc; }
+# The step timeline of the newest recover run: seconds from the command's start to each step's
+# end, and how long the step took.
+# Seconds from $1 (date +%s.%N) to the journal entry of step R4.1 (done or skipped: its
+# postcondition is the verification itself).
+verified() {
+  j=$(ls -td "$LAB"/state/runs/*/ | head -n1)journal.jsonl
+  jq -r --arg t0 "$1" '
+    def secs: (.ts | sub("\\.(?<f>[0-9]+)Z$"; "Z") | fromdateiso8601) + ((.ts | capture("\\.(?<f>[0-9]+)Z$").f | "0." + .) | tonumber);
+    [.[] | select(.step == "R4.1" and (.phase == "done" or .phase == "skipped"))][0] | ((secs - ($t0 | tonumber)) * 1000 | round / 1000)
+  ' --slurp "$j"
+}
+timeline() {
+  j=$(ls -td "$LAB"/state/runs/*/ | head -n1)journal.jsonl
+  jq -r --arg t0 "$1" '
+    def secs: (.ts | sub("\\.(?<f>[0-9]+)Z$"; "Z") | fromdateiso8601) + ((.ts | capture("\\.(?<f>[0-9]+)Z$").f | "0." + .) | tonumber);
+    [.[] | {step, phase, t: secs}] as $e
+    | ($e | map(select(.phase == "started")) | map({key: .step, value: .t}) | from_entries) as $start
+    | $e[] | select(.phase == "done" or .phase == "skipped")
+    | "  \(.step | . + " " * (14 - length)) ends at \((.t - ($t0 | tonumber)) * 100 | round / 100)s  took \((.t - ($start[.step] // .t)) * 100 | round / 100)s  \(.phase)"
+  ' --slurp "$j"
+}
 
 $H lab up --name $NAME --control-planes 3 --load-balancers 0 --out "$OUT/inv.yaml" >/dev/null
 I=$OUT/inv.yaml
@@ -44,7 +69,7 @@ t=$(now)
 SNAP=$($H etcd snapshot save -i "$I" --out "$OUT/snaps" 2>"$OUT/save.err")
 HACTL_SNAP=$(since "$t")
 SIZE=$(stat -c %s "$SNAP")
-echo "snapshot save: hactl ${HACTL_SNAP}s (stream, status on a copy, sidecar, bundle) vs floor etcdctl+ssh cat ${FLOOR_SNAP}s; $SIZE bytes"
+echo "snapshot save: hactl ${HACTL_SNAP}s (stream, status read from the file, sidecar, bundle) vs floor etcdctl+ssh cat ${FLOOR_SNAP}s; $SIZE bytes"
 grep '^snapshot:' "$OUT/save.err" || true
 
 # --- recover -------------------------------------------------------------------------------
@@ -54,15 +79,21 @@ sleep 2
 t=$(now)
 $H recover -i "$I" --from-snapshot "$SNAP" --yes >"$OUT/rec.out" 2>"$OUT/rec.err" || { cat "$OUT/rec.err" >&2; exit 1; }
 HACTL_REC=$(since "$t")
-echo "recover (seed mode, includes fencing, joins, verify, baseline backup): ${HACTL_REC}s"
+VERIFIED_REC=$(verified "$t")
+echo "recover (seed mode): verified quorum at ${VERIFIED_REC}s; whole command (with the baseline backup) ${HACTL_REC}s"
 grep '^recover: run' "$OUT/rec.out" || true
+timeline "$t" || true
 
 lose cp2 cp3
 sleep 2
 t=$(now)
-$H recover -i "$I" --from-snapshot "$SNAP" --mode all --yes >"$OUT/rec2.out" 2>"$OUT/rec2.err" || { cat "$OUT/rec2.err" >&2; exit 1; }
+# The same snapshot again: the first recover raised the high-water mark past it, so the data-loss
+# gate needs the window accepted.
+$H recover -i "$I" --from-snapshot "$SNAP" --mode all --accept-data-loss-window 1h --yes >"$OUT/rec2.out" 2>"$OUT/rec2.err" || { cat "$OUT/rec2.err" >&2; exit 1; }
 HACTL_ALL=$(since "$t")
-echo "recover --mode all: ${HACTL_ALL}s"
+VERIFIED_ALL=$(verified "$t")
+echo "recover --mode all: verified quorum at ${VERIFIED_ALL}s; whole command ${HACTL_ALL}s"
+timeline "$t" || true
 
 # The floor: the etcd docs' manual restore, by a plain script.
 lose cp2 cp3
@@ -83,5 +114,5 @@ FLOOR_REC=$(since "$t")
 echo "floor (manual restore of all three in parallel, start, wait for health): ${FLOOR_REC}s"
 echo
 echo "RESULT snapshot_save hactl=${HACTL_SNAP}s floor=${FLOOR_SNAP}s ratio=$(echo "scale=2; $HACTL_SNAP / $FLOOR_SNAP" | bc)"
-echo "RESULT recover_seed hactl=${HACTL_REC}s floor=${FLOOR_REC}s ratio=$(echo "scale=2; $HACTL_REC / $FLOOR_REC" | bc)"
-echo "RESULT recover_all hactl=${HACTL_ALL}s floor=${FLOOR_REC}s ratio=$(echo "scale=2; $HACTL_ALL / $FLOOR_REC" | bc)"
+echo "RESULT recover_seed verified=${VERIFIED_REC}s floor=${FLOOR_REC}s ratio=$(echo "scale=2; $VERIFIED_REC / $FLOOR_REC" | bc) whole_command=${HACTL_REC}s ($(echo "scale=2; $HACTL_REC / $FLOOR_REC" | bc)x)"
+echo "RESULT recover_all verified=${VERIFIED_ALL}s floor=${FLOOR_REC}s ratio=$(echo "scale=2; $VERIFIED_ALL / $FLOOR_REC" | bc) whole_command=${HACTL_ALL}s ($(echo "scale=2; $HACTL_ALL / $FLOOR_REC" | bc)x)"

@@ -17,6 +17,7 @@
 
 pub mod backup;
 pub mod binaries;
+pub mod bolt;
 pub mod cli;
 pub mod commands;
 pub mod etcd;

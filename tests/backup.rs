@@ -166,3 +166,82 @@ fn scheduled_backups_write_verified_snapshots_on_the_leader_and_status_reports_t
     up_ok(inv);
     assert_eq!(up_ok(inv).trim(), "no changes");
 }
+
+/// `hactl etcd snapshot save` reads `snapshot status` from the file itself (no copy to a host):
+/// what it records must be what the host's `etcdutl snapshot status -w json` says of the very
+/// same file, and `snapshot verify` (which runs both) must agree too.
+#[test]
+fn snapshot_save_reads_the_status_etcdutl_reports_for_the_same_file() {
+    let Some(lab) = TestLab::up("backup_status", 3, 0, 0, "trixie") else {
+        return;
+    };
+    let inv = lab.inventory();
+    up_ok(inv);
+    // Small and large values (overflow pages), deletes (tombstones), several leaf pages.
+    lab.exec_ok(
+        "cp1",
+        &[
+            "sh",
+            "-c",
+            "for i in $(seq 1 400); do /usr/local/sbin/hactl-etcdctl put /registry/k$i \"v$i-$(head -c 300 /dev/urandom | base64 -w0)\" >/dev/null || exit 1; done; \
+             for i in $(seq 1 50); do /usr/local/sbin/hactl-etcdctl del /registry/k$i >/dev/null || exit 1; done; \
+             /usr/local/sbin/hactl-etcdctl put /registry/big \"$(head -c 60000 /dev/urandom | base64 -w0)\" >/dev/null",
+        ],
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let out = cli_support::hactl(&[
+        "etcd",
+        "snapshot",
+        "save",
+        "-i",
+        inv.to_str().unwrap(),
+        "--out",
+        tmp.path().to_str().unwrap(),
+        "--no-bundle",
+    ]);
+    assert!(out.status.success(), "{}", cli_support::text(&out));
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let sidecar: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(format!("{path}.json")).unwrap()).unwrap();
+    let ours = hactl::bolt::status(Path::new(&path)).unwrap();
+    assert_eq!(sidecar["revision"].as_i64(), Some(ours.revision));
+    assert_eq!(sidecar["totalKey"].as_u64(), Some(ours.total_key));
+    // The same file on a host, read by etcd's own tool.
+    let bytes = std::fs::read(&path).unwrap();
+    let mut cmd = lab
+        .lab()
+        .command(
+            "cp2",
+            &["sh".into(), "-c".into(), "cat > /var/tmp/cross-check.db".into()],
+        )
+        .unwrap();
+    cmd.stdin(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), &bytes).unwrap();
+    assert!(child.wait().unwrap().success());
+    let theirs: hactl::snapshot::Status = serde_json::from_str(
+        lab.exec_ok(
+            "cp2",
+            &[
+                "etcdutl",
+                "snapshot",
+                "status",
+                "/var/tmp/cross-check.db",
+                "-w",
+                "json",
+            ],
+        )
+        .trim(),
+    )
+    .unwrap();
+    assert_eq!(ours, theirs);
+    assert!(ours.total_key > 400 && ours.revision > 450, "{ours:?}");
+    // `verify` runs the host's status on its own copy and compares it with hactl's reading.
+    let out = cli_support::hactl(&["etcd", "snapshot", "verify", &path, "-i", inv.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", cli_support::text(&out));
+    assert!(
+        cli_support::text(&out).contains(&format!("revision {}", ours.revision)),
+        "{}",
+        cli_support::text(&out)
+    );
+}

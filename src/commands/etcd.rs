@@ -1,9 +1,11 @@
 //! `hactl etcd snapshot save|verify`: snapshots on the operator machine.
 //!
 //! `save` streams a snapshot from the **leader** (a lagging member would silently lose writes)
-//! through an SSH tunnel with the etcd client, checks it, runs `snapshot status` on a copy on a
-//! host with that host's own tool, and writes the sidecar JSON and the encrypted key bundle
-//! beside it. `verify` checks a file and trial-restores it into a scratch dir on a host.
+//! through an SSH tunnel with the etcd client, hashing it as it arrives (the whole file and the
+//! sha256 etcd appends), reads the facts `snapshot status` reports from the file itself
+//! ([`crate::bolt`]: no second transfer), and writes the sidecar JSON and the encrypted key
+//! bundle beside it. `verify` checks a file, runs the host's own `snapshot status` on a copy
+//! (which must agree with [`crate::bolt`]) and trial-restores it into a scratch dir on a host.
 //!
 //! Invariant: the snapshot appears under its final name only once whole, fsynced and checked.
 
@@ -12,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _};
 use sha2::{Digest, Sha256};
-use tokio::io::AsyncWriteExt;
+use std::io::Write as _;
 
 use crate::cli::{SnapshotSaveArgs, SnapshotVerifyArgs};
 use crate::etcd::client::{self, ClientTls};
@@ -75,22 +77,26 @@ pub async fn take(
     bundle: bool,
 ) -> anyhow::Result<Saved> {
     let tls = client_tls(state)?;
-    // Who leads, and the revision just before the save.
+    // Who leads, and the revision just before the save: every member asked at once.
+    let asked = inv.with_role(Role::Etcd).into_iter().filter_map(|host| {
+        let t = transports.get(&host.name)?;
+        let tls = &tls;
+        Some(async move {
+            let mut c = client::connect(t.as_ref(), inv.etcd.client_port, tls, TIMEOUT)
+                .await
+                .ok()?;
+            let s = client::member_status(&mut c, TIMEOUT).await;
+            Some((host.name.clone(), c, s))
+        })
+    });
     let mut leader = None;
     let mut revision_before = 0;
     let mut version = String::new();
-    for host in inv.with_role(Role::Etcd) {
-        let Some(t) = transports.get(&host.name) else {
-            continue;
-        };
-        let Ok(mut c) = client::connect(t.as_ref(), inv.etcd.client_port, &tls, TIMEOUT).await else {
-            continue;
-        };
-        let s = client::member_status(&mut c, TIMEOUT).await;
+    for (host, c, s) in futures::future::join_all(asked).await.into_iter().flatten() {
         revision_before = revision_before.max(s.revision);
         if !s.id.is_empty() && s.id == s.leader {
             version = s.version.clone();
-            leader = Some((host.name.clone(), c));
+            leader = Some((host, c));
         }
     }
     let Some((leader_host, mut c)) = leader else {
@@ -147,33 +153,50 @@ pub async fn take(
         .snapshot()
         .await
         .with_context(|| format!("failed to start a snapshot on {leader_host}"))?;
+    // The bytes go to a writer thread that hashes and writes them, so receiving (SSH, TLS,
+    // gRPC) and hashing use two cores.
     let file = snapshot::create_private(&part)?;
-    let mut file = tokio::fs::File::from_std(file.into_parts().0);
-    let mut hasher = Sha256::new();
-    let mut size = 0u64;
-    let streamed: anyhow::Result<()> = async {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(256);
+    let writer = tokio::task::spawn_blocking(move || -> std::io::Result<StreamHashes> {
+        let mut file = std::io::BufWriter::with_capacity(4 << 20, file);
+        let mut hashes = StreamHashes::default();
+        while let Some(blob) = rx.blocking_recv() {
+            hashes.update(&blob);
+            file.write_all(&blob)?;
+        }
+        file.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        Ok(hashes)
+    });
+    let received: anyhow::Result<()> = async {
         while let Some(resp) = stream
             .message()
             .await
             .with_context(|| format!("the snapshot stream from {leader_host} broke"))?
         {
-            let blob = resp.blob();
-            hasher.update(blob);
-            size += blob.len() as u64;
-            file.write_all(blob).await?;
+            if tx.send(resp.blob().to_vec()).await.is_err() {
+                break;
+            }
         }
-        file.sync_all().await?;
         Ok(())
     }
     .await;
-    if let Err(e) = streamed {
-        let _ = fs_err::remove_file(&part);
-        return Err(e);
-    }
-    drop(file);
+    drop(tx);
+    let written = writer.await?;
+    let hashes = match (received, written) {
+        (Ok(()), Ok(h)) => h,
+        (Err(e), _) => {
+            let _ = fs_err::remove_file(&part);
+            return Err(e);
+        }
+        (_, Err(e)) => {
+            let _ = fs_err::remove_file(&part);
+            return Err(anyhow::Error::new(e).context(format!("failed to write {}", part.display())));
+        }
+    };
     let stream_secs = started.elapsed().as_secs_f64();
-    let check = snapshot::check_file(&part)?;
-    if check.hash != HashState::Ok || check.sha256 != hex::encode(hasher.finalize()) || check.size != size {
+    let size = hashes.size;
+    let check = hashes.finish();
+    if check.hash != HashState::Ok || fs_err::metadata(&part)?.len() != size {
         let _ = fs_err::remove_file(&part);
         bail!(
             "the snapshot from {leader_host} failed its integrity check ({:?}); nothing was kept",
@@ -183,7 +206,25 @@ pub async fn take(
     fs_err::rename(&part, &path)?;
     snapshot::sync_parent(&path);
 
-    let status = remote_status(transports[&leader_host].as_ref(), &path, &check.sha256).await?;
+    // `snapshot status`, read from the file itself: no second copy to a host.
+    let status = {
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || crate::bolt::status(&path)).await?
+    }
+    .with_context(|| {
+        format!(
+            "the snapshot from {leader_host} passed its sha256 but does not read as a bbolt file: {} kept for inspection",
+            path.display()
+        )
+    })?;
+    if status.total_size + 32 != size {
+        bail!(
+            "the snapshot's bbolt file counts {} bytes but {} arrived before etcd's sha256: {} kept for inspection",
+            status.total_size,
+            size - 32,
+            path.display()
+        );
+    }
     if status.revision < revision_before {
         bail!(
             "the snapshot's revision {} is below the cluster's {} read before it: {} kept for inspection",
@@ -260,26 +301,50 @@ pub async fn record_hwm_on_hosts(transports: &Transports, seen: &Hwm) {
     }
 }
 
-/// Uploads a snapshot to a scratch path on `t` and runs `snapshot status` on a copy there.
-async fn remote_status(t: &dyn Transport, path: &Path, sha256: &str) -> anyhow::Result<Status> {
-    let host = t.host().to_string();
-    upload_helper(t).await?;
-    let scratch = format!("{}/{}.db", snapshot::HOST_SCRATCH, &sha256[..16]);
-    let bytes = fs_err::read(path)?;
-    t.upload(&Upload::new(scratch.clone(), 0o600, "root", "root", bytes))
-        .await
-        .with_context(|| format!("failed to copy the snapshot to {host} for `snapshot status`"))?;
-    let out = t.run(&snapshot::status_command(&scratch)).await?;
-    let _ = t.run(&RemoteCommand::new(["rm", "-f", "--", &scratch])).await;
-    if !out.success() {
-        bail!("{host}: snapshot status failed: {}", out.stderr_str().trim());
+/// The sha256 of a stream (the whole file) and of all but its last 32 bytes (what etcd's
+/// appended hash covers), computed as the bytes arrive so the file is not read again.
+#[derive(Default)]
+struct StreamHashes {
+    whole: Sha256,
+    body: Sha256,
+    /// The last (up to) 32 bytes seen, not yet fed to `body`.
+    tail: Vec<u8>,
+    size: u64,
+}
+
+impl StreamHashes {
+    fn update(&mut self, blob: &[u8]) {
+        self.whole.update(blob);
+        self.size += blob.len() as u64;
+        if blob.len() >= 32 {
+            self.body.update(&self.tail);
+            self.body.update(&blob[..blob.len() - 32]);
+            self.tail.clear();
+            self.tail.extend_from_slice(&blob[blob.len() - 32..]);
+        } else {
+            self.tail.extend_from_slice(blob);
+            let extra = self.tail.len().saturating_sub(32);
+            self.body.update(&self.tail[..extra]);
+            self.tail.drain(..extra);
+        }
     }
-    serde_json::from_str(out.stdout_str().trim()).with_context(|| {
-        format!(
-            "{host}: unexpected `snapshot status` output: {}",
-            out.stdout_str().trim()
-        )
-    })
+
+    /// The same verdict as [`snapshot::check_file`] on the bytes streamed.
+    fn finish(self) -> FileCheck {
+        let with_hash = self.size >= 32 && self.size % 512 == 32;
+        let hash = if !with_hash {
+            HashState::Missing
+        } else if self.body.finalize().as_slice() == self.tail.as_slice() {
+            HashState::Ok
+        } else {
+            HashState::Mismatch
+        };
+        FileCheck {
+            size: self.size,
+            sha256: hex::encode(self.whole.finalize()),
+            hash,
+        }
+    }
 }
 
 /// Places the snapshot helper on a host (skipped when it is already there).
@@ -329,6 +394,22 @@ pub async fn verify_on(
             );
         }
         let status: Status = serde_json::from_str(out.stdout_str().trim())?;
+        // The host's tool and hactl's own reader (which `save` relies on) must agree.
+        let local = {
+            let path = path.to_path_buf();
+            tokio::task::spawn_blocking(move || crate::bolt::status(&path)).await?
+        };
+        match local {
+            Ok(l) if l == status => {}
+            Ok(l) => bail!(
+                "{}: `snapshot status` says {status:?} but hactl read {l:?} from the same file",
+                host.name
+            ),
+            Err(e) => bail!(
+                "{}: `snapshot status` read the file ({status:?}) but hactl could not: {e}",
+                host.name
+            ),
+        }
         let url = crate::etcd::peer_url(inv, host);
         let trial = RestoreArgs {
             snapshot: remote.clone(),
@@ -437,4 +518,31 @@ pub async fn verify(args: &SnapshotVerifyArgs) -> anyhow::Result<i32> {
         v.trial_cluster_id
     );
     Ok(super::exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_taken_while_streaming_agree_with_the_file_check_whatever_the_chunks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("s.db");
+        let body: Vec<u8> = (0..512u32 * 9).map(|i| (i % 251) as u8).collect();
+        let mut good = body.clone();
+        good.extend_from_slice(&Sha256::digest(&body));
+        let mut flipped = good.clone();
+        flipped[700] ^= 1;
+        for bytes in [good, flipped, body] {
+            fs_err::write(&p, &bytes).unwrap();
+            let want = snapshot::check_file(&p).unwrap();
+            for chunk in [1, 7, 31, 32, 33, 512, 4096, bytes.len()] {
+                let mut h = StreamHashes::default();
+                for c in bytes.chunks(chunk) {
+                    h.update(c);
+                }
+                assert_eq!(h.finish(), want, "chunks of {chunk}");
+            }
+        }
+    }
 }

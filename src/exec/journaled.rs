@@ -69,6 +69,10 @@ pub struct JournaledStep {
     /// scratch dir): their failure before any other change is a refusal, not a failure after
     /// changes.
     pub changes_cluster: bool,
+    /// `(group, lane)`: consecutive steps of one group run at once, one lane at a time per lane
+    /// (see [`run`]). The lane is the host the work is for, so only work on different hosts
+    /// overlaps.
+    pub group: Option<(String, String)>,
 }
 
 impl JournaledStep {
@@ -82,6 +86,7 @@ impl JournaledStep {
             act: Vec::new(),
             verify: None,
             changes_cluster: true,
+            group: None,
         }
     }
     pub fn done_when(mut self, cmd: RemoteCommand) -> Self {
@@ -122,6 +127,11 @@ impl JournaledStep {
         self.verify = Some(check);
         self
     }
+    /// Runs alongside the neighbouring steps of the same group that are in other lanes.
+    pub fn group(mut self, group: impl Into<String>, lane: impl Into<String>) -> Self {
+        self.group = Some((group.into(), lane.into()));
+        self
+    }
 
     /// The exact text of the step with the host's sudo setting: what a dry run prints.
     pub fn render(&self, sudo: bool) -> String {
@@ -148,6 +158,11 @@ impl JournaledStep {
         }
         if let Some(c) = &self.verify {
             out.push_str(&format!("    verify: {c}\n"));
+        }
+        if let Some((g, lane)) = &self.group {
+            out.push_str(&format!(
+                "    runs alongside the other {g} steps for other hosts than {lane}\n"
+            ));
         }
         out
     }
@@ -202,96 +217,181 @@ pub struct Outcome {
 }
 
 /// Runs `steps` in order, journaling each transition; stops at the first failure.
+///
+/// Consecutive steps of one [`JournaledStep::group`] run concurrently, one lane per host (the
+/// steps of a lane in their order); the next step starts once the whole group has finished. A
+/// failure in a group lets the group's other lanes finish, then stops the run. Crash requests
+/// (`HACTL_CRASH_AFTER`) are honoured once the step's group has finished, so a crash never
+/// leaves a step half done that the journal does not show.
 pub async fn run(
     steps: &[JournaledStep],
     transports: &Transports,
     journal: &mut Journal,
     options: &RunOptions,
 ) -> Result<Outcome, StepFailed> {
-    let mut outcome = Outcome::default();
     let changing: std::collections::BTreeSet<&str> = steps
         .iter()
         .filter(|s| s.changes_cluster)
         .map(|s| s.id.as_str())
         .collect();
-    let mut changed = journal
+    let changed = journal
         .entries()
         .map(|e| {
             e.iter()
                 .any(|e| e.phase == StepPhase::Done && changing.contains(e.step.as_str()))
         })
         .unwrap_or(false);
-    for step in steps {
-        let sha = step.inputs_sha();
-        let host = step.host.as_deref();
-        let record = |journal: &mut Journal, phase: StepPhase, outputs: serde_json::Value| {
-            journal
-                .record(&step.id, phase, host, &sha, outputs)
-                .with_context(|| format!("failed to journal step {}", step.id))
-        };
-        let fail = |stage: Stage, source: anyhow::Error, changed: bool| StepFailed {
-            step: step.id.clone(),
-            host: step.host.clone(),
-            stage,
-            changed,
-            source,
-        };
-        let entry = record(journal, StepPhase::Started, serde_json::Value::Null)
-            .map_err(|e| fail(Stage::Postcondition, e, changed))?;
-        journal::mirror(transports, &options.mirror_hosts, &entry).await;
-        let transport = match host {
-            Some(h) => match transports.get(h) {
-                Some(t) => Some(t.clone()),
-                None => {
-                    return Err(fail(
-                        Stage::Postcondition,
-                        anyhow!("no connection to {h}"),
-                        changed,
-                    ))
-                }
-            },
-            None => None,
-        };
-        let t = transport.as_deref();
-        let holds = match &step.postcondition {
-            None => false,
-            Some(c) => condition(c, t, transports)
-                .await
-                .map_err(|e| fail(Stage::Postcondition, e, changed))?,
-        };
-        if holds {
-            tracing::info!("[{}] {}: already done, skipped", step.id, step.title);
-            let entry = record(journal, StepPhase::Skipped, serde_json::Value::Null)
-                .map_err(|e| fail(Stage::Postcondition, e, changed))?;
-            journal::mirror(transports, &options.mirror_hosts, &entry).await;
-            outcome.skipped.push(step.id.clone());
-            journal::crash_if_requested(&step.id);
-            continue;
-        }
-        tracing::info!("[{}] {}", step.id, step.title);
-        let result = act(step, t, transports).await;
-        let outputs = match result {
-            Ok(outputs) => outputs,
-            Err((stage, e)) => {
-                let entry = record(
-                    journal,
-                    StepPhase::Failed,
-                    serde_json::json!({ "stage": format!("{stage:?}"), "error": format!("{e:#}") }),
-                );
-                if let Ok(entry) = entry {
-                    journal::mirror(transports, &options.mirror_hosts, &entry).await;
-                }
-                let changed = changed || (step.changes_cluster && stage != Stage::Precheck);
-                return Err(fail(stage, e, changed));
+    let shared = Shared {
+        transports,
+        journal: std::sync::Mutex::new(journal),
+        options,
+        changed: std::sync::atomic::AtomicBool::new(changed),
+    };
+    let mut outcome = Outcome::default();
+    let mut i = 0;
+    while i < steps.len() {
+        let mut end = i + 1;
+        let group = |s: &JournaledStep| s.group.as_ref().map(|(g, _)| g.clone());
+        if let Some(g) = group(&steps[i]) {
+            while end < steps.len() && group(&steps[end]).as_ref() == Some(&g) {
+                end += 1;
             }
-        };
-        changed |= step.changes_cluster;
-        let entry = record(journal, StepPhase::Done, outputs).map_err(|e| fail(Stage::Act, e, true))?;
-        journal::mirror(transports, &options.mirror_hosts, &entry).await;
-        outcome.done.push(step.id.clone());
-        journal::crash_if_requested(&step.id);
+        }
+        let batch = &steps[i..end];
+        // Lanes in order of first appearance; the steps of a lane in their order.
+        let mut lanes: Vec<(Option<&str>, Vec<&JournaledStep>)> = Vec::new();
+        for s in batch {
+            let lane = s.group.as_ref().map(|(_, l)| l.as_str());
+            match lanes.iter_mut().find(|(l, _)| *l == lane) {
+                Some((_, steps)) => steps.push(s),
+                None => lanes.push((lane, vec![s])),
+            }
+        }
+        let results = futures::future::join_all(lanes.iter().map(|(_, lane)| {
+            let shared = &shared;
+            async move {
+                let mut done = Vec::new();
+                for s in lane {
+                    done.push((s.id.as_str(), one(s, shared).await?));
+                }
+                Ok::<_, StepFailed>(done)
+            }
+        }))
+        .await;
+        let mut failures = Vec::new();
+        let mut finished: Vec<(&str, bool)> = Vec::new();
+        for r in results {
+            match r {
+                Ok(done) => finished.extend(done),
+                Err(e) => failures.push(e),
+            }
+        }
+        // Report in plan order, whatever order the lanes finished in.
+        finished.sort_by_key(|(id, _)| batch.iter().position(|s| s.id == *id));
+        for (id, acted) in &finished {
+            if *acted {
+                outcome.done.push(id.to_string());
+            } else {
+                outcome.skipped.push(id.to_string());
+            }
+        }
+        if !failures.is_empty() {
+            failures.sort_by_key(|f| batch.iter().position(|s| s.id == f.step));
+            for f in &failures[1..] {
+                tracing::error!("{f:#}");
+            }
+            return Err(failures.remove(0));
+        }
+        for (id, _) in &finished {
+            journal::crash_if_requested(id);
+        }
+        i = end;
     }
     Ok(outcome)
+}
+
+/// What the steps of one run share while some of them run at once.
+struct Shared<'a, 'j> {
+    transports: &'a Transports,
+    journal: std::sync::Mutex<&'j mut Journal>,
+    options: &'a RunOptions,
+    /// Some step of this run is journaled `done` (here or by an earlier process).
+    changed: std::sync::atomic::AtomicBool,
+}
+
+/// Runs one step: `Ok(true)` when it acted, `Ok(false)` when its postcondition held.
+async fn one(step: &JournaledStep, shared: &Shared<'_, '_>) -> Result<bool, StepFailed> {
+    use std::sync::atomic::Ordering;
+    let transports = shared.transports;
+    let sha = step.inputs_sha();
+    let host = step.host.as_deref();
+    let changed = || shared.changed.load(Ordering::SeqCst);
+    let fail = |stage: Stage, source: anyhow::Error, changed: bool| StepFailed {
+        step: step.id.clone(),
+        host: step.host.clone(),
+        stage,
+        changed,
+        source,
+    };
+    let record = |phase: StepPhase, outputs: serde_json::Value| {
+        let mut j = shared.journal.lock().expect("the journal lock is never poisoned");
+        j.record(&step.id, phase, host, &sha, outputs)
+            .with_context(|| format!("failed to journal step {}", step.id))
+    };
+    let mirror = |entry| async move {
+        journal::mirror(transports, &shared.options.mirror_hosts, &entry).await;
+    };
+    let entry = record(StepPhase::Started, serde_json::Value::Null)
+        .map_err(|e| fail(Stage::Postcondition, e, changed()))?;
+    mirror(entry).await;
+    let transport = match host {
+        Some(h) => match transports.get(h) {
+            Some(t) => Some(t.clone()),
+            None => {
+                return Err(fail(
+                    Stage::Postcondition,
+                    anyhow!("no connection to {h}"),
+                    changed(),
+                ))
+            }
+        },
+        None => None,
+    };
+    let t = transport.as_deref();
+    let holds = match &step.postcondition {
+        None => false,
+        Some(c) => condition(c, t, transports)
+            .await
+            .map_err(|e| fail(Stage::Postcondition, e, changed()))?,
+    };
+    if holds {
+        tracing::info!("[{}] {}: already done, skipped", step.id, step.title);
+        let entry = record(StepPhase::Skipped, serde_json::Value::Null)
+            .map_err(|e| fail(Stage::Postcondition, e, changed()))?;
+        mirror(entry).await;
+        return Ok(false);
+    }
+    tracing::info!("[{}] {}", step.id, step.title);
+    let outputs = match act(step, t, transports).await {
+        Ok(outputs) => outputs,
+        Err((stage, e)) => {
+            let entry = record(
+                StepPhase::Failed,
+                serde_json::json!({ "stage": format!("{stage:?}"), "error": format!("{e:#}") }),
+            );
+            if let Ok(entry) = entry {
+                mirror(entry).await;
+            }
+            let changed = changed() || (step.changes_cluster && stage != Stage::Precheck);
+            return Err(fail(stage, e, changed));
+        }
+    };
+    if step.changes_cluster {
+        shared.changed.store(true, Ordering::SeqCst);
+    }
+    let entry = record(StepPhase::Done, outputs).map_err(|e| fail(Stage::Act, e, true))?;
+    mirror(entry).await;
+    Ok(true)
 }
 
 async fn condition(
@@ -430,10 +530,11 @@ mod tests {
         }
         async fn run(&self, cmd: &RemoteCommand) -> Result<Output, crate::ssh::Error> {
             self.sent.lock().unwrap().push(cmd.line(false));
-            let out = std::process::Command::new("sh")
+            let out = tokio::process::Command::new("sh")
                 .arg("-c")
                 .arg(cmd.line(false))
                 .output()
+                .await
                 .expect("sh");
             Ok(Output {
                 status: out.status.code().map(|c| c as u32),
@@ -539,6 +640,57 @@ mod tests {
             (err.step.as_str(), err.stage, err.changed),
             ("S2", Stage::Act, true)
         );
+    }
+
+    #[tokio::test]
+    async fn the_lanes_of_a_group_run_at_once_and_a_failure_lets_the_others_finish() {
+        let (tmp, state, _shell, transports) = setup();
+        let p = |n: &str| tmp.path().join(n).to_string_lossy().into_owned();
+        // A waits for the file B writes: it can only pass when B runs while A waits.
+        let a = JournaledStep::new("A", "wait for b", Some("h1"))
+            .group("G", "x")
+            .run(RemoteCommand::script(format!(
+                "for i in $(seq 1 100); do [ -e '{b}' ] && touch '{a}' && exit 0; sleep 0.05; done; exit 1",
+                a = p("a"),
+                b = p("b")
+            )));
+        let b = JournaledStep::new("B", "write b", Some("h1"))
+            .group("G", "y")
+            .run(RemoteCommand::script(format!("sleep 0.2; touch '{}'", p("b"))));
+        let c = touch_step("C", &tmp.path().join("c"));
+        let mut j = Journal::create(&state, "r1").unwrap();
+        let out = run(
+            &[a.clone(), b.clone(), c],
+            &transports,
+            &mut j,
+            &RunOptions::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out.done, ["A", "B", "C"]);
+        // A failing lane: the other lane's steps still run to their end; the run then stops
+        // before the next step.
+        let failing = JournaledStep::new("F", "fail", Some("h1"))
+            .group("H", "x")
+            .run(RemoteCommand::new(["false"]));
+        let slow = JournaledStep::new("S", "write s", Some("h1"))
+            .group("H", "y")
+            .run(RemoteCommand::script(format!("sleep 0.2; touch '{}'", p("s"))));
+        let after = touch_step("D", &tmp.path().join("d"));
+        let mut j = Journal::create(&state, "r2").unwrap();
+        let err = run(
+            &[failing, slow, after],
+            &transports,
+            &mut j,
+            &RunOptions::default(),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.step, "F");
+        assert!(tmp.path().join("s").exists());
+        assert!(!tmp.path().join("d").exists());
+        // The dry run says which steps run alongside each other.
+        assert!(b.render(false).contains("runs alongside the other G steps"));
     }
 
     #[test]

@@ -58,9 +58,14 @@ impl LocalAct for UploadSnapshot {
     }
     async fn act(&self, transports: &Transports) -> anyhow::Result<serde_json::Value> {
         let t = transport(transports, &self.host)?;
-        let bytes = fs_err::read(&self.local)
-            .with_context(|| "the snapshot file is needed until it has been copied to the hosts")?;
-        let up = Upload::new(self.remote.clone(), 0o600, "root", "root", bytes);
+        // Reading and hashing the file off the async threads: copies to other hosts run at once.
+        let (local, remote) = (self.local.clone(), self.remote.clone());
+        let up = tokio::task::spawn_blocking(move || -> anyhow::Result<Upload> {
+            let bytes = fs_err::read(&local)
+                .with_context(|| "the snapshot file is needed until it has been copied to the hosts")?;
+            Ok(Upload::new(remote, 0o600, "root", "root", bytes))
+        })
+        .await??;
         if up.sha256 != self.sha256 {
             bail!(
                 "{} changed since the plan was made (sha256 {} ≠ {})",

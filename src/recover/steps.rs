@@ -9,6 +9,13 @@
 //!
 //! Every step has a postcondition read from the hosts (a marker, a unit state, a cluster ID), so
 //! a resumed run skips exactly what is done.
+//!
+//! Work that is the same on several hosts runs on all of them at once (a step group, see
+//! [`JournaledStep::group`]): fencing, moving data dirs aside, certificates, and with `--mode
+//! all` the copies of the snapshot file, the restores, swaps and starts. With `--mode all` from
+//! a file, the copies to the other hosts run alongside the trial restore on the seed: they only
+//! stage the file in this run's scratch dir (as R0.4 does on the seed), change nothing etcd
+//! serves from, and a failed trial still refuses before anything is stopped.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,7 +76,8 @@ systemctl stop "$@""#
     )
 }
 
-/// Removes the fence and starts units (enabled, failed state reset). First leaves `marker` on
+/// Removes the fence and starts units (enabled, failed state reset; `systemctl enable` only
+/// where needed: it costs a third of a second even when there is nothing to do). First leaves `marker` on
 /// the host: the fence steps' postconditions accept it, so a resumed run never fences again
 /// what this run has already started.
 fn unfence_start(units: &[String], block: bool, marker: &str) -> RemoteCommand {
@@ -86,7 +94,7 @@ fn unfence_start(units: &[String], block: bool, marker: &str) -> RemoteCommand {
 for u in "$@"; do rm -f "/run/systemd/system/$u.d/{FENCE_DROPIN}"; done
 systemctl daemon-reload
 systemctl reset-failed "$@" 2>/dev/null || true
-systemctl enable "$@" 2>/dev/null || true
+for u in "$@"; do systemctl is-enabled -q "$u" 2>/dev/null || systemctl enable "$u" 2>/dev/null || true; done
 {start}"#
         ),
         "hactl-unfence",
@@ -294,8 +302,42 @@ while :; do
   if out=$(/usr/local/sbin/hactl-etcd-member add-learner "$1" "$2" 2>&1); then printf '%s\n' "$out"; exit 0; fi
   case "$out" in *"unhealthy cluster"*|*"deadline exceeded"*) ;; *) printf '%s\n' "$out" >&2; exit 1 ;; esac
   [ "$(date +%s)" -lt "$end" ] || { printf '%s\n' "$out" >&2; exit 1; }
-  sleep 1
+  sleep 0.2
 done"#;
+
+/// Waits for the last joining learner to be ready (systemd's `active`: etcd signals readiness
+/// once it has published itself), restarting it once if it got stuck the way etcd #3774 shows.
+///
+/// A member that gets its data as the leader's raft snapshot may have had its first publish
+/// committed *inside* that snapshot: always so when the leader is the only voter (the first
+/// join after a seed restore), since the leader commits the proposal before it cuts the
+/// snapshot, and by a race when there are more. The member then never applies the entry it
+/// waits for, and waits out etcd's request timeout (5 s + 2 × election timeout) before it
+/// publishes again. So: once its metrics show the snapshot applied and it is still not ready a
+/// second later, it is restarted once (a learner does not vote: quorum-neutral); restarted, it
+/// publishes through its log in milliseconds. Only the last joiner: a restart renews its peer
+/// connection, and etcd refuses the next `member add` until the leader has been connected to
+/// every voter for 5 s, which costs what the restart saves.
+const LEARNER_READY: &str = r#"set -u
+port=$1; applied_at=; restarted=; i=0
+while [ $i -lt 1200 ]; do
+  case "$(systemctl is-active etcd.service)" in
+    active) [ -z "$restarted" ] || echo "restarted once, after it applied the leader's snapshot"; exit 0 ;;
+    activating|deactivating|inactive) ;;
+    *) echo "etcd.service is $(systemctl is-active etcd.service)" >&2; exit 1 ;;
+  esac
+  if [ -z "$applied_at" ]; then
+    a=$(curl -fsS -m 1 "http://127.0.0.1:$port/metrics" 2>/dev/null | sed -n 's/^etcd_server_proposals_applied_total //p')
+    case "$a" in ''|0) ;; *) applied_at=$i ;; esac
+  elif [ -z "$restarted" ] && [ $((i - applied_at)) -ge 10 ]; then
+    systemctl restart --no-block etcd.service
+    restarted=yes
+  fi
+  sleep 0.1
+  i=$((i + 1))
+done
+echo "etcd.service did not become ready" >&2
+exit 1"#;
 
 const VERIFY: &str = r#"set -eu
 ctl=/usr/local/sbin/hactl-etcdctl
@@ -418,6 +460,12 @@ fn static_pods_with(d: &Decisions, component: &str) -> Vec<(String, Vec<String>)
         .collect()
 }
 
+/// `--mode all`: each host's snapshot copy (R2.2, from a survivor) and restore (R2.4) run
+/// alongside the other hosts'.
+const STAGE_AND_RESTORE: &str = "R2.2/R2.4";
+/// `--mode all` from a file: the copies to the other hosts run alongside the trial on the seed.
+const TRIAL_AND_STAGE: &str = "R0.4/R2.2";
+
 /// The whole recover, in order.
 pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
     let inv = i.inv;
@@ -511,8 +559,27 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
                 .no_cluster_change(),
         );
     };
-    if matches!(d.source, Source::File { .. }) {
+    if let Source::File { path, sha256, .. } = &d.source {
         trial(&mut steps);
+        if d.mode == RecoverMode::All {
+            let last = steps.pop().expect("the trial step");
+            steps.push(last.group(TRIAL_AND_STAGE, &d.seed));
+            for h in d.targets.iter().filter(|h| **h != d.seed) {
+                let up = Arc::new(acts::UploadSnapshot {
+                    host: h.clone(),
+                    local: path.into(),
+                    remote: snap.clone(),
+                    sha256: sha256.clone(),
+                });
+                steps.push(
+                    JournaledStep::new(format!("R2.2@{h}"), "stage the snapshot", None)
+                        .group(TRIAL_AND_STAGE, h)
+                        .done_when_local(up.clone())
+                        .local(up)
+                        .no_cluster_change(),
+                );
+            }
+        }
     }
 
     // R1.1: the operation lock on every reachable host.
@@ -540,7 +607,8 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
             Some(h),
         )
         .done_when(fenced_or(units, &[6443], None, Some(&kube_started)))
-        .run(fence(&d.run, units));
+        .run(fence(&d.run, units))
+        .group("R1.2", h);
         s = s.verify(Check::command(
             format!("{h}: no apiserver listens on :6443"),
             fenced(units, &[6443], None),
@@ -574,6 +642,7 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
     for h in &reachable {
         steps.push(
             JournaledStep::new(format!("R1.3@{h}"), "stop and fence etcd", Some(h))
+                .group("R1.3", h)
                 .done_when(fenced_or(
                     &etcd_units,
                     &etcd_ports,
@@ -620,6 +689,7 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
         let aside = d.aside(dd);
         steps.push(
             JournaledStep::new(format!("R1.4@{h}"), format!("move {dd} aside to {aside}"), Some(h))
+                .group("R1.4", h)
                 .done_when(RemoteCommand::read_only(["test", "-e", &aside]))
                 .precheck(RemoteCommand::read_only([
                     "sh",
@@ -653,18 +723,19 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
             "certificates, keys, helper scripts and the etcd unit",
             Some(h),
         )
-        .done_when(files_match(&files));
+        .done_when(files_match(&files))
+        .group("R2.3", h);
         for f in files {
             s = s.step(Step::Upload(f));
         }
         steps.push(s.run(RemoteCommand::new(["systemctl", "daemon-reload"])));
     }
 
-    let restored_ok = |h: &str| -> JournaledStep {
+    let restored_ok = |h: &str, group: Option<&str>| -> JournaledStep {
         let mut args: Vec<String> = vec![work.clone(), dd.to_string(), d.expected_cluster_id.clone()];
         args.extend(restore_argv(h, &format!("{work}/staging")));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        JournaledStep::new(
+        let s = JournaledStep::new(
             format!("R2.4@{h}"),
             format!("restore into {work}/staging with token {} and compare the cluster ID", d.token),
             Some(h),
@@ -677,7 +748,11 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
             &work,
             &d.expected_cluster_id,
         ]))
-        .run(sh(RESTORE, "hactl-restore", &args).with_timeout(Duration::from_secs(900)))
+        .run(sh(RESTORE, "hactl-restore", &args).with_timeout(Duration::from_secs(900)));
+        match group {
+            Some(g) => s.group(g, h),
+            None => s,
+        }
     };
     let swap = |h: &str| -> JournaledStep {
         JournaledStep::new(
@@ -715,7 +790,7 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
 
     match d.mode {
         RecoverMode::Seed => {
-            steps.push(restored_ok(&d.seed));
+            steps.push(restored_ok(&d.seed, None));
             steps.push(swap(&d.seed));
             steps.push(config(&d.seed, &initial, "new", true));
             steps.push(
@@ -742,6 +817,7 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
                     if h != survivor {
                         steps.push(
                             JournaledStep::new(format!("R2.2@{h}"), "stage the snapshot", None)
+                                .group(STAGE_AND_RESTORE, h)
                                 .done_when_local(Arc::new(acts::CopySnapshot {
                                     from: survivor.clone(),
                                     to: h.clone(),
@@ -754,31 +830,18 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
                                 })),
                         );
                     }
-                } else if let Source::File { path, sha256, .. } = &d.source {
-                    if h != &d.seed {
-                        let up = Arc::new(acts::UploadSnapshot {
-                            host: h.clone(),
-                            local: path.into(),
-                            remote: snap.clone(),
-                            sha256: sha256.clone(),
-                        });
-                        steps.push(
-                            JournaledStep::new(format!("R2.2@{h}"), "stage the snapshot", None)
-                                .done_when_local(up.clone())
-                                .local(up),
-                        );
-                    }
                 }
             }
-            // All restores before any swap or start: all or nothing.
+            // All restores before any swap or start: all or nothing. Each host's copy and
+            // restore run alongside the other hosts' (R2.2/R2.4 form one group).
             for h in &d.targets {
-                steps.push(restored_ok(h));
+                steps.push(restored_ok(h, Some(STAGE_AND_RESTORE)));
             }
             for h in &d.targets {
-                steps.push(swap(h));
+                steps.push(swap(h).group("R2.5", h));
             }
             for h in &d.targets {
-                steps.push(config(h, &initial, "new", h == &d.seed));
+                steps.push(config(h, &initial, "new", h == &d.seed).group("R2.6", h));
             }
             for h in &d.targets {
                 steps.push(
@@ -786,6 +849,7 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
                     // started: started (or starting) after this run's start is what counts here;
                     // R2.9 waits for the cluster.
                     JournaledStep::new(format!("R2.7@{h}"), "start etcd", Some(h))
+                        .group("R2.7", h)
                         .done_when(RemoteCommand::read_only([
                             "sh",
                             "-c",
@@ -826,7 +890,9 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
     // R3: the other members join one at a time, as learners.
     if d.mode == RecoverMode::Seed {
         let mut members = initial.clone();
-        for h in d.targets.iter().filter(|h| **h != d.seed) {
+        let joiners: Vec<&String> = d.targets.iter().filter(|h| **h != d.seed).collect();
+        let last = joiners.last().map(|h| h.as_str());
+        for h in joiners.iter().copied() {
             let u = url(h);
             members.push((h.clone(), u.clone()));
             let env = initial_env(h, &members, "existing", &d.token);
@@ -866,21 +932,31 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
                 )))
                 .run(sh(ADD_LEARNER, "hactl-add-learner", &[h, &u]).with_timeout(Duration::from_secs(150))),
             );
+            let mut start = JournaledStep::new(format!("R3.3@{h}"), "start etcd as a learner", Some(h))
+                .done_when(member_in_cluster(&cid_dec, false))
+                .run(RemoteCommand::new([
+                    "install", "-d", "-o", "etcd", "-g", "etcd", "-m", "0700", dd,
+                ]))
+                .run(unfence_start(&etcd_units, false, &etcd_started));
+            if Some(h.as_str()) == last {
+                start = start.run(
+                    sh(
+                        LEARNER_READY,
+                        "hactl-learner-ready",
+                        &[&crate::etcd::METRICS_PORT.to_string()],
+                    )
+                    .with_timeout(Duration::from_secs(150)),
+                );
+            }
             steps.push(
-                JournaledStep::new(format!("R3.3@{h}"), "start etcd as a learner", Some(h))
-                    .done_when(member_in_cluster(&cid_dec, false))
-                    .run(RemoteCommand::new([
-                        "install", "-d", "-o", "etcd", "-g", "etcd", "-m", "0700", dd,
-                    ]))
-                    .run(unfence_start(&etcd_units, false, &etcd_started))
-                    .verify(
-                        Check::command(
-                            format!("learner {h} serves cluster {}", d.expected_cluster_id),
-                            member_in_cluster(&cid_dec, false),
-                            Duration::from_secs(120),
-                        )
-                        .diagnose_with(crate::etcd::probe::journal_tail()),
-                    ),
+                start.verify(
+                    Check::command(
+                        format!("learner {h} serves cluster {}", d.expected_cluster_id),
+                        member_in_cluster(&cid_dec, false),
+                        Duration::from_secs(120),
+                    )
+                    .diagnose_with(crate::etcd::probe::journal_tail()),
+                ),
             );
             steps.push(
                 JournaledStep::new(

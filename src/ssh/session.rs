@@ -608,7 +608,9 @@ async fn pipe(
         )
         .await?;
     let mut stream = channel.into_stream();
-    tokio::io::copy_bidirectional(&mut socket, &mut stream).await?;
+    // Large buffers toward the local client: a snapshot streams hundreds of MB this way, and
+    // tokio's default 8 KiB costs a read and a write per 8 KiB.
+    tokio::io::copy_bidirectional_with_sizes(&mut socket, &mut stream, 64 << 10, 1 << 20).await?;
     Ok(())
 }
 
