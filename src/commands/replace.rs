@@ -1298,6 +1298,24 @@ mod tests {
     }
 
     #[test]
+    fn the_kube_fence_writes_a_dropin_per_unit_then_stops_them_in_order() {
+        assert!(fence_kube_steps(&[]).is_empty());
+        let steps = fence_kube_steps(&["kube-scheduler.service", "kube-apiserver.service"]);
+        let Step::Run(cmd) = &steps[0] else { panic!() };
+        let script = &cmd.argv[2];
+        assert!(
+            script.contains("printf '%s\\n' '[Unit]' '# Written by hactl: this host is being replaced.' 'AssertPathExists=!/run/systemd/system/kube-apiserver.service.d/hactl-fence.conf' > /run/systemd/system/kube-apiserver.service.d/hactl-fence.conf"),
+            "{script}"
+        );
+        assert!(
+            script.ends_with(
+                "systemctl daemon-reload && systemctl stop kube-scheduler.service kube-apiserver.service"
+            ),
+            "{script}"
+        );
+    }
+
+    #[test]
     fn moving_aside_never_deletes() {
         let Step::Run(cmd) = move_aside_step("/var/lib/etcd", "cp3", Some(1), "20261122T000000Z") else {
             panic!()
