@@ -158,7 +158,7 @@ fn five_members_crash_resume_nospace_budget_and_cancel() {
 
     // --- B7: crash after representative steps, then --resume; never two members at cp5's URL.
     let url = format!("https://{}:2380", lab.ip("cp5"));
-    for step in ["P2", "P3", "P5", "P6"] {
+    for step in ["P2", "P3", "P4", "P5", "P6"] {
         wipe_cp5(&lab);
         let o = hactl_env(
             &inv,
