@@ -3,61 +3,20 @@
 //! (each leaves the cluster at 3 healthy voters), to keep the run short on 2 cores.
 //! They need root; without it they print `SKIPPED <name>: needs root`.
 
+#[path = "support/cli.rs"]
+mod cli_support;
 #[path = "support/lab.rs"]
 mod lab_support;
+#[path = "support/members.rs"]
+mod members;
 
-use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use cli_support::text;
 use hactl::etcd::safety::{r_add, r_remove, Counts};
 use lab_support::{eventually, TestLab};
-
-fn hactl(inv: &std::path::Path, args: &[&str]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_hactl"))
-        .args(args)
-        .arg("-i")
-        .arg(inv)
-        .output()
-        .expect("run hactl");
-    eprintln!(
-        "hactl {args:?} -> {:?}\n{}{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-/// `hactl-etcdctl ARGS` on `host`: (success, output).
-fn ctl(lab: &TestLab, host: &str, args: &[&str]) -> (bool, String) {
-    let mut argv = vec!["/usr/local/sbin/hactl-etcdctl"];
-    argv.extend_from_slice(args);
-    let o = lab.exec(host, &argv);
-    (o.status.success(), text(&o))
-}
-
-/// Member list lines `id, status, name, peer, client, learner` as seen from `host`.
-fn members(lab: &TestLab, host: &str) -> Vec<String> {
-    let (ok, out) = ctl(lab, host, &["member", "list"]);
-    assert!(ok, "member list on {host}: {out}");
-    out.lines().map(str::to_string).collect()
-}
-
-fn member_id(lab: &TestLab, from: &str, name: &str) -> Option<String> {
-    members(lab, from)
-        .into_iter()
-        .find(|l| l.split(", ").nth(2) == Some(name))
-        .map(|l| l.split(", ").next().unwrap().to_string())
-}
+use members::{ctl, done_ts, hactl, journal, member_id, members, move_roles, set_inventory};
 
 /// Every member healthy, three voters, no learner (spec §6.1 `assert_cluster`, without hashkv).
 fn assert_cluster(lab: &TestLab, from: &str, names: &[&str]) {
@@ -92,37 +51,11 @@ fn client_urls(lab: &TestLab, hosts: &[&str]) -> String {
         .join(",")
 }
 
-/// Journal entries of the newest run whose name starts with `prefix`.
-fn journal(state: &std::path::Path, prefix: &str) -> Vec<serde_json::Value> {
-    let mut runs: Vec<_> = std::fs::read_dir(state.join("runs"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
-        .collect();
-    runs.sort_by_key(|e| e.metadata().unwrap().modified().unwrap());
-    let path = runs.last().expect("a run").path().join("journal.jsonl");
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn done_ts(j: &[serde_json::Value], step: &str) -> Option<String> {
-    j.iter()
-        .find(|e| e["step"] == step && e["phase"] == "done")
-        .map(|e| e["ts"].as_str().unwrap().to_string())
-}
-
-fn set_inventory(inv: &std::path::Path, f: impl FnOnce(String) -> String) {
-    let text = std::fs::read_to_string(inv).unwrap();
-    std::fs::write(inv, f(text)).unwrap();
-}
-
 #[test]
 fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
     let name = "replace_heal_and_maintenance_keep_quorum_on_a_real_cluster";
-    let Some(lab) = TestLab::up(name, 3, 0, 1, "trixie") else {
+    // One load balancer, so B2 also proves that haproxy.cfg follows a replace onto a new host.
+    let Some(lab) = TestLab::up(name, 3, 1, 1, "trixie") else {
         return;
     };
     let inv = lab.inventory().to_path_buf();
@@ -384,28 +317,26 @@ fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
     );
 
     // --- B2: replace the dead cp3 onto the spare (a new IP); the operator moved the roles first.
-    set_inventory(&inv, |t| {
-        t.replace(
-            &format!(
-                "address: \"{}\"\n    prefixLength: 24\n    roles:\n    - etcd\n    - control-plane",
-                lab.ip("cp3")
-            ),
-            &format!(
-                "address: \"{}\"\n    prefixLength: 24\n    roles: []",
-                lab.ip("cp3")
-            ),
+    // HAProxy on the load balancer follows: spare1's server joins, cp3's leaves, by a reload.
+    let haproxy_pid = lab
+        .exec_ok(
+            "lb1",
+            &["systemctl", "show", "-p", "MainPID", "--value", "haproxy"],
         )
-        .replace(
-            &format!(
-                "address: \"{}\"\n    prefixLength: 24\n    roles: []",
-                lab.ip("spare1")
-            ),
-            &format!(
-                "address: \"{}\"\n    prefixLength: 24\n    roles:\n    - etcd\n    - control-plane",
-                lab.ip("spare1")
-            ),
-        )
-    });
+        .trim()
+        .to_string();
+    let reloads = |lab: &TestLab| {
+        lab.exec_ok("lb1", &["journalctl", "-u", "haproxy", "--no-pager", "-o", "cat"])
+            .matches("Reloading")
+            .count()
+    };
+    let reloads_before = reloads(&lab);
+    let cfg = lab.exec_ok("lb1", &["cat", "/etc/haproxy/haproxy.cfg"]);
+    assert!(
+        cfg.contains(&format!("server cp3 {}:2379", lab.ip("cp3"))),
+        "{cfg}"
+    );
+    move_roles(&lab, &inv, "cp3", "spare1");
     let o = hactl(&inv, &["replace", "cp3", "--host", "spare1"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_cluster(&lab, "cp1", &["cp1", "cp2", "spare1"]);
@@ -416,6 +347,31 @@ fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
     );
     let o = lab.exec("cp3", &["systemctl", "start", "etcd"]);
     assert!(!o.status.success(), "the fenced old member could start");
+    let cfg = lab.exec_ok("lb1", &["cat", "/etc/haproxy/haproxy.cfg"]);
+    assert!(
+        cfg.contains(&format!("server spare1 {}:2379", lab.ip("spare1"))) && !cfg.contains("server cp3 "),
+        "haproxy.cfg does not follow the membership:\n{cfg}"
+    );
+    let o = lab.exec(
+        "lb1",
+        &[
+            "/usr/local/sbin/hactl-haproxy",
+            "is",
+            "etcd-client",
+            "spare1",
+            "UP",
+        ],
+    );
+    assert!(o.status.success(), "spare1 is not UP on lb1: {}", text(&o));
+    let pid_after = lab
+        .exec_ok(
+            "lb1",
+            &["systemctl", "show", "-p", "MainPID", "--value", "haproxy"],
+        )
+        .trim()
+        .to_string();
+    assert_eq!(pid_after, haproxy_pid, "HAProxy was restarted, not reloaded");
+    assert!(reloads(&lab) > reloads_before, "HAProxy was not reloaded");
     let o = hactl(&inv, &["up", "--yes"]);
     assert!(
         text(&o).contains("no changes"),

@@ -198,7 +198,8 @@ impl Balancers {
         )
     }
 
-    /// Takes `server` out of MAINT and waits until each HAProxy's health check passes.
+    /// Takes `server` out of MAINT in every backend and waits until each HAProxy's health check
+    /// passes.
     pub async fn ready(
         &self,
         mode: Mode,
@@ -208,10 +209,27 @@ impl Balancers {
         server: &str,
         timeout: Duration,
     ) -> anyhow::Result<()> {
+        self.ready_backends(mode, inv, journal, step, server, &Self::backends(inv), timeout)
+            .await
+    }
+
+    /// [`Balancers::ready`] for the given backends only: a server whose apiserver does not run
+    /// must not be waited for in `kubernetes-api` (its check never passes).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn ready_backends(
+        &self,
+        mode: Mode,
+        inv: &Inventory,
+        journal: &Journal,
+        step: &str,
+        server: &str,
+        backends: &[Backend],
+        timeout: Duration,
+    ) -> anyhow::Result<()> {
         if inv.with_role(Role::LoadBalancer).is_empty() {
             return journal.record(step, "skipped", server, "no load balancer in the inventory");
         }
-        for backend in Self::backends(inv) {
+        for &backend in backends {
             let hosts = self.reachable(ready_backend_steps(inv, backend, server, timeout));
             self.run(
                 mode,
@@ -224,7 +242,11 @@ impl Balancers {
             step,
             "done",
             server,
-            &format!("{server} UP behind the VIP{}", self.unreachable_note()),
+            &format!(
+                "{server} UP in {} behind the VIP{}",
+                backends.iter().map(|b| b.name()).collect::<Vec<_>>().join(", "),
+                self.unreachable_note()
+            ),
         )
     }
 

@@ -265,7 +265,7 @@ impl Journal {
                 "",
                 serde_json::json!({ "detail": detail }),
             )?;
-            if phase == StepPhase::Done {
+            if matches!(phase, StepPhase::Done | StepPhase::Skipped) {
                 crate::journal::crash_if_requested(step);
             }
         }

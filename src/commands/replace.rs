@@ -4,8 +4,12 @@
 //! Flow F1 (a failed member, the default): P0 preflight → P1 move leadership off it → P2 fence it →
 //! P3 `member remove` (safety re-checked right before) → P4 move its data aside and configure the
 //! replacement host → P5 add it as a learner → P6 start it with state `existing` → P7 promote once
-//! it caught up → P8/P9 load balancers and apiservers → P10 verify. Flow F2 (`--planned`, a
-//! healthy member and a new host): P4–P7 for the new host first, then P1–P3 for the old one.
+//! it caught up → P8 the replacement serves (kube-apiserver, controller-manager and scheduler
+//! started there when the inventory has a kubernetes section; haproxy.cfg re-rendered when host
+//! names changed; its backends readied on every load balancer; keepalived back) → P9 the new
+//! member list rolled into every other apiserver's `--etcd-servers`, one host at a time behind a
+//! drained backend → P10 verify. Flow F2 (`--planned`, a healthy member and a new host): P4–P7
+//! for the new host first, then P1–P3 for the old one, then P8–P10.
 //!
 //! `--host NEW`: the operator first moves the `etcd` role (and `control-plane`) from MEMBER's host
 //! to NEW in the inventory, keeping MEMBER's host with `roles: []` so hactl can reach and fence it
@@ -43,9 +47,9 @@ pub const PROMOTE_TIMEOUT_SECS: u64 = 600;
 
 /// The order of flow F1's steps. Remove comes before add: etcd refuses any add while a voter is
 /// down (spec §4.6), and this table is what the tests hold the flow to.
-pub const F1_ORDER: [&str; 10] = ["P0", "P1", "P2", "P3", "P4", "P5", "P6", "P7", "P9", "P10"];
+pub const F1_ORDER: [&str; 11] = ["P0", "P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10"];
 /// Flow F2: the new member first (every member is healthy), then the old one leaves.
-pub const F2_ORDER: [&str; 10] = ["P0", "P4", "P5", "P6", "P7", "P1", "P2", "P3", "P9", "P10"];
+pub const F2_ORDER: [&str; 11] = ["P0", "P4", "P5", "P6", "P7", "P1", "P2", "P3", "P8", "P9", "P10"];
 
 /// The fence: a runtime drop-in that fails every start, then stop.
 pub fn fence_steps(member: &str, id: Option<u64>) -> Vec<Step> {
@@ -71,6 +75,28 @@ AssertPathExists=!{FENCE_DROPIN}\n"
             Duration::from_secs(60),
         )),
     ]
+}
+
+/// Stops the Kubernetes units that run on a host being fenced (scheduler, controller-manager,
+/// then the apiserver, whose backend was drained first), each with a runtime drop-in like
+/// etcd's so none starts again on the old host; P8 lifts them on a host that is reused.
+pub fn fence_kube_steps(active: &[&str]) -> Vec<Step> {
+    if active.is_empty() {
+        return vec![];
+    }
+    let mut script = String::new();
+    for unit in active {
+        let dropin = crate::phases::replace_control_plane::fence_dropin(unit);
+        let dir = dropin.rsplit_once('/').map(|(d, _)| d).unwrap_or("/run");
+        script.push_str(&format!(
+            "mkdir -p {dir} && printf '%s\\n' '[Unit]' '# Written by hactl: this host is being replaced.' 'AssertPathExists=!{dropin}' > {dropin}\n"
+        ));
+    }
+    script.push_str(&format!(
+        "systemctl daemon-reload && systemctl stop {}",
+        active.join(" ")
+    ));
+    vec![Step::Run(RemoteCommand::script(script))]
 }
 
 /// Lifts the fence (before the replacement starts).
@@ -207,6 +233,12 @@ pub async fn run(args: &ReplaceArgs) -> anyhow::Result<i32> {
     let pki = pki::ensure(&state.path.join("pki"), &inv, time::OffsetDateTime::now_utc())
         .context("failed to prepare the cluster's certificates")?;
     let mut hosts: Vec<&Host> = inv.with_role(Role::Etcd);
+    // P9 reaches every control-plane host (normally the etcd hosts themselves).
+    for h in crate::phases::install_kubernetes::control_plane_hosts(&inv) {
+        if !hosts.iter().any(|x| x.name == h.name) {
+            hosts.push(h);
+        }
+    }
     if let Some(h) = target_host {
         if !hosts.iter().any(|x| x.name == h.name) {
             hosts.push(h);
@@ -276,6 +308,7 @@ impl<'a> Run<'a> {
                 "P5" => self.p5_add_learner().await,
                 "P6" => self.p6_start().await,
                 "P7" => self.p7_promote().await,
+                "P8" => self.p8_replacement_serves().await,
                 "P9" => self.p9_propagate().await,
                 "P10" => return self.p10_verify().await,
                 _ => unreachable!(),
@@ -308,6 +341,7 @@ impl<'a> Run<'a> {
             "",
             &format!("replace {} on {}", self.target, self.replacement.name),
         )?;
+        self.refuse_over_retry_limit()?;
         let mut obs = self.observe().await?;
         // Single cluster view: every running member reports the same cluster and member set.
         let ids = obs.cluster_ids();
@@ -450,6 +484,37 @@ impl<'a> Run<'a> {
         Ok(obs)
     }
 
+    /// P0.10: `maxRetry` failed replacements of this member within `minHealthyPeriod` stop
+    /// further attempts (KCP's loop protection), for replace as for heal.
+    fn refuse_over_retry_limit(&self) -> anyhow::Result<()> {
+        let records = super::heal::load_records(self.state);
+        let Some(rec) = records.members.get(&self.target) else {
+            return Ok(());
+        };
+        let policy = &self.inv.heal;
+        let now = super::heal::unix_now();
+        let recent = rec
+            .last_failure
+            .is_some_and(|t| now.saturating_sub(t) < policy.min_healthy_period.as_secs());
+        if rec.retry_count >= policy.max_retry && recent {
+            return Err(refuse(
+                exit::REFUSED,
+                format!(
+                    "refused by retry-limit: {} failed {} replacement(s) within minHealthyPeriod={}s (maxRetry={}), the retry limit; last error: {}. Find the cause first (the replacement host's disk, its peer traffic on port {}), then remove the `{}` entry from {} (or wait for minHealthyPeriod to pass) and run again",
+                    self.target,
+                    rec.retry_count,
+                    policy.min_healthy_period.as_secs(),
+                    policy.max_retry,
+                    rec.last_error,
+                    self.inv.etcd.peer_port,
+                    self.target,
+                    self.state.path.join("heal.json").display()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     async fn p1_move_leader(&mut self) -> anyhow::Result<()> {
         let obs = self.observe().await?;
         let Some(old) = self.old.as_ref().and_then(|o| obs.by_id(o.id)) else {
@@ -527,18 +592,38 @@ impl<'a> Run<'a> {
             || self.target_host.is_some_and(|h| h.name != self.replacement.name)
         {
             let id = self.old.as_ref().map(|o| o.id);
+            let kube: Vec<&str> = membership::KUBE_UNITS
+                .into_iter()
+                .filter(|u| {
+                    self.reach
+                        .facts
+                        .get(&host.name)
+                        .and_then(|f| f.units.get(*u))
+                        .is_some_and(|x| x.active == "active")
+                })
+                .collect();
             self.journal.record(
                 "P2",
                 "started",
                 &host.name,
-                &format!("fencing member {}", self.target),
+                &format!(
+                    "fencing member {}{}",
+                    self.target,
+                    if kube.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" and stopping {}", kube.join(", "))
+                    }
+                ),
             )?;
+            let mut steps = fence_kube_steps(&kube);
+            steps.extend(fence_steps(&self.target, id));
             membership::run_on(
                 self.mode,
                 &self.reach.transports,
                 "P2 fence the old member",
                 host,
-                fence_steps(&self.target, id),
+                steps,
             )
             .await?;
             return self
@@ -740,8 +825,19 @@ impl<'a> Run<'a> {
         let r = self.replacement;
         let member = self.new_member(&obs).cloned();
         let running = self.reach.etcd_active(&r.name);
-        if member.as_ref().is_some_and(|m| m.is_started()) && running && self.mode == Mode::Live {
-            // Started before (a resumed run): make sure the fence is gone and it serves.
+        if let Some(m) = member.as_ref().filter(|m| m.is_started() && running) {
+            // Started before (a resumed run): its postcondition holds. Whether it keeps up is
+            // P7's catch-up gate to judge, not a reason to wait here.
+            return self.journal.record(
+                "P6",
+                "skipped",
+                &r.name,
+                &format!(
+                    "member {} has started and etcd is active on {}",
+                    hex_id(m.id),
+                    r.name
+                ),
+            );
         }
         let members: Vec<Member> = if self.mode == Mode::DryRun && member.is_none() {
             // The dry run cannot add the learner; show the env the live run will write.
@@ -902,42 +998,215 @@ impl<'a> Run<'a> {
         ))
     }
 
-    /// P9: the load balancers follow the membership. With a new host name haproxy.cfg is
-    /// re-rendered from the inventory (the old server leaves, the new one joins); the
-    /// replacement's servers are then taken out of MAINT once it is a healthy voter.
-    async fn p9_propagate(&mut self) -> anyhow::Result<()> {
-        if self.inv.with_role(Role::LoadBalancer).is_empty() {
-            return self
-                .journal
-                .record("P9", "skipped", "", "no load balancer in the inventory");
+    /// Fresh facts (the `up` query: Kubernetes files and units included) of reachable `hosts`.
+    async fn fresh_facts(
+        &self,
+        hosts: &[&Host],
+    ) -> anyhow::Result<std::collections::BTreeMap<String, crate::facts::HostFacts>> {
+        let mut facts = std::collections::BTreeMap::new();
+        for h in hosts {
+            if let Some(t) = self.reach.transports.get(&h.name) {
+                let q = super::up::query_for(self.inv, h);
+                let f = crate::facts::gather(t.as_ref(), &q)
+                    .await
+                    .map_err(anyhow::Error::from)
+                    .with_context(|| format!("failed to read the state of {}", h.name))?;
+                facts.insert(h.name.clone(), f);
+            }
         }
-        self.journal
-            .record("P9", "started", "", "load balancers follow the membership")?;
-        if self.replacement.name != self.target {
-            let n = self
-                .balancers
-                .reconfigure(self.mode, self.inv, self.state, self.pki)
-                .await?;
-            self.journal.record(
-                "P9 lb-configure",
-                "done",
-                "",
-                &format!("haproxy.cfg re-rendered for the new membership ({n} step(s))"),
-            )?;
+        Ok(facts)
+    }
+
+    /// P8: the replacement serves. With a kubernetes section its apiserver (with
+    /// `--etcd-servers` = every member), controller-manager and scheduler are installed and
+    /// started and `/readyz` answers; then the load balancers take it: haproxy.cfg re-rendered
+    /// when the host name changed (the old server leaves, the new one joins), its servers readied
+    /// (`kubernetes-api` only where an apiserver was started), keepalived started again.
+    async fn p8_replacement_serves(&mut self) -> anyhow::Result<()> {
+        let r = self.replacement;
+        let kube = crate::phases::replace_control_plane::runs_kubernetes(self.inv, r);
+        let lbs = !self.inv.with_role(Role::LoadBalancer).is_empty();
+        if !kube && !lbs {
+            return self.journal.record(
+                "P8",
+                "skipped",
+                &r.name,
+                "no kubernetes section and no load balancer: etcd clients already see the member",
+            );
         }
-        self.balancers
-            .ready(
+        self.journal.record(
+            "P8",
+            "started",
+            &r.name,
+            "the replacement serves behind the load balancers",
+        )?;
+        if kube {
+            let inputs = super::up::kubernetes_inputs(self.inv, self.state).await?;
+            let facts = self.fresh_facts(&[r]).await?;
+            let view = EtcdView::default();
+            let ctx = Ctx {
+                inv: self.inv,
+                pki: self.pki,
+                facts: &facts,
+                etcd: &view,
+                binaries: None,
+                kubernetes: inputs.as_ref(),
+                vrrp_password: None,
+            };
+            let steps = crate::phases::replace_control_plane::start_on_replacement(r, &ctx)?;
+            membership::run_on(
                 self.mode,
-                self.inv,
-                &self.journal,
-                "P9 lb-ready",
-                &self.replacement.name,
-                Duration::from_secs(60),
+                &self.reach.transports,
+                "P8 start the Kubernetes control plane on the replacement",
+                r,
+                steps,
             )
             .await?;
-        self.balancers
-            .restore_vip(self.mode, &self.journal, "P9 vip", self.replacement)
-            .await?;
+            self.journal.record(
+                "P8 kubernetes",
+                "done",
+                &r.name,
+                "kube-apiserver answers /readyz; controller-manager and scheduler running",
+            )?;
+        }
+        if lbs {
+            if r.name != self.target {
+                let n = self
+                    .balancers
+                    .reconfigure(self.mode, self.inv, self.state, self.pki)
+                    .await?;
+                self.journal.record(
+                    "P8 lb-configure",
+                    "done",
+                    "",
+                    &format!("haproxy.cfg re-rendered for the new membership ({n} step(s))"),
+                )?;
+            }
+            let mut backends = vec![crate::phases::load_balancer::Backend::EtcdClient];
+            if kube {
+                backends.push(crate::phases::load_balancer::Backend::KubernetesApi);
+            }
+            self.balancers
+                .ready_backends(
+                    self.mode,
+                    self.inv,
+                    &self.journal,
+                    "P8 lb-ready",
+                    &r.name,
+                    &backends,
+                    Duration::from_secs(60),
+                )
+                .await?;
+            self.balancers
+                .restore_vip(self.mode, &self.journal, "P8 vip", r)
+                .await?;
+        }
+        self.journal.record("P8", "done", &r.name, "")
+    }
+
+    /// P9: every other apiserver gets the new member list in `--etcd-servers` (and a serving
+    /// certificate with the new address), one host at a time: its `kubernetes-api` backend in
+    /// MAINT on every load balancer, files written, restart, `/readyz`, backend ready. Each host
+    /// is journaled (`P9 apiserver@HOST`); a resumed run re-plans it from fresh facts and the
+    /// running process's command line, so a host already rolled is skipped.
+    async fn p9_propagate(&mut self) -> anyhow::Result<()> {
+        if self.inv.kubernetes.is_none() {
+            return self.journal.record(
+                "P9",
+                "skipped",
+                "",
+                "no kubernetes section: no apiserver to roll (HAProxy followed in P8)",
+            );
+        }
+        let others: Vec<&Host> = crate::phases::install_kubernetes::control_plane_hosts(self.inv)
+            .into_iter()
+            .filter(|h| h.name != self.replacement.name)
+            .collect();
+        self.journal.record(
+            "P9",
+            "started",
+            "",
+            "rolling the new member list into the other apiservers, one at a time",
+        )?;
+        let inputs = super::up::kubernetes_inputs(self.inv, self.state).await?;
+        let mut transports = self.reach.transports.clone();
+        for (name, t) in &self.balancers.transports {
+            transports.insert(name.clone(), t.clone());
+        }
+        for host in others {
+            let step = format!("P9 apiserver@{}", host.name);
+            let Some(t) = self.reach.transports.get(&host.name) else {
+                let why = self
+                    .reach
+                    .unreachable
+                    .get(&host.name)
+                    .cloned()
+                    .unwrap_or_default();
+                bail!(
+                    "cannot reach control-plane host {} to give its apiserver the new member list ({why}); bring it back, then continue with --resume",
+                    host.name
+                );
+            };
+            let facts = self.fresh_facts(&[host]).await?;
+            let stale = match crate::phases::replace_control_plane::etcd_servers_flag(self.inv, host) {
+                Some(flag)
+                    if self
+                        .inv
+                        .kubernetes
+                        .as_ref()
+                        .is_some_and(|k| k.mode == crate::inventory::KubernetesMode::Systemd) =>
+                {
+                    let probe = crate::phases::replace_control_plane::running_flag_probe(&flag);
+                    let out = t.run(&probe).await.map_err(anyhow::Error::from)?;
+                    out.stdout_str().trim() == "stale"
+                }
+                _ => false,
+            };
+            let view = EtcdView::default();
+            let ctx = Ctx {
+                inv: self.inv,
+                pki: self.pki,
+                facts: &facts,
+                etcd: &view,
+                binaries: None,
+                kubernetes: inputs.as_ref(),
+                vrrp_password: None,
+            };
+            let hosts: Vec<crate::plan::HostSteps> =
+                crate::phases::replace_control_plane::propagate_to(host, &ctx, stale)?
+                    .into_iter()
+                    .filter(|h| transports.contains_key(&h.host))
+                    .collect();
+            if hosts.is_empty() {
+                self.journal.record(
+                    &step,
+                    "skipped",
+                    &host.name,
+                    "its apiserver already runs with the new member list",
+                )?;
+                continue;
+            }
+            self.journal.record(
+                &step,
+                "started",
+                &host.name,
+                "drain, update, restart, /readyz, ready",
+            )?;
+            let mut plan = crate::plan::Plan::default();
+            plan.push(crate::plan::PlannedPhase {
+                title: format!("P9 roll the new member list into {}'s apiserver", host.name),
+                parallelism: crate::plan::Parallelism::OneAtATime,
+                disruptive: true,
+                hosts,
+            });
+            crate::exec::run(&plan, self.mode, &transports)
+                .await
+                .map_err(|failed| {
+                    let details = failed.details();
+                    anyhow::Error::new(failed).context(details.trim_end().to_string())
+                })?;
+            self.journal.record(&step, "done", &host.name, "")?;
+        }
         self.journal.record("P9", "done", "", "")
     }
 
@@ -1026,6 +1295,24 @@ mod tests {
         assert!(line.contains("921b590400393280"), "{line}");
         assert!(line.contains("https://10.0.0.13:2380"), "{line}");
         assert!(line.contains("already removed"), "{line}");
+    }
+
+    #[test]
+    fn the_kube_fence_writes_a_dropin_per_unit_then_stops_them_in_order() {
+        assert!(fence_kube_steps(&[]).is_empty());
+        let steps = fence_kube_steps(&["kube-scheduler.service", "kube-apiserver.service"]);
+        let Step::Run(cmd) = &steps[0] else { panic!() };
+        let script = &cmd.argv[2];
+        assert!(
+            script.contains("printf '%s\\n' '[Unit]' '# Written by hactl: this host is being replaced.' 'AssertPathExists=!/run/systemd/system/kube-apiserver.service.d/hactl-fence.conf' > /run/systemd/system/kube-apiserver.service.d/hactl-fence.conf"),
+            "{script}"
+        );
+        assert!(
+            script.ends_with(
+                "systemctl daemon-reload && systemctl stop kube-scheduler.service kube-apiserver.service"
+            ),
+            "{script}"
+        );
     }
 
     #[test]

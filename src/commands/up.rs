@@ -183,7 +183,7 @@ pub async fn prepare_with(
 /// The encryption key (created once in the state directory) and, in systemd mode, the
 /// Kubernetes binaries; `None` without a kubernetes section. `source: package` gets no binaries
 /// here: planning refuses it with its own message.
-async fn kubernetes_inputs(
+pub async fn kubernetes_inputs(
     inv: &Inventory,
     state: &StateDir,
 ) -> anyhow::Result<Option<crate::kubernetes::KubernetesInputs>> {

@@ -13,6 +13,7 @@ pub mod install_kubernetes;
 pub mod install_load_balancer;
 pub mod join_etcd;
 pub mod load_balancer;
+pub mod replace_control_plane;
 pub mod roll_apiservers;
 pub mod roll_controllers;
 pub mod roll_etcd;
