@@ -304,7 +304,7 @@ pub fn decide(
         return d(
             Action::Alert {
                 message: format!(
-                    "refused by retry-limit: {} failed {} remediation(s) within minHealthyPeriod={}s (maxRetry={}); last error: {}; instead: look at the host, then `hactl replace {} --reuse-host` by hand, or reset by deleting its entry in heal.json",
+                    "refused by retry-limit: {} failed {} remediation(s) within minHealthyPeriod={}s (maxRetry={}); last error: {}; instead: find the cause on the host first, then delete its entry in heal.json (or wait for minHealthyPeriod to pass) and run `hactl replace {} --reuse-host` (replace refuses at the same limit)",
                     target.member,
                     rec.retry_count,
                     policy.min_healthy_period.as_secs(),
