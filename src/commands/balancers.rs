@@ -170,32 +170,18 @@ impl Balancers {
         step: &str,
         server: &str,
     ) -> anyhow::Result<()> {
-        if inv.with_role(Role::LoadBalancer).is_empty() {
-            return journal.record(step, "skipped", server, "no load balancer in the inventory");
-        }
-        for backend in Self::backends(inv) {
-            let hosts = self.reachable(drain_backend_steps(inv, backend, server));
-            self.run(
-                mode,
-                format!("take {server} out of {} on the load balancers", backend.name()),
-                hosts,
-            )
-            .await?;
-        }
-        journal.record(
-            step,
-            "done",
-            server,
-            &format!(
-                "{server} in MAINT in {}{}",
-                Self::backends(inv)
-                    .iter()
-                    .map(|b| b.name())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                self.unreachable_note()
-            ),
+        let backends = Self::backends(inv);
+        self.each_backend(
+            mode,
+            inv,
+            journal,
+            (step, server),
+            &backends,
+            |b| drain_backend_steps(inv, b, server),
+            |b| format!("take {server} out of {} on the load balancers", b.name()),
+            "in MAINT in",
         )
+        .await
     }
 
     /// Takes `server` out of MAINT in every backend and waits until each HAProxy's health check
@@ -226,24 +212,46 @@ impl Balancers {
         backends: &[Backend],
         timeout: Duration,
     ) -> anyhow::Result<()> {
+        self.each_backend(
+            mode,
+            inv,
+            journal,
+            (step, server),
+            backends,
+            |b| ready_backend_steps(inv, b, server, timeout),
+            |b| format!("put {server} back in {} on the load balancers", b.name()),
+            "UP behind the VIP in",
+        )
+        .await
+    }
+
+    /// Runs `steps` of each backend in turn on the reachable load balancers, then journals
+    /// `<server> <done> <backends>`; skipped when the inventory has no load balancer.
+    #[allow(clippy::too_many_arguments)]
+    async fn each_backend(
+        &self,
+        mode: Mode,
+        inv: &Inventory,
+        journal: &Journal,
+        (step, server): (&str, &str),
+        backends: &[Backend],
+        steps: impl Fn(Backend) -> Vec<HostSteps>,
+        title: impl Fn(Backend) -> String,
+        done: &str,
+    ) -> anyhow::Result<()> {
         if inv.with_role(Role::LoadBalancer).is_empty() {
             return journal.record(step, "skipped", server, "no load balancer in the inventory");
         }
         for &backend in backends {
-            let hosts = self.reachable(ready_backend_steps(inv, backend, server, timeout));
-            self.run(
-                mode,
-                format!("put {server} back in {} on the load balancers", backend.name()),
-                hosts,
-            )
-            .await?;
+            let hosts = self.reachable(steps(backend));
+            self.run(mode, title(backend), hosts).await?;
         }
         journal.record(
             step,
             "done",
             server,
             &format!(
-                "{server} UP in {} behind the VIP{}",
+                "{server} {done} {}{}",
                 backends.iter().map(|b| b.name()).collect::<Vec<_>>().join(", "),
                 self.unreachable_note()
             ),
