@@ -22,6 +22,7 @@ pub mod cli;
 pub mod commands;
 pub mod etcd;
 pub mod exec;
+pub mod exit;
 pub mod facts;
 pub mod hwm;
 pub mod inventory;

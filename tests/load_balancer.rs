@@ -352,8 +352,9 @@ fn try_run_plan(
             accept_new_host_key: vec![],
             connect_timeout: None,
         };
-        let transports = hactl::commands::up::connect_or_refuse(inv, &state, &hosts, &args)
+        let transports = hactl::exec::connect::reach(&state, &hosts, &args)
             .await
+            .require_all()
             .map_err(|e| format!("{e:#}"))?;
         hactl::exec::run(plan, hactl::exec::Mode::Live, &transports)
             .await

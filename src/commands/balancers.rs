@@ -33,21 +33,11 @@ pub struct Balancers {
 impl Balancers {
     pub async fn connect(inv: &Inventory, state: &StateDir, args: &ConnectArgs) -> Balancers {
         let hosts = inv.with_role(Role::LoadBalancer);
-        let mut b = Balancers {
-            transports: Transports::new(),
-            unreachable: BTreeMap::new(),
-        };
-        for (name, conn) in super::connect(inv, state, &hosts, args).await {
-            match conn {
-                Ok(t) => {
-                    b.transports.insert(name, t);
-                }
-                Err(e) => {
-                    b.unreachable.insert(name, e);
-                }
-            }
+        let reach = crate::exec::connect::reach(state, &hosts, args).await;
+        Balancers {
+            transports: reach.transports,
+            unreachable: reach.unreachable,
         }
-        b
     }
 
     /// The backends `server` is in: etcd clients always, the API only with Kubernetes.
@@ -271,7 +261,7 @@ impl Balancers {
         let mut facts = BTreeMap::new();
         for h in inv.with_role(Role::LoadBalancer) {
             if let Some(t) = self.transports.get(&h.name) {
-                let q = super::up::query_for(inv, h);
+                let q = crate::phases::query_for(inv, h);
                 let f = crate::facts::gather(t.as_ref(), &q)
                     .await
                     .map_err(anyhow::Error::from)?;

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use anyhow::bail;
 
-use super::exit;
 use super::membership;
 use crate::cli::EtcdMaintenanceArgs;
 use crate::etcd;
 use crate::exec::Mode;
+use crate::exit;
 use crate::inventory::Role;
 use crate::plan::{RemoteCommand, Step};
 

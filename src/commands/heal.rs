@@ -21,7 +21,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::exit;
 use super::membership::{self, refuse};
 use crate::cli::{HealArgs, ReplaceArgs};
 use crate::etcd::client::{self};
@@ -29,6 +28,7 @@ use crate::etcd::errors::identity_error;
 use crate::etcd::safety::{self, Counts};
 use crate::etcd::{self as etcd_paths};
 use crate::exec::Mode;
+use crate::exit;
 use crate::inventory::{HealSpec, Inventory, Role};
 use crate::kubernetes::api::REMEDIATION_ANNOTATION;
 use crate::plan::{RemoteCommand, Step};
@@ -432,7 +432,7 @@ async fn gather(
     if let Some((h, r)) = membership::maintenance_records(state).iter().next() {
         counts.foreign_operation = Some(format!("maintenance of {h} (stage {})", r.stage));
     }
-    let tls = super::status::read_client_tls(&state.path.join("pki"))?;
+    let tls = crate::etcd::client::client_tls(&state.path.join("pki"))?;
     let maint = membership::in_maintenance(state);
     let mut signals = Vec::new();
     for m in obs.voters() {

@@ -23,8 +23,8 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 
 use super::balancers::Balancers;
-use super::exit;
 use super::node::{self, Kube};
+use crate::exit;
 
 /// Marks in the maintenance record's `stopped` list: the host's HAProxy servers are in MAINT,
 /// and keepalived was stopped on it (so `complete` undoes exactly what `start` did).

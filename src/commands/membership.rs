@@ -12,53 +12,18 @@ use serde::{Deserialize, Serialize};
 
 use crate::cli::ConnectArgs;
 use crate::etcd::health::{self, Observation};
-use crate::etcd::safety::Refused;
 use crate::exec::{self, Mode, Transport, Transports};
-use crate::facts::{self, HostFacts, Query};
+use crate::facts::{self, HostFacts};
 use crate::inventory::{Host, Inventory, Role};
-use crate::phases::etcd_files;
 use crate::plan::{HostSteps, Parallelism, Plan, PlannedPhase, Step};
 use crate::state::StateDir;
 
 /// The local lock every quorum-changing operation takes (one change in flight per cluster).
 pub const OPERATION_LOCK: &str = "etcd-operation";
 
-/// Kubernetes units a control-plane host may run; stopped and started only when present.
-pub const KUBE_UNITS: [&str; 3] = [
-    "kube-scheduler.service",
-    "kube-controller-manager.service",
-    "kube-apiserver.service",
-];
+pub use crate::phases::query::KUBE_UNITS;
 
-/// A refusal from a safety rule, as a command error with exit code 2.
-pub fn refusal(r: Refused) -> anyhow::Error {
-    anyhow::Error::new(super::Refusal {
-        code: super::exit::REFUSED,
-        message: r.to_string(),
-    })
-}
-
-/// A refusal with its own code and message.
-pub fn refuse(code: i32, message: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(super::Refusal {
-        code,
-        message: message.into(),
-    })
-}
-
-/// The facts query for a host that runs (or is about to run) an etcd member.
-pub fn etcd_query(inv: &Inventory) -> Query {
-    let mut units = vec![crate::etcd::UNIT.to_string(), crate::backup::TIMER.to_string()];
-    units.extend(KUBE_UNITS.map(String::from));
-    let mut files = etcd_files::managed_paths(&inv.etcd.source);
-    files.extend(crate::backup::managed_paths());
-    Query {
-        data_dir: inv.etcd.data_dir.clone(),
-        units,
-        files,
-        binaries: ["etcd", "etcdctl"].map(String::from).to_vec(),
-    }
-}
+pub use crate::exit::{refusal, refuse};
 
 /// The hosts that answered, their facts, and why the others did not.
 pub struct Reach {
@@ -70,32 +35,24 @@ pub struct Reach {
 /// Connects to `hosts` and gathers facts from those that answer; an unreachable host is
 /// recorded, not fatal (the member being replaced may be dead with its host).
 pub async fn reach(inv: &Inventory, state: &StateDir, hosts: &[&Host], args: &ConnectArgs) -> Reach {
-    let conns = super::connect(inv, state, hosts, args).await;
+    let connected = crate::exec::connect::reach(state, hosts, args).await;
     let mut r = Reach {
         transports: Transports::new(),
         facts: BTreeMap::new(),
-        unreachable: BTreeMap::new(),
+        unreachable: connected.unreachable,
     };
     for h in hosts {
-        match conns.get(&h.name) {
-            Some(Ok(t)) => {
-                let query = etcd_query(inv);
-                match facts::gather(t.as_ref(), &query).await {
-                    Ok(f) => {
-                        r.facts.insert(h.name.clone(), f);
-                        r.transports.insert(h.name.clone(), t.clone());
-                    }
-                    Err(e) => {
-                        r.unreachable
-                            .insert(h.name.clone(), format!("{:#}", anyhow::Error::from(e)));
-                    }
-                }
+        let Some(t) = connected.transports.get(&h.name) else {
+            continue;
+        };
+        match facts::gather(t.as_ref(), &crate::phases::member_query_for(inv, h)).await {
+            Ok(f) => {
+                r.facts.insert(h.name.clone(), f);
+                r.transports.insert(h.name.clone(), t.clone());
             }
-            Some(Err(e)) => {
-                r.unreachable.insert(h.name.clone(), e.clone());
-            }
-            None => {
-                r.unreachable.insert(h.name.clone(), "not connected".into());
+            Err(e) => {
+                r.unreachable
+                    .insert(h.name.clone(), format!("{:#}", anyhow::Error::from(e)));
             }
         }
     }
@@ -124,7 +81,7 @@ impl Reach {
         let observers = self.observers(inv, except);
         health::observe(&observers).await.map_err(|e| {
             refuse(
-                super::exit::REFUSED,
+                crate::exit::REFUSED,
                 format!(
                     "refused by quorum: no running member could list the cluster's members ({e}); quorum lost → run `hactl recover` (or bring stopped members back with `hactl up` if their data is intact)"
                 ),

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
-use super::exit;
 use super::membership::{refuse, Journal};
 use crate::cli::ConnectArgs;
 use crate::exec::{Mode, Transports};
+use crate::exit;
 use crate::inventory::{Inventory, KubernetesMode, Role};
 use crate::kubernetes::api::{ApiClient, MAINTENANCE_STAGE_ANNOTATION};
 use crate::kubernetes::drain::{self, Eviction, PodRef};
@@ -52,7 +52,7 @@ pub async fn connect_api(
     let extra = if missing.is_empty() {
         Default::default()
     } else {
-        super::connect(inv, state, &missing, connect).await
+        crate::exec::connect::connect(state, &missing, connect).await
     };
     let pki = state.path.join("pki");
     let mut errors = Vec::new();

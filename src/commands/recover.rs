@@ -11,19 +11,13 @@ use futures::StreamExt;
 use crate::cli::{RecoverArgs, RecoverMode};
 use crate::exec::journaled::{self, RunOptions};
 use crate::exec::Transports;
+use crate::exit::refuse;
 use crate::hwm::{self, Hwm};
 use crate::inventory::{Host, Inventory, Role};
 use crate::journal::{Journal, StepPhase};
 use crate::recover::assess::{self, HostAssessment};
 use crate::recover::{self as rec, Bump, Decisions, Gate, Source};
 use crate::state::StateDir;
-
-fn refuse(code: i32, message: impl Into<String>) -> anyhow::Error {
-    anyhow::Error::new(super::Refusal {
-        code,
-        message: message.into(),
-    })
-}
 
 /// `hactl recover`.
 pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
@@ -39,7 +33,7 @@ pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
     };
     if !state.file("pki/etcd/ca.key").exists() {
         return Err(refuse(
-            super::exit::REFUSED,
+            crate::exit::REFUSED,
             format!(
                 "the state directory {} has no etcd CA: a recover needs the cluster's PKI (restore it from a backup bundle first)",
                 state.path.display()
@@ -48,7 +42,7 @@ pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
     }
     let pki = crate::pki::ensure(&state.file("pki"), &inv, time::OffsetDateTime::now_utc())
         .context("failed to load the cluster's certificates")?;
-    let tls = super::etcd::client_tls(&state)?;
+    let tls = crate::etcd::client::client_tls(&state.file("pki"))?;
     let (decisions, transports) = match &args.resume {
         Some(run) => resume_decisions(args, &inv, &state, run).await?,
         None => decide(args, &inv, &state).await?,
@@ -68,7 +62,7 @@ pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
             }
             pki
         }
-        Err(m) => return Err(refuse(super::exit::REFUSED, m)),
+        Err(m) => return Err(refuse(crate::exit::REFUSED, m)),
     };
     let owner = crate::lock::Owner::new("recover", &decisions.run);
     let inputs = rec::steps::Inputs {
@@ -91,7 +85,7 @@ pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
                 .is_some_and(|h| h.ssh.sudo);
             print!("{}", s.render(sudo));
         }
-        return Ok(super::exit::OK);
+        return Ok(crate::exit::OK);
     }
     let mut journal = if args.resume.is_some() {
         Journal::open(&state, &decisions.run)?
@@ -155,7 +149,7 @@ pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
                 outcome.skipped.len()
             );
             print!("{}", finish_report(&decisions, &inv, &state));
-            Ok(super::exit::OK)
+            Ok(crate::exit::OK)
         }
         Err(failed) => {
             let resume = format!(
@@ -166,12 +160,12 @@ pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
             let inner_refusal = failed
                 .source
                 .chain()
-                .find_map(|e| e.downcast_ref::<super::Refusal>())
+                .find_map(|e| e.downcast_ref::<crate::exit::Refusal>())
                 .map(|r| r.code);
             let code = match inner_refusal {
                 Some(c) => c,
-                None if failed.changed => super::exit::FAILED_AFTER_CHANGES,
-                None => super::exit::REFUSED,
+                None if failed.changed => crate::exit::FAILED_AFTER_CHANGES,
+                None => crate::exit::REFUSED,
             };
             let what = if failed.changed {
                 format!("changes were made; fix the cause and run `{resume}`")
@@ -197,7 +191,7 @@ fn confirm(args: &RecoverArgs, inv: &Inventory) -> anyhow::Result<()> {
         std::io::stdin().lock().read_line(&mut answer)?;
         if answer.trim() != inv.name {
             return Err(refuse(
-                super::exit::REFUSED,
+                crate::exit::REFUSED,
                 "the name did not match: nothing was changed",
             ));
         }
@@ -216,20 +210,8 @@ async fn connect_all(
     args: &RecoverArgs,
 ) -> (Transports, BTreeMap<String, String>) {
     let hosts: Vec<&Host> = inv.with_role(Role::Etcd);
-    let conns = super::connect(inv, state, &hosts, &args.connect).await;
-    let mut ok = Transports::new();
-    let mut down = BTreeMap::new();
-    for (h, c) in conns {
-        match c {
-            Ok(t) => {
-                ok.insert(h, t);
-            }
-            Err(e) => {
-                down.insert(h, e);
-            }
-        }
-    }
-    (ok, down)
+    let reach = crate::exec::connect::reach(state, &hosts, &args.connect).await;
+    (reach.transports, reach.unreachable)
 }
 
 async fn resume_decisions(
@@ -241,7 +223,7 @@ async fn resume_decisions(
     let path = state.file(Path::new("runs").join(run).join("recover.json"));
     let text = fs_err::read_to_string(&path).map_err(|e| {
         refuse(
-            super::exit::REFUSED,
+            crate::exit::REFUSED,
             format!("cannot resume run {run}: {e} (a run that stopped before its plan was confirmed changed nothing: start a new one)"),
         )
     })?;
@@ -249,7 +231,7 @@ async fn resume_decisions(
         serde_json::from_str(&text).with_context(|| format!("{} is not a recover plan", path.display()))?;
     if d.cluster != inv.name {
         return Err(refuse(
-            super::exit::REFUSED,
+            crate::exit::REFUSED,
             format!("run {run} belongs to cluster {}", d.cluster),
         ));
     }
@@ -261,7 +243,7 @@ async fn resume_decisions(
         .collect();
     if !missing.is_empty() {
         return Err(refuse(
-            super::exit::NEEDS_INPUT,
+            crate::exit::NEEDS_INPUT,
             format!("cannot reach hosts run {run} acts on:\n{}", missing.join("\n")),
         ));
     }
@@ -314,7 +296,7 @@ async fn decide(
         Gate::Proceed => {}
         Gate::QuorumPresent { healthy, quorum } => {
             return Err(refuse(
-                super::exit::REFUSED,
+                crate::exit::REFUSED,
                 format!(
                     "quorum present: {healthy} members are healthy with a leader (quorum {quorum}); nothing was changed. \
                      Recover is for a lost quorum: replace failed members with `hactl replace <member>`"
@@ -323,7 +305,7 @@ async fn decide(
         }
         Gate::QuorumRestorable { intact, quorum } if !args.force_destructive => {
             return Err(refuse(
-                super::exit::REFUSED,
+                crate::exit::REFUSED,
                 format!(
                     "quorum restorable: {} hold intact data ({} ≥ quorum {quorum}); nothing was changed. Start the stopped \
                      members instead (`hactl up` starts members whose data is intact). To roll the cluster back to an \
@@ -340,7 +322,7 @@ async fn decide(
     if !unattested.is_empty() {
         let names: Vec<&str> = unattested.iter().map(|s| s.as_str()).collect();
         return Err(refuse(
-            super::exit::NEEDS_INPUT,
+            crate::exit::NEEDS_INPUT,
             format!(
                 "cannot reach {}: nothing was changed. An unreachable member could come back as a zombie serving the old \
                  data. Power it off (or make sure it is), then run again with --confirm-dead {}",
@@ -366,7 +348,7 @@ async fn decide(
         targets = member_targets(args, inv, &transports)?;
     }
     if targets.is_empty() {
-        return Err(refuse(super::exit::REFUSED, "no etcd host is reachable"));
+        return Err(refuse(crate::exit::REFUSED, "no etcd host is reachable"));
     }
     // R0.4: the source.
     let source = if let Some(path) = &args.from_snapshot {
@@ -374,13 +356,13 @@ async fn decide(
     } else if let Some(m) = &args.from_member {
         let Some(a) = hosts.iter().find(|a| &a.host == m) else {
             return Err(refuse(
-                super::exit::REFUSED,
+                crate::exit::REFUSED,
                 format!("{m} is not a reachable etcd host"),
             ));
         };
         if !a.data_intact {
             return Err(refuse(
-                super::exit::REFUSED,
+                crate::exit::REFUSED,
                 format!("{m} holds no intact data ({}/member/wal and member/snap/db): choose another survivor or a snapshot", inv.etcd.data_dir),
             ));
         }
@@ -394,7 +376,7 @@ async fn decide(
     };
     if !targets.contains(&seed) {
         return Err(refuse(
-            super::exit::REFUSED,
+            crate::exit::REFUSED,
             format!(
                 "the source is member {seed}'s data, but --members leaves {seed} out (members: {}): nothing was changed. \
                  Add {seed} to --members, or recover from a snapshot file",
@@ -411,7 +393,7 @@ async fn decide(
     let minors: std::collections::BTreeSet<String> = hosts.iter().map(|a| minor(&a.etcd_version)).collect();
     if minors.len() > 1 {
         return Err(refuse(
-            super::exit::REFUSED,
+            crate::exit::REFUSED,
             format!(
                 "the hosts run different etcd minors ({}): a restore must use the cluster's own minor",
                 minors.into_iter().collect::<Vec<_>>().join(", ")
@@ -464,7 +446,7 @@ async fn decide(
         },
     };
     rec::data_loss_gate(&estimate, args.accept_data_loss_window)
-        .map_err(|m| refuse(super::exit::NEEDS_INPUT, m))?;
+        .map_err(|m| refuse(crate::exit::NEEDS_INPUT, m))?;
     let bump = rec::choose_bump_requested(
         args.bump_revision.0,
         seed_a.tool_bumps,
@@ -472,7 +454,7 @@ async fn decide(
         snap_rev,
         args.accept_revision_rewind,
     )
-    .map_err(|m| refuse(super::exit::REFUSED, m))?;
+    .map_err(|m| refuse(crate::exit::REFUSED, m))?;
     let token = rec::token(&inv.name, &run);
     let url = |h: &str| crate::etcd::peer_url(inv, inv.host(h).expect("inventory host"));
     let initial: Vec<(String, String)> = match args.mode {
@@ -526,14 +508,15 @@ fn file_source(path: &Path, skip_hash_check: bool) -> anyhow::Result<Source> {
     let path = std::path::absolute(path)?;
     let check =
         crate::snapshot::check_file(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    super::etcd::refuse_bad_hash(&path, &check, skip_hash_check)?;
-    let sidecar: Option<crate::snapshot::Sidecar> = fs_err::read_to_string(super::etcd::sidecar_path(&path))
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok());
+    crate::etcd::snapshot::refuse_bad_hash(&path, &check, skip_hash_check)?;
+    let sidecar: Option<crate::snapshot::Sidecar> =
+        fs_err::read_to_string(crate::etcd::snapshot::sidecar_path(&path))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
     if let Some(s) = &sidecar {
         if s.sha256 != check.sha256 {
             return Err(refuse(
-                super::exit::REFUSED,
+                crate::exit::REFUSED,
                 format!(
                     "{}: sha256 {} differs from its sidecar's {}",
                     path.display(),
@@ -573,7 +556,7 @@ fn member_targets(
         .collect();
     let targets = rec::validate_members(&etcd_hosts, &args.members).map_err(|problems| {
         refuse(
-            super::exit::REFUSED,
+            crate::exit::REFUSED,
             format!("nothing was changed:\n  {}", problems.join("\n  ")),
         )
     })?;
@@ -581,7 +564,7 @@ fn member_targets(
     if !unreachable.is_empty() {
         let names: Vec<&str> = unreachable.iter().map(|s| s.as_str()).collect();
         return Err(refuse(
-            super::exit::REFUSED,
+            crate::exit::REFUSED,
             format!(
                 "--members names {}, which cannot be reached: nothing was changed. A member must be reachable to be \
                  restored or joined: bring it back, or leave it out of --members",
@@ -678,7 +661,7 @@ async fn auto_source(
     }
     let Some(best) = rec::pick_auto(&candidates) else {
         return Err(refuse(
-            super::exit::REFUSED,
+            crate::exit::REFUSED,
             format!(
                 "no source: no reachable member holds intact data, no reachable host has a verified backup in {} \
                  and {} holds no snapshot with a sidecar; nothing was changed. Pass --from-snapshot FILE",
@@ -755,7 +738,7 @@ fn local_candidates(state: &StateDir, cluster: &str) -> Vec<rec::AutoCandidate> 
         if p.extension().and_then(|x| x.to_str()) != Some("db") {
             continue;
         }
-        let Some(s) = fs_err::read_to_string(super::etcd::sidecar_path(&p))
+        let Some(s) = fs_err::read_to_string(crate::etcd::snapshot::sidecar_path(&p))
             .ok()
             .and_then(|t| serde_json::from_str::<crate::snapshot::Sidecar>(&t).ok())
         else {
@@ -804,7 +787,7 @@ async fn fetch_host_backup(
         .with_context(|| format!("{host}: cannot read {file}"))?;
     if !out.success() {
         return Err(refuse(
-            super::exit::REFUSED,
+            crate::exit::REFUSED,
             format!(
                 "{host}: cannot read its backup {file}: {}: nothing was changed; pass --from-snapshot FILE",
                 out.stderr_str().trim()
@@ -816,7 +799,7 @@ async fn fetch_host_backup(
     let got = crate::snapshot::check_file(&local)?;
     if got.sha256 != sha256 {
         return Err(refuse(
-            super::exit::REFUSED,
+            crate::exit::REFUSED,
             format!(
                 "{host}:{file} arrived with sha256 {} but its latest.json names {sha256}: nothing was changed. \
                  Check the file on {host}, or pass another source with --from-snapshot",

@@ -25,13 +25,13 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 
-use super::exit;
 use super::membership::{self, refusal, refuse, Journal, Reach};
 use crate::cli::ReplaceArgs;
 use crate::etcd::errors::{classify, ErrorClass};
 use crate::etcd::health::Observation;
 use crate::etcd::{self, hex_id, probe, safety, Member, UNIT};
 use crate::exec::Mode;
+use crate::exit;
 use crate::inventory::{Host, Inventory, Role};
 use crate::phases::{etcd_files, install_etcd::InstallEtcd, Ctx, EtcdView, Phase};
 use crate::pki::{self, Pki};
@@ -315,7 +315,9 @@ impl<'a> Run<'a> {
             };
             if let Err(e) = r {
                 let _ = self.journal.record(step, "failed", "", &format!("{e:#}"));
-                if e.chain().any(|c| c.downcast_ref::<super::Refusal>().is_some()) {
+                if e.chain()
+                    .any(|c| c.downcast_ref::<crate::exit::Refusal>().is_some())
+                {
                     return Err(e);
                 }
                 return Err(refuse(
@@ -1006,7 +1008,7 @@ impl<'a> Run<'a> {
         let mut facts = std::collections::BTreeMap::new();
         for h in hosts {
             if let Some(t) = self.reach.transports.get(&h.name) {
-                let q = super::up::query_for(self.inv, h);
+                let q = crate::phases::query_for(self.inv, h);
                 let f = crate::facts::gather(t.as_ref(), &q)
                     .await
                     .map_err(anyhow::Error::from)
