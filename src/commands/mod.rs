@@ -1,8 +1,8 @@
-//! Subcommands: one file each, each a short recipe over the library.
+//! Subcommands: one file each, the top floor: parse → call the library → print. Nothing outside
+//! `main.rs` imports this module.
 //!
 //! Invariant: `anyhow` with context lives here and in `main.rs` only.
 
-pub mod balancers;
 pub mod check;
 pub mod etcd;
 pub mod etcd_maintenance;
@@ -10,8 +10,6 @@ pub mod heal;
 pub mod init;
 pub mod lab;
 pub mod maintenance;
-pub mod membership;
-pub mod node;
 pub mod recover;
 pub mod replace;
 pub mod reset;

@@ -14,7 +14,7 @@ use crate::exec::Transports;
 use crate::exit::refuse;
 use crate::hwm::{self, Hwm};
 use crate::inventory::{Host, Inventory, Role};
-use crate::journal::{Journal, StepPhase};
+use crate::operations::journal::{Journal, StepState};
 use crate::recover::assess::{self, HostAssessment};
 use crate::recover::{self as rec, Bump, Decisions, Gate, Source};
 use crate::state::StateDir;
@@ -100,7 +100,7 @@ pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
             );
         }
         confirm(args, &inv)?;
-        let mut j = Journal::create(&state, &decisions.run)?;
+        let j = Journal::create(&state, &decisions.run)?;
         let json = serde_json::to_string_pretty(&decisions)?;
         state.write_file(
             Path::new("runs").join(&decisions.run).join("recover.json"),
@@ -126,15 +126,18 @@ pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
                 serde_json::json!({ "expected_cluster_id": decisions.expected_cluster_id, "token": decisions.token }),
             ),
         ] {
-            let e = j.record(step, StepPhase::Done, None, &sha, out)?;
-            crate::journal::mirror(&transports, &decisions.targets, &e).await;
+            let e = j.append(step, StepState::Done, None, &sha, out)?;
+            crate::operations::journal::mirror(&transports, &decisions.targets, &e).await;
         }
         j
     };
     eprintln!(
         "recover: run {} (journal {})",
         decisions.run,
-        journal.path().display()
+        journal
+            .path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
     );
     crate::exec::run::stop_between_steps_on_ctrl_c();
     let mirror_hosts: Vec<String> = transports.keys().cloned().collect();
@@ -257,7 +260,7 @@ async fn decide(
     state: &StateDir,
 ) -> anyhow::Result<(Decisions, Transports)> {
     let (transports, down) = connect_all(inv, state, args).await;
-    let run = crate::journal::new_run_id(time::OffsetDateTime::now_utc());
+    let run = crate::operations::journal::new_run_id("");
     // R0.1/R0.2: what each reachable host holds.
     let probe = assess::probe_command(&inv.etcd.data_dir, crate::etcd::METRICS_PORT);
     let assessed: Vec<anyhow::Result<HostAssessment>> =
@@ -692,8 +695,9 @@ async fn auto_source(
                     skip_hash_check,
                     revision: revision.or(c.revision),
                     time: time.or_else(|| {
-                        c.age
-                            .map(|a| crate::journal::timestamp(time::OffsetDateTime::now_utc() - a))
+                        c.age.map(|a| {
+                            crate::operations::journal::timestamp(time::OffsetDateTime::now_utc() - a)
+                        })
                     }),
                 },
                 other => other,

@@ -173,35 +173,7 @@ pub async fn prepare_loaded(
     })
 }
 
-/// The encryption key (created once in the state directory) and, in systemd mode, the
-/// Kubernetes binaries; `None` without a kubernetes section. `source: package` gets no binaries
-/// here: planning refuses it with its own message.
-pub async fn kubernetes_inputs(
-    inv: &Inventory,
-    state: &StateDir,
-) -> anyhow::Result<Option<crate::kubernetes::KubernetesInputs>> {
-    let Some(kube) = &inv.kubernetes else {
-        return Ok(None);
-    };
-    let key = crate::kubernetes::secrets::ensure_encryption_key(state)
-        .context("failed to prepare the key that encrypts Secrets at rest")?;
-    let binaries = if kube.mode == crate::inventory::KubernetesMode::Systemd {
-        binaries::ensure(
-            &kube.source,
-            &state.path.join("downloads"),
-            &crate::kubernetes::WANTED_BINARIES,
-            &crate::kubernetes::OPTIONAL_BINARIES,
-        )
-        .await
-        .context("failed to prepare the Kubernetes binaries")?
-    } else {
-        None
-    };
-    Ok(Some(crate::kubernetes::KubernetesInputs::new(
-        binaries.as_ref(),
-        key,
-    )))
-}
+pub use crate::kubernetes::inputs::prepare as kubernetes_inputs;
 
 /// Writes the admin kubeconfig (the VIP, `system:masters`) to `<state dir>/admin.kubeconfig`, 0600.
 pub fn write_admin_kubeconfig(

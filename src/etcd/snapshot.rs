@@ -83,7 +83,7 @@ pub async fn take(
         .client
         .put(
             CANARY_KEY,
-            crate::journal::timestamp(time::OffsetDateTime::now_utc()),
+            crate::operations::journal::timestamp(time::OffsetDateTime::now_utc()),
             None,
         )
         .await
@@ -237,7 +237,7 @@ pub async fn take(
         total_key: status.total_key,
         revision_before,
         hwm: Some(hwm_now),
-        time: crate::journal::timestamp(now),
+        time: crate::operations::journal::timestamp(now),
         bundle: bundle_name,
     };
     let json = serde_json::to_string_pretty(&sidecar)?;

@@ -370,7 +370,7 @@ impl LocalAct for Finalize {
             "-c",
             "mkdir -p \"$1/$2\" && touch \"$1/$2/finished\"",
             "hactl-finished",
-            crate::journal::HOST_RUNS_DIR,
+            crate::operations::journal::HOST_RUNS_DIR,
             &self.run,
         ]);
         for h in &self.hosts {
@@ -392,7 +392,7 @@ impl LocalAct for Finalize {
             "-c",
             "[ -e \"$1/$2/finished\" ] && ! grep -qs \"\\\"run\\\":\\\"$2\\\"\" \"$3/$4/owner.json\"",
             "hactl-finished",
-            crate::journal::HOST_RUNS_DIR,
+            crate::operations::journal::HOST_RUNS_DIR,
             &self.run,
             crate::lock::HOST_LOCKS_DIR,
             &self.op,
@@ -413,7 +413,7 @@ pub fn held_or_finished(op: &str, run: &str) -> RemoteCommand {
         "-c",
         "[ -e \"$1/$2/finished\" ] || grep -qs \"\\\"run\\\":\\\"$2\\\"\" \"$3/$4/owner.json\"",
         "hactl-lock-holds",
-        crate::journal::HOST_RUNS_DIR,
+        crate::operations::journal::HOST_RUNS_DIR,
         run,
         crate::lock::HOST_LOCKS_DIR,
         op,

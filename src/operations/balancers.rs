@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::membership::Journal;
+use super::{Journal, StepState};
 use crate::cli::ConnectArgs;
 use crate::exec::{self, Mode, Transports};
 use crate::inventory::{Host, Inventory, Role};
@@ -100,7 +100,7 @@ impl Balancers {
         }
         journal.record(
             step,
-            "started",
+            StepState::Started,
             &host.name,
             "stopping keepalived: the VIP moves to a peer if held here",
         )?;
@@ -118,7 +118,7 @@ impl Balancers {
             }],
         )
         .await?;
-        journal.record(step, "done", &host.name, "keepalived stopped")?;
+        journal.record(step, StepState::Done, &host.name, "keepalived stopped")?;
         Ok(true)
     }
 
@@ -147,7 +147,7 @@ impl Balancers {
             }],
         )
         .await?;
-        journal.record(step, "done", &host.name, "keepalived started")
+        journal.record(step, StepState::Done, &host.name, "keepalived started")
     }
 
     /// Puts `server` in MAINT in every backend on every reachable load balancer and waits until
@@ -230,7 +230,12 @@ impl Balancers {
         done: &str,
     ) -> anyhow::Result<()> {
         if inv.with_role(Role::LoadBalancer).is_empty() {
-            return journal.record(step, "skipped", server, "no load balancer in the inventory");
+            return journal.record(
+                step,
+                StepState::Skipped,
+                server,
+                "no load balancer in the inventory",
+            );
         }
         for &backend in backends {
             let hosts = self.reachable(steps(backend));
@@ -238,7 +243,7 @@ impl Balancers {
         }
         journal.record(
             step,
-            "done",
+            StepState::Done,
             server,
             &format!(
                 "{server} {done} {}{}",
