@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::exec::Transports;
+use crate::operations::run_dir::RunDir;
 use crate::plan::RemoteCommand;
 use crate::state::StateDir;
 
@@ -169,8 +170,8 @@ impl Journal {
         if !valid_run_id(run) {
             return Err(JournalError::BadRunId(run.to_string()));
         }
-        let dir = state.subdir(Path::new("runs").join(run))?;
-        let path = dir.join("journal.jsonl");
+        let dir = state.subdir(RunDir::relative_to_state(run))?;
+        let path = RunDir::new(state, run).journal();
         if path.exists() {
             return Err(JournalError::Exists {
                 run: run.to_string(),
@@ -185,13 +186,13 @@ impl Journal {
         if !valid_run_id(run) {
             return Err(JournalError::BadRunId(run.to_string()));
         }
-        let dir = state.file(Path::new("runs").join(run));
-        let path = dir.join("journal.jsonl");
+        let run_dir = RunDir::new(state, run);
+        let (dir, path) = (run_dir.path().to_path_buf(), run_dir.journal());
         if !path.exists() {
             return Err(JournalError::NoSuchRun {
                 run: run.to_string(),
                 path,
-                dir: state.file("runs"),
+                dir: RunDir::all(state),
             });
         }
         Self::open_at(run, dir, path)
@@ -321,7 +322,7 @@ impl Journal {
 
 /// The journal file of run `run` (for `--resume` and tests).
 pub fn path_of(state: &StateDir, run: &str) -> PathBuf {
-    state.path.join("runs").join(run).join("journal.jsonl")
+    RunDir::new(state, run).journal()
 }
 
 /// Every entry of run `run`.

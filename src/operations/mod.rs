@@ -1,7 +1,8 @@
 //! What day-two operations share: who answered ([`reach`]), the one run journal ([`journal`]),
 //! the one fence ([`fence`]), the load balancers' backends and the VIP ([`balancers`]), the
 //! Kubernetes Node of a host ([`node`]), the maintenance record ([`maintenance_record`]) and the
-//! retry records of remediations ([`remediation`]).
+//! retry records of remediations ([`remediation`]) and the layout of a run's directory
+//! ([`run_dir`]).
 //!
 //! The operations themselves sit beside this module: `crate::recover`, `crate::replace`,
 //! `crate::heal` and `crate::maintenance`, each with its pure decisions apart from its acts.
@@ -16,6 +17,7 @@ pub mod maintenance_record;
 pub mod node;
 pub mod reach;
 pub mod remediation;
+pub mod run_dir;
 
 pub use journal::{Journal, StepState};
 pub use reach::Reach;

@@ -15,6 +15,9 @@
 pub mod acts;
 pub mod assess;
 pub mod certs;
+pub mod decide;
+pub mod report;
+pub mod source;
 pub mod steps;
 
 use serde::{Deserialize, Serialize};

@@ -1005,9 +1005,7 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
             Duration::from_secs(90),
         ))),
     );
-    let marker = i
-        .state
-        .file(std::path::Path::new("runs").join(&d.run).join("baseline.json"));
+    let marker = crate::operations::run_dir::RunDir::new(i.state, &d.run).baseline();
     let baseline = Arc::new(acts::Baseline {
         inv: inv.clone(),
         state: i.state.clone(),
