@@ -7,12 +7,19 @@
 //!       ▼                                  ▼
 //! facts::gather(&inv) ──(read-only SSH)──▶ Facts       (units, file hashes, etcd members per host)
 //!       ▼
-//! commands::<verb> builds phases ──▶ Plan of Steps     (pure: no I/O)
+//! commands::up::phases() ──▶ Plan of Steps           (pure: no I/O)
 //!       ▼
 //! exec::run(&plan, Mode::{Live | DryRun}) ──▶ Report   (the one place where a run and a dry-run differ)
 //!       ▼
 //! Step::Wait(Check) inside the plan = verification
 //! ```
+//!
+//! Above it, `commands/` is the top floor (parse → call the library → print; only `main.rs`
+//! imports it), and the day-two operations are a wing of their own: `recover`, `replace`, `heal`
+//! and `maintenance`, each with pure decisions apart from acts, sharing `operations` (reach, the
+//! one journal, the one fence, balancers, node). The floor under both: `exit`, `exec::connect`,
+//! `phases::query_for`, `etcd::snapshot`.
+//!
 //! See ARCHITECTURE.md for the code map and the invariants.
 
 pub mod backup;

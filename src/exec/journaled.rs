@@ -1,5 +1,6 @@
-//! Journaled steps: the unit of a resumable, destructive operation (recover; replace and heal
-//! reuse it).
+//! Journaled steps: the unit of a resumable, destructive operation. recover runs as journaled
+//! steps; replace, heal and maintenance are still imperative code that journals each transition
+//! in the same journal (`operations::journal`), and are to move onto this runner.
 //!
 //! A [`JournaledStep`] is data, like a plan's steps: a `postcondition` (a read-only probe: when it
 //! holds, the step's work is already done), a `precheck` (must hold before acting), the `act`
