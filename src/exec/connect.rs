@@ -66,6 +66,8 @@ pub async fn connect_with(
 pub struct Reach {
     pub transports: Transports,
     pub unreachable: BTreeMap<String, String>,
+    /// The hosts asked for, in the order given (inventory order), for messages.
+    asked: Vec<String>,
 }
 
 /// Connects to `hosts` and sorts the answers.
@@ -77,7 +79,10 @@ impl Reach {
     /// Sorts `conns` (the answers of [`connect`]) for `hosts`; a host without an answer is
     /// "not connected".
     pub fn sort(hosts: &[&Host], mut conns: BTreeMap<String, Connection>) -> Reach {
-        let mut r = Reach::default();
+        let mut r = Reach {
+            asked: hosts.iter().map(|h| h.name.clone()).collect(),
+            ..Reach::default()
+        };
         for h in hosts {
             match conns.remove(&h.name) {
                 Some(Ok(t)) => {
@@ -101,9 +106,9 @@ impl Reach {
             return Ok(self.transports);
         }
         let failures: Vec<String> = self
-            .unreachable
+            .asked
             .iter()
-            .map(|(h, e)| format!("{h}: {e}"))
+            .filter_map(|h| self.unreachable.get(h).map(|e| format!("{h}: {e}")))
             .collect();
         anyhow::bail!(
             "cannot reach every host, so nothing was changed:\n{}\nfix the connection (or remove the host from the inventory) and run again",
@@ -129,5 +134,41 @@ impl Reach {
                 .cloned()
                 .unwrap_or_else(|| "not connected".into())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inventory() -> crate::inventory::Inventory {
+        let yaml = concat!(
+            "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: c\nspec:\n  ssh:\n    agent: true\n",
+            "  hosts:\n",
+            "    - { name: cp3, address: 10.0.0.13, roles: [etcd] }\n",
+            "    - { name: cp1, address: 10.0.0.11, roles: [etcd] }\n",
+            "    - { name: cp2, address: 10.0.0.12, roles: [etcd] }\n",
+            "  stateDir: /tmp/hactl-connect-test\n",
+        );
+        crate::inventory::load_str(std::path::Path::new("c.yaml"), yaml).unwrap()
+    }
+
+    #[test]
+    fn every_host_is_sorted_and_refusals_list_them_in_the_order_asked() {
+        let inv = inventory();
+        let refs: Vec<&Host> = inv.hosts.iter().collect();
+        let mut conns = BTreeMap::new();
+        conns.insert("cp3".to_string(), Err("refused".to_string()));
+        conns.insert("cp1".to_string(), Err("timed out".to_string()));
+        let r = Reach::sort(&refs, conns);
+        assert!(r.transports.is_empty());
+        assert_eq!(r.unreachable.len(), 3);
+        assert_eq!(r.connection("cp2").err().as_deref(), Some("not connected"));
+        let e = format!("{:#}", r.clone().require_all().err().unwrap());
+        assert!(
+            e.contains("cp3: refused\ncp1: timed out\ncp2: not connected"),
+            "{e}"
+        );
+        assert!(r.warn_unreachable().is_empty());
     }
 }
