@@ -236,10 +236,8 @@ pub async fn take(
     let hwm_now = hwm::record(state, Hwm::now(status.revision, &cluster_id, "snapshot"))?;
     record_hwm_on_hosts(transports, &hwm_now).await;
     let bundle_name = if bundle {
-        let (id, _public) = snapshot::identity(state)?;
-        let files = snapshot::bundle_files(&state.file("pki"));
         let bundle_path = out_dir.join(format!("{stem}.bundle.age"));
-        snapshot::write_bundle(&bundle_path, &state.file("pki"), &files, &[id.to_public()])?;
+        snapshot::write_state_bundle(&bundle_path, state)?;
         Some(
             bundle_path
                 .file_name()
@@ -490,6 +488,15 @@ pub async fn save(args: &SnapshotSaveArgs) -> anyhow::Result<i32> {
             "bundle: {b} (encrypted to {public}; the identity that opens it is {}: keep a copy somewhere safe)",
             state.file(snapshot::IDENTITY_FILE).display()
         );
+    }
+    Ok(super::exit::OK)
+}
+
+/// `hactl etcd snapshot restore-bundle`.
+pub fn restore_bundle(args: &crate::cli::SnapshotRestoreBundleArgs) -> anyhow::Result<i32> {
+    let (_, state) = super::load(&args.inventory)?;
+    for name in snapshot::restore_bundle(&args.bundle, &args.identity, &state)? {
+        println!("{}", state.file(name).display());
     }
     Ok(super::exit::OK)
 }
