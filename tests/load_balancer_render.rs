@@ -166,6 +166,10 @@ fn a_fresh_load_balancer_gets_everything_and_the_vip_is_verified() {
     }
     // The load balancers get no etcd credential at all (no key, no etcd CA).
     assert!(!text.contains("lb1: write /etc/hactl/pki/haproxy/etcd"), "{text}");
+    // keepalived.conf holds the 8-character VRRP password: its hash is not printed either, since
+    // it would allow an offline search of every password against the template.
+    let conf = text.lines().find(|l| l.starts_with("lb1: write /etc/keepalived/keepalived.conf")).unwrap();
+    assert!(conf.ends_with("sha256=withheld (the file holds a short secret)"), "{conf}");
     // Only path, mode, owner, size and sha256 of secrets: no key, no VRRP password.
     assert!(
         !text.contains("PRIVATE KEY") && !text.contains(PASSWORD),

@@ -254,7 +254,8 @@ pub fn keepalived_files(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Upload>, PlanE
             "root",
             "root",
             keepalived_conf(host, ctx.inv, &interface, password)?.into_bytes(),
-        ),
+        )
+        .short_secret(),
     ])
 }
 
