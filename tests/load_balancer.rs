@@ -575,7 +575,8 @@ fn stacked_load_balancers_share_hosts_with_etcd_without_port_clashes() {
             (format!("{vip}:2379"), "haproxy"),
             (format!("{ip}:2379"), "etcd"),
             ("127.0.0.1:2379".to_string(), "etcd"),
-            (format!("{ip}:8404"), "haproxy"),
+            ("127.0.0.1:8404".to_string(), "haproxy"),
+            (format!("{ip}:2381"), "etcd"),
         ] {
             assert!(
                 listening
