@@ -333,7 +333,12 @@ pub fn write_state_bundle(path: &Path, state: &StateDir) -> Result<Vec<String>, 
     write_bundle(path, &state.path, &files, &[id.to_public()])?;
     Ok(files
         .iter()
-        .map(|f| f.strip_prefix(&state.path).unwrap_or(f).to_string_lossy().into_owned())
+        .map(|f| {
+            f.strip_prefix(&state.path)
+                .unwrap_or(f)
+                .to_string_lossy()
+                .into_owned()
+        })
         .collect())
 }
 
@@ -356,9 +361,10 @@ pub enum RestoreBundleError {
 /// Where a bundle entry goes in the state directory. Bundles written before the state-wide
 /// layout named PKI files relative to `pki/` (`etcd/ca.key`); those are mapped there.
 fn restore_name(name: &str) -> Option<&'static str> {
-    BUNDLE_FILES.iter().copied().find(|rel| {
-        *rel == name || rel.strip_prefix("pki/").is_some_and(|r| r == name)
-    })
+    BUNDLE_FILES
+        .iter()
+        .copied()
+        .find(|rel| *rel == name || rel.strip_prefix("pki/").is_some_and(|r| r == name))
 }
 
 /// Restores a state directory from a bundle and the age identity that opens it: every file of
@@ -396,7 +402,11 @@ pub fn restore_bundle(
     let mut written = Vec::new();
     for (rel, data) in &plan {
         // Certificates and public keys as pki::ensure writes them; everything else is a secret.
-        let mode = if rel.ends_with(".crt") || rel.ends_with(".pub") { 0o644 } else { 0o600 };
+        let mode = if rel.ends_with(".crt") || rel.ends_with(".pub") {
+            0o644
+        } else {
+            0o600
+        };
         state.write_file(rel, data, mode).map_err(BundleError::State)?;
         written.push(rel.to_string());
     }
@@ -596,7 +606,9 @@ mod tests {
     fn full_state(dir: &Path) -> StateDir {
         let state = StateDir::open(dir).unwrap();
         for rel in BUNDLE_FILES {
-            state.write_secret(rel, format!("content of {rel}\n").as_bytes()).unwrap();
+            state
+                .write_secret(rel, format!("content of {rel}\n").as_bytes())
+                .unwrap();
         }
         for rel in [
             "pki/etcd/server-cp1.key",
@@ -632,7 +644,10 @@ mod tests {
         ] {
             assert!(names.contains(&must), "{must} missing from {names:?}");
         }
-        assert!(!names.contains(&IDENTITY_FILE), "the identity must not travel in the bundle");
+        assert!(
+            !names.contains(&IDENTITY_FILE),
+            "the identity must not travel in the bundle"
+        );
         for (name, data) in &opened {
             assert_eq!(data, format!("content of {name}\n").as_bytes());
         }
@@ -660,7 +675,10 @@ mod tests {
             );
         }
         assert_eq!(
-            fs_err::metadata(fresh.file("kubernetes/encryption-key")).unwrap().mode() & 0o777,
+            fs_err::metadata(fresh.file("kubernetes/encryption-key"))
+                .unwrap()
+                .mode()
+                & 0o777,
             0o600
         );
         assert_eq!(
@@ -674,14 +692,21 @@ mod tests {
         // Restoring again over it is refused, and writes nothing.
         let before = fs_err::read(fresh.file("vrrp-password")).unwrap();
         let err = restore_bundle(&out, &kept, &fresh).unwrap_err().to_string();
-        assert!(err.contains("already exists: restore into a fresh state directory"), "{err}");
+        assert!(
+            err.contains("already exists: restore into a fresh state directory"),
+            "{err}"
+        );
         assert_eq!(fs_err::read(fresh.file("vrrp-password")).unwrap(), before);
 
         // Another identity does not open it.
         let other = tmp.path().join("other.txt");
         {
             use age::secrecy::ExposeSecret;
-            fs_err::write(&other, age::x25519::Identity::generate().to_string().expose_secret()).unwrap();
+            fs_err::write(
+                &other,
+                age::x25519::Identity::generate().to_string().expose_secret(),
+            )
+            .unwrap();
         }
         let empty = StateDir::open(&tmp.path().join("empty")).unwrap();
         assert!(restore_bundle(&out, &other, &empty).is_err());

@@ -358,7 +358,10 @@ mod tests {
         fs_err::set_permissions(&tmpdir, std::fs::Permissions::from_mode(0o1777)).unwrap();
         let shared = StateDir::open(&tmpdir).unwrap_err().to_string();
         assert!(!shared.contains("chmod 700"), "{shared}");
-        assert!(shared.contains(&format!("such as {}/hactl", tmpdir.display())), "{shared}");
+        assert!(
+            shared.contains(&format!("such as {}/hactl", tmpdir.display())),
+            "{shared}"
+        );
     }
 
     #[test]

@@ -652,14 +652,24 @@ fn load_balancers_hold_no_etcd_credential_and_still_mark_members_up_and_down() {
     // No private key and no etcd CA on the balancer: it holds nothing etcd would accept.
     let keys = lab.exec_ok(
         "lb1",
-        &["sh", "-c", "grep -rl 'PRIVATE KEY' /etc/hactl /etc/haproxy 2>/dev/null || true"],
+        &[
+            "sh",
+            "-c",
+            "grep -rl 'PRIVATE KEY' /etc/hactl /etc/haproxy 2>/dev/null || true",
+        ],
     );
     assert_eq!(keys.trim(), "", "private keys on the balancer");
-    let left = lab.exec("lb1", &["test", "-e", "/etc/hactl/pki/haproxy/etcd-healthcheck.pem"]);
+    let left = lab.exec(
+        "lb1",
+        &["test", "-e", "/etc/hactl/pki/haproxy/etcd-healthcheck.pem"],
+    );
     assert!(!left.status.success(), "the old health-check key was left on lb1");
     // The distribution's haproxy.cfg, overwritten for the first time, was kept.
     let orig = lab.exec_ok("lb1", &["cat", "/etc/haproxy/haproxy.cfg.hactl-orig"]);
-    assert!(orig.contains("global") && !orig.contains("Managed by hactl"), "{orig}");
+    assert!(
+        orig.contains("global") && !orig.contains("Managed by hactl"),
+        "{orig}"
+    );
 
     // What the balancer can do: ask /health, plainly, on the metrics listener.
     let cp1 = lab.ip("cp1").to_string();
@@ -671,11 +681,44 @@ fn load_balancers_hold_no_etcd_credential_and_still_mark_members_up_and_down() {
     let range = r#"{"key":"aGFjdGw="}"#;
     let put = r#"{"key":"aGFjdGw=","value":"eA=="}"#;
     for (what, args) in [
-        ("get on 2379", vec!["-k".to_string(), "-fd".into(), range.into(), format!("https://{cp1}:2379/v3/kv/range")]),
-        ("put on 2379", vec!["-k".to_string(), "-fd".into(), put.into(), format!("https://{cp1}:2379/v3/kv/put")]),
-        ("get on 2381", vec!["-fd".to_string(), range.into(), format!("http://{cp1}:2381/v3/kv/range")]),
-        ("put on 2381", vec!["-fd".to_string(), put.into(), format!("http://{cp1}:2381/v3/kv/put")]),
-        ("peer port 2380", vec!["-kf".to_string(), format!("https://{cp1}:2380/members")]),
+        (
+            "get on 2379",
+            vec![
+                "-k".to_string(),
+                "-fd".into(),
+                range.into(),
+                format!("https://{cp1}:2379/v3/kv/range"),
+            ],
+        ),
+        (
+            "put on 2379",
+            vec![
+                "-k".to_string(),
+                "-fd".into(),
+                put.into(),
+                format!("https://{cp1}:2379/v3/kv/put"),
+            ],
+        ),
+        (
+            "get on 2381",
+            vec![
+                "-fd".to_string(),
+                range.into(),
+                format!("http://{cp1}:2381/v3/kv/range"),
+            ],
+        ),
+        (
+            "put on 2381",
+            vec![
+                "-fd".to_string(),
+                put.into(),
+                format!("http://{cp1}:2381/v3/kv/put"),
+            ],
+        ),
+        (
+            "peer port 2380",
+            vec!["-kf".to_string(), format!("https://{cp1}:2380/members")],
+        ),
     ] {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let (code, body) = curl(&lab, "lb1", &args);
@@ -685,10 +728,22 @@ fn load_balancers_hold_no_etcd_credential_and_still_mark_members_up_and_down() {
     // Health checks still mark members DOWN and UP.
     let up_now = |server: &str| server_status(&lab, "lb1", "etcd-client", server);
     for s in ["cp1", "cp2", "cp3"] {
-        assert!(eventually(Duration::from_secs(10), || up_now(s).ends_with(": UP")), "{s}: {}", up_now(s));
+        assert!(
+            eventually(Duration::from_secs(10), || up_now(s).ends_with(": UP")),
+            "{s}: {}",
+            up_now(s)
+        );
     }
     lab.exec_ok("cp2", &["systemctl", "stop", "etcd"]);
-    assert!(eventually(Duration::from_secs(10), || up_now("cp2").ends_with(": DOWN")), "{}", up_now("cp2"));
+    assert!(
+        eventually(Duration::from_secs(10), || up_now("cp2").ends_with(": DOWN")),
+        "{}",
+        up_now("cp2")
+    );
     lab.exec_ok("cp2", &["systemctl", "start", "etcd"]);
-    assert!(eventually(Duration::from_secs(20), || up_now("cp2").ends_with(": UP")), "{}", up_now("cp2"));
+    assert!(
+        eventually(Duration::from_secs(20), || up_now("cp2").ends_with(": UP")),
+        "{}",
+        up_now("cp2")
+    );
 }

@@ -33,9 +33,18 @@ fn the_stats_page_listens_on_loopback_only_and_checks_need_no_etcd_certificate()
     let inv = example();
     let cfg = hactl::phases::load_balancer::haproxy_cfg(inv.host("lb1").unwrap(), &inv).unwrap();
     assert!(cfg.contains("    bind 127.0.0.1:8404\n"), "{cfg}");
-    assert!(!cfg.contains(&format!("{}:8404", inv.host("lb1").unwrap().address)), "{cfg}");
-    assert!(cfg.contains("server cp1 10.0.0.11:2379 check port 2381\n"), "{cfg}");
-    assert!(!cfg.contains(" crt "), "HAProxy presents a client certificate:\n{cfg}");
+    assert!(
+        !cfg.contains(&format!("{}:8404", inv.host("lb1").unwrap().address)),
+        "{cfg}"
+    );
+    assert!(
+        cfg.contains("server cp1 10.0.0.11:2379 check port 2381\n"),
+        "{cfg}"
+    );
+    assert!(
+        !cfg.contains(" crt "),
+        "HAProxy presents a client certificate:\n{cfg}"
+    );
 }
 
 #[test]
@@ -168,8 +177,14 @@ fn a_fresh_load_balancer_gets_everything_and_the_vip_is_verified() {
     assert!(!text.contains("lb1: write /etc/hactl/pki/haproxy/etcd"), "{text}");
     // keepalived.conf holds the 8-character VRRP password: its hash is not printed either, since
     // it would allow an offline search of every password against the template.
-    let conf = text.lines().find(|l| l.starts_with("lb1: write /etc/keepalived/keepalived.conf")).unwrap();
-    assert!(conf.ends_with("sha256=withheld (the file holds a short secret)"), "{conf}");
+    let conf = text
+        .lines()
+        .find(|l| l.starts_with("lb1: write /etc/keepalived/keepalived.conf"))
+        .unwrap();
+    assert!(
+        conf.ends_with("sha256=withheld (the file holds a short secret)"),
+        "{conf}"
+    );
     // Only path, mode, owner, size and sha256 of secrets: no key, no VRRP password.
     assert!(
         !text.contains("PRIVATE KEY") && !text.contains(PASSWORD),
@@ -216,7 +231,10 @@ fn a_changed_haproxy_cfg_is_validated_and_reloaded_not_restarted() {
         "{text}"
     );
     assert!(!text.contains("lb1:"), "{text}");
-    assert!(text.contains("cp1: wait up to 30s: etcd answers through the VIP"), "{text}");
+    assert!(
+        text.contains("cp1: wait up to 30s: etcd answers through the VIP"),
+        "{text}"
+    );
     assert!(!text.contains("restart"), "{text}");
     assert!(!text.contains("keepalived.service"), "{text}");
 }
@@ -251,6 +269,9 @@ fn a_health_check_key_left_by_an_earlier_hactl_is_removed_after_the_reload() {
         let reload = format!("{lb}: run sudo -n -- systemctl reload haproxy.service");
         let remove = format!("{lb}: run sudo -n -- rm -f /etc/hactl/pki/haproxy/etcd-healthcheck.pem");
         let (r, d) = (text.find(&reload), text.find(&remove));
-        assert!(r.is_some() && d.is_some() && r < d, "{lb}: reload, then remove:\n{text}");
+        assert!(
+            r.is_some() && d.is_some() && r < d,
+            "{lb}: reload, then remove:\n{text}"
+        );
     }
 }

@@ -697,7 +697,11 @@ fn inspect_rejects_text_that_is_not_a_certificate() {
 fn path_len(pem: &str) -> (bool, Option<u32>) {
     let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
     let (_, cert) = x509_parser::parse_x509_certificate(&block.contents).unwrap();
-    let bc = cert.basic_constraints().unwrap().expect("basic constraints").value;
+    let bc = cert
+        .basic_constraints()
+        .unwrap()
+        .expect("basic constraints")
+        .value;
     (bc.ca, bc.path_len_constraint)
 }
 
@@ -729,7 +733,12 @@ fn ecdsa_leaves_only_sign_and_rsa_leaves_may_also_encipher_keys() {
             pki.front_proxy_client().unwrap(),
         ];
         for files in leaves {
-            assert_eq!(info(files).key_usages, want, "{key_type:?} {}", files.cert_path.display());
+            assert_eq!(
+                info(files).key_usages,
+                want,
+                "{key_type:?} {}",
+                files.cert_path.display()
+            );
         }
     }
 }

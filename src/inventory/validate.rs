@@ -260,7 +260,10 @@ impl Checker {
         let backup = self.backup(&spec.backup);
         if let Some(etcd) = &etcd {
             let nested = |inner: &str, outer: &str| {
-                inner == outer || inner.strip_prefix(outer).is_some_and(|rest| rest.starts_with('/'))
+                inner == outer
+                    || inner
+                        .strip_prefix(outer)
+                        .is_some_and(|rest| rest.starts_with('/'))
             };
             if nested(&backup.dir, &etcd.data_dir) || nested(&etcd.data_dir, &backup.dir) {
                 // `reset` and `recover` move the data dir aside (and the backups with it), and the
@@ -993,7 +996,10 @@ impl Checker {
             "etcd",
         );
 
-        let data_dir = match host_dir(raw.data_dir.as_deref().unwrap_or("/var/lib/etcd"), "/var/lib/etcd") {
+        let data_dir = match host_dir(
+            raw.data_dir.as_deref().unwrap_or("/var/lib/etcd"),
+            "/var/lib/etcd",
+        ) {
             Ok(dir) => dir,
             Err(message) => {
                 self.report("etcd.dataDir", message);
@@ -1287,7 +1293,10 @@ const ETCD_FLAGS_SET: &[(&str, Option<&str>)] = &[
 /// value systemd passes through as written (ExecStart expands `%` and `$`, honours quotes and
 /// `;`, splits at whitespace, and a trailing `\` would join the next line of the unit).
 fn etcd_extra_arg(arg: &str) -> Result<(), String> {
-    let Some(flag) = arg.strip_prefix("--").filter(|f| !f.is_empty() && !f.starts_with('-')) else {
+    let Some(flag) = arg
+        .strip_prefix("--")
+        .filter(|f| !f.is_empty() && !f.starts_with('-'))
+    else {
         return Err(format!("{arg:?} is not a flag: write --name=value"));
     };
     let name = flag.split_once('=').map_or(flag, |(n, _)| n);
@@ -1321,12 +1330,53 @@ fn etcd_extra_arg(arg: &str) -> Result<(), String> {
 /// Directories hactl must never create, chown, chmod or move aside on a host, compared after
 /// normalising (one trailing `/` dropped; `.`, `..` and empty segments are refused before).
 const SYSTEM_DIRS: &[&str] = &[
-    "/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/lost+found",
-    "/media", "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/snap", "/srv", "/sys", "/tmp", "/usr",
-    "/usr/bin", "/usr/include", "/usr/lib", "/usr/lib64", "/usr/libexec", "/usr/local", "/usr/local/bin",
-    "/usr/local/lib", "/usr/local/sbin", "/usr/sbin", "/usr/share", "/usr/src", "/var", "/var/backups",
-    "/var/cache", "/var/lib", "/var/local", "/var/lock", "/var/log", "/var/mail", "/var/opt", "/var/run",
-    "/var/spool", "/var/tmp",
+    "/",
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/home",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/lost+found",
+    "/media",
+    "/mnt",
+    "/opt",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/snap",
+    "/srv",
+    "/sys",
+    "/tmp",
+    "/usr",
+    "/usr/bin",
+    "/usr/include",
+    "/usr/lib",
+    "/usr/lib64",
+    "/usr/libexec",
+    "/usr/local",
+    "/usr/local/bin",
+    "/usr/local/lib",
+    "/usr/local/sbin",
+    "/usr/sbin",
+    "/usr/share",
+    "/usr/src",
+    "/var",
+    "/var/backups",
+    "/var/cache",
+    "/var/lib",
+    "/var/local",
+    "/var/lock",
+    "/var/log",
+    "/var/mail",
+    "/var/opt",
+    "/var/run",
+    "/var/spool",
+    "/var/tmp",
 ];
 
 /// Trees whose contents are not kept on disk (or not files at all): nothing of etcd's belongs
@@ -1340,15 +1390,28 @@ const VOLATILE_TREES: &[&str] = &["/dev", "/proc", "/run", "/sys", "/tmp", "/var
 /// `.`, `..` and empty segments are refused first, and what remains is compared segment-wise.
 fn host_dir(dir: &str, example: &str) -> Result<String, String> {
     if !dir.starts_with('/') {
-        return Err(format!("{dir:?} is not an absolute path: write one, e.g. {example}"));
+        return Err(format!(
+            "{dir:?} is not an absolute path: write one, e.g. {example}"
+        ));
     }
-    if !dir.chars().all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c)) {
+    if !dir
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c))
+    {
         return Err(format!(
             "{dir:?}: use a plain absolute path (letters, digits, '/', '.', '_', '-'), e.g. {example}"
         ));
     }
-    let trimmed = if dir.len() > 1 { dir.strip_suffix('/').unwrap_or(dir) } else { dir };
-    if trimmed != "/" && trimmed[1..].split('/').any(|seg| seg.is_empty() || seg == "." || seg == "..") {
+    let trimmed = if dir.len() > 1 {
+        dir.strip_suffix('/').unwrap_or(dir)
+    } else {
+        dir
+    };
+    if trimmed != "/"
+        && trimmed[1..]
+            .split('/')
+            .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+    {
         return Err(format!(
             "{dir:?} has a '.', '..' or empty segment: write the directory plainly, e.g. {example}"
         ));

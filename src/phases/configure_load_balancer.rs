@@ -79,7 +79,11 @@ impl Phase for ConfigureLoadBalancer {
         if f.files.contains_key(lb::ETCD_HEALTHCHECK_PEM) {
             // An earlier hactl gave HAProxy an etcd client certificate for its checks (one that
             // could read and write every key). The config just loaded no longer names it.
-            steps.push(Step::Run(RemoteCommand::new(["rm", "-f", lb::ETCD_HEALTHCHECK_PEM])));
+            steps.push(Step::Run(RemoteCommand::new([
+                "rm",
+                "-f",
+                lb::ETCD_HEALTHCHECK_PEM,
+            ])));
         }
         unit_steps(ctx, host, lb::KEEPALIVED_UNIT, keepalived_changed, &mut steps);
         Ok(steps)

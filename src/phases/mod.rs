@@ -311,7 +311,10 @@ mod tests {
             .env("PATH", path)
             .output()
             .unwrap();
-        (out.status.code().unwrap_or(-1), fs_err::read_to_string(&seen).unwrap_or_default())
+        (
+            out.status.code().unwrap_or(-1),
+            fs_err::read_to_string(&seen).unwrap_or_default(),
+        )
     }
 
     #[test]
@@ -352,7 +355,13 @@ mod tests {
 
     #[test]
     fn a_foreign_config_is_kept_once_before_the_first_overwrite() {
-        let up = Upload::new(crate::load_balancer::HAPROXY_CFG, 0o644, "root", "root", b"new".to_vec());
+        let up = Upload::new(
+            crate::load_balancer::HAPROXY_CFG,
+            0o644,
+            "root",
+            "root",
+            b"new".to_vec(),
+        );
         let mut f = HostFacts::default();
         f.files.insert(
             up.path.clone(),
@@ -369,7 +378,10 @@ mod tests {
         let Some(Step::Run(cmd)) = keep_original(&f, &up) else {
             panic!("no keep step for a foreign haproxy.cfg");
         };
-        assert_eq!(cmd.argv.last().map(String::as_str), Some(crate::load_balancer::HAPROXY_CFG));
+        assert_eq!(
+            cmd.argv.last().map(String::as_str),
+            Some(crate::load_balancer::HAPROXY_CFG)
+        );
 
         // Run it for real: the first copy is kept, a second run does not overwrite it.
         let tmp = tempfile::tempdir().unwrap();
@@ -378,7 +390,11 @@ mod tests {
         let run = |file: &std::path::Path| {
             let mut argv = cmd.argv.clone();
             *argv.last_mut().unwrap() = file.display().to_string();
-            assert!(std::process::Command::new(&argv[0]).args(&argv[1..]).status().unwrap().success());
+            assert!(std::process::Command::new(&argv[0])
+                .args(&argv[1..])
+                .status()
+                .unwrap()
+                .success());
         };
         run(&file);
         fs_err::write(&file, "hactl's").unwrap();
@@ -387,7 +403,13 @@ mod tests {
         assert_eq!(fs_err::read_to_string(orig).unwrap(), "distribution's");
 
         // Only the configs listed, and only when the upload changes the file.
-        let key = Upload::new("/etc/hactl/pki/etcd/server.key", 0o600, "etcd", "etcd", b"k".to_vec());
+        let key = Upload::new(
+            "/etc/hactl/pki/etcd/server.key",
+            0o600,
+            "etcd",
+            "etcd",
+            b"k".to_vec(),
+        );
         f.foreign.insert(key.path.clone());
         assert!(keep_original(&f, &key).is_none());
     }
