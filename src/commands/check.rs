@@ -464,7 +464,10 @@ mod tests {
         // The load balancers' health checks ask etcd's metrics listener on 2381.
         let inv = stacked();
         let mut f = good_facts();
-        f.listeners.entry(2381).or_default().insert("node_exporter".to_string());
+        f.listeners
+            .entry(2381)
+            .or_default()
+            .insert("node_exporter".to_string());
         let rows = evaluate(&inv, &inv.hosts[0], Ok(&f), f.time_ns);
         let (v, detail) = verdict(&rows, "ports");
         assert_eq!(v, Verdict::Fail);
