@@ -12,7 +12,7 @@ cargo clippy --all-targets --locked -- -D warnings
 # out loud and bans and sources are still checked.
 command -v cargo-deny >/dev/null 2>&1 || cargo install --locked cargo-deny
 if cargo deny --locked fetch db; then
-  cargo deny --locked check --disable-fetch advisories bans sources
+  cargo deny --locked --offline check advisories bans sources
 else
   echo "SKIPPED cargo deny check advisories: the advisory database could not be fetched (error above); bans and sources are checked"
   cargo deny --locked check bans sources
