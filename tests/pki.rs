@@ -632,7 +632,9 @@ fn an_etcd_only_inventory_gets_only_the_etcd_pki() {
     inv.kubernetes = None;
     let pki = ensure(dir.path(), &inv, NOW);
     assert!(pki.entries.iter().all(|e| e.name.starts_with("etcd/")));
-    assert_eq!(pki.entries.len(), 1 + 5 * 2 + 3);
+    // The CA, a server and a peer certificate per member, hactl's and the apiserver's clients
+    // (no health-check client: the load balancers hold no etcd credential).
+    assert_eq!(pki.entries.len(), 1 + 5 * 2 + 2);
     assert!(pki.kubernetes_ca().is_none());
     assert!(pki.service_account_key().is_none());
     assert!(!dir.path().join("kubernetes").exists());
