@@ -156,6 +156,20 @@ pub enum SnapshotCommand {
     Save(SnapshotSaveArgs),
     /// Check a snapshot file: size rule, appended sha256, status and a trial restore on a host.
     Verify(SnapshotVerifyArgs),
+    /// Rebuild a lost state directory (CAs, service-account and encryption keys, VRRP password)
+    /// from an encrypted bundle and the identity that opens it; then `hactl recover --from-snapshot`.
+    RestoreBundle(SnapshotRestoreBundleArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SnapshotRestoreBundleArgs {
+    /// The `<snapshot>.bundle.age` written beside a snapshot.
+    pub bundle: PathBuf,
+    /// The age identity that opens it (the copy of `backup-identity.txt` kept apart).
+    #[arg(long)]
+    pub identity: PathBuf,
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -46,6 +46,10 @@ pub struct HostFacts {
     pub units: BTreeMap<String, UnitState>,
     /// Managed path → its state; absent paths are missing here.
     pub files: BTreeMap<String, FileState>,
+    /// Managed paths that exist without hactl's `Managed by hactl` header in their first lines
+    /// (the distribution's or the operator's own file): kept as `<file>.hactl-orig` before the
+    /// first overwrite.
+    pub foreign: std::collections::BTreeSet<String>,
     /// Addresses on the host's interfaces (`ip -o addr show`), in the order `ip` lists them.
     pub addresses: Vec<InterfaceAddress>,
 }
@@ -127,7 +131,10 @@ for a in "$@"; do
        s=$(systemctl show "$u" -p ActiveState -p MainPID -p UnitFileState 2>/dev/null | tr '\n' ' ')
        echo "unit $u $s" ;;
   f:*) p=${a#f:}
-       if [ -f "$p" ]; then echo "file $p $(sha256sum "$p" | cut -d' ' -f1) $(stat -c '%a %U %G' "$p")"; fi ;;
+       if [ -f "$p" ]; then
+         echo "file $p $(sha256sum "$p" | cut -d' ' -f1) $(stat -c '%a %U %G' "$p")"
+         head -n 3 "$p" | grep -q 'Managed by hactl' || echo "foreign $p"
+       fi ;;
   b:*) b=${a#b:}; w=$(command -v "$b" 2>/dev/null) && echo "bin $b $w" ;;
   esac
 done
@@ -237,6 +244,11 @@ pub fn parse(text: &str) -> HostFacts {
                         }
                     }
                     f.units.insert(name.to_string(), u);
+                }
+            }
+            "foreign" => {
+                if let Some(path) = rest.first() {
+                    f.foreign.insert(path.to_string());
                 }
             }
             "file" => {

@@ -52,6 +52,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Etcd(crate::cli::EtcdCommand::Snapshot(cmd)) => match cmd {
             crate::cli::SnapshotCommand::Save(args) => etcd::save(&args).await,
             crate::cli::SnapshotCommand::Verify(args) => etcd::verify(&args).await,
+            crate::cli::SnapshotCommand::RestoreBundle(args) => etcd::restore_bundle(&args),
         },
         Command::Etcd(crate::cli::EtcdCommand::Maintenance(args)) => etcd_maintenance::run(&args).await,
         Command::Recover(args) => recover::run(&args).await,

@@ -27,7 +27,8 @@ pub const ETCDCTL_WRAPPER: &str = "/usr/local/sbin/hactl-etcdctl";
 pub const MEMBER_SCRIPT: &str = "/usr/local/sbin/hactl-etcd-member";
 /// Where release and bundle binaries go.
 pub const BIN_DIR: &str = "/usr/local/bin";
-/// etcd's metrics and plain `/health` listener, on loopback only.
+/// etcd's metrics and plain `/health` listener: on loopback, and on the member's address when
+/// load balancers health-check it (plain HTTP, no certificate; it serves no key).
 pub const METRICS_PORT: u16 = 2381;
 
 /// In the state directory: the token of the current lineage, written by `hactl recover`.

@@ -149,7 +149,9 @@ fn self_signed(ledger: &Ledger<'_>, kind: CaKind, cluster: &str, key: &KeyPair) 
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, kind.common_name(cluster));
     params.distinguished_name = dn;
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // pathLenConstraint 0: a CA of hactl's signs leaves only, never another CA (so a leaked leaf
+    // key with a CA bit slipped in could not mint certificates either).
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     params.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
         KeyUsagePurpose::CrlSign,

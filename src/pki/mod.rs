@@ -20,7 +20,7 @@
 //! etcd/peer-<host>.{crt,key}             per etcd host: peer cert (server+client auth)
 //! etcd/hactl-client.{crt,key}            CN hactl: hactl's own etcd client
 //! etcd/apiserver-etcd-client.{crt,key}   CN kube-apiserver-etcd-client
-//! etcd/healthcheck-client.{crt,key}      CN kube-etcd-healthcheck-client: HAProxy's etcd health checks
+//!                                        (no health-check client: HAProxy asks etcd's metrics listener)
 //! -- only when the inventory has a `kubernetes` section: --
 //! kubernetes/ca.{crt,key}                Kubernetes CA
 //! kubernetes/apiserver-<host>.{crt,key}  per control-plane host (VIP, all control-plane names, service IP…)
@@ -215,8 +215,6 @@ pub enum EtcdClient {
     Hactl,
     /// kube-apiserver's `--etcd-certfile`.
     ApiServer,
-    /// HAProxy's health checks of etcd.
-    HealthCheck,
 }
 
 impl EtcdClient {
@@ -225,7 +223,6 @@ impl EtcdClient {
         match self {
             EtcdClient::Hactl => "etcd/hactl-client",
             EtcdClient::ApiServer => "etcd/apiserver-etcd-client",
-            EtcdClient::HealthCheck => "etcd/healthcheck-client",
         }
     }
 }
