@@ -122,6 +122,11 @@ pub async fn prepare_with(
     )
     .await
     .context("failed to prepare the etcd binaries")?;
+    // The version the uploaded etcd will run, compared with etcd.version before any restart.
+    view.binary_version = binaries
+        .as_ref()
+        .and_then(|b| binaries::reported_version(b, "etcd", &state.path.join("downloads").join("run")))
+        .and_then(|v| crate::etcd::upgrade::parse(&v));
     let kubernetes = kubernetes_inputs(&inv, &state).await?;
     let vrrp_password = if inv.with_role(Role::LoadBalancer).is_empty() {
         None
@@ -138,7 +143,7 @@ pub async fn prepare_with(
         vrrp_password: vrrp_password.as_deref(),
     };
     let mut plan = match phases::build(&phases(), &ctx) {
-        Err(phases::PlanError::Kubernetes(e)) if e.is_refusal() => {
+        Err(e) if e.is_refusal() => {
             return Err(anyhow::Error::new(super::Refusal {
                 code: super::exit::REFUSED,
                 message: e.to_string(),
