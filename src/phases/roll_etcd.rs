@@ -3,7 +3,9 @@
 //! the installed or uploaded binary's), one at a time: each restart waits for the whole cluster
 //! to be healthy before, moves leadership off the member, and waits for the member (at its new
 //! version) and the cluster after, so the cluster never loses quorum; the leader goes last, so
-//! leadership moves once at most; a member that does not come back stops the rollout.
+//! leadership moves once at most; a member that does not come back stops the rollout, with its
+//! HAProxy `etcd-client` backend still in maintenance (the load balancers send a restarting
+//! member no new client connection, so clients through the VIP see no failed request).
 //!
 //! A version change is checked against the rules in `etcd::upgrade` before anything is planned:
 //! a minor skip, a minor downgrade and a binary that is not the declared version are refused.
@@ -14,6 +16,7 @@ use std::time::Duration;
 use semver::Version;
 
 use super::etcd_files::{binary_paths, member_files};
+use super::load_balancer::{drain_backend_steps, ready_backend_steps, Backend};
 use super::{differs, per_host, Ctx, Phase, PlanError};
 use crate::etcd::upgrade::{self, MemberVersion};
 use crate::etcd::{probe, UNIT};
@@ -260,6 +263,34 @@ impl Phase for RollEtcd {
                 }
             }
         }
+        // HAProxy sends the member no new client connection while it restarts (only on the
+        // load balancers already serving: a first `up` configures them after this phase).
+        let serving: Vec<&str> = ctx
+            .inv
+            .with_role(Role::LoadBalancer)
+            .into_iter()
+            .filter(|lb| ctx.facts(lb).files.contains_key(crate::load_balancer::HAPROXY_CLI))
+            .map(|lb| lb.name.as_str())
+            .collect();
+        let on_serving = |steps: Vec<HostSteps>| -> Vec<HostSteps> {
+            steps.into_iter().filter(|h| serving.contains(&h.host.as_str())).collect()
+        };
+        let mut hosts = Vec::new();
+        for member in phase.hosts.drain(..) {
+            if member.steps.is_empty() {
+                continue;
+            }
+            let name = member.host.clone();
+            hosts.extend(on_serving(drain_backend_steps(ctx.inv, Backend::EtcdClient, &name)));
+            hosts.push(member);
+            hosts.extend(on_serving(ready_backend_steps(
+                ctx.inv,
+                Backend::EtcdClient,
+                &name,
+                Duration::from_secs(60),
+            )));
+        }
+        phase.hosts = hosts;
         phases.push(phase);
         Ok(phases)
     }
