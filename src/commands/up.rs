@@ -93,8 +93,18 @@ pub async fn prepare_with(
     args: &UpArgs,
     wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
 ) -> anyhow::Result<Prepared> {
+    prepare_renewing(args, wrap, &[]).await
+}
+
+/// [`prepare_with`], re-issuing the leaves named in `renew` first (`hactl certs renew`): the
+/// plan then uploads them and restarts what reads them, as for any changed certificate.
+pub async fn prepare_renewing(
+    args: &UpArgs,
+    wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
+    renew: &[String],
+) -> anyhow::Result<Prepared> {
     let (inv, state) = super::load(&args.inventory)?;
-    let pki = pki::ensure(&state.path.join("pki"), &inv, time::OffsetDateTime::now_utc())
+    let pki = pki::ensure_renewing(&state.path.join("pki"), &inv, time::OffsetDateTime::now_utc(), renew)
         .context("failed to prepare the cluster's certificates")?;
     for change in pki.report.iter().filter(|c| c.is_change()) {
         tracing::info!("pki: {change}");
@@ -327,11 +337,16 @@ pub async fn plan(args: &UpArgs) -> anyhow::Result<i32> {
 
 /// `hactl up`: converges the hosts on the inventory.
 pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
+    up_renewing(args, &[]).await
+}
+
+/// [`up`], re-issuing the leaves named in `renew` first (`hactl certs renew`).
+pub async fn up_renewing(args: &UpArgs, renew: &[String]) -> anyhow::Result<i32> {
     let started = Instant::now();
     let (inv, state) = super::load(&args.inventory)?;
     let _lock = state.lock("up").context("cannot start hactl up")?;
     drop((inv, state));
-    let prepared = prepare(args).await?;
+    let prepared = prepare_renewing(args, |t| t, renew).await?;
     if let Some(path) = write_admin_kubeconfig(&prepared.inv, &prepared.state, &prepared.pki)? {
         tracing::info!("admin kubeconfig: {}", path.display());
     }
