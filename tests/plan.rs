@@ -397,5 +397,5 @@ fn a_bundle_binary_that_is_not_the_declared_version_is_refused() {
         vrrp_password: None,
     };
     let err = phases::build(&hactl::commands::up::phases(), &ctx).unwrap_err();
-    assert_eq!(err.to_string(), "refused by rule U-binary: the etcd binary from bundle /srv/etcd-3.5.17 is version 3.5.17, but the inventory declares etcd.version 3.5.16; nothing was restarted: put etcd 3.5.16 binaries in bundle /srv/etcd-3.5.17, or set etcd.version to 3.5.17, and run again");
+    assert_eq!(err.to_string(), "refused by rule U-binary: the etcd binary from bundle /srv/etcd-3.5.17 is version 3.5.17, but the inventory declares etcd.version 3.5.16; nothing was restarted: make bundle /srv/etcd-3.5.17 provide etcd 3.5.16 (a bundle: its binaries; a package: the version apt installs), or set etcd.version to 3.5.17, and run again");
 }

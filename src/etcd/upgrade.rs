@@ -20,7 +20,7 @@ pub struct MemberVersion {
 /// An etcd version change hactl will not make.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UpgradeRefusal {
-    #[error("refused by rule U-binary: the etcd binary from {origin} is version {binary}, but the inventory declares etcd.version {declared}; nothing was restarted: put etcd {declared} binaries in {origin}, or set etcd.version to {binary}, and run again")]
+    #[error("refused by rule U-binary: the etcd binary from {origin} is version {binary}, but the inventory declares etcd.version {declared}; nothing was restarted: make {origin} provide etcd {declared} (a bundle: its binaries; a package: the version apt installs), or set etcd.version to {binary}, and run again")]
     BinaryMismatch {
         origin: String,
         binary: Version,
@@ -143,7 +143,7 @@ mod tests {
         assert_eq!(target(Some(&v("3.5.16")), None, "package"), Ok(Some(v("3.5.16"))));
         assert_eq!(target(None, None, "package"), Ok(None));
         let err = target(Some(&v("3.5.17")), Some(&v("3.5.16")), "bundle /b").unwrap_err();
-        assert_eq!(err.to_string(), "refused by rule U-binary: the etcd binary from bundle /b is version 3.5.16, but the inventory declares etcd.version 3.5.17; nothing was restarted: put etcd 3.5.17 binaries in bundle /b, or set etcd.version to 3.5.16, and run again");
+        assert_eq!(err.to_string(), "refused by rule U-binary: the etcd binary from bundle /b is version 3.5.16, but the inventory declares etcd.version 3.5.17; nothing was restarted: make bundle /b provide etcd 3.5.17 (a bundle: its binaries; a package: the version apt installs), or set etcd.version to 3.5.16, and run again");
     }
 
     #[test]
