@@ -210,7 +210,10 @@ mod version_tests {
         let dir = tempfile::tempdir().unwrap();
         let script = b"#!/bin/sh\necho 'etcd Version: 3.5.16'\necho 'Git SHA: x'\n".to_vec();
         let bins = LocalBinaries {
-            files: vec![("etcd".into(), script), ("etcdctl".into(), b"\x7fELF-not-runnable".to_vec())],
+            files: vec![
+                ("etcd".into(), script),
+                ("etcdctl".into(), b"\x7fELF-not-runnable".to_vec()),
+            ],
             origin: "test".into(),
         };
         assert_eq!(

@@ -99,7 +99,9 @@ pub fn read_state(pki_dir: &Path) -> Vec<(String, String)> {
             if path.extension().and_then(|e| e.to_str()) != Some("crt") {
                 continue;
             }
-            let Ok(pem) = fs_err::read_to_string(&path) else { continue };
+            let Ok(pem) = fs_err::read_to_string(&path) else {
+                continue;
+            };
             let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("?");
             found.push((format!("{sub}/{stem}"), pem));
         }
@@ -202,7 +204,9 @@ pub fn table(rows: &[CertRow]) -> String {
         lines.push([
             r.location.clone(),
             r.file.clone(),
-            r.error.clone().map_or(r.subject.clone(), |e| format!("unreadable: {e}")),
+            r.error
+                .clone()
+                .map_or(r.subject.clone(), |e| format!("unreadable: {e}")),
             r.issuer.clone(),
             r.serial.clone(),
             r.not_after.get(..10).unwrap_or_default().to_string(),
@@ -219,7 +223,13 @@ pub fn table(rows: &[CertRow]) -> String {
         let cells: Vec<String> = l
             .iter()
             .enumerate()
-            .map(|(i, c)| if i == 8 { c.clone() } else { format!("{c:<w$}", w = widths[i]) })
+            .map(|(i, c)| {
+                if i == 8 {
+                    c.clone()
+                } else {
+                    format!("{c:<w$}", w = widths[i])
+                }
+            })
             .collect();
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
@@ -269,9 +279,22 @@ mod tests {
     fn host_copies_match_the_state_directory_by_their_bytes() {
         let (_dir, state) = test_pki();
         let names: Vec<&str> = state.iter().map(|(n, _)| n.as_str()).collect();
-        assert!(names.contains(&"etcd/ca") && names.contains(&"etcd/server-cp1"), "{names:?}");
-        let server = state.iter().find(|(n, _)| n == "etcd/server-cp1").unwrap().1.clone();
-        let peer = state.iter().find(|(n, _)| n == "etcd/peer-cp1").unwrap().1.clone();
+        assert!(
+            names.contains(&"etcd/ca") && names.contains(&"etcd/server-cp1"),
+            "{names:?}"
+        );
+        let server = state
+            .iter()
+            .find(|(n, _)| n == "etcd/server-cp1")
+            .unwrap()
+            .1
+            .clone();
+        let peer = state
+            .iter()
+            .find(|(n, _)| n == "etcd/peer-cp1")
+            .unwrap()
+            .1
+            .clone();
         // The host's probe output: server.crt is the state's, peer.crt holds the server's
         // certificate (a stale copy), and a .pem with a key beside it yields the certificate only.
         let probe = format!(
@@ -282,10 +305,18 @@ mod tests {
         let rows = report(&state, &[("cp1".into(), files)], OffsetDateTime::now_utc());
         let host: Vec<&CertRow> = rows.iter().filter(|r| r.location == "cp1").collect();
         assert_eq!(host[0].matches.as_deref(), Some("etcd/server-cp1"));
-        assert_eq!(host[1].matches.as_deref(), Some("etcd/server-cp1"), "same bytes, so it matches the server's");
+        assert_eq!(
+            host[1].matches.as_deref(),
+            Some("etcd/server-cp1"),
+            "same bytes, so it matches the server's"
+        );
         assert_eq!(host[2].matches.as_deref(), Some("etcd/peer-cp1"));
         assert_eq!(host[0].subject, "cp1");
-        assert!(host[0].sans.contains(&"10.0.0.11".to_string()), "{:?}", host[0].sans);
+        assert!(
+            host[0].sans.contains(&"10.0.0.11".to_string()),
+            "{:?}",
+            host[0].sans
+        );
         assert!(host[0].days_left > 300);
         let text = table(&rows);
         assert!(text.starts_with("LOCATION"), "{text}");
@@ -296,7 +327,12 @@ mod tests {
     fn a_copy_that_is_none_of_the_state_certificates_differs_and_is_a_problem() {
         let (_dir, state) = test_pki();
         let (_other, other_state) = test_pki();
-        let foreign = other_state.iter().find(|(n, _)| n == "etcd/server-cp1").unwrap().1.clone();
+        let foreign = other_state
+            .iter()
+            .find(|(n, _)| n == "etcd/server-cp1")
+            .unwrap()
+            .1
+            .clone();
         let files = parse_probe(&format!("== /etc/hactl/pki/etcd/server.crt\n{foreign}"));
         let rows = report(&state, &[("cp1".into(), files)], OffsetDateTime::now_utc());
         let host = rows.iter().find(|r| r.location == "cp1").unwrap();
@@ -304,7 +340,9 @@ mod tests {
         assert!(table(&rows).contains("DIFFERS"));
         let p = problems(&rows, 30);
         assert_eq!(p.len(), 1, "{p:?}");
-        assert!(p[0].starts_with("cp1: /etc/hactl/pki/etcd/server.crt is not the state directory's certificate"));
+        assert!(
+            p[0].starts_with("cp1: /etc/hactl/pki/etcd/server.crt is not the state directory's certificate")
+        );
         // Every state certificate within a threshold longer than its life is a problem.
         assert_eq!(problems(&rows, 4000).len(), 1 + state.len());
     }
@@ -342,7 +380,11 @@ mod name_tests {
     #[test]
     fn unknown_names_are_listed() {
         let known = vec!["etcd/server-cp1".to_string(), "etcd/peer-cp1".to_string()];
-        let names = vec!["etcd/server-cp1".to_string(), "etcd/ca".to_string(), "server-cp9".to_string()];
+        let names = vec![
+            "etcd/server-cp1".to_string(),
+            "etcd/ca".to_string(),
+            "server-cp9".to_string(),
+        ];
         assert_eq!(super::unknown_names(&names, &known), ["etcd/ca", "server-cp9"]);
     }
 }

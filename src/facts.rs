@@ -225,10 +225,11 @@ pub fn parse(text: &str) -> HostFacts {
             "members" => f.members = serde_json::from_str(&rest.join(" ")).ok(),
             "etcdversion" => f.etcd_version = Some(rest.join(" ")),
             "status" => {
-                f.etcd_status = serde_json::from_str::<Vec<crate::etcd::health::EndpointStatus>>(&rest.join(" "))
-                    .ok()
-                    .and_then(|s| s.into_iter().next())
-                    .map(|s| s.status)
+                f.etcd_status =
+                    serde_json::from_str::<Vec<crate::etcd::health::EndpointStatus>>(&rest.join(" "))
+                        .ok()
+                        .and_then(|s| s.into_iter().next())
+                        .map(|s| s.status)
             }
             "etcdbinary" => {
                 if let Some((path, version)) = rest.split_first() {
@@ -325,7 +326,10 @@ kubeversion kube-apiserver Kubernetes v1.31.4\naddr lo 127.0.0.1/8\naddr host0 1
         assert_eq!(f.kube_versions["kube-apiserver"], "Kubernetes v1.31.4");
         assert_eq!(f.etcd_binaries["/usr/local/bin/etcd"], "etcd Version: 3.5.16");
         let status = f.etcd_status.unwrap();
-        assert_eq!((status.version.as_str(), status.header.member_id, status.leader), ("3.4.23", 7, 7));
+        assert_eq!(
+            (status.version.as_str(), status.header.member_id, status.leader),
+            ("3.4.23", 7, 7)
+        );
     }
 
     #[test]

@@ -46,7 +46,11 @@ fn served_serial(lab: &TestLab, from: &str, ip: &str) -> String {
 
 /// A serial as hex digits without separators or leading zeros, lowercase.
 fn norm(serial: &str) -> String {
-    serial.replace(':', "").to_ascii_lowercase().trim_start_matches('0').to_string()
+    serial
+        .replace(':', "")
+        .to_ascii_lowercase()
+        .trim_start_matches('0')
+        .to_string()
 }
 
 /// `certs check -o json`: exit code and rows.
@@ -88,7 +92,10 @@ fn renewing_a_member_server_certificate_serves_the_new_serial_while_the_cluster_
     let o = hactl(&inv, &["certs", "renew", "etcd/server-cp9"]);
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("no certificate named etcd/server-cp9") && err.contains("etcd/server-cp1"), "{err}");
+    assert!(
+        err.contains("no certificate named etcd/server-cp9") && err.contains("etcd/server-cp1"),
+        "{err}"
+    );
 
     let lab = Arc::new(lab);
     let stop = Arc::new(AtomicBool::new(false));
@@ -133,8 +140,15 @@ fn renewing_a_member_server_certificate_serves_the_new_serial_while_the_cluster_
     writer.join().unwrap();
     assert!(o.status.success());
     let stderr = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(stderr.matches("run systemctl restart etcd.service").count(), 1, "only cp1 restarts: {stderr}");
-    assert!(stderr.contains("cp1: run systemctl restart etcd.service"), "{stderr}");
+    assert_eq!(
+        stderr.matches("run systemctl restart etcd.service").count(),
+        1,
+        "only cp1 restarts: {stderr}"
+    );
+    assert!(
+        stderr.contains("cp1: run systemctl restart etcd.service"),
+        "{stderr}"
+    );
     let (w, f) = (writes.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
     eprintln!(
         "certs renew etcd/server-cp1: {:.1} s; writer through cp2: {w} writes, {f} failed",
@@ -152,7 +166,10 @@ fn renewing_a_member_server_certificate_serves_the_new_serial_while_the_cluster_
         state_server["issuer"],
         "same CA"
     );
-    assert_eq!(row(&rows, "cp1", "/etc/hactl/pki/etcd/server.crt")["matches"], "etcd/server-cp1");
+    assert_eq!(
+        row(&rows, "cp1", "/etc/hactl/pki/etcd/server.crt")["matches"],
+        "etcd/server-cp1"
+    );
     assert_eq!(served_serial(&lab, "cp2", &cp1), new);
     let o = hactl(&inv, &["plan"]);
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "no changes");

@@ -73,7 +73,14 @@ fn set_etcd(inv: &Path, version: Option<&str>, bundle: Option<&Path>) {
 fn member_versions(lab: &TestLab, host: &str) -> Vec<String> {
     let out = lab.exec_ok(
         host,
-        &["/usr/local/sbin/hactl-etcdctl", "endpoint", "status", "--cluster", "-w", "json"],
+        &[
+            "/usr/local/sbin/hactl-etcdctl",
+            "endpoint",
+            "status",
+            "--cluster",
+            "-w",
+            "json",
+        ],
     );
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     v.as_array()
@@ -136,9 +143,18 @@ fn a_bookworm_cluster_upgrades_from_etcd_3_4_to_3_5_under_a_writer_through_the_v
     let o = hactl(&inv, &["plan"]);
     assert!(o.status.success());
     let plan = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert!(plan.contains(&format!("== Roll etcd members to {TARGET}, one at a time (leader last)")), "{plan}");
+    assert!(
+        plan.contains(&format!(
+            "== Roll etcd members to {TARGET}, one at a time (leader last)"
+        )),
+        "{plan}"
+    );
     assert!(plan.contains(&format!("reports etcd {TARGET}")), "{plan}");
-    assert_eq!(plan.matches("run systemctl restart etcd.service").count(), 3, "{plan}");
+    assert_eq!(
+        plan.matches("run systemctl restart etcd.service").count(),
+        3,
+        "{plan}"
+    );
 
     // A writer through VIP:2379 from lb1 would need etcdctl there; cp3's etcdctl speaks to the VIP.
     let vip = lab.lab().vip.to_string();
@@ -197,7 +213,8 @@ fn a_bookworm_cluster_upgrades_from_etcd_3_4_to_3_5_under_a_writer_through_the_v
 
     assert_eq!(member_versions(&lab, "cp1"), [TARGET; 3]);
     assert!(
-        eventually(Duration::from_secs(30), || cluster_version(&lab, "cp1") == "3.5.0"),
+        eventually(Duration::from_secs(30), || cluster_version(&lab, "cp1")
+            == "3.5.0"),
         "cluster version: {}",
         cluster_version(&lab, "cp1")
     );

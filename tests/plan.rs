@@ -336,9 +336,15 @@ fn an_etcd_upgrade_checks_the_binaries_then_rolls_followers_first_and_the_leader
     insta::assert_snapshot!(text);
     let restarts: Vec<usize> = ["cp1", "cp3", "cp2"]
         .iter()
-        .map(|h| text.find(&format!("{h}: run systemctl restart etcd.service")).unwrap())
+        .map(|h| {
+            text.find(&format!("{h}: run systemctl restart etcd.service"))
+                .unwrap()
+        })
         .collect();
-    assert!(restarts.windows(2).all(|w| w[0] < w[1]), "leader cp2 last: {text}");
+    assert!(
+        restarts.windows(2).all(|w| w[0] < w[1]),
+        "leader cp2 last: {text}"
+    );
     // The binary check comes before the first restart.
     assert!(text.find("reports etcd 3.5.16").unwrap() < restarts[0], "{text}");
     // Running the declared version already: nothing to do.
@@ -366,9 +372,17 @@ fn a_minor_skip_and_a_downgrade_are_refused() {
     let inv = inventory(3, dir.path());
     let err = build(&inv, &upgrade_facts(&inv, "3.4.23", "3.6.1")).unwrap_err();
     assert!(err.is_refusal());
-    assert!(err.to_string().starts_with("refused by rule U-skip: cp1 runs etcd 3.4.23 and the target is 3.6.1"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("refused by rule U-skip: cp1 runs etcd 3.4.23 and the target is 3.6.1"),
+        "{err}"
+    );
     let err = build(&inv, &upgrade_facts(&inv, "3.5.16", "3.4.23")).unwrap_err();
-    assert!(err.to_string().starts_with("refused by rule U-downgrade: cp1 runs etcd 3.5.16 and the target is 3.4.23"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("refused by rule U-downgrade: cp1 runs etcd 3.5.16 and the target is 3.4.23"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -29,7 +29,10 @@ pub async fn check(args: &CertsCheckArgs) -> anyhow::Result<i32> {
                 let r = match conn {
                     Some(Ok(t)) => match t.run(&crate::certs::probe_command(&paths)).await {
                         Ok(out) if out.success() => Ok(crate::certs::parse_probe(&out.stdout_str())),
-                        Ok(out) => Err(format!("the certificate probe failed: {}", out.stderr_str().trim())),
+                        Ok(out) => Err(format!(
+                            "the certificate probe failed: {}",
+                            out.stderr_str().trim()
+                        )),
                         Err(e) => Err(format!("{:#}", anyhow::Error::from(e))),
                     },
                     Some(Err(e)) => Err(e),

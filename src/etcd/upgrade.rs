@@ -138,8 +138,14 @@ mod tests {
 
     #[test]
     fn the_target_is_the_declared_version_and_a_different_binary_is_refused() {
-        assert_eq!(target(Some(&v("3.5.16")), Some(&v("3.5.16")), "bundle /b"), Ok(Some(v("3.5.16"))));
-        assert_eq!(target(None, Some(&v("3.5.16")), "bundle /b"), Ok(Some(v("3.5.16"))));
+        assert_eq!(
+            target(Some(&v("3.5.16")), Some(&v("3.5.16")), "bundle /b"),
+            Ok(Some(v("3.5.16")))
+        );
+        assert_eq!(
+            target(None, Some(&v("3.5.16")), "bundle /b"),
+            Ok(Some(v("3.5.16")))
+        );
         assert_eq!(target(Some(&v("3.5.16")), None, "package"), Ok(Some(v("3.5.16"))));
         assert_eq!(target(None, None, "package"), Ok(None));
         let err = target(Some(&v("3.5.17")), Some(&v("3.5.16")), "bundle /b").unwrap_err();
@@ -178,8 +184,16 @@ mod tests {
         let err = check(&members, &v("3.6.1")).unwrap_err();
         assert_eq!(err.to_string(), "refused by rule U-skip: cp2 runs etcd 3.4.23 and the target is 3.6.1, which skips a minor version (etcd upgrades one minor at a time); nothing was restarted: upgrade to 3.5.x first (set etcd.version and the binaries to it, run `hactl up`), then to 3.6.1");
         let err = check(&[running("cp3", "3.5.16")], &v("3.4.23")).unwrap_err();
-        assert!(err.to_string().starts_with("refused by rule U-downgrade: cp3 runs etcd 3.5.16 and the target is 3.4.23"), "{err}");
-        assert!(err.to_string().contains("set etcd.version and the binaries back to 3.5.x"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("refused by rule U-downgrade: cp3 runs etcd 3.5.16 and the target is 3.4.23"),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .contains("set etcd.version and the binaries back to 3.5.x"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -198,8 +212,14 @@ mod tests {
 
     #[test]
     fn the_leader_rolls_last() {
-        assert_eq!(roll_order(&["cp1", "cp2", "cp3"], Some("cp1")), ["cp2", "cp3", "cp1"]);
-        assert_eq!(roll_order(&["cp1", "cp2", "cp3"], Some("cp3")), ["cp1", "cp2", "cp3"]);
+        assert_eq!(
+            roll_order(&["cp1", "cp2", "cp3"], Some("cp1")),
+            ["cp2", "cp3", "cp1"]
+        );
+        assert_eq!(
+            roll_order(&["cp1", "cp2", "cp3"], Some("cp3")),
+            ["cp1", "cp2", "cp3"]
+        );
         assert_eq!(roll_order(&["cp1", "cp2", "cp3"], None), ["cp1", "cp2", "cp3"]);
     }
 

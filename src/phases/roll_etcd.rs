@@ -70,7 +70,10 @@ fn binary_version(host: &Host, ctx: &Ctx<'_>) -> Option<Version> {
     match &ctx.inv.etcd.source {
         BinarySource::Package => {
             let (etcd, _) = binary_paths(&BinarySource::Package);
-            ctx.facts(host).etcd_binaries.get(etcd).and_then(|v| upgrade::parse(v))
+            ctx.facts(host)
+                .etcd_binaries
+                .get(etcd)
+                .and_then(|v| upgrade::parse(v))
         }
         _ => ctx.etcd.binary_version.clone(),
     }
@@ -197,7 +200,11 @@ impl Phase for RollEtcd {
             Step::Wait(probe::member_healthy(&host.name, Duration::from_secs(60))),
         ];
         if let Some(target) = roll.target.as_ref().filter(|_| roll.version_change) {
-            steps.push(Step::Wait(runs_version(&host.name, target, Duration::from_secs(30))));
+            steps.push(Step::Wait(runs_version(
+                &host.name,
+                target,
+                Duration::from_secs(30),
+            )));
         }
         steps.push(Step::Wait(probe::cluster_healthy(
             &format!("after restarting {}", host.name),
@@ -269,11 +276,18 @@ impl Phase for RollEtcd {
             .inv
             .with_role(Role::LoadBalancer)
             .into_iter()
-            .filter(|lb| ctx.facts(lb).files.contains_key(crate::load_balancer::HAPROXY_CLI))
+            .filter(|lb| {
+                ctx.facts(lb)
+                    .files
+                    .contains_key(crate::load_balancer::HAPROXY_CLI)
+            })
             .map(|lb| lb.name.as_str())
             .collect();
         let on_serving = |steps: Vec<HostSteps>| -> Vec<HostSteps> {
-            steps.into_iter().filter(|h| serving.contains(&h.host.as_str())).collect()
+            steps
+                .into_iter()
+                .filter(|h| serving.contains(&h.host.as_str()))
+                .collect()
         };
         let mut hosts = Vec::new();
         for member in phase.hosts.drain(..) {
@@ -281,7 +295,11 @@ impl Phase for RollEtcd {
                 continue;
             }
             let name = member.host.clone();
-            hosts.extend(on_serving(drain_backend_steps(ctx.inv, Backend::EtcdClient, &name)));
+            hosts.extend(on_serving(drain_backend_steps(
+                ctx.inv,
+                Backend::EtcdClient,
+                &name,
+            )));
             hosts.push(member);
             hosts.extend(on_serving(ready_backend_steps(
                 ctx.inv,

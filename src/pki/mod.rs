@@ -42,8 +42,8 @@ use time::OffsetDateTime;
 use crate::inventory::{Inventory, KeyType};
 
 pub use ca::CaKind;
-pub use issue::{inspect, is_signed_by, requests, CertInfo, CertRequest, San, Usage};
 pub(crate) use issue::pem_to_der;
+pub use issue::{inspect, is_signed_by, requests, CertInfo, CertRequest, San, Usage};
 
 /// A leaf is renewed, and a CA warned about, when it expires within this many days, or within a
 /// third of its lifetime when that is shorter (so short-lived certificates are not re-issued on every run).
