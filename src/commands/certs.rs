@@ -8,6 +8,9 @@ use futures::StreamExt;
 use crate::cli::{CertsCheckArgs, CertsRenewArgs, OutputFormat, UpArgs};
 use crate::inventory::Host;
 
+/// One host's certificate files (path, PEM), or why they could not be read.
+type HostRead = Result<Vec<(String, String)>, String>;
+
 /// `hactl certs check`: one read-only round trip per host.
 pub async fn check(args: &CertsCheckArgs) -> anyhow::Result<i32> {
     let (inv, state) = super::load(&args.inventory)?;
@@ -21,29 +24,28 @@ pub async fn check(args: &CertsCheckArgs) -> anyhow::Result<i32> {
     }
     let hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
     let conns = super::connect(&inv, &state, &hosts, &args.connect).await;
-    let results: Vec<(String, Result<Vec<(String, String)>, String>)> =
-        futures::stream::iter(hosts.iter().map(|h| {
-            let conn = conns.get(&h.name).cloned();
-            let paths = crate::certs::host_paths(&super::up::query_for(&inv, h).files);
-            async move {
-                let r = match conn {
-                    Some(Ok(t)) => match t.run(&crate::certs::probe_command(&paths)).await {
-                        Ok(out) if out.success() => Ok(crate::certs::parse_probe(&out.stdout_str())),
-                        Ok(out) => Err(format!(
-                            "the certificate probe failed: {}",
-                            out.stderr_str().trim()
-                        )),
-                        Err(e) => Err(format!("{:#}", anyhow::Error::from(e))),
-                    },
-                    Some(Err(e)) => Err(e),
-                    None => Err("not connected".into()),
-                };
-                (h.name.clone(), r)
-            }
-        }))
-        .buffered(args.connect.concurrency.max(1))
-        .collect()
-        .await;
+    let results: Vec<(String, HostRead)> = futures::stream::iter(hosts.iter().map(|h| {
+        let conn = conns.get(&h.name).cloned();
+        let paths = crate::certs::host_paths(&super::up::query_for(&inv, h).files);
+        async move {
+            let r = match conn {
+                Some(Ok(t)) => match t.run(&crate::certs::probe_command(&paths)).await {
+                    Ok(out) if out.success() => Ok(crate::certs::parse_probe(&out.stdout_str())),
+                    Ok(out) => Err(format!(
+                        "the certificate probe failed: {}",
+                        out.stderr_str().trim()
+                    )),
+                    Err(e) => Err(format!("{:#}", anyhow::Error::from(e))),
+                },
+                Some(Err(e)) => Err(e),
+                None => Err("not connected".into()),
+            };
+            (h.name.clone(), r)
+        }
+    }))
+    .buffered(args.connect.concurrency.max(1))
+    .collect()
+    .await;
     let mut read = Vec::new();
     let mut unreachable = Vec::new();
     for (host, r) in results {

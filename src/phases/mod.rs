@@ -70,8 +70,15 @@ pub enum PlanError {
     NoInterface { host: String, address: String },
     #[error("no VRRP password was loaded for the load balancers (a bug in hactl)")]
     NoVrrpPassword,
+    /// Boxed: the refusal carries versions and names, and every phase returns this error.
     #[error(transparent)]
-    EtcdUpgrade(#[from] crate::etcd::upgrade::UpgradeRefusal),
+    EtcdUpgrade(Box<crate::etcd::upgrade::UpgradeRefusal>),
+}
+
+impl From<crate::etcd::upgrade::UpgradeRefusal> for PlanError {
+    fn from(r: crate::etcd::upgrade::UpgradeRefusal) -> Self {
+        PlanError::EtcdUpgrade(Box::new(r))
+    }
 }
 
 impl PlanError {

@@ -17,7 +17,7 @@ use semver::Version;
 
 use super::etcd_files::{binary_paths, member_files};
 use super::load_balancer::{drain_backend_steps, ready_backend_steps, Backend};
-use super::{differs, per_host, Ctx, Phase, PlanError};
+use super::{differs, Ctx, Phase, PlanError};
 use crate::etcd::upgrade::{self, MemberVersion};
 use crate::etcd::{probe, UNIT};
 use crate::inventory::{BinarySource, Host, Inventory, Role};
@@ -91,6 +91,9 @@ fn origin(host: &Host, inv: &Inventory) -> String {
 /// Every running member's roll, in inventory order; refuses a version change the rules forbid.
 fn decide(ctx: &Ctx<'_>) -> Result<BTreeMap<String, MemberRoll>, PlanError> {
     let members = member_versions(ctx);
+    // Hashed once per plan: the binary is tens of MB and the same for every member.
+    let binary_sha256 = binary_sha256(ctx);
+    let binary_path = format!("{}/etcd", crate::etcd::BIN_DIR);
     let mut rolls = BTreeMap::new();
     for m in &members {
         let host = ctx.inv.host(&m.host).expect("members come from the inventory");
@@ -103,10 +106,13 @@ fn decide(ctx: &Ctx<'_>) -> Result<BTreeMap<String, MemberRoll>, PlanError> {
             upgrade::check(&members, t)?;
         }
         let f = ctx.facts(host);
-        let files_changed = member_files(host, ctx)?
-            .iter()
-            .chain(binary_upload(host, ctx).iter())
-            .any(|u| needs_restart(&u.path) && differs(f, u));
+        let binary_changed = binary_sha256
+            .as_ref()
+            .is_some_and(|sha| f.files.get(&binary_path).is_none_or(|have| have.sha256 != *sha));
+        let files_changed = binary_changed
+            || member_files(host, ctx)?
+                .iter()
+                .any(|u| needs_restart(&u.path) && differs(f, u));
         rolls.insert(
             m.host.clone(),
             MemberRoll {
@@ -119,22 +125,12 @@ fn decide(ctx: &Ctx<'_>) -> Result<BTreeMap<String, MemberRoll>, PlanError> {
     Ok(rolls)
 }
 
-/// The etcd binary `InstallEtcd` uploads for a bundle or release (none for packages).
-fn binary_upload(_host: &Host, ctx: &Ctx<'_>) -> Vec<crate::plan::Upload> {
-    let Some(bins) = ctx.binaries else { return vec![] };
-    bins.files
-        .iter()
-        .filter(|(name, _)| name == "etcd")
-        .map(|(name, content)| {
-            crate::plan::Upload::new(
-                format!("{}/{name}", crate::etcd::BIN_DIR),
-                0o755,
-                "root",
-                "root",
-                content.clone(),
-            )
-        })
-        .collect()
+/// The sha256 of the etcd binary `InstallEtcd` uploads for a bundle or release (none for packages).
+fn binary_sha256(ctx: &Ctx<'_>) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let bins = ctx.binaries?;
+    let (_, content) = bins.files.iter().find(|(name, _)| name == "etcd")?;
+    Some(hex::encode(Sha256::digest(content)))
 }
 
 /// Reads the member's version from its own `endpoint status`.
@@ -182,41 +178,26 @@ impl Phase for RollEtcd {
         true
     }
     fn steps(&self, host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
-        let rolls = decide(ctx)?;
-        let Some(roll) = rolls.get(&host.name) else {
-            return Ok(vec![]);
-        };
-        if !roll.files_changed && !roll.version_change {
-            return Ok(vec![]);
-        }
-        let mut steps = vec![
-            Step::Wait(probe::cluster_healthy(
-                &format!("before restarting {}", host.name),
-                Duration::from_secs(30),
-            )),
-            // Leadership moves off the member first, so its restart costs no election.
-            Step::Run(RemoteCommand::new([crate::etcd::MEMBER_SCRIPT, "step-down"])),
-            Step::Run(RemoteCommand::new(["systemctl", "restart", UNIT])),
-            Step::Wait(probe::member_healthy(&host.name, Duration::from_secs(60))),
-        ];
-        if let Some(target) = roll.target.as_ref().filter(|_| roll.version_change) {
-            steps.push(Step::Wait(runs_version(
-                &host.name,
-                target,
-                Duration::from_secs(30),
-            )));
-        }
-        steps.push(Step::Wait(probe::cluster_healthy(
-            &format!("after restarting {}", host.name),
-            Duration::from_secs(60),
-        )));
-        Ok(steps)
+        Ok(steps_for(host, &decide(ctx)?))
     }
     /// The members in roll order (the leader last), after a check of the new binary on every
     /// member that changes version; a minor change ends with the cluster version at the new minor.
     fn plan(&self, ctx: &Ctx<'_>) -> Result<Vec<PlannedPhase>, PlanError> {
         let rolls = decide(ctx)?;
-        let mut phase = per_host(self, ctx)?;
+        let mut phase = PlannedPhase {
+            title: self.title().to_string(),
+            parallelism: self.parallelism(),
+            disruptive: self.disruptive(),
+            hosts: self
+                .hosts(ctx.inv)
+                .into_iter()
+                .map(|h| HostSteps {
+                    host: h.name.clone(),
+                    sudo: h.ssh.sudo,
+                    steps: steps_for(h, &rolls),
+                })
+                .collect(),
+        };
         let leader = member_versions(ctx)
             .into_iter()
             .find(|m| m.is_leader)
@@ -312,6 +293,38 @@ impl Phase for RollEtcd {
         phases.push(phase);
         Ok(phases)
     }
+}
+
+/// The restart of one member, with its gates; nothing when it needs none.
+fn steps_for(host: &Host, rolls: &BTreeMap<String, MemberRoll>) -> Vec<Step> {
+    let Some(roll) = rolls.get(&host.name) else {
+        return vec![];
+    };
+    if !roll.files_changed && !roll.version_change {
+        return vec![];
+    }
+    let mut steps = vec![
+        Step::Wait(probe::cluster_healthy(
+            &format!("before restarting {}", host.name),
+            Duration::from_secs(30),
+        )),
+        // Leadership moves off the member first, so its restart costs no election.
+        Step::Run(RemoteCommand::new([crate::etcd::MEMBER_SCRIPT, "step-down"])),
+        Step::Run(RemoteCommand::new(["systemctl", "restart", UNIT])),
+        Step::Wait(probe::member_healthy(&host.name, Duration::from_secs(60))),
+    ];
+    if let Some(target) = roll.target.as_ref().filter(|_| roll.version_change) {
+        steps.push(Step::Wait(runs_version(
+            &host.name,
+            target,
+            Duration::from_secs(30),
+        )));
+    }
+    steps.push(Step::Wait(probe::cluster_healthy(
+        &format!("after restarting {}", host.name),
+        Duration::from_secs(60),
+    )));
+    steps
 }
 
 #[cfg(test)]
