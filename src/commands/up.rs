@@ -383,7 +383,8 @@ pub async fn up_renewing(args: &UpArgs, renew: &[String]) -> anyhow::Result<i32>
     }
 }
 
-/// The etcd version installed on each etcd host before this run (`-` where none is).
+/// The etcd version installed on each etcd host before this run (`-` where none is), and the
+/// version each running member reports beside the declared one.
 pub fn versions_summary(p: &Prepared) -> String {
     let mut by_version: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     for h in p.inv.with_role(Role::Etcd) {
@@ -399,7 +400,28 @@ pub fn versions_summary(p: &Prepared) -> String {
         .iter()
         .map(|(v, hosts)| format!("{v} on {}", hosts.join(", ")))
         .collect();
-    format!("installed etcd: {}\n", parts.join("; "))
+    let mut running: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for h in p.inv.with_role(Role::Etcd) {
+        if let Some(s) = p.facts.get(&h.name).and_then(|f| f.etcd_status.as_ref()) {
+            running.entry(s.version.clone()).or_default().push(&h.name);
+        }
+    }
+    let running: Vec<String> = running
+        .iter()
+        .map(|(v, hosts)| format!("{v} on {}", hosts.join(", ")))
+        .collect();
+    let target = p
+        .inv
+        .etcd
+        .version
+        .as_ref()
+        .map(|v| format!(" (etcd.version {v})"))
+        .unwrap_or_default();
+    let mut out = format!("installed etcd: {}\n", parts.join("; "));
+    if !running.is_empty() {
+        out.push_str(&format!("running etcd: {}{target}\n", running.join("; ")));
+    }
+    out
 }
 
 /// One line per phase: its title and the hosts it touches.
