@@ -107,8 +107,13 @@ pub async fn prepare_loaded_renewing(
     wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
     renew: &[String],
 ) -> anyhow::Result<Prepared> {
-    let pki = pki::ensure_renewing(&state.path.join("pki"), &inv, time::OffsetDateTime::now_utc(), renew)
-        .context("failed to prepare the cluster's certificates")?;
+    let pki = pki::ensure_renewing(
+        &state.path.join("pki"),
+        &inv,
+        time::OffsetDateTime::now_utc(),
+        renew,
+    )
+    .context("failed to prepare the cluster's certificates")?;
     for change in pki.report.iter().filter(|c| c.is_change()) {
         tracing::info!("pki: {change}");
     }
