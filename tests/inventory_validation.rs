@@ -429,6 +429,11 @@ fn bad_inventories_report_every_problem_with_its_place() {
             ],
         ),
         (
+            "renewal threshold",
+            format!("{GOOD}  pki:\n    certValidityDays: 30\n    renewBeforeDays: 30\n"),
+            vec!["lab.yaml: pki.renewBeforeDays: 30 days: use a positive number below certValidityDays (30), e.g. 30".into()],
+        ),
+        (
             "several problems at once, in order",
             edit(&[
                 ("apiVersion: hactl.io/v1alpha1", "apiVersion: hactl.io/v1"),

@@ -78,6 +78,7 @@ fn inventory(members: usize, key_type: KeyType) -> Inventory {
             mode: KubernetesMode::Systemd,
         }),
         pki: PkiSpec {
+            renew_before_days: 30,
             key_type,
             ca_validity_days: 3650,
             cert_validity_days: 365,

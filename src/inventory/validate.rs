@@ -1247,6 +1247,15 @@ impl Checker {
                 ),
             );
         }
+        let renew = raw
+            .renew_before_days
+            .unwrap_or(crate::pki::RENEW_WITHIN_DAYS as u32);
+        if renew == 0 || (cert != 0 && renew >= cert) {
+            self.report(
+                "pki.renewBeforeDays",
+                format!("{renew} days: use a positive number below certValidityDays ({cert}), e.g. 30"),
+            );
+        }
         if self.problems.len() != before {
             return None;
         }
@@ -1254,6 +1263,7 @@ impl Checker {
             key_type: key_type?,
             ca_validity_days: ca,
             cert_validity_days: cert,
+            renew_before_days: renew,
         })
     }
 }

@@ -73,6 +73,26 @@ pub enum PlanError {
     NoInterface { host: String, address: String },
     #[error("no VRRP password was loaded for the load balancers (a bug in hactl)")]
     NoVrrpPassword,
+    /// Boxed: the refusal carries versions and names, and every phase returns this error.
+    #[error(transparent)]
+    EtcdUpgrade(Box<crate::etcd::upgrade::UpgradeRefusal>),
+}
+
+impl From<crate::etcd::upgrade::UpgradeRefusal> for PlanError {
+    fn from(r: crate::etcd::upgrade::UpgradeRefusal) -> Self {
+        PlanError::EtcdUpgrade(Box::new(r))
+    }
+}
+
+impl PlanError {
+    /// A safety rule refused the plan (exit 2), as opposed to a plan that could not be built.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            PlanError::Kubernetes(e) => e.is_refusal(),
+            PlanError::EtcdUpgrade(_) => true,
+            _ => false,
+        }
+    }
 }
 
 /// One group of steps in a bring-up.
@@ -161,6 +181,9 @@ pub struct EtcdView {
     pub joiners: Vec<String>,
     /// The current lineage's token when a recover changed it (`<state>/etcd-token`).
     pub token: Option<String>,
+    /// What the etcd binary from a bundle or release reports (`etcd --version`, run on the
+    /// operator machine); `None` for packages or when it cannot run there.
+    pub binary_version: Option<semver::Version>,
 }
 
 impl EtcdView {

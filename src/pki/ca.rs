@@ -112,7 +112,7 @@ pub(crate) fn ensure(ledger: &mut Ledger<'_>, kind: CaKind, cluster: &str) -> Re
     let key_type = key_type_of(&x509);
     drop(x509);
 
-    if not_after - ledger.now < super::renewal_window(not_before, not_after) {
+    if not_after - ledger.now < super::renewal_window(not_before, not_after, ledger.renew_before_days) {
         ledger.warnings.push(format!(
             "{cert_rel} expires on {}: CAs are not renewed automatically; plan a CA rotation",
             not_after.date()

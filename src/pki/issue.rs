@@ -222,6 +222,9 @@ pub(crate) fn ensure_leaf(ledger: &mut Ledger<'_>, request: &CertRequest, ca: &C
 
     let action = match (&existing_cert, &existing_key) {
         (None, _) => Action::Created,
+        (Some(_), _) if ledger.renew.contains(&request.name) => {
+            Action::Reissued(vec!["renewal requested".into()])
+        }
         (Some(cert), key) => match check(ledger, request, ca, cert, key.as_deref()) {
             Ok(not_after) => {
                 ledger.record(cert_rel, Action::Reused);
@@ -384,7 +387,7 @@ fn check(
     }
 
     let left = info.not_after - ledger.now;
-    let window = super::renewal_window(info.not_before, info.not_after);
+    let window = super::renewal_window(info.not_before, info.not_after, ledger.renew_before_days);
     if left <= Duration::ZERO {
         reasons.push(format!("expired on {}", info.not_after.date()));
     } else if left < window {
