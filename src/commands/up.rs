@@ -190,6 +190,25 @@ pub async fn kubernetes_inputs(
     let Some(kube) = &inv.kubernetes else {
         return Ok(None);
     };
+    let today = time::OffsetDateTime::now_utc().date().to_string();
+    if let Some(warning) = crate::kubernetes::gates::end_of_life_warning(&kube.version, &today) {
+        tracing::warn!("{warning}");
+    }
+    if let (crate::inventory::KubernetesMode::Systemd, crate::inventory::BinarySource::Bundle { dir }) =
+        (kube.mode, &kube.source)
+    {
+        let problems = crate::kubernetes::bundle::check(dir, &kube.version);
+        if !problems.is_empty() {
+            return Err(anyhow::Error::new(super::Refusal {
+                code: super::exit::REFUSED,
+                message: problems
+                    .iter()
+                    .map(|p| p.to_string())
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            }));
+        }
+    }
     let key = crate::kubernetes::secrets::ensure_encryption_key(state)
         .context("failed to prepare the key that encrypts Secrets at rest")?;
     let binaries = if kube.mode == crate::inventory::KubernetesMode::Systemd {

@@ -11,8 +11,10 @@
 //!   client maintenance and heal drive the API with ([`drain`] decides what it does, purely).
 
 pub mod api;
+pub mod bundle;
 pub mod drain;
 pub mod files;
+pub mod gates;
 pub mod lease;
 pub mod objects;
 pub mod probe;
