@@ -15,6 +15,7 @@ pub mod bundle;
 pub mod drain;
 pub mod files;
 pub mod gates;
+pub mod handover;
 pub mod lease;
 pub mod objects;
 pub mod probe;
