@@ -59,7 +59,10 @@ fn kubernetes_leases_move_when_their_holder_loses_power() {
     // hactl status names the new holders and says degraded (a control-plane host is down).
     let (code, doc) = k.status();
     assert_eq!(code, 5, "status should say degraded: {doc}");
-    let leases = doc["kubernetes"]["leases"].as_array().cloned().unwrap_or_default();
+    let leases = doc["kubernetes"]["leases"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     for l in &leases {
         let holder = l["holderHost"].as_str().unwrap_or("");
         assert!(

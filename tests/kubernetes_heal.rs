@@ -50,16 +50,21 @@ fn heal_annotates_the_node_of_the_member_it_repaired() {
         "-o",
         "jsonpath={.metadata.annotations.hactl\\.io/remediation-for}",
     ]);
-    let record: serde_json::Value =
-        serde_json::from_str(&value).unwrap_or_else(|e| panic!("{e}: {value:?}"));
+    let record: serde_json::Value = serde_json::from_str(&value).unwrap_or_else(|e| panic!("{e}: {value:?}"));
     assert!(record["retryCount"].is_u64(), "{record}");
     assert!(
         record["lastRemediation"]
             .as_str()
-            .is_some_and(|t| time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).is_ok()),
+            .is_some_and(
+                |t| time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339).is_ok()
+            ),
         "{record}"
     );
     println!("{name}: Node cp3 carries hactl.io/remediation-for={value}");
     let state = k.lab.exec("cp3", &["systemctl", "is-active", "etcd"]);
-    assert_eq!(String::from_utf8_lossy(&state.stdout).trim(), "active", "heal restarted etcd on cp3");
+    assert_eq!(
+        String::from_utf8_lossy(&state.stdout).trim(),
+        "active",
+        "heal restarted etcd on cp3"
+    );
 }

@@ -69,7 +69,9 @@ fn maintenance_on_the_lease_holder_hands_both_leases_over_first() {
         sched_stopped < cm_stopped && cm_stopped < handed && handed < api_stop,
         "order: scheduler, controller-manager, Lease handover, apiserver: {j:?}"
     );
-    let after = k.lease_holders_via_kubectl().expect("the Leases are readable through the VIP");
+    let after = k
+        .lease_holders_via_kubectl()
+        .expect("the Leases are readable through the VIP");
     assert!(
         after.values().all(|h| !h.is_empty() && *h != holder),
         "the Leases are still on {holder}: {after:?}"

@@ -28,7 +28,13 @@ fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
     };
     k.wait_leases(Duration::from_secs(120), |h| h.starts_with("cp"));
     k.kubectl_ok(&["create", "configmap", "before", "--from-literal=when=before"]);
-    k.kubectl_ok(&["create", "secret", "generic", "kept", "--from-literal=password=hunter2"]);
+    k.kubectl_ok(&[
+        "create",
+        "secret",
+        "generic",
+        "kept",
+        "--from-literal=password=hunter2",
+    ]);
     let tmp = tempfile::tempdir().unwrap();
     let snap = PathBuf::from(
         k.hactl_ok(&["etcd", "snapshot", "save", "--out", tmp.path().to_str().unwrap()])
@@ -38,13 +44,16 @@ fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
 
     // Lose 2 of 3: etcd killed and its data gone on cp2 and cp3.
     for h in ["cp2", "cp3"] {
-        k.lab.exec(h, &["systemctl", "kill", "-s", "KILL", "etcd.service"]);
+        k.lab
+            .exec(h, &["systemctl", "kill", "-s", "KILL", "etcd.service"]);
         k.lab.exec(h, &["systemctl", "stop", "etcd.service"]);
         k.lab.exec_ok(h, &["rm", "-rf", "/var/lib/etcd"]);
     }
     assert!(
         eventually(Duration::from_secs(30), || {
-            let out = k.lab.exec("cp1", &["curl", "-s", "-m", "2", "http://127.0.0.1:2381/health"]);
+            let out = k
+                .lab
+                .exec("cp1", &["curl", "-s", "-m", "2", "http://127.0.0.1:2381/health"]);
             !String::from_utf8_lossy(&out.stdout).contains("\"health\":\"true\"")
         }),
         "cp1 did not notice the lost quorum"
@@ -63,9 +72,12 @@ fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
         .min()
         .unwrap_or_else(|| panic!("no R1.3 in the journal: {j:?}"));
     for h in &hosts {
-        let stopped = position(&j, &format!("R1.2@{h}"), "done")
-            .unwrap_or_else(|| panic!("R1.2@{h} not done: {j:?}"));
-        assert!(stopped < first_etcd_stop, "R1.2@{h} came after etcd was stopped: {j:?}");
+        let stopped =
+            position(&j, &format!("R1.2@{h}"), "done").unwrap_or_else(|| panic!("R1.2@{h} not done: {j:?}"));
+        assert!(
+            stopped < first_etcd_stop,
+            "R1.2@{h} came after etcd was stopped: {j:?}"
+        );
         assert!(
             position(&j, &format!("R5.2@{h}"), "done").is_some_and(|p| p > first_etcd_stop),
             "R5.2@{h} (start kube-apiserver) not done: {j:?}"
@@ -88,7 +100,11 @@ fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
         "the Secret reads back decrypted (base64 of hunter2)"
     );
     let gone = k.kubectl(&["get", "configmap", "after"]);
-    assert!(!gone.status.success(), "the later ConfigMap survived: {}", text(&gone));
+    assert!(
+        !gone.status.success(),
+        "the later ConfigMap survived: {}",
+        text(&gone)
+    );
     assert!(
         String::from_utf8_lossy(&gone.stderr).contains("NotFound")
             || String::from_utf8_lossy(&gone.stderr).contains("not found"),
@@ -100,7 +116,10 @@ fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
     let mut doc = serde_json::Value::Null;
     let fresh = eventually(Duration::from_secs(120), || {
         doc = k.status().1;
-        let leases = doc["kubernetes"]["leases"].as_array().cloned().unwrap_or_default();
+        let leases = doc["kubernetes"]["leases"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         leases.len() == 2
             && leases.iter().all(|l| {
                 l["holderHost"].as_str().is_some_and(|h| h.starts_with("cp"))

@@ -37,7 +37,10 @@ fn replace_to_a_new_host_moves_the_control_plane_while_kubectl_answers() {
     println!("{name}: replace took {:.1} s", took.as_secs_f64());
 
     // P8: the control plane runs on spare1 and its own /readyz answers.
-    assert!(k.readyz_on("spare1"), "spare1's apiserver does not answer /readyz on its address");
+    assert!(
+        k.readyz_on("spare1"),
+        "spare1's apiserver does not answer /readyz on its address"
+    );
     for unit in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
         let state = k.lab.exec("spare1", &["systemctl", "is-active", unit]);
         assert_eq!(
@@ -50,26 +53,35 @@ fn replace_to_a_new_host_moves_the_control_plane_while_kubectl_answers() {
     let spare = k.lab.ip("spare1").to_string();
     let old = k.lab.ip("cp3").to_string();
     for h in ["cp1", "cp2"] {
-        let cmdline = k.lab.exec_ok(h, &[
+        let cmdline = k.lab.exec_ok(
+            h,
+            &[
                 "sh",
                 "-c",
                 "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value kube-apiserver)/cmdline",
-            ]);
+            ],
+        );
         let servers = cmdline
             .split_whitespace()
             .find(|a| a.starts_with("--etcd-servers="))
             .unwrap_or_else(|| panic!("{h}: no --etcd-servers in {cmdline}"));
         assert!(
-            servers.contains(&format!("https://{spare}:2379")) && !servers.contains(&format!("https://{old}:")),
+            servers.contains(&format!("https://{spare}:2379"))
+                && !servers.contains(&format!("https://{old}:")),
             "{h}: {servers}"
         );
     }
     let j = k.journal("replace-");
     let p8 = position(&j, "P8", "done").unwrap_or_else(|| panic!("P8 not done: {j:?}"));
     let cp1_done = position(&j, "P9 apiserver@cp1", "done").unwrap_or_else(|| panic!("P9 cp1: {j:?}"));
-    let cp2_started =
-        position(&j, "P9 apiserver@cp2", "started").unwrap_or_else(|| panic!("P9 cp2: {j:?}"));
-    assert!(p8 < cp1_done && cp1_done < cp2_started, "P9 did not roll one host at a time: {j:?}");
+    let cp2_started = position(&j, "P9 apiserver@cp2", "started").unwrap_or_else(|| panic!("P9 cp2: {j:?}"));
+    assert!(
+        p8 < cp1_done && cp1_done < cp2_started,
+        "P9 did not roll one host at a time: {j:?}"
+    );
 
-    assert_eq!(failed, 0, "kubectl through the VIP failed during the replace (listed above)");
+    assert_eq!(
+        failed, 0,
+        "kubectl through the VIP failed during the replace (listed above)"
+    );
 }

@@ -22,10 +22,19 @@ fn kubernetes_control_plane_comes_up_with_real_binaries() {
     assert_eq!(k.kubectl_ok(&["get", "--raw", "/readyz"]).trim(), "ok");
     let namespaces = k.kubectl_ok(&["get", "namespaces", "-o", "name"]);
     for ns in ["namespace/default", "namespace/kube-system"] {
-        assert!(namespaces.lines().any(|l| l == ns), "{ns} not listed:\n{namespaces}");
+        assert!(
+            namespaces.lines().any(|l| l == ns),
+            "{ns} not listed:\n{namespaces}"
+        );
     }
     k.kubectl_ok(&["create", "configmap", "up-check", "--from-literal=answer=42"]);
-    k.kubectl_ok(&["create", "secret", "generic", "up-secret", "--from-literal=token=s3cret"]);
+    k.kubectl_ok(&[
+        "create",
+        "secret",
+        "generic",
+        "up-secret",
+        "--from-literal=token=s3cret",
+    ]);
     assert_eq!(
         k.kubectl_ok(&["get", "configmap", "up-check", "-o", "jsonpath={.data.answer}"]),
         "42"
@@ -45,7 +54,10 @@ fn kubernetes_control_plane_comes_up_with_real_binaries() {
             "--print-value-only",
         ],
     );
-    assert!(raw.contains("k8s:enc:"), "the Secret is not encrypted at rest: {raw:?}");
+    assert!(
+        raw.contains("k8s:enc:"),
+        "the Secret is not encrypted at rest: {raw:?}"
+    );
     assert!(!raw.contains("s3cret"), "the Secret's value is in etcd in clear");
 
     let holders = k.wait_leases(Duration::from_secs(120), |h| h.starts_with("cp"));

@@ -7,10 +7,9 @@ use hactl::inventory::{self, BinarySource, KubernetesMode, KubernetesSpec};
 use hactl::kubernetes::{files, Component};
 
 fn unit_flags(version: &str, component: Component) -> Vec<String> {
-    let mut inv = inventory::load(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("inventories/example.yaml"),
-    )
-    .unwrap();
+    let mut inv =
+        inventory::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("inventories/example.yaml"))
+            .unwrap();
     inv.kubernetes = Some(KubernetesSpec {
         version: semver::Version::parse(version).unwrap(),
         source: BinarySource::Bundle {
@@ -35,7 +34,10 @@ fn insecure_ports_are_closed_on_the_minors_that_have_them_and_never_rendered_aft
     for version in ["1.20.2", "1.23.17"] {
         for c in [Component::ControllerManager, Component::Scheduler] {
             let flags = unit_flags(version, c);
-            assert!(flags.iter().any(|f| f == "--port=0"), "{version} {c:?}: {flags:?}");
+            assert!(
+                flags.iter().any(|f| f == "--port=0"),
+                "{version} {c:?}: {flags:?}"
+            );
         }
         let api = unit_flags(version, Component::ApiServer);
         assert!(!api.iter().any(|f| f.starts_with("--port")), "{version}: {api:?}");

@@ -376,7 +376,9 @@ async fn start(args: &MaintenanceArgs) -> anyhow::Result<i32> {
     // The Leases this host holds, read before its controllers stop (the handover is awaited
     // after they stop and before its apiserver does: crate::kubernetes::handover).
     let leases_before = match (&kube, mode) {
-        (Some(k), Mode::Live) => crate::kubernetes::handover::read(&k.api).await.unwrap_or_default(),
+        (Some(k), Mode::Live) => crate::kubernetes::handover::read(&k.api)
+            .await
+            .unwrap_or_default(),
         _ => Vec::new(),
     };
     for unit in ["kube-scheduler.service", "kube-controller-manager.service"] {

@@ -135,13 +135,18 @@ mod tests {
         assert_eq!(got.len(), 3);
         let text = got[0].to_string();
         assert!(
-            text.contains("kube-apiserver --version printed \"Kubernetes v1.20.1\", but kubernetes.version is 1.20.2"),
+            text.contains(
+                "kube-apiserver --version printed \"Kubernetes v1.20.1\", but kubernetes.version is 1.20.2"
+            ),
             "{text}"
         );
 
         let dir = bundle("Kubernetes v1.20.2", 0o644);
         let got = check(dir.path(), &want);
-        assert!(matches!(&got[0], BundleError::NotExecutable { mode: 0o644, .. }), "{got:?}");
+        assert!(
+            matches!(&got[0], BundleError::NotExecutable { mode: 0o644, .. }),
+            "{got:?}"
+        );
         assert!(got[0].to_string().contains("chmod 0755"), "{}", got[0]);
 
         let dir = bundle("Kubernetes v1.20.2", 0o755);
@@ -158,6 +163,12 @@ mod tests {
         std::fs::write(dir.path().join(BUILDING_MARKER), "").unwrap();
         let got = check(dir.path(), &want);
         assert_eq!(got.len(), 1, "half-built is reported alone: {got:?}");
-        assert!(got[0].to_string().contains("left half-built by an interrupted build"), "{}", got[0]);
+        assert!(
+            got[0]
+                .to_string()
+                .contains("left half-built by an interrupted build"),
+            "{}",
+            got[0]
+        );
     }
 }

@@ -93,10 +93,7 @@ const END_OF_LIFE: &[(u64, &str)] = &[
 
 /// The end-of-life date of `1.<minor>`, when upstream has published one hactl knows of.
 pub fn end_of_life(minor: u64) -> Option<&'static str> {
-    END_OF_LIFE
-        .iter()
-        .find(|(m, _)| *m == minor)
-        .map(|(_, d)| *d)
+    END_OF_LIFE.iter().find(|(m, _)| *m == minor).map(|(_, d)| *d)
 }
 
 /// A warning when `version` is past upstream's end of life on `today` (`YYYY-MM-DD`); `None` when
@@ -128,10 +125,7 @@ mod tests {
             assert_eq!(pdb_api_version(minor), pdb, "1.{minor} PodDisruptionBudget");
             assert_eq!(eviction_api_version(minor), eviction, "1.{minor} Eviction");
         }
-        assert_eq!(
-            pdb_list_path(20),
-            "/apis/policy/v1beta1/poddisruptionbudgets"
-        );
+        assert_eq!(pdb_list_path(20), "/apis/policy/v1beta1/poddisruptionbudgets");
         assert_eq!(
             pdb_path(21, "web"),
             "/apis/policy/v1/namespaces/web/poddisruptionbudgets"
@@ -157,7 +151,11 @@ mod tests {
         let v = Version::new(1, 20, 2);
         let w = end_of_life_warning(&v, "2026-11-22").unwrap();
         assert!(w.contains("1.20 on 2022-02-28"), "{w}");
-        assert_eq!(end_of_life_warning(&v, "2022-02-28"), None, "the last day is supported");
+        assert_eq!(
+            end_of_life_warning(&v, "2022-02-28"),
+            None,
+            "the last day is supported"
+        );
         assert_eq!(end_of_life_warning(&Version::new(1, 33, 0), "2026-01-01"), None);
         assert!(end_of_life_warning(&Version::new(1, 33, 0), "2026-07-01").is_some());
         assert_eq!(

@@ -128,17 +128,32 @@ mod tests {
 
     #[test]
     fn a_lease_moved_when_another_host_holds_it() {
-        let before = [held("kube-system/kube-scheduler", "cp1"), held("kube-system/kube-controller-manager", "cp1")];
+        let before = [
+            held("kube-system/kube-scheduler", "cp1"),
+            held("kube-system/kube-controller-manager", "cp1"),
+        ];
         let before: Vec<&Held> = before.iter().collect();
-        let now = [held("kube-system/kube-scheduler", "cp2"), held("kube-system/kube-controller-manager", "cp1")];
-        assert_eq!(not_moved(&before, &now, "cp1"), ["kube-system/kube-controller-manager"]);
-        let now = [held("kube-system/kube-scheduler", "cp2"), held("kube-system/kube-controller-manager", "")];
+        let now = [
+            held("kube-system/kube-scheduler", "cp2"),
+            held("kube-system/kube-controller-manager", "cp1"),
+        ];
+        assert_eq!(
+            not_moved(&before, &now, "cp1"),
+            ["kube-system/kube-controller-manager"]
+        );
+        let now = [
+            held("kube-system/kube-scheduler", "cp2"),
+            held("kube-system/kube-controller-manager", ""),
+        ];
         assert_eq!(
             not_moved(&before, &now, "cp1"),
             ["kube-system/kube-controller-manager"],
             "nobody holding it is not a handover"
         );
-        let now = [held("kube-system/kube-scheduler", "cp2"), held("kube-system/kube-controller-manager", "cp3")];
+        let now = [
+            held("kube-system/kube-scheduler", "cp2"),
+            held("kube-system/kube-controller-manager", "cp3"),
+        ];
         assert!(not_moved(&before, &now, "cp1").is_empty());
         assert_eq!(deadline(&before), Duration::from_secs(27));
     }

@@ -115,10 +115,9 @@ mod tests {
 
     #[test]
     fn the_embedded_script_is_the_repository_one() {
-        let on_disk = std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kube-binaries.sh"),
-        )
-        .unwrap();
+        let on_disk =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kube-binaries.sh"))
+                .unwrap();
         assert_eq!(BUILD_SCRIPT, on_disk);
     }
 }

@@ -180,7 +180,15 @@ impl KubeLab {
         self.lab
             .exec(
                 host,
-                &["curl", "-fsS", "-m", "5", "--cacert", hactl::kubernetes::files::CA_CRT, &url],
+                &[
+                    "curl",
+                    "-fsS",
+                    "-m",
+                    "5",
+                    "--cacert",
+                    hactl::kubernetes::files::CA_CRT,
+                    &url,
+                ],
             )
             .status
             .success()
@@ -217,7 +225,10 @@ impl KubeLab {
             last = self.lease_holders();
             last.len() == 2 && last.values().all(|h| !h.is_empty() && ok(h))
         });
-        assert!(held, "the Leases were not held as wanted within {timeout:?}: {last:?}");
+        assert!(
+            held,
+            "the Leases were not held as wanted within {timeout:?}: {last:?}"
+        );
         last
     }
 
@@ -278,12 +289,16 @@ impl KubeLab {
         self.set_inventory(|t| {
             let moved = t
                 .replace(
-                    &format!("address: \"{a}\"\n    prefixLength: 24\n    roles:\n    - etcd\n    - control-plane"),
+                    &format!(
+                        "address: \"{a}\"\n    prefixLength: 24\n    roles:\n    - etcd\n    - control-plane"
+                    ),
                     &format!("address: \"{a}\"\n    prefixLength: 24\n    roles: []"),
                 )
                 .replace(
                     &format!("address: \"{b}\"\n    prefixLength: 24\n    roles: []"),
-                    &format!("address: \"{b}\"\n    prefixLength: 24\n    roles:\n    - etcd\n    - control-plane"),
+                    &format!(
+                        "address: \"{b}\"\n    prefixLength: 24\n    roles:\n    - etcd\n    - control-plane"
+                    ),
                 );
             assert_ne!(moved, t, "the inventory's roles did not change:\n{t}");
             moved
