@@ -1,8 +1,9 @@
 //! The Kubernetes control plane on real lab hosts.
 //!
 //! - `rendered_units_pass_systemd_analyze_verify_on_a_lab_host` needs root (a lab host with real
-//!   systemd). The Kubernetes binaries are not on the host (they cannot be had on this machine),
-//!   so systemd-analyze reports that each unit's ExecStart binary is missing; exactly that
+//!   systemd). The Kubernetes binaries are not put on the host (this test checks the units alone;
+//!   tests/kubernetes_up.rs runs them), so systemd-analyze reports that each unit's ExecStart
+//!   binary is missing; exactly that
 //!   complaint, and nothing else, is accepted (the test says so when it filters it). A unit
 //!   broken on purpose proves that verify reports syntax problems here.
 //! - `maintenance_cordons_drains_and_uncordons_with_a_real_apiserver` runs the real binaries of
@@ -105,8 +106,8 @@ fn rendered_units_pass_systemd_analyze_verify_on_a_lab_host() {
     argv.extend(paths.iter().map(String::as_str));
     let out = lab.exec("cp1", &argv);
     let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
-    // Accepted, and only these: the ExecStart binary of each unit is not installed (no
-    // Kubernetes binaries can be had here), and the "fatal error" systemd derives from it.
+    // Accepted, and only these: the ExecStart binary of each unit is not installed (this test
+    // puts none there), and the "fatal error" systemd derives from it.
     let mut missing = Vec::new();
     let unexplained: Vec<&str> = text
         .lines()
