@@ -94,6 +94,7 @@ pub async fn prepare_with(
     wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
 ) -> anyhow::Result<Prepared> {
     let (inv, state) = super::load(&args.inventory)?;
+    refuse_bad_bundle(&inv)?;
     let pki = pki::ensure(&state.path.join("pki"), &inv, time::OffsetDateTime::now_utc())
         .context("failed to prepare the cluster's certificates")?;
     for change in pki.report.iter().filter(|c| c.is_change()) {
@@ -180,6 +181,32 @@ pub async fn prepare_with(
     })
 }
 
+/// Refuses (exit 2) a `source: bundle` directory that lacks a binary, holds one that is not
+/// executable or not `kubernetes.version`, or was left half-built by an interrupted build; every
+/// problem is named. Read-only, and run before any host is contacted.
+pub fn refuse_bad_bundle(inv: &Inventory) -> anyhow::Result<()> {
+    let Some(kube) = &inv.kubernetes else {
+        return Ok(());
+    };
+    let (crate::inventory::KubernetesMode::Systemd, crate::inventory::BinarySource::Bundle { dir }) =
+        (kube.mode, &kube.source)
+    else {
+        return Ok(());
+    };
+    let problems = crate::kubernetes::bundle::check(dir, &kube.version);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(anyhow::Error::new(super::Refusal {
+        code: super::exit::REFUSED,
+        message: problems
+            .iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }))
+}
+
 /// The encryption key (created once in the state directory) and, in systemd mode, the
 /// Kubernetes binaries; `None` without a kubernetes section. `source: package` gets no binaries
 /// here: planning refuses it with its own message.
@@ -194,21 +221,7 @@ pub async fn kubernetes_inputs(
     if let Some(warning) = crate::kubernetes::gates::end_of_life_warning(&kube.version, &today) {
         tracing::warn!("{warning}");
     }
-    if let (crate::inventory::KubernetesMode::Systemd, crate::inventory::BinarySource::Bundle { dir }) =
-        (kube.mode, &kube.source)
-    {
-        let problems = crate::kubernetes::bundle::check(dir, &kube.version);
-        if !problems.is_empty() {
-            return Err(anyhow::Error::new(super::Refusal {
-                code: super::exit::REFUSED,
-                message: problems
-                    .iter()
-                    .map(|p| p.to_string())
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-            }));
-        }
-    }
+    refuse_bad_bundle(inv)?;
     let key = crate::kubernetes::secrets::ensure_encryption_key(state)
         .context("failed to prepare the key that encrypts Secrets at rest")?;
     let binaries = if kube.mode == crate::inventory::KubernetesMode::Systemd {

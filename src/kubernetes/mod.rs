@@ -100,6 +100,10 @@ pub fn managed_paths(spec: &KubernetesSpec) -> Vec<String> {
             crate::inventory::KubernetesMode::StaticPod => paths.push(c.manifest_path()),
         }
     }
+    // A bundle's kubectl is uploaded too: without its hash in the facts every `up` would plan it.
+    if spec.mode == crate::inventory::KubernetesMode::Systemd {
+        paths.extend(OPTIONAL_BINARIES.iter().map(|b| format!("{BIN_DIR}/{b}")));
+    }
     paths
 }
 
