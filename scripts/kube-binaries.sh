@@ -47,8 +47,13 @@ exec 3>&2
 say() { printf 'kube-binaries [%4ss] %s\n' "$(( $(date +%s) - started ))" "$*" >&3; }
 die() { echo "kube-binaries: $*" >&2; exit 1; }
 
+# What BUILD-INFO says about the version stamp; a cache made by an older script (which stamped only
+# component-base, so the apiserver's /version said v0.0.0-master) is rebuilt.
+stamp="stamp: component-base client-go"
+
 complete() {
   [ -f "$out/SHA256SUMS" ] && [ ! -e "$out/.building" ] || return 1
+  grep -qxF "$stamp" "$out/BUILD-INFO" 2>/dev/null || return 1
   (cd "$out" && sha256sum --quiet --strict -c SHA256SUMS >/dev/null 2>&1) || return 1
   local b
   for b in "${bins[@]}"; do [ -x "$out/$b" ] || return 1; done
@@ -78,7 +83,7 @@ if [ -e "$out" ]; then
   if [ -e "$out/.building" ]; then
     say "$out was left half-built by an interrupted build ($out/.building is present): rebuilding it"
   else
-    say "$out is incomplete (SHA256SUMS missing or not matching): rebuilding it"
+    say "$out is incomplete or from an older build script (SHA256SUMS or the BUILD-INFO stamp missing or not matching): rebuilding it"
   fi
   # Only build outputs live here (never data): they are replaced.
   rm -f "${bins[@]/#/$out/}" "$out/SHA256SUMS" "$out/BUILD-INFO"
@@ -225,7 +230,13 @@ else
   say "6/7 the openapi code is already generated"
 fi
 
-ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/component-base/version.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+# Both version packages, as upstream's hack/lib/version.sh does: `--version` reads component-base's,
+# the apiserver's /version endpoint client-go's.
+ldflags="-s -w"
+build_date=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ldflags="$ldflags -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean -X $pkg.buildDate=$build_date"
+done
 n=0
 for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
   n=$((n + 1))
@@ -238,6 +249,7 @@ for cmd in kube-apiserver kube-controller-manager kube-scheduler; do
 done
 
 cat >"$out/BUILD-INFO" <<EOF
+$stamp
 version: $version
 debian-source: kubernetes $src_version
 go: $go_version

@@ -273,12 +273,20 @@ impl ApiClient {
     }
 
     /// Every PodDisruptionBudget of the cluster.
+    /// The group/version follows the apiserver's minor; when that path is not served (a build
+    /// whose `/version` says no minor) the other one is asked, so budgets are never silently missed.
     pub async fn pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ApiError> {
-        Ok(self
-            .get::<List<PodDisruptionBudget>>(&super::gates::pdb_list_path(self.minor().await))
-            .await?
-            .map(|l| l.items)
-            .unwrap_or_default())
+        let minor = self.minor().await;
+        let (first, second) = if minor < 21 { (20, 21) } else { (21, 20) };
+        for m in [first, second] {
+            if let Some(list) = self
+                .get::<List<PodDisruptionBudget>>(&super::gates::pdb_list_path(m))
+                .await?
+            {
+                return Ok(list.items);
+            }
+        }
+        Ok(Vec::new())
     }
 
     /// Asks the Eviction API to evict `pod` (PodDisruptionBudgets honoured by the apiserver).
@@ -304,11 +312,17 @@ impl ApiClient {
 }
 
 /// The minor of a `/version` answer (`{"major":"1","minor":"20",…}`; some builds say `"20+"`).
+/// A build that left `minor` empty is read by its `gitVersion`; `v0.0.0-master…` (an unstamped
+/// build) says nothing.
 pub fn parse_version_minor(body: &str) -> Option<u64> {
     let v: serde_json::Value = serde_json::from_str(body).ok()?;
-    let minor = v["minor"].as_str()?;
+    let minor = v["minor"].as_str().unwrap_or("");
     let digits: String = minor.chars().take_while(char::is_ascii_digit).collect();
-    digits.parse().ok()
+    if let Ok(m) = digits.parse() {
+        return Some(m);
+    }
+    let git = super::skew::parse_kubernetes_version(v["gitVersion"].as_str()?)?;
+    (git.major == 1).then_some(git.minor)
 }
 
 fn status_error(what: String, code: u16, body: &str) -> ApiError {
@@ -364,6 +378,15 @@ mod tests {
         assert_eq!(parse_version_minor(v120), Some(20));
         assert_eq!(parse_version_minor(r#"{"major":"1","minor":"31+"}"#), Some(31));
         assert_eq!(parse_version_minor("not json"), None);
+        assert_eq!(
+            parse_version_minor(r#"{"major":"","minor":"","gitVersion":"v1.20.2"}"#),
+            Some(20)
+        );
+        // What an unstamped build answers: no minor to be had.
+        assert_eq!(
+            parse_version_minor(r#"{"major":"","minor":"","gitVersion":"v0.0.0-master+faecb196815e2"}"#),
+            None
+        );
     }
 
     #[test]
