@@ -38,7 +38,7 @@ pub enum LabCommand {
     KubeBinaries {
         /// Kubernetes version (the package archive carries the source of 1.20.2 only).
         #[arg(long, default_value = lab::kubernetes::DEFAULT_VERSION)]
-        version: String,
+        kubernetes_version: String,
     },
     /// Break or repair one host: poweroff, poweron, power-cut, isolate, rejoin.
     Fault {
@@ -169,8 +169,8 @@ fn run_blocking(cmd: LabCommand) -> Result<Option<PathBuf>> {
             }
             Ok(None)
         }
-        LabCommand::KubeBinaries { version } => {
-            let dir = lab::kubernetes::ensure_binaries(&version)
+        LabCommand::KubeBinaries { kubernetes_version } => {
+            let dir = lab::kubernetes::ensure_binaries(&kubernetes_version)
                 .context("failed to build the Kubernetes binaries")?;
             println!("{}", dir.display());
             Ok(None)
