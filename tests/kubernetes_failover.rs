@@ -98,7 +98,10 @@ fn kubernetes_answers_through_the_vip_when_its_holder_loses_power() {
     );
     let holder = holder.unwrap();
     let poller = k.poll_readyz();
-    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        poller.wait_answered(2, Duration::from_secs(60)),
+        "kubectl does not answer through the VIP"
+    );
     let cut = Instant::now();
     k.lab.fault(&holder, Fault::PowerCut);
     std::thread::sleep(Duration::from_secs(20));
@@ -109,14 +112,20 @@ fn kubernetes_answers_through_the_vip_when_its_holder_loses_power() {
         !before.is_empty() && before.iter().all(|a| a.ok),
         "kubectl did not answer through the VIP before the cut"
     );
-    // Back: the end of the first good answer after the last failure (or after the cut).
-    let last_failure = attempts.iter().filter(|a| !a.ok).map(|a| a.end).max();
-    let from = last_failure.unwrap_or(cut).max(cut);
-    let back = attempts
-        .iter()
-        .find(|a| a.ok && a.start >= from)
-        .map(|a| a.end.duration_since(cut))
-        .expect("kubectl never answered again through the VIP");
+    // The outage: none when no request failed; else from the cut to the end of the first good
+    // answer that started after the last failure.
+    assert!(
+        attempts.iter().any(|a| a.ok && a.start > cut),
+        "kubectl never answered through the VIP after the cut"
+    );
+    let back = match attempts.iter().filter(|a| !a.ok && a.end > cut).map(|a| a.end).max() {
+        None => Duration::ZERO,
+        Some(last_failure) => attempts
+            .iter()
+            .find(|a| a.ok && a.start >= last_failure)
+            .map(|a| a.end.duration_since(cut))
+            .expect("kubectl never answered again through the VIP after it failed"),
+    };
     let new_holder = k.vip_holder();
     println!(
         "{name}: VIP moved {holder} → {new_holder:?}; the API answered again {:.2} s after the power cut",

@@ -325,6 +325,8 @@ impl KubeLab {
         let kubectl = self.kubectl_path();
         let kubeconfig = self.state.join("admin.kubeconfig");
         let flag = stop.clone();
+        let ok_count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let oks = ok_count.clone();
         let handle = std::thread::spawn(move || {
             let mut attempts = Vec::new();
             while !flag.load(std::sync::atomic::Ordering::SeqCst) {
@@ -341,6 +343,9 @@ impl KubeLab {
                     ),
                     Err(e) => (false, e.to_string()),
                 };
+                if ok {
+                    oks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
                 attempts.push(Attempt {
                     start,
                     end: Instant::now(),
@@ -351,7 +356,11 @@ impl KubeLab {
             }
             attempts
         });
-        Poller { stop, handle }
+        Poller {
+            stop,
+            handle,
+            ok_count,
+        }
     }
 }
 
@@ -368,9 +377,17 @@ pub struct Attempt {
 pub struct Poller {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     handle: std::thread::JoinHandle<Vec<Attempt>>,
+    ok_count: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Poller {
+    /// Waits (up to `timeout`) until `n` requests have been answered.
+    pub fn wait_answered(&self, n: usize, timeout: Duration) -> bool {
+        eventually(timeout, || {
+            self.ok_count.load(std::sync::atomic::Ordering::SeqCst) >= n
+        })
+    }
+
     /// Stops polling; every attempt in order.
     pub fn stop(self) -> Vec<Attempt> {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
