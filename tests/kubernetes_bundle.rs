@@ -19,10 +19,9 @@ const BINARIES: [&str; 3] = ["kube-apiserver", "kube-controller-manager", "kube-
 
 /// `hactl up` on the example inventory with `version` and `bundleDir: dir`: (exit code, stderr).
 fn up_with_bundle(work: &Path, version: &str, dir: &Path) -> (Option<i32>, String) {
-    let example = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("inventories/example.yaml"),
-    )
-    .unwrap();
+    let example =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("inventories/example.yaml"))
+            .unwrap();
     let yaml = example
         .replace("    version: 1.31.4 ", &format!("    version: {version} "))
         .replace(
@@ -38,7 +37,11 @@ fn up_with_bundle(work: &Path, version: &str, dir: &Path) -> (Option<i32>, Strin
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr).to_string();
-    eprintln!("hactl up with bundle {} ({version}) -> {:?}\n{err}", dir.display(), out.status.code());
+    eprintln!(
+        "hactl up with bundle {} ({version}) -> {:?}\n{err}",
+        dir.display(),
+        out.status.code()
+    );
     (out.status.code(), err)
 }
 
@@ -79,7 +82,10 @@ fn bad_kubernetes_bundles_are_refused_before_any_host_is_contacted() {
     let (code, err) = up_with_bundle(work.path(), &version, &dir);
     assert_eq!(code, Some(2), "{err}");
     assert!(
-        err.contains(&format!("{} does not exist", dir.join("kube-scheduler").display())),
+        err.contains(&format!(
+            "{} does not exist",
+            dir.join("kube-scheduler").display()
+        )),
         "{err}"
     );
 
@@ -89,7 +95,10 @@ fn bad_kubernetes_bundles_are_refused_before_any_host_is_contacted() {
     let (code, err) = up_with_bundle(work.path(), &version, &dir);
     assert_eq!(code, Some(2), "{err}");
     assert!(
-        err.contains(&format!("{} is not executable (mode 644)", dir.join("kube-scheduler").display())),
+        err.contains(&format!(
+            "{} is not executable (mode 644)",
+            dir.join("kube-scheduler").display()
+        )),
         "{err}"
     );
 
@@ -98,7 +107,10 @@ fn bad_kubernetes_bundles_are_refused_before_any_host_is_contacted() {
     std::fs::write(dir.join(".building"), "").unwrap();
     let (code, err) = up_with_bundle(work.path(), &version, &dir);
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.contains("was left half-built by an interrupted build"), "{err}");
+    assert!(
+        err.contains("was left half-built by an interrupted build"),
+        "{err}"
+    );
     assert!(err.contains("hactl lab kube-binaries"), "{err}");
 
     // Control: the real directory passes the checks, and the run goes on to the hosts (which

@@ -118,7 +118,12 @@ fn kubernetes_answers_through_the_vip_when_its_holder_loses_power() {
         attempts.iter().any(|a| a.ok && a.start > cut),
         "kubectl never answered through the VIP after the cut"
     );
-    let back = match attempts.iter().filter(|a| !a.ok && a.end > cut).map(|a| a.end).max() {
+    let back = match attempts
+        .iter()
+        .filter(|a| !a.ok && a.end > cut)
+        .map(|a| a.end)
+        .max()
+    {
         None => Duration::ZERO,
         Some(last_failure) => attempts
             .iter()
