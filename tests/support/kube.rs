@@ -312,8 +312,11 @@ impl KubeLab {
         inv.with_role(hactl::inventory::Role::LoadBalancer)
             .iter()
             .find(|h| {
-                let out = self.lab.exec(&h.name, &["ip", "-o", "-4", "addr", "show"]);
-                String::from_utf8_lossy(&out.stdout).contains(&format!(" {vip}/"))
+                // A host that is down (power cut) holds nothing.
+                self.lab
+                    .lab()
+                    .exec(&h.name, &["ip", "-o", "-4", "addr", "show"])
+                    .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains(&format!(" {vip}/")))
             })
             .map(|h| h.name.clone())
     }
