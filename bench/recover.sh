@@ -45,7 +45,7 @@ timeline() {
   ' --slurp "$j"
 }
 
-$H lab up --name $NAME --control-planes 3 --load-balancers 0 --out "$OUT/inv.yaml" >/dev/null
+$H lab up --no-kubernetes --name $NAME --control-planes 3 --load-balancers 0 --out "$OUT/inv.yaml" >/dev/null
 I=$OUT/inv.yaml
 LAB=/var/lib/hactl-lab/labs/$NAME
 KEY=$LAB/id_ed25519

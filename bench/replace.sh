@@ -20,7 +20,7 @@ trap 'on cp2 "kill \$(cat /var/tmp/writer.pid)" >/dev/null 2>&1 || true; $H lab 
 now() { date +%s.%N; }
 since() { echo "$(now) - $1" | bc; }
 
-$H lab up --name $NAME --control-planes 3 --load-balancers 1 --out "$OUT/inv.yaml" >/dev/null
+$H lab up --no-kubernetes --name $NAME --control-planes 3 --load-balancers 1 --out "$OUT/inv.yaml" >/dev/null
 I=$OUT/inv.yaml
 LAB=/var/lib/hactl-lab/labs/$NAME
 KEY=$LAB/id_ed25519

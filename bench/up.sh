@@ -18,7 +18,7 @@ for n in "${@:-3 5}"; do
     name="bup${members}-$$"
     inv="/tmp/$name.yaml"
     trap '"$HACTL" lab down --name "$name" >/dev/null 2>&1 || true' EXIT
-    "$HACTL" lab up --name "$name" --control-planes "$members" --load-balancers 0 --out "$inv" >/dev/null 2>&1
+    "$HACTL" lab up --no-kubernetes --name "$name" --control-planes "$members" --load-balancers 0 --out "$inv" >/dev/null 2>&1
     key="$("$HACTL" lab status 2>/dev/null >/dev/null; echo "${HACTL_LAB_DIR:-/var/lib/hactl-lab}/labs/$name/id_ed25519")"
     mapfile -t ips < <(sed -n 's/^ *address: "\{0,1\}\([0-9.]*\)"\{0,1\}$/\1/p' "$inv")
     ssh_to() { ssh -i "$key" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o LogLevel=ERROR -o BatchMode=yes "root@$1" "${@:2}"; }

@@ -523,6 +523,14 @@ pub enum LabCommand {
         #[arg(last = true)]
         command: Vec<String>,
     },
+    /// Build (once) kube-apiserver, kube-controller-manager and kube-scheduler from Debian's
+    /// source package, and kubectl, into /var/cache/hactl/kubernetes/<version>; prints the
+    /// directory. Returns at once when that cache is complete.
+    KubeBinaries {
+        /// Kubernetes version (the package archive carries the source of 1.20.2 only).
+        #[arg(long, default_value = crate::lab::kubernetes::DEFAULT_VERSION)]
+        kubernetes_version: String,
+    },
     /// Break or repair one host: poweroff, poweron, power-cut, isolate, rejoin.
     Fault {
         #[arg(long, default_value = "hactl")]
@@ -552,4 +560,12 @@ pub struct LabUpArgs {
     /// Once the lab is up, bring the cluster up on it with that inventory.
     #[arg(long)]
     pub apply: bool,
+    /// Leave the `kubernetes` section out of the inventory (etcd and the load balancers only).
+    /// Without this, the Kubernetes binaries come from the cache, built on first use
+    /// (`hactl lab kube-binaries`).
+    #[arg(long)]
+    pub no_kubernetes: bool,
+    /// Kubernetes version of the lab's control plane.
+    #[arg(long, default_value = crate::lab::kubernetes::DEFAULT_VERSION)]
+    pub kubernetes_version: String,
 }

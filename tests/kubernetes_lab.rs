@@ -1,16 +1,19 @@
 //! The Kubernetes control plane on real lab hosts.
 //!
 //! - `rendered_units_pass_systemd_analyze_verify_on_a_lab_host` needs root (a lab host with real
-//!   systemd). The Kubernetes binaries are not on the host (they cannot be had on this machine),
-//!   so systemd-analyze reports that each unit's ExecStart binary is missing; exactly that
+//!   systemd). The Kubernetes binaries are not put on the host (this test checks the units alone;
+//!   tests/kubernetes_up.rs runs them), so systemd-analyze reports that each unit's ExecStart
+//!   binary is missing; exactly that
 //!   complaint, and nothing else, is accepted (the test says so when it filters it). A unit
 //!   broken on purpose proves that verify reports syntax problems here.
-//! - `kubernetes_control_plane_comes_up_with_real_binaries` and
-//!   `maintenance_cordons_drains_and_uncordons_with_a_real_apiserver` run only when
-//!   `HACTL_KUBE_BIN_DIR` names a directory holding kube-apiserver, kube-controller-manager and
-//!   kube-scheduler; otherwise each prints `SKIPPED <name>: HACTL_KUBE_BIN_DIR not set`. Nothing
-//!   stands in for them.
+//! - `maintenance_cordons_drains_and_uncordons_with_a_real_apiserver` runs the real binaries of
+//!   `HACTL_KUBE_BIN_DIR`, or (as root, without it) of the cache `scripts/kube-binaries.sh` builds;
+//!   it never skips as root. PodDisruptionBudgets go to the group/version the apiserver's minor
+//!   serves (`policy/v1beta1` on 1.20: `hactl::kubernetes::gates`). The bring-up itself is proven
+//!   in tests/kubernetes_up.rs.
 
+#[path = "support/kube.rs"]
+mod kube_support;
 #[path = "support/lab.rs"]
 mod lab_support;
 
@@ -103,8 +106,8 @@ fn rendered_units_pass_systemd_analyze_verify_on_a_lab_host() {
     argv.extend(paths.iter().map(String::as_str));
     let out = lab.exec("cp1", &argv);
     let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
-    // Accepted, and only these: the ExecStart binary of each unit is not installed (no
-    // Kubernetes binaries can be had here), and the "fatal error" systemd derives from it.
+    // Accepted, and only these: the ExecStart binary of each unit is not installed (this test
+    // puts none there), and the "fatal error" systemd derives from it.
     let mut missing = Vec::new();
     let unexplained: Vec<&str> = text
         .lines()
@@ -141,74 +144,6 @@ fn hactl(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-#[test]
-fn kubernetes_control_plane_comes_up_with_real_binaries() {
-    let name = "kubernetes_control_plane_comes_up_with_real_binaries";
-    let Some(dir) = std::env::var_os("HACTL_KUBE_BIN_DIR") else {
-        println!("SKIPPED {name}: HACTL_KUBE_BIN_DIR not set");
-        return;
-    };
-    let dir = std::path::PathBuf::from(dir);
-    let version_line = std::process::Command::new(dir.join("kube-apiserver"))
-        .arg("--version")
-        .output()
-        .unwrap_or_else(|e| panic!("{}: cannot run kube-apiserver --version: {e}", dir.display()));
-    let version =
-        hactl::kubernetes::skew::parse_kubernetes_version(&String::from_utf8_lossy(&version_line.stdout))
-            .unwrap_or_else(|| panic!("cannot read the version of {}", dir.display()));
-    let Some(lab) = TestLab::up(name, 3, 2, 0, "trixie") else {
-        return;
-    };
-    let path = lab.inventory().to_path_buf();
-    let mut yaml = std::fs::read_to_string(&path).unwrap();
-    yaml.push_str(&format!(
-        "  kubernetes:\n    version: {version}\n    source: bundle\n    bundleDir: {}\n",
-        dir.display()
-    ));
-    std::fs::write(&path, yaml).unwrap();
-    let inv_arg = path.to_string_lossy().to_string();
-
-    let out = hactl(&["up", "-i", &inv_arg, "--yes"]);
-    assert!(
-        out.status.success(),
-        "hactl up failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let inv = inventory::load(&path).unwrap();
-    for host in inv.with_role(hactl::inventory::Role::ControlPlane) {
-        let url = format!("https://{}:6443/readyz", host.address);
-        assert!(
-            eventually(Duration::from_secs(120), || lab
-                .exec(&host.name, &["curl", "-fsS", "--cacert", files::CA_CRT, &url])
-                .status
-                .success()),
-            "{}: /readyz did not answer",
-            host.name
-        );
-    }
-    // Both Leases get a holder that is one of the control-plane hosts.
-    let mut last = String::new();
-    let held = eventually(Duration::from_secs(120), || {
-        let out = hactl(&["status", "-i", &inv_arg, "-o", "json"]);
-        last = String::from_utf8_lossy(&out.stdout).to_string();
-        let Ok(doc) = serde_json::from_str::<serde_json::Value>(&last) else {
-            return false;
-        };
-        let leases = doc["kubernetes"]["leases"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        leases.len() == 2
-            && leases
-                .iter()
-                .all(|l| l["holderHost"].as_str().is_some_and(|h| h.starts_with("cp")))
-    });
-    assert!(held, "the Leases did not get holders:\n{last}");
-    let again = hactl(&["up", "-i", &inv_arg, "--yes"]);
-    assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), "no changes");
-}
-
 /// One API call through the library's client; panics with the answer when `ok` does not hold.
 fn call(
     rt: &tokio::runtime::Runtime,
@@ -243,19 +178,13 @@ fn call(
 #[test]
 fn maintenance_cordons_drains_and_uncordons_with_a_real_apiserver() {
     let name = "maintenance_cordons_drains_and_uncordons_with_a_real_apiserver";
-    let Some(dir) = std::env::var_os("HACTL_KUBE_BIN_DIR") else {
-        println!("SKIPPED {name}: HACTL_KUBE_BIN_DIR not set");
+    let Some(dir) = kube_support::bin_dir(name) else {
         return;
     };
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let dir = std::path::PathBuf::from(dir);
-    let version_line = std::process::Command::new(dir.join("kube-apiserver"))
-        .arg("--version")
-        .output()
-        .unwrap_or_else(|e| panic!("{}: cannot run kube-apiserver --version: {e}", dir.display()));
-    let version =
-        hactl::kubernetes::skew::parse_kubernetes_version(&String::from_utf8_lossy(&version_line.stdout))
-            .unwrap_or_else(|| panic!("cannot read the version of {}", dir.display()));
+    let version = kube_support::version_of(&dir);
+    let pdb_version = hactl::kubernetes::gates::pdb_api_version(version.minor);
+    let pdbs = hactl::kubernetes::gates::pdb_path(version.minor, "drain-test");
     let Some(lab) = TestLab::up(name, 3, 2, 0, "trixie") else {
         return;
     };
@@ -366,8 +295,8 @@ fn maintenance_cordons_drains_and_uncordons_with_a_real_apiserver() {
     );
     assert_eq!(code, 200, "{answer}");
     post(
-        "/apis/policy/v1/namespaces/drain-test/poddisruptionbudgets",
-        serde_json::json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        &pdbs,
+        serde_json::json!({"apiVersion": pdb_version, "kind": "PodDisruptionBudget",
             "metadata": {"name": "guard", "namespace": "drain-test"},
             "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}}),
     );
@@ -377,7 +306,7 @@ fn maintenance_cordons_drains_and_uncordons_with_a_real_apiserver() {
                 &rt,
                 &api,
                 "GET",
-                "/apis/policy/v1/namespaces/drain-test/poddisruptionbudgets/guard",
+                &format!("{pdbs}/guard"),
                 serde_json::Value::Null,
             );
             b["status"]["expectedPods"] == 1 && b["status"]["disruptionsAllowed"] == 0
@@ -443,7 +372,7 @@ fn maintenance_cordons_drains_and_uncordons_with_a_real_apiserver() {
         &rt,
         &api,
         "DELETE",
-        "/apis/policy/v1/namespaces/drain-test/poddisruptionbudgets/guard",
+        &format!("{pdbs}/guard"),
         serde_json::Value::Null,
     );
     assert_eq!(code, 200);

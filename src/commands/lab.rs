@@ -30,7 +30,25 @@ fn run_blocking(cmd: LabCommand) -> Result<Option<PathBuf>> {
             if let Some(out) = args.out {
                 opts.out = out;
             }
+            // The binaries first: a build that fails leaves no lab behind.
+            let kube_dir = if args.no_kubernetes {
+                None
+            } else {
+                eprintln!(
+                    "lab: Kubernetes {} binaries from {} (built on first use; --no-kubernetes leaves Kubernetes out)",
+                    args.kubernetes_version,
+                    lab::kubernetes::cache_dir(&args.kubernetes_version).display()
+                );
+                Some(
+                    lab::kubernetes::ensure_binaries(&args.kubernetes_version)
+                        .context("failed to prepare the Kubernetes binaries for the lab")?,
+                )
+            };
             let lab = lab::up(&opts).with_context(|| format!("failed to bring up lab {}", args.name))?;
+            if let Some(dir) = &kube_dir {
+                lab::kubernetes::add_to_inventory(&lab.inventory_path, &args.kubernetes_version, dir)
+                    .context("failed to add the kubernetes section to the lab inventory")?;
+            }
             for h in &lab.hosts {
                 println!("{}\t{}\t{}", h.name, h.ip, h.machine);
             }
@@ -82,10 +100,62 @@ fn run_blocking(cmd: LabCommand) -> Result<Option<PathBuf>> {
             }
             Ok(None)
         }
+        LabCommand::KubeBinaries { kubernetes_version } => {
+            let dir = lab::kubernetes::ensure_binaries(&kubernetes_version)
+                .context("failed to build the Kubernetes binaries")?;
+            println!("{}", dir.display());
+            Ok(None)
+        }
         LabCommand::Fault { name, host, fault } => {
             lab::fault(&name, &host, fault)
                 .with_context(|| format!("failed to apply {fault} to {host} of lab {name}"))?;
             Ok(None)
         }
+    }
+}
+
+/// After `lab up --apply` with Kubernetes: asks the apiservers behind the VIP for `/readyz` with
+/// kubectl and the admin kubeconfig, printing the command line a user would type and its answer
+/// (retried for up to a minute while the apiservers finish starting).
+pub async fn readyz_through_vip(inv: &crate::inventory::Inventory) -> Result<()> {
+    let Some(kube) = &inv.kubernetes else {
+        return Ok(());
+    };
+    let kubectl = match &kube.source {
+        crate::inventory::BinarySource::Bundle { dir } if dir.join("kubectl").is_file() => {
+            dir.join("kubectl").display().to_string()
+        }
+        _ => "kubectl".to_string(),
+    };
+    let kubeconfig = inv.state_dir.join(super::up::ADMIN_KUBECONFIG);
+    let argv = [
+        "--kubeconfig".to_string(),
+        kubeconfig.display().to_string(),
+        "get".into(),
+        "--raw".into(),
+        "/readyz".into(),
+    ];
+    println!("\n$ {kubectl} {}", argv.join(" "));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = tokio::process::Command::new(&kubectl)
+            .args(&argv)
+            .output()
+            .await
+            .with_context(|| format!("failed to run {kubectl}"))?;
+        let answer = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if out.status.success() && answer == "ok" {
+            println!("{answer}");
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            bail!(
+                "`{kubectl} {}` did not answer ok through the VIP within 60 s: {}{}",
+                argv.join(" "),
+                answer,
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
     }
 }

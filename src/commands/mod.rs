@@ -77,12 +77,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 yes: true,
             };
             up::up(&args).await?;
-            status::run(&crate::cli::StatusArgs {
+            let code = status::run(&crate::cli::StatusArgs {
                 inventory: args.inventory.clone(),
                 connect: args.connect.clone(),
                 output: crate::cli::OutputFormat::Table,
             })
-            .await
+            .await?;
+            lab::readyz_through_vip(&load_inventory(&args.inventory)?).await?;
+            Ok(code)
         }
     }
 }

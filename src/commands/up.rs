@@ -107,6 +107,7 @@ pub async fn prepare_loaded_renewing(
     wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
     renew: &[String],
 ) -> anyhow::Result<Prepared> {
+    crate::kubernetes::inputs::refuse_bad_bundle(&inv)?;
     let pki = pki::ensure_renewing(
         &state.path.join("pki"),
         &inv,

@@ -1,5 +1,6 @@
 //! A small client of the Kubernetes API for maintenance and heal: Nodes (cordon, uncordon,
-//! annotations), the pods of a node, PodDisruptionBudgets and Evictions (policy/v1).
+//! annotations), the pods of a node, PodDisruptionBudgets and Evictions (policy/v1, or
+//! policy/v1beta1 on the minors that lack v1: the apiserver's `/version` picks, see [`super::gates`]).
 //!
 //! It authenticates with the admin client certificate hactl generated (`pki/kubernetes/admin.*`
 //! in the state directory, `system:masters`) and verifies the apiserver against the Kubernetes
@@ -70,6 +71,8 @@ pub struct ApiClient {
     /// Where the requests go, for messages (`cp2 (10.0.0.12:6443)`).
     pub through: String,
     _forward: Option<crate::ssh::ForwardGuard>,
+    /// The apiserver's minor version, asked once (`GET /version`).
+    minor: tokio::sync::OnceCell<u64>,
 }
 
 impl std::fmt::Debug for ApiClient {
@@ -123,10 +126,11 @@ pub fn annotation_patch(key: &str, value: Option<&str>) -> serde_json::Value {
     serde_json::json!({ "metadata": { "annotations": { key: value } } })
 }
 
-/// The body of a `policy/v1` Eviction of `pod`.
-pub fn eviction_body(pod: &PodRef) -> serde_json::Value {
+/// The body of an Eviction of `pod` in `api_version` (`policy/v1`, or `policy/v1beta1` before
+/// 1.22: [`super::gates::eviction_api_version`]).
+pub fn eviction_body(pod: &PodRef, api_version: &str) -> serde_json::Value {
     serde_json::json!({
-        "apiVersion": "policy/v1",
+        "apiVersion": api_version,
         "kind": "Eviction",
         "metadata": { "name": pod.name, "namespace": pod.namespace },
     })
@@ -140,6 +144,7 @@ impl ApiClient {
             base: base.trim_end_matches('/').to_string(),
             through: base.to_string(),
             _forward: None,
+            minor: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -158,6 +163,7 @@ impl ApiClient {
             base: format!("https://127.0.0.1:{local}"),
             through: format!("{host} ({address}:{API_PORT})"),
             _forward: Some(guard),
+            minor: tokio::sync::OnceCell::new(),
         })
     }
 
@@ -188,6 +194,20 @@ impl ApiClient {
             .await
             .map_err(|source| ApiError::Request { what, source })?;
         Ok((code, text))
+    }
+
+    /// The apiserver's minor version from `GET /version`, asked once. When it cannot be read the
+    /// newest APIs are used (and the request that needs them reports the failure).
+    pub async fn minor(&self) -> u64 {
+        *self
+            .minor
+            .get_or_init(|| async {
+                match self.request(reqwest::Method::GET, "/version", "", None).await {
+                    Ok((200, body)) => parse_version_minor(&body).unwrap_or(u64::MAX),
+                    _ => u64::MAX,
+                }
+            })
+            .await
     }
 
     /// GET that decodes `T`; `None` on 404.
@@ -253,12 +273,20 @@ impl ApiClient {
     }
 
     /// Every PodDisruptionBudget of the cluster.
+    /// The group/version follows the apiserver's minor; when that path is not served (a build
+    /// whose `/version` says no minor) the other one is asked, so budgets are never silently missed.
     pub async fn pod_disruption_budgets(&self) -> Result<Vec<PodDisruptionBudget>, ApiError> {
-        Ok(self
-            .get::<List<PodDisruptionBudget>>("/apis/policy/v1/poddisruptionbudgets")
-            .await?
-            .map(|l| l.items)
-            .unwrap_or_default())
+        let minor = self.minor().await;
+        let (first, second) = if minor < 21 { (20, 21) } else { (21, 20) };
+        for m in [first, second] {
+            if let Some(list) = self
+                .get::<List<PodDisruptionBudget>>(&super::gates::pdb_list_path(m))
+                .await?
+            {
+                return Ok(list.items);
+            }
+        }
+        Ok(Vec::new())
     }
 
     /// Asks the Eviction API to evict `pod` (PodDisruptionBudgets honoured by the apiserver).
@@ -273,11 +301,28 @@ impl ApiClient {
                 reqwest::Method::POST,
                 &path,
                 "application/json",
-                Some(&eviction_body(pod)),
+                Some(&eviction_body(
+                    pod,
+                    super::gates::eviction_api_version(self.minor().await),
+                )),
             )
             .await?;
         Ok(eviction_outcome(code, &body))
     }
+}
+
+/// The minor of a `/version` answer (`{"major":"1","minor":"20",…}`; some builds say `"20+"`).
+/// A build that left `minor` empty is read by its `gitVersion`; `v0.0.0-master…` (an unstamped
+/// build) says nothing.
+pub fn parse_version_minor(body: &str) -> Option<u64> {
+    let v: serde_json::Value = serde_json::from_str(body).ok()?;
+    let minor = v["minor"].as_str().unwrap_or("");
+    let digits: String = minor.chars().take_while(char::is_ascii_digit).collect();
+    if let Ok(m) = digits.parse() {
+        return Some(m);
+    }
+    let git = super::skew::parse_kubernetes_version(v["gitVersion"].as_str()?)?;
+    (git.major == 1).then_some(git.minor)
 }
 
 fn status_error(what: String, code: u16, body: &str) -> ApiError {
@@ -317,10 +362,31 @@ mod tests {
             uid: "u".into(),
         };
         assert_eq!(
-            eviction_body(&pod).to_string(),
+            eviction_body(&pod, "policy/v1").to_string(),
             r#"{"apiVersion":"policy/v1","kind":"Eviction","metadata":{"name":"web-1","namespace":"default"}}"#
         );
+        assert_eq!(
+            eviction_body(&pod, super::super::gates::eviction_api_version(20))["apiVersion"],
+            "policy/v1beta1"
+        );
         assert_eq!(encode("spec.nodeName=cp1"), "spec.nodeName%3Dcp1");
+    }
+
+    #[test]
+    fn the_minor_is_read_from_the_version_answer() {
+        let v120 = r#"{"major":"1","minor":"20","gitVersion":"v1.20.2","gitCommit":"","gitTreeState":"clean","buildDate":"2026-11-22T13:50:00Z","goVersion":"go1.15.15","compiler":"gc","platform":"linux/amd64"}"#;
+        assert_eq!(parse_version_minor(v120), Some(20));
+        assert_eq!(parse_version_minor(r#"{"major":"1","minor":"31+"}"#), Some(31));
+        assert_eq!(parse_version_minor("not json"), None);
+        assert_eq!(
+            parse_version_minor(r#"{"major":"","minor":"","gitVersion":"v1.20.2"}"#),
+            Some(20)
+        );
+        // What an unstamped build answers: no minor to be had.
+        assert_eq!(
+            parse_version_minor(r#"{"major":"","minor":"","gitVersion":"v0.0.0-master+faecb196815e2"}"#),
+            None
+        );
     }
 
     #[test]

@@ -126,6 +126,20 @@ pub fn flags(component: Component, host: &Host, inv: &Inventory) -> Vec<String> 
     let Some(kube) = &inv.kubernetes else {
         return vec![];
     };
+    let mut flags = common_flags(component, host, inv, kube);
+    // Version gates (flags only some minors have), kept apart from the common flags: see
+    // `super::gates` for the upstream changelog entry behind each.
+    flags.extend(super::gates::version_flags(component, kube.version.minor));
+    flags
+}
+
+/// The flags every supported minor takes.
+fn common_flags(
+    component: Component,
+    host: &Host,
+    inv: &Inventory,
+    kube: &crate::inventory::KubernetesSpec,
+) -> Vec<String> {
     let f = |name: &str, value: &dyn std::fmt::Display| format!("--{name}={value}");
     match component {
         Component::ApiServer => {

@@ -18,6 +18,11 @@ pub async fn prepare(
     let Some(kube) = &inv.kubernetes else {
         return Ok(None);
     };
+    let today = time::OffsetDateTime::now_utc().date().to_string();
+    if let Some(warning) = crate::kubernetes::gates::end_of_life_warning(&kube.version, &today) {
+        tracing::warn!("{warning}");
+    }
+    refuse_bad_bundle(inv)?;
     let key = crate::kubernetes::secrets::ensure_encryption_key(state)
         .context("failed to prepare the key that encrypts Secrets at rest")?;
     let binaries = if kube.mode == crate::inventory::KubernetesMode::Systemd {
@@ -36,4 +41,30 @@ pub async fn prepare(
         binaries.as_ref(),
         key,
     )))
+}
+
+/// Refuses (exit 2) a `source: bundle` directory that lacks a binary, holds one that is not
+/// executable or not `kubernetes.version`, or was left half-built by an interrupted build; every
+/// problem is named. Read-only, and run before any host is contacted.
+pub fn refuse_bad_bundle(inv: &Inventory) -> anyhow::Result<()> {
+    let Some(kube) = &inv.kubernetes else {
+        return Ok(());
+    };
+    let (crate::inventory::KubernetesMode::Systemd, crate::inventory::BinarySource::Bundle { dir }) =
+        (kube.mode, &kube.source)
+    else {
+        return Ok(());
+    };
+    let problems = crate::kubernetes::bundle::check(dir, &kube.version);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(crate::exit::refuse(
+        crate::exit::REFUSED,
+        problems
+            .iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join("\n"),
+    ))
 }

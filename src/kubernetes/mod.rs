@@ -11,8 +11,11 @@
 //!   client maintenance and heal drive the API with ([`drain`] decides what it does, purely).
 
 pub mod api;
+pub mod bundle;
 pub mod drain;
 pub mod files;
+pub mod gates;
+pub mod handover;
 pub mod inputs;
 pub mod lease;
 pub mod objects;
@@ -97,6 +100,10 @@ pub fn managed_paths(spec: &KubernetesSpec) -> Vec<String> {
             }
             crate::inventory::KubernetesMode::StaticPod => paths.push(c.manifest_path()),
         }
+    }
+    // A bundle's kubectl is uploaded too: without its hash in the facts every `up` would plan it.
+    if spec.mode == crate::inventory::KubernetesMode::Systemd {
+        paths.extend(OPTIONAL_BINARIES.iter().map(|b| format!("{BIN_DIR}/{b}")));
     }
     paths
 }

@@ -14,8 +14,8 @@
 //!
 //! | Kubernetes | etcd (minimum) | why |
 //! |---|---|---|
-//! | < 1.26 | refused | older than hactl's flags support (and out of upstream support) |
-//! | 1.26 – 1.28 | 3.4.22 on the 3.4 line, or 3.5.6 | "Operating etcd clusters for Kubernetes" (kubernetes.io docs): the minimum recommended versions for production are 3.4.22+ and 3.5.6+ |
+//! | < 1.20 | refused | older than hactl's flags and APIs support |
+//! | 1.20 – 1.28 | 3.4.22 on the 3.4 line, or 3.5.6 | "Operating etcd clusters for Kubernetes" (kubernetes.io docs): the minimum recommended versions for production are 3.4.22+ and 3.5.6+ |
 //! | ≥ 1.29 | 3.5.6 | kubeadm's `SupportedEtcdVersion` table (cmd/kubeadm/app/constants/constants.go) lists only 3.5.x (3.6.x from 1.34) for these minors; 3.4 is no longer tested with them |
 //!
 //! etcd 4.x or a major other than 3 is refused (untested with any Kubernetes release).
@@ -25,7 +25,7 @@ use semver::Version;
 use super::Component;
 
 /// The oldest Kubernetes minor hactl installs.
-pub const MIN_KUBERNETES_MINOR: u64 = 26;
+pub const MIN_KUBERNETES_MINOR: u64 = 20;
 
 /// A component version seen on a host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +43,7 @@ pub fn min_etcd(kube_minor: u64, etcd: &Version) -> Option<Version> {
         return None;
     }
     match (kube_minor, etcd.minor) {
-        (26..=28, 4) => Some(Version::new(3, 4, 22)),
+        (..=28, 4) => Some(Version::new(3, 4, 22)),
         (_, 0..=4) => None,
         (_, _) => Some(Version::new(3, 5, 6)),
     }
@@ -138,7 +138,11 @@ mod tests {
     fn the_etcd_table() {
         // (Kubernetes minor, etcd, allowed)
         let table = [
-            (25, "3.5.16", false),
+            (19, "3.5.16", false),
+            (20, "3.4.23", true),
+            (20, "3.4.21", false),
+            (20, "3.5.16", true),
+            (25, "3.5.16", true),
             (26, "3.4.21", false),
             (26, "3.4.22", true),
             (28, "3.4.23", true),
@@ -220,7 +224,8 @@ mod tests {
 
     #[test]
     fn old_kubernetes_and_other_majors_are_refused() {
-        assert_eq!(violations(&v("1.25.9"), &[], &[]).len(), 1);
+        assert_eq!(violations(&v("1.19.16"), &[], &[]).len(), 1);
+        assert!(violations(&v("1.20.2"), &[], &[]).is_empty(), "1.20 is supported");
         assert_eq!(violations(&v("2.0.0"), &[], &[]).len(), 1);
     }
 

@@ -19,6 +19,7 @@ mod fault;
 mod host;
 mod image;
 mod inventory;
+pub mod kubernetes;
 mod net;
 mod proc;
 

@@ -353,6 +353,14 @@ pub async fn start(inv: Inventory, state: StateDir, args: &MaintenanceArgs) -> a
     )
     .await?;
     let active = units_active(&s, &host.name);
+    // The Leases this host holds, read before its controllers stop (the handover is awaited
+    // after they stop and before its apiserver does: crate::kubernetes::handover).
+    let leases_before = match (&kube, mode) {
+        (Some(k), Mode::Live) => crate::kubernetes::handover::read(&k.api)
+            .await
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    };
     for unit in ["kube-scheduler.service", "kube-controller-manager.service"] {
         if active.contains(&unit) {
             journal.record(&format!("stop-{unit}"), StepState::Started, &host.name, "")?;
@@ -366,6 +374,29 @@ pub async fn start(inv: Inventory, state: StateDir, args: &MaintenanceArgs) -> a
             .await?;
             rec.stopped.push(unit.to_string());
             journal.record(&format!("stop-{unit}"), StepState::Done, &host.name, "")?;
+        }
+    }
+    let held = crate::kubernetes::handover::held_by(&leases_before, &host.name);
+    if let (Some(k), false) = (&kube, held.is_empty()) {
+        let names: Vec<&str> = held.iter().map(|l| l.name.as_str()).collect();
+        journal.record(
+            "lease-handover",
+            StepState::Started,
+            &host.name,
+            &names.join(", "),
+        )?;
+        match crate::kubernetes::handover::wait_moved(&k.api, &held, &host.name).await {
+            Ok(moved) => {
+                let detail: Vec<String> = moved.iter().map(|(l, h)| format!("{l} → {h}")).collect();
+                journal.record("lease-handover", StepState::Done, &host.name, &detail.join(", "))?;
+            }
+            Err(e) => {
+                write_record(&s, mode, host, &rec).await?;
+                return Err(refuse(
+                    exit::FAILED_AFTER_CHANGES,
+                    format!("{e}; {} stays at stage StopControlPlane with its apiserver and etcd running: check the other control-plane hosts' kube-controller-manager and kube-scheduler (`hactl status`), then `hactl maintenance start {}` again or `hactl maintenance complete {}`", host.name, host.name, host.name),
+                ));
+            }
         }
     }
     // HAProxy next: no new client reaches this host's apiserver or etcd through the VIP, and

@@ -1,0 +1,418 @@
+//! What the Kubernetes lab tests share: the real server binaries (from `HACTL_KUBE_BIN_DIR`, or
+//! built into the cache on first use), a lab with a control plane brought up by `hactl up`,
+//! kubectl through the VIP with the admin kubeconfig, and the Lease holders from `hactl status`.
+//!
+//! Use from a test file with `#[path = "support/lab.rs"] mod lab_support;` and
+//! `#[path = "support/kube.rs"] mod kube_support;`.
+//!
+//! As root these tests never skip: without `HACTL_KUBE_BIN_DIR` they build (or reuse) the cache
+//! with `hactl::lab::kubernetes::ensure_binaries`, and panic if that fails. Without root the lab
+//! itself cannot run and the test prints `SKIPPED <test>: needs root`.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use super::lab_support::{eventually, have_root, TestLab};
+
+/// The directory holding kube-apiserver, kube-controller-manager, kube-scheduler (and kubectl),
+/// or `None` (after `SKIPPED … needs root`) without root.
+pub fn bin_dir(test_name: &str) -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("HACTL_KUBE_BIN_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    if !have_root(test_name) {
+        return None;
+    }
+    let version = hactl::lab::kubernetes::DEFAULT_VERSION;
+    eprintln!("{test_name}: HACTL_KUBE_BIN_DIR not set: building or reusing the Kubernetes {version} cache");
+    Some(
+        hactl::lab::kubernetes::ensure_binaries(version)
+            .unwrap_or_else(|e| panic!("{test_name}: no Kubernetes binaries and the build failed: {e}")),
+    )
+}
+
+/// What `<dir>/kube-apiserver --version` says (`1.20.2`).
+pub fn version_of(dir: &Path) -> semver::Version {
+    let out = Command::new(dir.join("kube-apiserver"))
+        .arg("--version")
+        .output()
+        .unwrap_or_else(|e| panic!("{}: cannot run kube-apiserver --version: {e}", dir.display()));
+    hactl::kubernetes::skew::parse_kubernetes_version(&String::from_utf8_lossy(&out.stdout))
+        .unwrap_or_else(|| panic!("cannot read the version of {}", dir.display()))
+}
+
+/// stdout and stderr of `out`, for messages.
+pub fn text(out: &Output) -> String {
+    format!(
+        "exit {:?}\n{}{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// A lab whose control plane runs the real binaries.
+pub struct KubeLab {
+    pub lab: TestLab,
+    pub inv: PathBuf,
+    pub state: PathBuf,
+    pub bin_dir: PathBuf,
+    pub version: semver::Version,
+    /// How long the first `hactl up` took.
+    pub up_seconds: f64,
+}
+
+impl KubeLab {
+    /// A lab of `cps` control planes, `lbs` load balancers and `spares` spares (trixie), with the
+    /// kubernetes section, brought up by `hactl up`; every control-plane apiserver answers
+    /// `/readyz`. `None` without root.
+    pub fn up(test_name: &str, cps: u8, lbs: u8, spares: u8) -> Option<KubeLab> {
+        let bin_dir = bin_dir(test_name)?;
+        let version = version_of(&bin_dir);
+        let lab = TestLab::up(test_name, cps, lbs, spares, "trixie")?;
+        let inv = lab.inventory().to_path_buf();
+        hactl::lab::kubernetes::add_to_inventory(&inv, &version.to_string(), &bin_dir).unwrap();
+        let state = inv.parent().unwrap().join("state");
+        let k = KubeLab {
+            lab,
+            inv,
+            state,
+            bin_dir,
+            version,
+            up_seconds: 0.0,
+        };
+        let started = Instant::now();
+        let out = k.hactl(&["up", "--yes"]);
+        assert!(out.status.success(), "hactl up failed: {}", text(&out));
+        let up_seconds = started.elapsed().as_secs_f64();
+        eprintln!("{test_name}: hactl up with Kubernetes took {up_seconds:.1} s");
+        for host in k.control_planes() {
+            assert!(
+                eventually(Duration::from_secs(120), || k.readyz_on(&host)),
+                "{host}: /readyz did not answer"
+            );
+        }
+        Some(KubeLab { up_seconds, ..k })
+    }
+
+    /// The control-plane host names, in inventory order.
+    pub fn control_planes(&self) -> Vec<String> {
+        let inv = hactl::inventory::load(&self.inv).unwrap();
+        inv.with_role(hactl::inventory::Role::ControlPlane)
+            .iter()
+            .map(|h| h.name.clone())
+            .collect()
+    }
+
+    /// `hactl ARGS -i INV`, logged.
+    pub fn hactl(&self, args: &[&str]) -> Output {
+        let started = Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_hactl"))
+            .args(args)
+            .arg("-i")
+            .arg(&self.inv)
+            .env_remove("HACTL_CRASH_AFTER")
+            .output()
+            .expect("run hactl");
+        eprintln!(
+            "hactl {args:?} ({:.1} s) -> {}",
+            started.elapsed().as_secs_f64(),
+            text(&out)
+        );
+        out
+    }
+
+    /// `hactl ARGS` that must succeed; its stdout.
+    pub fn hactl_ok(&self, args: &[&str]) -> String {
+        let out = self.hactl(args);
+        assert!(out.status.success(), "hactl {args:?} failed: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// The kubectl of the bundle (Debian's kubernetes-client, same minor), else the one on PATH.
+    pub fn kubectl_path(&self) -> PathBuf {
+        let p = self.bin_dir.join("kubectl");
+        if p.is_file() {
+            p
+        } else {
+            PathBuf::from("kubectl")
+        }
+    }
+
+    /// `kubectl --kubeconfig <state>/admin.kubeconfig ARGS` (through the VIP), 5 s per request.
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_input(args, None)
+    }
+
+    /// [`KubeLab::kubectl`] with `input` on stdin (for `apply -f -`).
+    pub fn kubectl_input(&self, args: &[&str], input: Option<&str>) -> Output {
+        use std::io::Write;
+        let mut child = Command::new(self.kubectl_path())
+            .arg("--kubeconfig")
+            .arg(self.state.join("admin.kubeconfig"))
+            .arg("--request-timeout=5s")
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run kubectl");
+        if let Some(text) = input {
+            child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+        }
+        drop(child.stdin.take());
+        child.wait_with_output().unwrap()
+    }
+
+    /// kubectl that must succeed; its stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(out.status.success(), "kubectl {args:?} failed: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `/readyz` of `host`'s own apiserver, asked on the host against the cluster CA.
+    pub fn readyz_on(&self, host: &str) -> bool {
+        let url = format!("https://{}:6443/readyz", self.lab.ip(host));
+        self.lab
+            .exec(
+                host,
+                &[
+                    "curl",
+                    "-fsS",
+                    "-m",
+                    "5",
+                    "--cacert",
+                    hactl::kubernetes::files::CA_CRT,
+                    &url,
+                ],
+            )
+            .status
+            .success()
+    }
+
+    /// `hactl status -o json`: exit code and document.
+    pub fn status(&self) -> (i32, serde_json::Value) {
+        let out = self.hactl(&["status", "-o", "json"]);
+        let doc = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        (out.status.code().unwrap_or(-1), doc)
+    }
+
+    /// Lease name → holder host, from `hactl status` (a Lease nobody holds maps to "").
+    pub fn lease_holders(&self) -> BTreeMap<String, String> {
+        let (_, doc) = self.status();
+        doc["kubernetes"]["leases"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .iter()
+            .map(|l| {
+                (
+                    l["name"].as_str().unwrap_or("").to_string(),
+                    l["holderHost"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect()
+    }
+
+    /// Waits until both Leases are held by control-plane hosts accepted by `ok`; the holders.
+    pub fn wait_leases(&self, timeout: Duration, ok: impl Fn(&str) -> bool) -> BTreeMap<String, String> {
+        let mut last = BTreeMap::new();
+        let held = eventually(timeout, || {
+            last = self.lease_holders();
+            last.len() == 2 && last.values().all(|h| !h.is_empty() && ok(h))
+        });
+        assert!(
+            held,
+            "the Leases were not held as wanted within {timeout:?}: {last:?}"
+        );
+        last
+    }
+
+    /// Lease holders read straight from the API with kubectl (name → holderIdentity's host part),
+    /// without `hactl status` (for timing a failover closely).
+    pub fn lease_holders_via_kubectl(&self) -> Option<BTreeMap<String, String>> {
+        let mut out = BTreeMap::new();
+        for name in ["kube-controller-manager", "kube-scheduler"] {
+            let o = self.kubectl(&[
+                "-n",
+                "kube-system",
+                "get",
+                "lease",
+                name,
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+            ]);
+            if !o.status.success() {
+                return None;
+            }
+            let id = String::from_utf8_lossy(&o.stdout).to_string();
+            out.insert(
+                format!("kube-system/{name}"),
+                id.split('_').next().unwrap_or("").to_string(),
+            );
+        }
+        Some(out)
+    }
+}
+
+impl KubeLab {
+    /// Journal entries of the newest run whose id starts with `prefix` (`recover-`, `replace-`).
+    pub fn journal(&self, prefix: &str) -> Vec<serde_json::Value> {
+        let mut runs: Vec<_> = std::fs::read_dir(self.state.join("runs"))
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+            .collect();
+        runs.sort_by_key(|e| e.metadata().unwrap().modified().unwrap());
+        let run = runs.last().expect("a run").path();
+        std::fs::read_to_string(run.join("journal.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// Rewrites the inventory through `f`.
+    pub fn set_inventory(&self, f: impl FnOnce(String) -> String) {
+        let text = std::fs::read_to_string(&self.inv).unwrap();
+        std::fs::write(&self.inv, f(text)).unwrap();
+    }
+
+    /// Moves the roles of `from` (etcd, control-plane) to `to`, leaving `from` with `roles: []`
+    /// (what the operator does before `replace --host`).
+    pub fn move_roles(&self, from: &str, to: &str) {
+        let (a, b) = (self.lab.ip(from), self.lab.ip(to));
+        self.set_inventory(|t| {
+            let moved = t
+                .replace(
+                    &format!(
+                        "address: \"{a}\"\n    prefixLength: 24\n    roles:\n    - etcd\n    - control-plane"
+                    ),
+                    &format!("address: \"{a}\"\n    prefixLength: 24\n    roles: []"),
+                )
+                .replace(
+                    &format!("address: \"{b}\"\n    prefixLength: 24\n    roles: []"),
+                    &format!(
+                        "address: \"{b}\"\n    prefixLength: 24\n    roles:\n    - etcd\n    - control-plane"
+                    ),
+                );
+            assert_ne!(moved, t, "the inventory's roles did not change:\n{t}");
+            moved
+        });
+    }
+
+    /// The load balancer that holds the VIP now, if one does.
+    pub fn vip_holder(&self) -> Option<String> {
+        let inv = hactl::inventory::load(&self.inv).unwrap();
+        let vip = inv.vip.as_ref()?.address.to_string();
+        inv.with_role(hactl::inventory::Role::LoadBalancer)
+            .iter()
+            .find(|h| {
+                // A host that is down (power cut) holds nothing.
+                self.lab
+                    .lab()
+                    .exec(&h.name, &["ip", "-o", "-4", "addr", "show"])
+                    .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains(&format!(" {vip}/")))
+            })
+            .map(|h| h.name.clone())
+    }
+
+    /// Starts polling `kubectl get --raw /readyz` through the VIP (2 s per request) until the
+    /// returned poller is stopped; every attempt is recorded.
+    pub fn poll_readyz(&self) -> Poller {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let kubectl = self.kubectl_path();
+        let kubeconfig = self.state.join("admin.kubeconfig");
+        let flag = stop.clone();
+        let ok_count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let oks = ok_count.clone();
+        let handle = std::thread::spawn(move || {
+            let mut attempts = Vec::new();
+            while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                let start = Instant::now();
+                let out = Command::new(&kubectl)
+                    .arg("--kubeconfig")
+                    .arg(&kubeconfig)
+                    .args(["--request-timeout=2s", "get", "--raw", "/readyz"])
+                    .output();
+                let (ok, detail) = match out {
+                    Ok(o) => (
+                        o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "ok",
+                        String::from_utf8_lossy(&o.stderr).trim().to_string(),
+                    ),
+                    Err(e) => (false, e.to_string()),
+                };
+                if ok {
+                    oks.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                }
+                attempts.push(Attempt {
+                    start,
+                    end: Instant::now(),
+                    ok,
+                    detail,
+                });
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            attempts
+        });
+        Poller {
+            stop,
+            handle,
+            ok_count,
+        }
+    }
+}
+
+/// One `kubectl get --raw /readyz` through the VIP.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    pub start: Instant,
+    pub end: Instant,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// A running [`KubeLab::poll_readyz`].
+pub struct Poller {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: std::thread::JoinHandle<Vec<Attempt>>,
+    ok_count: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Poller {
+    /// Waits (up to `timeout`) until `n` requests have been answered.
+    pub fn wait_answered(&self, n: usize, timeout: Duration) -> bool {
+        eventually(timeout, || {
+            self.ok_count.load(std::sync::atomic::Ordering::SeqCst) >= n
+        })
+    }
+
+    /// Stops polling; every attempt in order.
+    pub fn stop(self) -> Vec<Attempt> {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.handle.join().unwrap()
+    }
+}
+
+/// Prints every failed attempt (relative to `t0`) and returns how many failed.
+pub fn report_failures(what: &str, t0: Instant, attempts: &[Attempt]) -> usize {
+    let failed: Vec<&Attempt> = attempts.iter().filter(|a| !a.ok).collect();
+    println!(
+        "{what}: {} requests through the VIP, {} failed",
+        attempts.len(),
+        failed.len()
+    );
+    for a in &failed {
+        println!(
+            "  failed: {:+.2} s .. {:+.2} s: {}",
+            a.start.saturating_duration_since(t0).as_secs_f64(),
+            a.end.saturating_duration_since(t0).as_secs_f64(),
+            a.detail
+        );
+    }
+    failed.len()
+}
