@@ -20,6 +20,7 @@ pub mod binaries;
 pub mod bolt;
 pub mod cli;
 pub mod commands;
+pub mod duration;
 pub mod etcd;
 pub mod exec;
 pub mod facts;

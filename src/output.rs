@@ -8,6 +8,21 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 use tracing_subscriber::EnvFilter;
 
+/// Whether stderr may carry colour and other escape codes: only on a terminal, and never when
+/// `NO_COLOR` is set to anything non-empty (no-color.org). Files, pipes, CI logs and journald
+/// (`contrib/hactl-heal.service`) get plain text.
+pub fn stderr_colour() -> bool {
+    colour_allowed(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    )
+}
+
+/// The rule of `stderr_colour`, apart from the environment it reads.
+pub fn colour_allowed(is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    is_terminal && no_color.is_none_or(|v| v.is_empty())
+}
+
 /// `-v` → debug, `-vv` → trace, `-q` → errors only; `RUST_LOG` wins when set.
 pub fn init_logging(verbose: u8, quiet: bool) {
     let level = if quiet {
@@ -24,6 +39,7 @@ pub fn init_logging(verbose: u8, quiet: bool) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(stderr_colour())
         .with_target(false)
         .without_time()
         .try_init();
@@ -70,5 +86,20 @@ impl Progress {
             bar.finish_and_clear();
         }
         eprintln!("{}", line.as_ref());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn colour_only_on_a_terminal_and_never_with_no_color() {
+        assert!(colour_allowed(true, None));
+        assert!(colour_allowed(true, Some(OsStr::new(""))));
+        assert!(!colour_allowed(true, Some(OsStr::new("1"))));
+        assert!(!colour_allowed(false, None));
+        assert!(!colour_allowed(false, Some(OsStr::new("1"))));
     }
 }

@@ -2,6 +2,8 @@
 //! produce (all of them, in order), and good inventories with their defaults.
 
 use std::net::IpAddr;
+
+use clap::Parser;
 use std::path::{Path, PathBuf};
 
 use hactl::inventory::{self, BinarySource, KeyType, KubernetesMode, Role, SshAuth, SshSpec, API_VERSION};
@@ -343,7 +345,7 @@ fn bad_inventories_report_every_problem_with_its_place() {
         (
             "backup interval that is not a time span",
             edit(&[("  kubernetes:", "  backup:\n    interval: hourly\n  kubernetes:")]),
-            vec!["lab.yaml: backup.interval: \"hourly\" is not a time span: use e.g. 30s, 10m or 1h".into()],
+            vec!["lab.yaml: backup.interval: \"hourly\" is not a duration: use e.g. 30s, 10m, 1h30m or 2d".into()],
         ),
         (
             "backup interval of zero",
@@ -474,6 +476,35 @@ fn backup_settings_are_read() {
     assert_eq!(b.interval_text, "600s");
     assert_eq!(b.retention, 3);
     assert_eq!(b.dir, "/srv/etcd-backups");
+}
+
+/// The inventory's durations and the command-line flags share one grammar (`hactl::duration`):
+/// days and compound terms work in both places.
+#[test]
+fn inventory_durations_take_days_and_compound_terms_like_the_flags() {
+    let text = edit(&[(
+        "  kubernetes:",
+        "  backup:\n    interval: 1h30m\n  heal:\n    retryPeriod: 1d\n    minHealthyPeriod: 1d12h\n    unhealthyTimeout: 90\n  kubernetes:",
+    )]);
+    let inv = inventory::load_str(Path::new("/srv/lab.yaml"), &text).unwrap();
+    assert_eq!(inv.backup.interval, std::time::Duration::from_secs(5_400));
+    assert_eq!(inv.heal.retry_period, std::time::Duration::from_secs(86_400));
+    assert_eq!(inv.heal.min_healthy_period, std::time::Duration::from_secs(129_600));
+    assert_eq!(inv.heal.unhealthy_timeout, std::time::Duration::from_secs(90));
+    let cli = hactl::cli::Cli::try_parse_from(["hactl", "recover", "--auto", "--accept-data-loss-window", "1d12h"])
+        .unwrap();
+    let hactl::cli::Command::Recover(args) = cli.command else {
+        panic!("not recover")
+    };
+    assert_eq!(
+        args.accept_data_loss_window,
+        Some(std::time::Duration::from_secs(129_600))
+    );
+    let text = edit(&[("  kubernetes:", "  heal:\n    retryPeriod: 30m1h\n  kubernetes:")]);
+    assert_eq!(
+        problems(Path::new("/srv"), &text),
+        vec!["lab.yaml: heal.retryPeriod: \"30m1h\": write the units largest first, each once (e.g. 1h30m, not 30m1h)"]
+    );
 }
 
 #[test]

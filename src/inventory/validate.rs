@@ -305,18 +305,15 @@ impl Checker {
         }
         if let Some(v) = &raw.interval {
             match super::parse_duration(v) {
-                Some(d) if d.as_secs() >= 1 => {
+                Ok(d) if d.as_secs() >= 1 => {
                     b.interval = d;
                     b.interval_text = format!("{}s", d.as_secs());
                 }
-                Some(_) => self.report(
+                Ok(_) => self.report(
                     "backup.interval",
                     format!("{v:?} is zero: use at least 1s, e.g. 1h"),
                 ),
-                None => self.report(
-                    "backup.interval",
-                    format!("{v:?} is not a time span: use e.g. 30s, 10m or 1h"),
-                ),
+                Err(e) => self.report("backup.interval", e.to_string()),
             }
         }
         if let Some(n) = raw.retention {
@@ -375,11 +372,8 @@ impl Checker {
         ] {
             if let Some(v) = value {
                 match super::parse_duration(v) {
-                    Some(d) => *slot = d,
-                    None => self.report(
-                        format!("heal.{field}"),
-                        format!("{v:?} is not a duration: use e.g. 30s, 10m or 1h"),
-                    ),
+                    Ok(d) => *slot = d,
+                    Err(e) => self.report(format!("heal.{field}"), e.to_string()),
                 }
             }
         }

@@ -236,6 +236,65 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// The plan as data, for `hactl plan -o json`: the same phases, hosts and lines as the text
+    /// (commands as sent, with the host's sudo prefix), uploads without their content.
+    pub fn to_json(&self) -> serde_json::Value {
+        let phases: Vec<serde_json::Value> = self
+            .phases
+            .iter()
+            .map(|phase| {
+                let hosts: Vec<serde_json::Value> = phase
+                    .hosts
+                    .iter()
+                    .map(|h| {
+                        let steps: Vec<serde_json::Value> = h
+                            .steps
+                            .iter()
+                            .map(|step| match step {
+                                Step::Upload(u) => serde_json::json!({
+                                    "kind": "upload",
+                                    "path": u.path,
+                                    "mode": format!("{:04o}", u.mode),
+                                    "owner": u.owner,
+                                    "group": u.group,
+                                    "size": u.size(),
+                                    "sha256": u.sha256,
+                                }),
+                                Step::Run(c) => serde_json::json!({
+                                    "kind": "run",
+                                    "command": c.line(h.sudo),
+                                    "readOnly": c.read_only,
+                                    "timeoutSecs": c.timeout.as_secs(),
+                                }),
+                                Step::Wait(c) => match &c.probe {
+                                    Probe::Command(cmd) => serde_json::json!({
+                                        "kind": "wait",
+                                        "description": c.description,
+                                        "command": cmd.line(h.sudo),
+                                        "timeoutSecs": c.timeout.as_secs(),
+                                    }),
+                                },
+                            })
+                            .collect();
+                        serde_json::json!({ "host": h.host, "steps": steps })
+                    })
+                    .collect();
+                serde_json::json!({
+                    "title": phase.title,
+                    "parallelism": match phase.parallelism {
+                        Parallelism::All => "all",
+                        Parallelism::OneAtATime => "one-at-a-time",
+                    },
+                    "disruptive": phase.disruptive,
+                    "hosts": hosts,
+                })
+            })
+            .collect();
+        serde_json::json!({ "changes": !self.is_empty(), "phases": phases })
+    }
+}
+
 impl fmt::Display for Plan {
     /// The text `hactl plan` prints: per phase, per host in inventory order, the exact lines.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
