@@ -257,9 +257,9 @@ fn bad_inventories_report_every_problem_with_its_place() {
             vec!["lab.yaml: hosts: no hosts: list at least one (3 for a highly available cluster)".into()],
         ),
         (
-            "release without sha256",
-            edit(&[("  kubernetes:\n", "  etcd:\n    source: release\n    releaseUrl: https://example.com/etcd.tar.gz\n  kubernetes:\n")]),
-            vec!["lab.yaml: etcd.sha256: required when source is release: the sha256 of the tarball (64 hex digits), so a changed download is refused".into()],
+            "release over plain http without sha256",
+            edit(&[("  kubernetes:\n", "  etcd:\n    source: release\n    releaseUrl: http://example.com/etcd.tar.gz\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.sha256: required when releaseUrl is not https://: the sha256 of the tarball (64 hex digits), so a changed download is refused".into()],
         ),
         (
             "release with a bad sha256 and no url",
@@ -593,7 +593,20 @@ fn a_release_source_keeps_its_url_and_lowercases_the_sha256() {
         inv.kubernetes.unwrap().source,
         BinarySource::Release {
             url: "https://dl.k8s.io/v1.31.4/kubernetes-server-linux-amd64.tar.gz".into(),
-            sha256: "ab".repeat(32),
+            sha256: Some("ab".repeat(32)),
+        }
+    );
+    // Over https:// the sha256 may be left out: the published one is fetched at download.
+    let text = edit(&[(
+        "version: 1.31.4\n",
+        "version: 1.31.4\n    source: release\n    releaseUrl: https://dl.k8s.io/v1.31.4/kubernetes-server-linux-amd64.tar.gz\n",
+    )]);
+    let inv = inventory::load_str(Path::new("/srv/lab.yaml"), &text).unwrap();
+    assert_eq!(
+        inv.kubernetes.unwrap().source,
+        BinarySource::Release {
+            url: "https://dl.k8s.io/v1.31.4/kubernetes-server-linux-amd64.tar.gz".into(),
+            sha256: None,
         }
     );
 }

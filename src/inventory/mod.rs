@@ -169,7 +169,9 @@ pub struct Vip {
 #[derive(Debug, Clone, PartialEq)]
 pub enum BinarySource {
     Package,
-    Release { url: String, sha256: String },
+    /// `sha256: None` (an https:// URL only): the checksum published beside the tarball,
+    /// `<url>.sha256`, is fetched over HTTPS and the tarball checked against it.
+    Release { url: String, sha256: Option<String> },
     Bundle { dir: PathBuf },
 }
 

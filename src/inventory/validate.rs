@@ -917,10 +917,12 @@ impl Checker {
                     Some(url) => Some(url.to_string()),
                 };
                 let sha256 = match sha256 {
+                    // Over HTTPS the checksum published beside the tarball is fetched instead.
+                    None if url.as_deref().is_some_and(|u| u.starts_with("https://")) => Some(None),
                     None => {
                         self.report(
                             format!("{section}.sha256"),
-                            "required when source is release: the sha256 of the tarball \
+                            "required when releaseUrl is not https://: the sha256 of the tarball \
                              (64 hex digits), so a changed download is refused",
                         );
                         None
@@ -932,7 +934,7 @@ impl Checker {
                         );
                         None
                     }
-                    Some(s) => Some(s.to_ascii_lowercase()),
+                    Some(s) => Some(Some(s.to_ascii_lowercase())),
                 };
                 Some(BinarySource::Release {
                     url: url?,
