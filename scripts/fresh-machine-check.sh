@@ -21,8 +21,9 @@
 #   HACTL_FRESH_COLD=1  drop the registry cache and target dir first (a cold run)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
-cache="${HACTL_FRESH_CACHE:-/var/cache/hactl/fresh-root}"
-suite=bookworm
+fresh_who=fresh-machine-check
+# shellcheck source=scripts/lib/fresh-root.sh
+. "$repo/scripts/lib/fresh-root.sh"
 # What the README names for a build machine ("Build machine" section). Keep the two in step.
 prereqs=(gcc git curl ca-certificates)
 # Packages whose build scripts run system tools or compile C: protoc (etcd-client's protos via
@@ -34,40 +35,10 @@ started=$(date +%s)
 say() { echo "fresh-machine-check: $*" >&2; }
 fail() { say "$*"; exit 1; }
 
-[ "$(id -u)" = 0 ] || fail "needs root (debootstrap and systemd-nspawn); run it as root"
-for tool in debootstrap systemd-nspawn; do
-  command -v "$tool" >/dev/null 2>&1 || fail "$tool is missing: run scripts/install-deps.sh first"
-done
-
-# A mirror from this machine's apt sources (one-line or deb822 format), unless given.
-mirror="${HACTL_FRESH_MIRROR:-${HACTL_LAB_MIRROR:-}}"
-if [ -z "$mirror" ]; then
-  mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null \
-    | sed -n -E 's/^(deb[[:space:]]+(\[[^]]*\][[:space:]]+)?|URIs:[[:space:]]+)([a-z]+:\/\/[^[:space:]]+).*/\3/p' \
-    | grep -v -- '-security' | head -n1 || true)
-fi
-[ -n "$mirror" ] || fail "no Debian mirror in /etc/apt/sources.list*: set HACTL_FRESH_MIRROR"
-
-mkdir -p "$cache"
-exec 9>"$cache/.lock"
-flock 9
-
 # 1. The pristine root, built once per set of prerequisites (its name carries them).
-root="$cache/$suite-$(echo "${prereqs[*]}" | tr ' ' '-')"
-if [ ! -d "$root" ]; then
-  say "building the pristine $suite root once (debootstrap minbase + ${prereqs[*]}) from $mirror"
-  t0=$(date +%s)
-  rm -rf "$root.build"
-  if ! debootstrap --variant=minbase --include="$(echo "${prereqs[*]}" | tr ' ' ',')" \
-      "$suite" "$root.build" "$mirror" >"$cache/debootstrap.log" 2>&1; then
-    tail -n 20 "$cache/debootstrap.log" >&2
-    fail "debootstrap failed (log: $cache/debootstrap.log)"
-  fi
-  # No package lists are kept, as on a freshly installed machine before its first `apt-get update`.
-  rm -rf "$root.build"/var/lib/apt/lists/* "$root.build"/var/cache/apt/archives/*.deb
-  mv "$root.build" "$root"
-  say "pristine root built in $(( $(date +%s) - t0 )) s: $root"
-fi
+root=$(fresh_root "${prereqs[@]}") || exit 1
+cache="$fresh_cache"
+suite="$fresh_suite"
 
 # 2. What is kept between runs, outside the checkout.
 keep="$cache/keep"
@@ -76,6 +47,9 @@ if [ "${HACTL_FRESH_COLD:-}" = 1 ]; then
   rm -rf "$keep"
 fi
 mkdir -p "$keep/cargo-home" "$keep/target"
+# One check at a time uses the kept target dir.
+exec 8>"$keep/.lock"
+flock 8
 
 # 3. A clean copy of the repository: what git tracks plus new files it does not ignore.
 work=$(mktemp -d "$cache/run.XXXXXX")
