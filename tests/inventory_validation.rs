@@ -189,7 +189,7 @@ fn bad_inventories_report_every_problem_with_its_place() {
         (
             "bastion by host name",
             edit(&[("    agent: true\n", "    agent: true\n    bastion: { address: jump.example.com }\n")]),
-            vec!["lab.yaml: ssh.bastion.address: \"jump.example.com\" is not an IP address: write the bastion's IPv4 or IPv6 address (hactl does not resolve names)".into()],
+            vec!["lab.yaml: ssh.bastion.address: \"jump.example.com\" is not an IP address: write the bastion's IPv4 or IPv6 address (hactl does not resolve names: every address it connects to is written in the inventory, so a DNS change cannot redirect it)".into()],
         ),
         (
             "bad etcd version",
@@ -239,7 +239,7 @@ fn bad_inventories_report_every_problem_with_its_place() {
         (
             "address is a host name",
             edit(&[("address: 192.168.56.11", "address: cp1.lan")]),
-            vec!["lab.yaml: hosts[0].address: \"cp1.lan\" is not an IP address: write the host's IPv4 or IPv6 address (hactl does not resolve names)".into()],
+            vec!["lab.yaml: hosts[0].address: \"cp1.lan\" is not an IP address: write the host's IPv4 or IPv6 address (hactl does not resolve names: etcd's URLs, the certificates' IP SANs, HAProxy's backends and keepalived's peers are written with it, and a name that later resolved elsewhere would break them)".into()],
         ),
         (
             "bad role and duplicate role",

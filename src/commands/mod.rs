@@ -182,6 +182,7 @@ pub async fn connect(
         accept_new_host_key: args.accept_new_host_key.clone(),
         timeout: args.connect_timeout.map(Duration::from_secs),
         agent_socket: None,
+        key_passphrase: crate::ssh::PassphraseSource::default(),
     };
     let results: Vec<(String, Connection)> = futures::stream::iter(hosts.iter().map(|h| {
         let opts = &opts;

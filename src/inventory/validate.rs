@@ -479,7 +479,8 @@ impl Checker {
                 format!("{place}.address"),
                 format!(
                     "{:?} is not an IP address: write the bastion's IPv4 or IPv6 address \
-                     (hactl does not resolve names)",
+                     (hactl does not resolve names: every address it connects to is written in \
+                     the inventory, so a DNS change cannot redirect it)",
                     raw.address
                 ),
             );
@@ -606,7 +607,9 @@ impl Checker {
                         format!("{place}.address"),
                         format!(
                             "{:?} is not an IP address: write the host's IPv4 or IPv6 address \
-                             (hactl does not resolve names)",
+                             (hactl does not resolve names: etcd's URLs, the certificates' IP SANs, \
+                             HAProxy's backends and keepalived's peers are written with it, and a \
+                             name that later resolved elsewhere would break them)",
                             host.address
                         ),
                     );
