@@ -7,3 +7,8 @@ scripts/install-deps.sh
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
 cargo test --locked -- --test-threads="${HACTL_TEST_THREADS:-3}"
+# A fresh Debian root with only the README's build-machine prerequisites: install-deps.sh, then
+# cargo check (fails when install-deps.sh misses a package). Prints its time.
+scripts/fresh-machine-check.sh
+# The release artifacts (tarball, .deb), each installed in a clean container: hactl --version.
+scripts/release.sh --check
