@@ -132,8 +132,7 @@ pub async fn download_verified(url: &str, sha256: &str, cache_dir: &Path) -> Res
             return Ok(target);
         }
     }
-    tracing::info!("downloading {url}");
-    let response = reqwest::get(url)
+    let mut response = reqwest::get(url)
         .await
         .map_err(|source| BinariesError::Download {
             url: url.to_string(),
@@ -145,10 +144,17 @@ pub async fn download_verified(url: &str, sha256: &str, cache_dir: &Path) -> Res
             status: response.status().as_u16(),
         });
     }
-    let bytes = response.bytes().await.map_err(|source| BinariesError::Download {
+    // Streamed: bytes and rate on a terminal, a line at the start and the end otherwise.
+    let mut progress = crate::output::Transfer::new(format!("downloading {url}"), response.content_length());
+    let mut bytes = Vec::with_capacity(response.content_length().unwrap_or(0).min(1 << 30) as usize);
+    while let Some(chunk) = response.chunk().await.map_err(|source| BinariesError::Download {
         url: url.to_string(),
         source,
-    })?;
+    })? {
+        progress.inc(chunk.len() as u64);
+        bytes.extend_from_slice(&chunk);
+    }
+    progress.finish();
     let actual = hex::encode(Sha256::digest(&bytes));
     if actual != expected {
         return Err(BinariesError::Sha256Mismatch {

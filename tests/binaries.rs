@@ -255,7 +255,10 @@ async fn a_release_without_a_pinned_sha256_is_checked_against_the_published_one(
     let published = format!("{}  etcd-v3.5.16-linux-amd64.tar.gz\n", sha(&tarball));
     let (url, hits) = serve_with_sums(tarball.clone(), Some(published)).await;
     let cache = tempfile::tempdir().unwrap();
-    let source = BinarySource::Release { url: url.clone(), sha256: None };
+    let source = BinarySource::Release {
+        url: url.clone(),
+        sha256: None,
+    };
     let got = binaries::ensure(&source, cache.path(), &["etcd", "etcdctl"], &[])
         .await
         .unwrap()
@@ -266,15 +269,32 @@ async fn a_release_without_a_pinned_sha256_is_checked_against_the_published_one(
 
     let (url, _) = serve_with_sums(tarball.clone(), Some(format!("{}\n", "1".repeat(64)))).await;
     let cache = tempfile::tempdir().unwrap();
-    let err = binaries::ensure(&BinarySource::Release { url, sha256: None }, cache.path(), &["etcd"], &[])
-        .await
-        .unwrap_err();
+    let err = binaries::ensure(
+        &BinarySource::Release { url, sha256: None },
+        cache.path(),
+        &["etcd"],
+        &[],
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, BinariesError::Sha256Mismatch { .. }), "{err}");
-    assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 0, "a bad download was kept");
+    assert_eq!(
+        std::fs::read_dir(cache.path()).unwrap().count(),
+        0,
+        "a bad download was kept"
+    );
 
     let (url, _) = serve_with_sums(tarball, Some("<html>not found</html>".into())).await;
-    let err = binaries::ensure(&BinarySource::Release { url, sha256: None }, cache.path(), &["etcd"], &[])
-        .await
-        .unwrap_err();
-    assert!(err.to_string().contains(".sha256 is not a published sha256"), "{err}");
+    let err = binaries::ensure(
+        &BinarySource::Release { url, sha256: None },
+        cache.path(),
+        &["etcd"],
+        &[],
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains(".sha256 is not a published sha256"),
+        "{err}"
+    );
 }

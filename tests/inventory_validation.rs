@@ -489,10 +489,14 @@ fn inventory_durations_take_days_and_compound_terms_like_the_flags() {
     let inv = inventory::load_str(Path::new("/srv/lab.yaml"), &text).unwrap();
     assert_eq!(inv.backup.interval, std::time::Duration::from_secs(5_400));
     assert_eq!(inv.heal.retry_period, std::time::Duration::from_secs(86_400));
-    assert_eq!(inv.heal.min_healthy_period, std::time::Duration::from_secs(129_600));
+    assert_eq!(
+        inv.heal.min_healthy_period,
+        std::time::Duration::from_secs(129_600)
+    );
     assert_eq!(inv.heal.unhealthy_timeout, std::time::Duration::from_secs(90));
-    let cli = hactl::cli::Cli::try_parse_from(["hactl", "recover", "--auto", "--accept-data-loss-window", "1d12h"])
-        .unwrap();
+    let cli =
+        hactl::cli::Cli::try_parse_from(["hactl", "recover", "--auto", "--accept-data-loss-window", "1d12h"])
+            .unwrap();
     let hactl::cli::Command::Recover(args) = cli.command else {
         panic!("not recover")
     };

@@ -639,10 +639,15 @@ async fn encrypted_key_file_logs_in_with_its_passphrase() {
     let msg = format!("{:#}", anyhow::Error::from(err));
     assert_eq!(
         msg,
-        format!("key file {}: the passphrase (given) does not decrypt it", key.display())
+        format!(
+            "key file {}: the passphrase (given) does not decrypt it",
+            key.display()
+        )
     );
     assert!(!msg.contains("wrong passphrase"), "{msg}");
-    let s = connect_with(&key, PassphraseSource::Given(secret.into())).await.unwrap();
+    let s = connect_with(&key, PassphraseSource::Given(secret.into()))
+        .await
+        .unwrap();
     let out = s.run(&RemoteCommand::new(["echo", "in"])).await.unwrap();
     assert_eq!(out.stdout, b"in\n");
 
@@ -651,7 +656,11 @@ async fn encrypted_key_file_logs_in_with_its_passphrase() {
     std::env::set_var(hactl::ssh::PASSPHRASE_ENV, secret);
     let s = connect_with(&key, PassphraseSource::EnvOrTerminal).await;
     std::env::remove_var(hactl::ssh::PASSPHRASE_ENV);
-    let out = s.unwrap().run(&RemoteCommand::new(["echo", "env"])).await.unwrap();
+    let out = s
+        .unwrap()
+        .run(&RemoteCommand::new(["echo", "env"]))
+        .await
+        .unwrap();
     assert_eq!(out.stdout, b"env\n");
 }
 

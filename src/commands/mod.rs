@@ -137,7 +137,11 @@ fn validate(args: &crate::cli::ValidateArgs) -> anyhow::Result<i32> {
         }
     };
     println!("{}", serde_json::to_string_pretty(&report)?);
-    Ok(if report["valid"] == true { exit::OK } else { exit::FAILED })
+    Ok(if report["valid"] == true {
+        exit::OK
+    } else {
+        exit::FAILED
+    })
 }
 
 /// Loads and validates the inventory, without touching the state directory.

@@ -171,8 +171,13 @@ pub enum BinarySource {
     Package,
     /// `sha256: None` (an https:// URL only): the checksum published beside the tarball,
     /// `<url>.sha256`, is fetched over HTTPS and the tarball checked against it.
-    Release { url: String, sha256: Option<String> },
-    Bundle { dir: PathBuf },
+    Release {
+        url: String,
+        sha256: Option<String>,
+    },
+    Bundle {
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -102,13 +102,18 @@ static DECRYPTED_KEYS: std::sync::Mutex<std::collections::BTreeMap<PathBuf, Arc<
     std::sync::Mutex::new(std::collections::BTreeMap::new());
 
 /// Loads a key file, decrypting it with a passphrase from `source` when it is encrypted.
-fn load_key_file(path: &std::path::Path, source: &PassphraseSource) -> Result<Arc<russh::keys::PrivateKey>, Error> {
+fn load_key_file(
+    path: &std::path::Path,
+    source: &PassphraseSource,
+) -> Result<Arc<russh::keys::PrivateKey>, Error> {
     match russh::keys::load_secret_key(path, None) {
         Ok(key) => return Ok(Arc::new(key)),
         Err(e) if !is_encrypted(&e) => return Err(key_file_error(path, e)),
         Err(_) => {}
     }
-    let mut cache = DECRYPTED_KEYS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut cache = DECRYPTED_KEYS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some(key) = cache.get(path) {
         return Ok(key.clone());
     }
