@@ -632,10 +632,9 @@ async fn encrypted_key_file_logs_in_with_its_passphrase() {
     };
 
     let key = encrypted_key(&sshd, "given", secret);
-    let err = connect_with(&key, PassphraseSource::Given("wrong passphrase".into()))
-        .await
-        .err()
-        .expect("a wrong passphrase logged in");
+    let Err(err) = connect_with(&key, PassphraseSource::Given("wrong passphrase".into())).await else {
+        panic!("a wrong passphrase logged in")
+    };
     let msg = format!("{:#}", anyhow::Error::from(err));
     assert_eq!(
         msg,
