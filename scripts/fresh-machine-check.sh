@@ -91,7 +91,7 @@ systemd-nspawn --quiet --register=no --keep-unit --link-journal=no --volatile=ov
   --directory="$root" --chdir=/src "${binds[@]}" "${envs[@]}" \
   /bin/bash -c "set -euo pipefail
     scripts/install-deps.sh
-    cargo clean --quiet $(printf -- '-p %s ' "${rebuilt[@]}") 2>/dev/null || true
+    cargo clean --quiet $(printf -- '-p %s ' "${rebuilt[@]}")
     cargo check --locked" || status=$?
 now=$(date +%s)
 if [ "$status" -ne 0 ]; then
