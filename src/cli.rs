@@ -59,7 +59,10 @@ pub enum Command {
     Recover(RecoverArgs),
     /// Build, run and break a lab of real hosts on this machine (systemd-nspawn; needs root).
     #[command(subcommand)]
-    Lab(crate::commands::lab::LabCommand),
+    Lab(LabCommand),
+    /// Certificates: list them (state directory and hosts), re-issue leaves and roll them out.
+    #[command(subcommand)]
+    Certs(CertsCommand),
     /// Print the admin kubeconfig (the VIP, `system:masters`) that `up` wrote to the state directory.
     Kubeconfig(KubeconfigArgs),
     /// Print a shell completion script: `hactl completion bash > /etc/bash_completion.d/hactl`.
@@ -93,6 +96,25 @@ pub struct ValidateArgs {
     pub output: OutputFormat,
 }
 
+#[derive(Debug, Subcommand)]
+pub enum CertsCommand {
+    /// Every certificate in the state directory and on the hosts: expiry, issuer, SANs, serial,
+    /// and whether each host's copy is the state directory's (read-only, one round trip per host).
+    Check(CertsCheckArgs),
+    /// Re-issue leaf certificates from the same CA and roll out what uses them, one host at a time.
+    Renew(CertsRenewArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CertsCheckArgs {
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: OutputFormat,
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct PlanArgs {
     #[command(flatten)]
@@ -106,6 +128,23 @@ pub struct PlanArgs {
 pub struct KubeconfigArgs {
     #[command(flatten)]
     pub inventory: InventoryArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CertsRenewArgs {
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Certificates by name as `certs check` lists them in the state directory, e.g. `etcd/server-cp1`.
+    #[arg(value_name = "NAME")]
+    pub names: Vec<String>,
+    /// Every leaf certificate of the inventory.
+    #[arg(long, conflicts_with = "names")]
+    pub all: bool,
+    /// Do not ask before restarting members and control-plane components.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
 }
 
 /// Selects the inventory and the state directory.
@@ -202,6 +241,20 @@ pub enum SnapshotCommand {
     Save(SnapshotSaveArgs),
     /// Check a snapshot file: size rule, appended sha256, status and a trial restore on a host.
     Verify(SnapshotVerifyArgs),
+    /// Rebuild a lost state directory (CAs, service-account and encryption keys, VRRP password)
+    /// from an encrypted bundle and the identity that opens it; then `hactl recover --from-snapshot`.
+    RestoreBundle(SnapshotRestoreBundleArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SnapshotRestoreBundleArgs {
+    /// The `<snapshot>.bundle.age` written beside a snapshot.
+    pub bundle: PathBuf,
+    /// The age identity that opens it (the copy of `backup-identity.txt` kept apart).
+    #[arg(long)]
+    pub identity: PathBuf,
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -482,4 +535,59 @@ mod recover_flag_tests {
         let e = Cli::try_parse_from(["hactl", "recover", "--auto", "--members", "cp1=nope"]).unwrap_err();
         assert!(e.to_string().contains("--members"), "{e}");
     }
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum LabCommand {
+    /// Build (once) a Debian base image, boot the hosts, write an inventory for them.
+    Up(LabUpArgs),
+    /// Stop the lab's hosts and remove everything it made.
+    Down {
+        #[arg(long, default_value = "hactl", conflicts_with = "all")]
+        name: String,
+        /// Remove every lab.
+        #[arg(long)]
+        all: bool,
+    },
+    /// List labs, their hosts, addresses and states.
+    Status,
+    /// Run a command on a lab host (through nsenter, no SSH needed), or open a shell there.
+    Ssh {
+        #[arg(long, default_value = "hactl")]
+        name: String,
+        /// Host name: cp1, lb1, spare1, …
+        host: String,
+        /// The command and its arguments, after `--`; none opens a login shell.
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// Break or repair one host: poweroff, poweron, power-cut, isolate, rejoin.
+    Fault {
+        #[arg(long, default_value = "hactl")]
+        name: String,
+        host: String,
+        fault: crate::lab::Fault,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LabUpArgs {
+    /// Lab name: names the bridge, the machines and the lab's directory.
+    #[arg(long, default_value = "hactl")]
+    pub name: String,
+    #[arg(long, default_value_t = 3)]
+    pub control_planes: u8,
+    #[arg(long, default_value_t = 2)]
+    pub load_balancers: u8,
+    #[arg(long, default_value_t = 0)]
+    pub spares: u8,
+    /// Debian suite of the hosts: trixie (etcd 3.5) or bookworm (etcd 3.4).
+    #[arg(long, default_value = "trixie")]
+    pub suite: String,
+    /// Where to write the inventory (default: inventory.yaml in the lab's directory).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Once the lab is up, bring the cluster up on it with that inventory.
+    #[arg(long)]
+    pub apply: bool,
 }

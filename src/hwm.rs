@@ -12,7 +12,8 @@ use crate::state::StateDir;
 
 /// The copy on each host.
 pub const HOST_PATH: &str = "/var/lib/hactl/hwm.json";
-const FILE: &str = "hwm.json";
+/// The mark in the state directory.
+pub const FILE: &str = "hwm.json";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -32,7 +33,7 @@ impl Hwm {
     pub fn now(revision: i64, cluster_id: &str, source: &str) -> Hwm {
         Hwm {
             revision,
-            time: crate::journal::timestamp(time::OffsetDateTime::now_utc()),
+            time: crate::operations::journal::timestamp(time::OffsetDateTime::now_utc()),
             cluster_id: cluster_id.to_string(),
             source: source.to_string(),
         }

@@ -15,15 +15,13 @@ use futures::StreamExt;
 use crate::binaries::{self, LocalBinaries};
 use crate::cli::UpArgs;
 use crate::exec::{self, Mode, Transport, Transports};
-use crate::facts::{self, HostFacts, Query};
+use crate::facts::{self, HostFacts};
 use crate::inventory::{Host, Inventory, Role};
-use crate::phases::{
-    self, configure_etcd, etcd_files, install_etcd, join_etcd, roll_etcd, schedule_backups, start_etcd,
-};
+use crate::phases::{self, configure_etcd, install_etcd, join_etcd, roll_etcd, schedule_backups, start_etcd};
 use crate::phases::{
     configure_kubernetes, install_kubernetes, roll_apiservers, roll_controllers, start_kubernetes,
 };
-use crate::phases::{configure_load_balancer, install_load_balancer, load_balancer};
+use crate::phases::{configure_load_balancer, install_load_balancer};
 use crate::phases::{Ctx, EtcdView, Phase};
 use crate::pki::{self, Pki};
 use crate::plan::{HostSteps, Parallelism, Plan, PlannedPhase, Step};
@@ -64,23 +62,7 @@ pub struct Prepared {
     pub plan: Plan,
 }
 
-/// What the facts probe asks `host`.
-pub fn query_for(inv: &Inventory, host: &Host) -> Query {
-    let mut q = super::check::query_for(inv, host);
-    if host.has(Role::Etcd) {
-        q.files = etcd_files::managed_paths(&inv.etcd.source);
-        q.files.extend(crate::backup::managed_paths());
-        q.units.push(crate::backup::TIMER.into());
-    }
-    if let Some(kube) = crate::kubernetes::spec_for(inv, host) {
-        q.files.extend(crate::kubernetes::managed_paths(kube));
-    }
-    if host.has(Role::LoadBalancer) {
-        q.files.extend(load_balancer::managed_paths(inv));
-        q.binaries.push("curl".into());
-    }
-    q
-}
+pub use crate::phases::query_for;
 
 /// Connects to every host, gathers facts and builds the plan. Changes nothing on hosts.
 pub async fn prepare(args: &UpArgs) -> anyhow::Result<Prepared> {
@@ -93,9 +75,45 @@ pub async fn prepare_with(
     args: &UpArgs,
     wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
 ) -> anyhow::Result<Prepared> {
+    prepare_renewing(args, wrap, &[]).await
+}
+
+/// [`prepare_with`], re-issuing the leaves named in `renew` first (`hactl certs renew`): the
+/// plan then uploads them and restarts what reads them, as for any changed certificate.
+pub async fn prepare_renewing(
+    args: &UpArgs,
+    wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
+    renew: &[String],
+) -> anyhow::Result<Prepared> {
     let (inv, state) = super::load(&args.inventory)?;
-    let pki = pki::ensure(&state.path.join("pki"), &inv, time::OffsetDateTime::now_utc())
-        .context("failed to prepare the cluster's certificates")?;
+    prepare_loaded_renewing(inv, state, args, wrap, renew).await
+}
+
+/// [`prepare_with`] for an inventory the command has loaded already.
+pub async fn prepare_loaded(
+    inv: Inventory,
+    state: StateDir,
+    args: &UpArgs,
+    wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
+) -> anyhow::Result<Prepared> {
+    prepare_loaded_renewing(inv, state, args, wrap, &[]).await
+}
+
+/// [`prepare_loaded`], re-issuing the leaves named in `renew` first.
+pub async fn prepare_loaded_renewing(
+    inv: Inventory,
+    state: StateDir,
+    args: &UpArgs,
+    wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
+    renew: &[String],
+) -> anyhow::Result<Prepared> {
+    let pki = pki::ensure_renewing(
+        &state.path.join("pki"),
+        &inv,
+        time::OffsetDateTime::now_utc(),
+        renew,
+    )
+    .context("failed to prepare the cluster's certificates")?;
     for change in pki.report.iter().filter(|c| c.is_change()) {
         tracing::info!("pki: {change}");
     }
@@ -103,8 +121,9 @@ pub async fn prepare_with(
         tracing::warn!("pki: {warning}");
     }
     let hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
-    let transports: Transports = connect_or_refuse(&inv, &state, &hosts, &args.connect)
-        .await?
+    let transports: Transports = crate::exec::connect::reach(&state, &hosts, &args.connect)
+        .await
+        .require_all()?
         .into_iter()
         .map(|(name, t)| (name, wrap(t)))
         .collect();
@@ -122,6 +141,11 @@ pub async fn prepare_with(
     )
     .await
     .context("failed to prepare the etcd binaries")?;
+    // The version the uploaded etcd will run, compared with etcd.version before any restart.
+    view.binary_version = binaries
+        .as_ref()
+        .and_then(|b| binaries::reported_version(b, "etcd", &state.path.join("downloads").join("run")))
+        .and_then(|v| crate::etcd::upgrade::parse(&v));
     let kubernetes = kubernetes_inputs(&inv, &state).await?;
     let vrrp_password = if inv.with_role(Role::LoadBalancer).is_empty() {
         None
@@ -138,9 +162,9 @@ pub async fn prepare_with(
         vrrp_password: vrrp_password.as_deref(),
     };
     let mut plan = match phases::build(&phases(), &ctx) {
-        Err(phases::PlanError::Kubernetes(e)) if e.is_refusal() => {
-            return Err(anyhow::Error::new(super::Refusal {
-                code: super::exit::REFUSED,
+        Err(e) if e.is_refusal() => {
+            return Err(anyhow::Error::new(crate::exit::Refusal {
+                code: crate::exit::REFUSED,
                 message: e.to_string(),
             }))
         }
@@ -180,35 +204,7 @@ pub async fn prepare_with(
     })
 }
 
-/// The encryption key (created once in the state directory) and, in systemd mode, the
-/// Kubernetes binaries; `None` without a kubernetes section. `source: package` gets no binaries
-/// here: planning refuses it with its own message.
-pub async fn kubernetes_inputs(
-    inv: &Inventory,
-    state: &StateDir,
-) -> anyhow::Result<Option<crate::kubernetes::KubernetesInputs>> {
-    let Some(kube) = &inv.kubernetes else {
-        return Ok(None);
-    };
-    let key = crate::kubernetes::secrets::ensure_encryption_key(state)
-        .context("failed to prepare the key that encrypts Secrets at rest")?;
-    let binaries = if kube.mode == crate::inventory::KubernetesMode::Systemd {
-        binaries::ensure(
-            &kube.source,
-            &state.path.join("downloads"),
-            &crate::kubernetes::WANTED_BINARIES,
-            &crate::kubernetes::OPTIONAL_BINARIES,
-        )
-        .await
-        .context("failed to prepare the Kubernetes binaries")?
-    } else {
-        None
-    };
-    Ok(Some(crate::kubernetes::KubernetesInputs::new(
-        binaries.as_ref(),
-        key,
-    )))
-}
+pub use crate::kubernetes::inputs::prepare as kubernetes_inputs;
 
 /// Writes the admin kubeconfig (the VIP, `system:masters`) to `<state dir>/admin.kubeconfig`, 0600.
 pub fn write_admin_kubeconfig(
@@ -244,34 +240,6 @@ fn verify_phase(inv: &Inventory) -> PlannedPhase {
             ))],
         }],
     }
-}
-
-/// Connects to every host; any unreachable host stops the run before anything changes.
-pub async fn connect_or_refuse(
-    inv: &Inventory,
-    state: &StateDir,
-    hosts: &[&Host],
-    args: &crate::cli::ConnectArgs,
-) -> anyhow::Result<Transports> {
-    let conns = super::connect(inv, state, hosts, args).await;
-    let mut transports = Transports::new();
-    let mut failures = Vec::new();
-    for host in hosts {
-        match conns.get(&host.name) {
-            Some(Ok(t)) => {
-                transports.insert(host.name.clone(), t.clone());
-            }
-            Some(Err(e)) => failures.push(format!("{}: {e}", host.name)),
-            None => failures.push(format!("{}: not connected", host.name)),
-        }
-    }
-    if !failures.is_empty() {
-        bail!(
-            "cannot reach every host, so nothing was changed:\n{}\nfix the connection (or remove the host from the inventory) and run again",
-            failures.join("\n")
-        );
-    }
-    Ok(transports)
 }
 
 /// Gathers facts from every host in one round trip each.
@@ -324,22 +292,26 @@ pub async fn plan(args: &crate::cli::PlanArgs) -> anyhow::Result<i32> {
             println!("{}", serde_json::to_string_pretty(&prepared.plan.to_json())?);
         }
     }
-    Ok(super::exit::OK)
+    Ok(crate::exit::OK)
 }
 
 /// `hactl up`: converges the hosts on the inventory.
 pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
+    up_renewing(args, &[]).await
+}
+
+/// [`up`], re-issuing the leaves named in `renew` first (`hactl certs renew`).
+pub async fn up_renewing(args: &UpArgs, renew: &[String]) -> anyhow::Result<i32> {
     let started = Instant::now();
     let (inv, state) = super::load(&args.inventory)?;
     let _lock = state.lock("up").context("cannot start hactl up")?;
-    drop((inv, state));
-    let prepared = prepare(args).await?;
+    let prepared = prepare_loaded_renewing(inv, state, args, |t| t, renew).await?;
     if let Some(path) = write_admin_kubeconfig(&prepared.inv, &prepared.state, &prepared.pki)? {
         tracing::info!("admin kubeconfig: {}", path.display());
     }
     if prepared.plan.is_empty() {
         println!("no changes");
-        return Ok(super::exit::OK);
+        return Ok(crate::exit::OK);
     }
     eprint!("{}", versions_summary(&prepared));
     eprint!("{}", plan_summary(&prepared.plan));
@@ -356,7 +328,7 @@ pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
                 report.files_written,
                 report.files_unchanged
             );
-            Ok(super::exit::OK)
+            Ok(crate::exit::OK)
         }
         Err(failed) => {
             eprint!("{}", failed.details());
@@ -365,7 +337,8 @@ pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
     }
 }
 
-/// The etcd version installed on each etcd host before this run (`-` where none is).
+/// The etcd version installed on each etcd host before this run (`-` where none is), and the
+/// version each running member reports beside the declared one.
 pub fn versions_summary(p: &Prepared) -> String {
     let mut by_version: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     for h in p.inv.with_role(Role::Etcd) {
@@ -381,7 +354,28 @@ pub fn versions_summary(p: &Prepared) -> String {
         .iter()
         .map(|(v, hosts)| format!("{v} on {}", hosts.join(", ")))
         .collect();
-    format!("installed etcd: {}\n", parts.join("; "))
+    let mut running: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for h in p.inv.with_role(Role::Etcd) {
+        if let Some(s) = p.facts.get(&h.name).and_then(|f| f.etcd_status.as_ref()) {
+            running.entry(s.version.clone()).or_default().push(&h.name);
+        }
+    }
+    let running: Vec<String> = running
+        .iter()
+        .map(|(v, hosts)| format!("{v} on {}", hosts.join(", ")))
+        .collect();
+    let target = p
+        .inv
+        .etcd
+        .version
+        .as_ref()
+        .map(|v| format!(" (etcd.version {v})"))
+        .unwrap_or_default();
+    let mut out = format!("installed etcd: {}\n", parts.join("; "));
+    if !running.is_empty() {
+        out.push_str(&format!("running etcd: {}{target}\n", running.join("; ")));
+    }
+    out
 }
 
 /// One line per phase: its title and the hosts it touches.
@@ -403,8 +397,8 @@ pub fn plan_summary(plan: &Plan) -> String {
 /// Asks on the terminal before a disruptive plan; refuses without a terminal.
 pub fn confirm(what: &str) -> anyhow::Result<()> {
     if !std::io::stdin().is_terminal() {
-        return Err(anyhow::Error::new(super::Refusal {
-            code: super::exit::NEEDS_INPUT,
+        return Err(anyhow::Error::new(crate::exit::Refusal {
+            code: crate::exit::NEEDS_INPUT,
             message: format!("{what}; no terminal to confirm on: run again with --yes to proceed"),
         }));
     }
@@ -415,8 +409,8 @@ pub fn confirm(what: &str) -> anyhow::Result<()> {
     if matches!(answer.trim(), "y" | "Y" | "yes") {
         Ok(())
     } else {
-        Err(anyhow::Error::new(super::Refusal {
-            code: super::exit::REFUSED,
+        Err(anyhow::Error::new(crate::exit::Refusal {
+            code: crate::exit::REFUSED,
             message: "not confirmed: nothing was changed".into(),
         }))
     }
