@@ -37,3 +37,8 @@ if [ "$(id -u)" = 0 ] && grep -q 'SKIPPED .*HACTL_KUBE_BIN_DIR' "$log"; then
   grep 'SKIPPED .*HACTL_KUBE_BIN_DIR' "$log" >&2
   exit 1
 fi
+# A fresh Debian root with only the README's build-machine prerequisites: install-deps.sh, then
+# cargo check (fails when install-deps.sh misses a package). Prints its time.
+scripts/fresh-machine-check.sh
+# The release artifacts (tarball, .deb), each installed in a clean container: hactl --version.
+scripts/release.sh --check

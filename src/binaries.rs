@@ -1,9 +1,10 @@
 //! Binaries from a release tarball or a bundle directory, read on the operator machine and
 //! uploaded to hosts, so hosts need no internet.
 //!
-//! Invariant: a downloaded tarball is checked against the inventory's sha256 **before** it is
-//! kept or anything in it is used; the cache is named by that sha256, so a verified file is
-//! downloaded once.
+//! Invariant: a downloaded tarball is checked against the inventory's sha256 (or, when the
+//! inventory names an https:// release without one, the sha256 published beside it as
+//! `<url>.sha256`) **before** it is kept or anything in it is used; the cache is named by that
+//! sha256, so a verified file is downloaded once.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -30,7 +31,7 @@ pub enum BinariesError {
     },
     #[error("download of {url} failed with HTTP {status}")]
     HttpStatus { url: String, status: u16 },
-    #[error("{url} has sha256 {actual}, but the inventory expects {expected}: nothing was installed; check the URL and the sha256 published with the release")]
+    #[error("{url} has sha256 {actual}, but the sha256 expected (the inventory's, or the one published as <url>.sha256) is {expected}: nothing was installed; check the URL and the sha256 published with the release")]
     Sha256Mismatch {
         url: String,
         expected: String,
@@ -44,6 +45,8 @@ pub enum BinariesError {
         #[source]
         source: std::io::Error,
     },
+    #[error("{url} is not a published sha256 (expected 64 hex digits first): set the release's sha256 in the inventory")]
+    PublishedSha256 { url: String },
     #[error("bundle directory {dir} holds no {name}: put the {name} binary there")]
     MissingInBundle { dir: String, name: String },
     #[error(transparent)]
@@ -81,7 +84,11 @@ pub async fn ensure(
             }))
         }
         BinarySource::Release { url, sha256 } => {
-            let archive = download_verified(url, sha256, cache_dir).await?;
+            let sha256 = match sha256 {
+                Some(s) => s.clone(),
+                None => published_sha256(url).await?,
+            };
+            let archive = download_verified(url, &sha256, cache_dir).await?;
             let files = extract(&archive, wanted, optional)?;
             Ok(Some(LocalBinaries {
                 files,
@@ -89,6 +96,31 @@ pub async fn ensure(
             }))
         }
     }
+}
+
+/// The sha256 published beside a release tarball, `<url>.sha256` (`<64 hex digits>` and
+/// optionally a file name, as Kubernetes and `sha256sum` write it). Logged, so it can be pinned.
+pub async fn published_sha256(url: &str) -> Result<String, BinariesError> {
+    let sums = format!("{url}.sha256");
+    let fail = |source| BinariesError::Download {
+        url: sums.clone(),
+        source,
+    };
+    let response = reqwest::get(&sums).await.map_err(fail)?;
+    if !response.status().is_success() {
+        return Err(BinariesError::HttpStatus {
+            url: sums.clone(),
+            status: response.status().as_u16(),
+        });
+    }
+    let text = response.text().await.map_err(fail)?;
+    let word = text.split_whitespace().next().unwrap_or_default();
+    if word.len() != 64 || !word.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(BinariesError::PublishedSha256 { url: sums });
+    }
+    let sha256 = word.to_ascii_lowercase();
+    tracing::info!("{sums}: {sha256} (set `sha256: {sha256}` in the inventory to pin it)");
+    Ok(sha256)
 }
 
 /// Downloads `url` into `cache_dir/<sha256>.tar.gz` unless a verified copy is there.
@@ -100,8 +132,7 @@ pub async fn download_verified(url: &str, sha256: &str, cache_dir: &Path) -> Res
             return Ok(target);
         }
     }
-    tracing::info!("downloading {url}");
-    let response = reqwest::get(url)
+    let mut response = reqwest::get(url)
         .await
         .map_err(|source| BinariesError::Download {
             url: url.to_string(),
@@ -113,10 +144,17 @@ pub async fn download_verified(url: &str, sha256: &str, cache_dir: &Path) -> Res
             status: response.status().as_u16(),
         });
     }
-    let bytes = response.bytes().await.map_err(|source| BinariesError::Download {
+    // Streamed: bytes and rate on a terminal, a line at the start and the end otherwise.
+    let mut progress = crate::output::Transfer::new(format!("downloading {url}"), response.content_length());
+    let mut bytes = Vec::with_capacity(response.content_length().unwrap_or(0).min(1 << 30) as usize);
+    while let Some(chunk) = response.chunk().await.map_err(|source| BinariesError::Download {
         url: url.to_string(),
         source,
-    })?;
+    })? {
+        progress.inc(chunk.len() as u64);
+        bytes.extend_from_slice(&chunk);
+    }
+    progress.finish();
     let actual = hex::encode(Sha256::digest(&bytes));
     if actual != expected {
         return Err(BinariesError::Sha256Mismatch {

@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(
     name = "hactl",
-    version,
+    version = env!("HACTL_VERSION"),
     about = "Bring up, and keep alive, a highly available Kubernetes control plane on hosts you own",
     propagate_version = true
 )]
@@ -34,13 +34,13 @@ pub enum Command {
         force: bool,
     },
     /// Check the inventory file and print every problem with its place.
-    Validate(InventoryArgs),
+    Validate(ValidateArgs),
     /// Preflight: read-only checks of every host (SSH, sudo, OS, clock, ports, disk, binaries).
     Check(CheckArgs),
     /// Bring the hosts to the inventory: PKI, etcd (and, as configured, the rest). Idempotent.
     Up(UpArgs),
     /// Print exactly what `up` would do (commands and files per phase and host); changes nothing.
-    Plan(UpArgs),
+    Plan(PlanArgs),
     /// Stop and remove what hactl installed; data dirs are moved aside, never deleted.
     Reset(ResetArgs),
     /// Show the cluster's health: members, leader, raft, revision, alarms, certificate expiry.
@@ -63,6 +63,37 @@ pub enum Command {
     /// Certificates: list them (state directory and hosts), re-issue leaves and roll them out.
     #[command(subcommand)]
     Certs(CertsCommand),
+    /// Print the admin kubeconfig (the VIP, `system:masters`) that `up` wrote to the state directory.
+    Kubeconfig(KubeconfigArgs),
+    /// Print a shell completion script: `hactl completion bash > /etc/bash_completion.d/hactl`.
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: CompletionShell,
+    },
+    /// Write man pages: hactl(1) and one per subcommand (hactl-up(1), …); hactl(1) to stdout without --out.
+    Man {
+        /// Directory for `hactl.1`, `hactl-up.1`, …
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+}
+
+/// The shells `hactl completion` writes for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CompletionShell {
+    Bash,
+    Zsh,
+    Fish,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ValidateArgs {
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
+    /// `json`: `{"file", "valid", "cluster", "hosts", "problems": [{"place", "message", "text"}]}`.
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: OutputFormat,
 }
 
 #[derive(Debug, Subcommand)]
@@ -82,6 +113,21 @@ pub struct CertsCheckArgs {
     pub connect: ConnectArgs,
     #[arg(short, long, value_enum, default_value_t)]
     pub output: OutputFormat,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub up: UpArgs,
+    /// `json`: the same plan as data (phases, hosts, steps; uploads without content).
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct KubeconfigArgs {
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -406,18 +452,10 @@ pub struct EtcdMaintenanceArgs {
     pub disarm: bool,
 }
 
-/// `--accept-data-loss-window`: `30s`, `10m`, `6h` or `2d`.
+/// `--accept-data-loss-window`, `--drain-timeout`: the grammar of `crate::duration` (`30s`, `10m`,
+/// `1h30m`, `2d`), the same as the inventory's.
 fn parse_window(s: &str) -> Result<std::time::Duration, String> {
-    let bad = || format!("{s:?} is not a duration: use e.g. 30m, 6h or 2d");
-    match s.strip_suffix('d') {
-        Some(days) => days
-            .parse::<u64>()
-            .ok()
-            .and_then(|d| d.checked_mul(86_400))
-            .map(std::time::Duration::from_secs)
-            .ok_or_else(bad),
-        None => crate::inventory::parse_duration(s).ok_or_else(bad),
-    }
+    crate::duration::parse(s).map_err(|e| e.to_string())
 }
 
 /// One `--members` entry: `NAME=IP`.

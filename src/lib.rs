@@ -28,6 +28,7 @@ pub mod bolt;
 pub mod certs;
 pub mod cli;
 pub mod commands;
+pub mod duration;
 pub mod etcd;
 pub mod exec;
 pub mod exit;

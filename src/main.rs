@@ -2,10 +2,23 @@
 
 use clap::Parser;
 
+/// A usage error: an unknown subcommand, flag or value (e.g. `hactl completion tcsh`). Not 2,
+/// which means "refused by a safety rule"; 64 is sysexits' EX_USAGE.
+const EXIT_USAGE: i32 = 64;
+
 fn main() {
-    let cli = hactl::cli::Cli::parse();
+    let cli = match hactl::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // `--help` and `--version` are not errors: clap prints them to stdout.
+            let code = if err.use_stderr() { EXIT_USAGE } else { 0 };
+            let _ = err.print();
+            std::process::exit(code);
+        }
+    };
     hactl::output::init_logging(cli.verbose, cli.quiet);
-    // One TLS stack: aws-lc-rs everywhere (see ../shared/CRATES.md).
+    // One TLS stack: aws-lc-rs everywhere. rustls picks a provider by itself only when exactly one
+    // is in the dependency graph, so it is installed explicitly first.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,

@@ -44,6 +44,11 @@ fn release_tarball(files: &[(&str, Vec<u8>)]) -> Vec<u8> {
 
 /// Serves `body` at every path on 127.0.0.1; counts requests.
 async fn serve(body: Vec<u8>) -> (String, Arc<AtomicUsize>) {
+    serve_with_sums(body, None).await
+}
+
+/// As `serve`, and `sums` (when given) at every path ending in `.sha256`.
+async fn serve_with_sums(body: Vec<u8>, sums: Option<String>) -> (String, Arc<AtomicUsize>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let hits = Arc::new(AtomicUsize::new(0));
@@ -53,9 +58,16 @@ async fn serve(body: Vec<u8>) -> (String, Arc<AtomicUsize>) {
         while let Ok((mut sock, _)) = listener.accept().await {
             counter.fetch_add(1, Ordering::SeqCst);
             let body = body.clone();
+            let sums = sums.clone();
             tokio::spawn(async move {
                 let mut buf = [0u8; 4096];
-                let _ = sock.read(&mut buf).await;
+                let n = sock.read(&mut buf).await.unwrap_or(0);
+                let request = String::from_utf8_lossy(&buf[..n]);
+                let path = request.split_whitespace().nth(1).unwrap_or_default();
+                let body = match &sums {
+                    Some(text) if path.ends_with(".sha256") => Arc::new(text.clone().into_bytes()),
+                    _ => body,
+                };
                 let head = format!(
                     "HTTP/1.1 200 OK\r\ncontent-length: {}\r\ncontent-type: application/gzip\r\nconnection: close\r\n\r\n",
                     body.len()
@@ -86,7 +98,7 @@ async fn a_release_tarball_is_verified_then_downloaded_once() {
     let cache = tempfile::tempdir().unwrap();
     let source = BinarySource::Release {
         url: url.clone(),
-        sha256: sha(&tarball),
+        sha256: Some(sha(&tarball)),
     };
     let got = binaries::ensure(&source, cache.path(), &["etcd", "etcdctl"], &["etcdutl"])
         .await
@@ -116,7 +128,7 @@ async fn a_tarball_with_the_wrong_sha256_is_refused_and_not_kept() {
     let err = binaries::ensure(
         &BinarySource::Release {
             url: url.clone(),
-            sha256: wrong.clone(),
+            sha256: Some(wrong.clone()),
         },
         cache.path(),
         &["etcd"],
@@ -147,7 +159,7 @@ async fn a_tarball_without_etcd_names_what_is_missing() {
     let err = binaries::ensure(
         &BinarySource::Release {
             url,
-            sha256: sha(&tarball),
+            sha256: Some(sha(&tarball)),
         },
         cache.path(),
         &["etcd", "etcdctl"],
@@ -232,4 +244,57 @@ fn up_from_a_release_tarball_installs_the_verified_binaries_on_every_host() {
     }
     lab.exec_ok("cp1", &["hactl-etcdctl", "endpoint", "health", "--cluster"]);
     rt.shutdown_background();
+}
+
+/// An https:// release without a sha256 in the inventory: the checksum published beside it
+/// (`<url>.sha256`) is fetched first and the tarball checked against it; a wrong published
+/// checksum refuses the tarball, and a checksum file that is not one is named.
+#[tokio::test]
+async fn a_release_without_a_pinned_sha256_is_checked_against_the_published_one() {
+    let tarball = release_tarball(&[("etcd", b"e".to_vec()), ("etcdctl", b"c".to_vec())]);
+    let published = format!("{}  etcd-v3.5.16-linux-amd64.tar.gz\n", sha(&tarball));
+    let (url, hits) = serve_with_sums(tarball.clone(), Some(published)).await;
+    let cache = tempfile::tempdir().unwrap();
+    let source = BinarySource::Release {
+        url: url.clone(),
+        sha256: None,
+    };
+    let got = binaries::ensure(&source, cache.path(), &["etcd", "etcdctl"], &[])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.files.len(), 2);
+    assert_eq!(hits.load(Ordering::SeqCst), 2, "the .sha256, then the tarball");
+    assert!(cache.path().join(format!("{}.tar.gz", sha(&tarball))).is_file());
+
+    let (url, _) = serve_with_sums(tarball.clone(), Some(format!("{}\n", "1".repeat(64)))).await;
+    let cache = tempfile::tempdir().unwrap();
+    let err = binaries::ensure(
+        &BinarySource::Release { url, sha256: None },
+        cache.path(),
+        &["etcd"],
+        &[],
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, BinariesError::Sha256Mismatch { .. }), "{err}");
+    assert_eq!(
+        std::fs::read_dir(cache.path()).unwrap().count(),
+        0,
+        "a bad download was kept"
+    );
+
+    let (url, _) = serve_with_sums(tarball, Some("<html>not found</html>".into())).await;
+    let err = binaries::ensure(
+        &BinarySource::Release { url, sha256: None },
+        cache.path(),
+        &["etcd"],
+        &[],
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains(".sha256 is not a published sha256"),
+        "{err}"
+    );
 }

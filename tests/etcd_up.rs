@@ -49,6 +49,18 @@ fn assert_healthy_voters(inventory: &Path, n: usize) {
 
 fn up_twice_then_plan_says_no_changes(lab: &TestLab, n: usize) {
     let inv = lab.inventory();
+    // `plan -o json` on fresh hosts: the plan as data on stdout, nothing else there.
+    let plan = hactl(&["plan", "-i", inv.to_str().unwrap(), "-o", "json"]);
+    assert!(plan.status.success(), "{}", text(&plan));
+    let json: serde_json::Value =
+        serde_json::from_slice(&plan.stdout).unwrap_or_else(|e| panic!("plan JSON: {e}\n{}", text(&plan)));
+    assert_eq!(json["changes"], true);
+    let phases = json["phases"].as_array().unwrap();
+    assert!(phases.iter().any(|p| p["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|h| h["host"] == "cp1" && h["steps"].as_array().is_some_and(|s| !s.is_empty()))));
     up_ok(inv);
     assert_healthy_voters(inv, n);
 
@@ -99,6 +111,10 @@ fn up_twice_then_plan_says_no_changes(lab: &TestLab, n: usize) {
     let plan = hactl(&["plan", "-i", inv.to_str().unwrap()]);
     assert!(plan.status.success(), "{}", text(&plan));
     assert_eq!(String::from_utf8_lossy(&plan.stdout).trim(), "no changes");
+    let plan = hactl(&["plan", "-i", inv.to_str().unwrap(), "-o", "json"]);
+    assert!(plan.status.success(), "{}", text(&plan));
+    let json: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
+    assert_eq!(json, serde_json::json!({"changes": false, "phases": []}));
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! produce (all of them, in order), and good inventories with their defaults.
 
 use std::net::IpAddr;
+
+use clap::Parser;
 use std::path::{Path, PathBuf};
 
 use hactl::inventory::{self, BinarySource, KeyType, KubernetesMode, Role, SshAuth, SshSpec, API_VERSION};
@@ -187,7 +189,7 @@ fn bad_inventories_report_every_problem_with_its_place() {
         (
             "bastion by host name",
             edit(&[("    agent: true\n", "    agent: true\n    bastion: { address: jump.example.com }\n")]),
-            vec!["lab.yaml: ssh.bastion.address: \"jump.example.com\" is not an IP address: write the bastion's IPv4 or IPv6 address (hactl does not resolve names)".into()],
+            vec!["lab.yaml: ssh.bastion.address: \"jump.example.com\" is not an IP address: write the bastion's IPv4 or IPv6 address (hactl does not resolve names: every address it connects to is written in the inventory, so a DNS change cannot redirect it)".into()],
         ),
         (
             "bad etcd version",
@@ -237,7 +239,7 @@ fn bad_inventories_report_every_problem_with_its_place() {
         (
             "address is a host name",
             edit(&[("address: 192.168.56.11", "address: cp1.lan")]),
-            vec!["lab.yaml: hosts[0].address: \"cp1.lan\" is not an IP address: write the host's IPv4 or IPv6 address (hactl does not resolve names)".into()],
+            vec!["lab.yaml: hosts[0].address: \"cp1.lan\" is not an IP address: write the host's IPv4 or IPv6 address (hactl does not resolve names: etcd's URLs, the certificates' IP SANs, HAProxy's backends and keepalived's peers are written with it, and a name that later resolved elsewhere would break them)".into()],
         ),
         (
             "bad role and duplicate role",
@@ -255,9 +257,9 @@ fn bad_inventories_report_every_problem_with_its_place() {
             vec!["lab.yaml: hosts: no hosts: list at least one (3 for a highly available cluster)".into()],
         ),
         (
-            "release without sha256",
-            edit(&[("  kubernetes:\n", "  etcd:\n    source: release\n    releaseUrl: https://example.com/etcd.tar.gz\n  kubernetes:\n")]),
-            vec!["lab.yaml: etcd.sha256: required when source is release: the sha256 of the tarball (64 hex digits), so a changed download is refused".into()],
+            "release over plain http without sha256",
+            edit(&[("  kubernetes:\n", "  etcd:\n    source: release\n    releaseUrl: http://example.com/etcd.tar.gz\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.sha256: required when releaseUrl is not https://: the sha256 of the tarball (64 hex digits), so a changed download is refused".into()],
         ),
         (
             "release with a bad sha256 and no url",
@@ -503,7 +505,7 @@ fn bad_inventories_report_every_problem_with_its_place() {
         (
             "backup interval that is not a time span",
             edit(&[("  kubernetes:", "  backup:\n    interval: hourly\n  kubernetes:")]),
-            vec!["lab.yaml: backup.interval: \"hourly\" is not a time span: use e.g. 30s, 10m or 1h".into()],
+            vec!["lab.yaml: backup.interval: \"hourly\" is not a duration: use e.g. 30s, 10m, 1h30m or 2d".into()],
         ),
         (
             "backup interval of zero",
@@ -636,6 +638,39 @@ fn backup_settings_are_read() {
     assert_eq!(b.dir, "/srv/etcd-backups");
 }
 
+/// The inventory's durations and the command-line flags share one grammar (`hactl::duration`):
+/// days and compound terms work in both places.
+#[test]
+fn inventory_durations_take_days_and_compound_terms_like_the_flags() {
+    let text = edit(&[(
+        "  kubernetes:",
+        "  backup:\n    interval: 1h30m\n  heal:\n    retryPeriod: 1d\n    minHealthyPeriod: 1d12h\n    unhealthyTimeout: 90\n  kubernetes:",
+    )]);
+    let inv = inventory::load_str(Path::new("/srv/lab.yaml"), &text).unwrap();
+    assert_eq!(inv.backup.interval, std::time::Duration::from_secs(5_400));
+    assert_eq!(inv.heal.retry_period, std::time::Duration::from_secs(86_400));
+    assert_eq!(
+        inv.heal.min_healthy_period,
+        std::time::Duration::from_secs(129_600)
+    );
+    assert_eq!(inv.heal.unhealthy_timeout, std::time::Duration::from_secs(90));
+    let cli =
+        hactl::cli::Cli::try_parse_from(["hactl", "recover", "--auto", "--accept-data-loss-window", "1d12h"])
+            .unwrap();
+    let hactl::cli::Command::Recover(args) = cli.command else {
+        panic!("not recover")
+    };
+    assert_eq!(
+        args.accept_data_loss_window,
+        Some(std::time::Duration::from_secs(129_600))
+    );
+    let text = edit(&[("  kubernetes:", "  heal:\n    retryPeriod: 30m1h\n  kubernetes:")]);
+    assert_eq!(
+        problems(Path::new("/srv"), &text),
+        vec!["lab.yaml: heal.retryPeriod: \"30m1h\": write the units largest first, each once (e.g. 1h30m, not 30m1h)"]
+    );
+}
+
 #[test]
 fn a_single_member_is_allowed_when_asked_for() {
     let text = format!(
@@ -722,7 +757,20 @@ fn a_release_source_keeps_its_url_and_lowercases_the_sha256() {
         inv.kubernetes.unwrap().source,
         BinarySource::Release {
             url: "https://dl.k8s.io/v1.31.4/kubernetes-server-linux-amd64.tar.gz".into(),
-            sha256: "ab".repeat(32),
+            sha256: Some("ab".repeat(32)),
+        }
+    );
+    // Over https:// the sha256 may be left out: the published one is fetched at download.
+    let text = edit(&[(
+        "version: 1.31.4\n",
+        "version: 1.31.4\n    source: release\n    releaseUrl: https://dl.k8s.io/v1.31.4/kubernetes-server-linux-amd64.tar.gz\n",
+    )]);
+    let inv = inventory::load_str(Path::new("/srv/lab.yaml"), &text).unwrap();
+    assert_eq!(
+        inv.kubernetes.unwrap().source,
+        BinarySource::Release {
+            url: "https://dl.k8s.io/v1.31.4/kubernetes-server-linux-amd64.tar.gz".into(),
+            sha256: None,
         }
     );
 }

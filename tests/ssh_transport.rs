@@ -13,7 +13,7 @@ use hactl::exec::parallel::for_each_host;
 use hactl::exec::{Transport, UploadOutcome};
 use hactl::inventory::{Host, Role, SshAuth, SshSpec};
 use hactl::plan::{RemoteCommand, Upload};
-use hactl::ssh::{ConnectOptions, Error, KnownHosts, OutputChunk, Session};
+use hactl::ssh::{ConnectOptions, Error, KnownHosts, OutputChunk, PassphraseSource, Session};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use sshd::Sshd;
@@ -580,31 +580,88 @@ async fn refused_key_reports_user_and_what_was_tried() {
     );
 }
 
-#[tokio::test]
-async fn encrypted_key_file_points_at_the_agent() {
-    require_sshd!();
-    let sshd = Sshd::start();
-    let key = sshd.dir.path().join("locked");
+/// An encrypted key file in `dir`, authorized on `sshd`.
+fn encrypted_key(sshd: &Sshd, name: &str, passphrase: &str) -> std::path::PathBuf {
+    let key = sshd.dir.path().join(name);
     let out = std::process::Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "passphrase", "-f"])
+        .args(["-q", "-t", "ed25519", "-C", "", "-N", passphrase, "-f"])
         .arg(&key)
         .output()
         .unwrap();
-    assert!(out.status.success());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    sshd.authorize(&key.with_extension("pub"));
+    key
+}
+
+#[tokio::test]
+async fn encrypted_key_file_without_a_passphrase_says_how_to_give_one() {
+    require_sshd!();
+    let sshd = Sshd::start();
+    let key = encrypted_key(&sshd, "locked", "passphrase");
     let spec = SshSpec {
         auth: SshAuth::KeyFile(key.clone()),
         ..sshd.spec()
     };
-    let err = Session::connect("node1", &spec, &options(sshd.dir.path()))
-        .await
-        .unwrap_err();
+    let mut opts = options(sshd.dir.path());
+    opts.key_passphrase = PassphraseSource::None;
+    let err = Session::connect("node1", &spec, &opts).await.unwrap_err();
     assert_eq!(
         err.to_string(),
         format!(
-            "key file {} is encrypted or unreadable: load it into ssh-agent and set agent: true",
+            "key file {} is encrypted and no passphrase was given: set HACTL_SSH_KEY_PASSPHRASE, \
+             run hactl on a terminal to be asked, or load the key into ssh-agent and set agent: true",
             key.display()
         )
     );
+}
+
+/// The passphrase decrypts the key and the server accepts it; a wrong one is named by its origin
+/// and never shown; `HACTL_SSH_KEY_PASSPHRASE` is read when no passphrase is given.
+#[tokio::test]
+async fn encrypted_key_file_logs_in_with_its_passphrase() {
+    require_sshd!();
+    let sshd = Sshd::start();
+    let secret = "correct horse battery staple";
+    let connect_with = |key: &std::path::Path, source: PassphraseSource| {
+        let spec = SshSpec {
+            auth: SshAuth::KeyFile(key.to_path_buf()),
+            ..sshd.spec()
+        };
+        let mut opts = options(sshd.dir.path());
+        opts.key_passphrase = source;
+        async move { Session::connect("node1", &spec, &opts).await }
+    };
+
+    let key = encrypted_key(&sshd, "given", secret);
+    let Err(err) = connect_with(&key, PassphraseSource::Given("wrong passphrase".into())).await else {
+        panic!("a wrong passphrase logged in")
+    };
+    let msg = format!("{:#}", anyhow::Error::from(err));
+    assert_eq!(
+        msg,
+        format!(
+            "key file {}: the passphrase (given) does not decrypt it",
+            key.display()
+        )
+    );
+    assert!(!msg.contains("wrong passphrase"), "{msg}");
+    let s = connect_with(&key, PassphraseSource::Given(secret.into()))
+        .await
+        .unwrap();
+    let out = s.run(&RemoteCommand::new(["echo", "in"])).await.unwrap();
+    assert_eq!(out.stdout, b"in\n");
+
+    let key = encrypted_key(&sshd, "from-env", secret);
+    // Only this test reads or writes the variable.
+    std::env::set_var(hactl::ssh::PASSPHRASE_ENV, secret);
+    let s = connect_with(&key, PassphraseSource::EnvOrTerminal).await;
+    std::env::remove_var(hactl::ssh::PASSPHRASE_ENV);
+    let out = s
+        .unwrap()
+        .run(&RemoteCommand::new(["echo", "env"]))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout, b"env\n");
 }
 
 #[tokio::test]

@@ -5,10 +5,12 @@
 
 pub mod certs;
 pub mod check;
+pub mod completion;
 pub mod etcd;
 pub mod etcd_maintenance;
 pub mod heal;
 pub mod init;
+pub mod kubeconfig;
 pub mod lab;
 pub mod maintenance;
 pub mod recover;
@@ -32,16 +34,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             init::run(&path, force)?;
             Ok(exit::OK)
         }
-        Command::Validate(args) => {
-            let inv = load_inventory(&args)?;
-            println!(
-                "{}: valid: cluster {}, {} hosts",
-                args.inventory.display(),
-                inv.name,
-                inv.hosts.len()
-            );
-            Ok(exit::OK)
-        }
+        Command::Validate(args) => validate(&args),
         Command::Check(args) => check::run(&args).await,
         Command::Up(args) => up::up(&args).await,
         Command::Plan(args) => up::plan(&args).await,
@@ -57,6 +50,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         },
         Command::Etcd(crate::cli::EtcdCommand::Maintenance(args)) => etcd_maintenance::run(&args).await,
         Command::Recover(args) => recover::run(&args).await,
+        Command::Kubeconfig(args) => kubeconfig::run(&args),
+        Command::Completion { shell } => completion::completion(shell),
+        Command::Man { out } => completion::man(out.as_deref()),
         Command::Certs(crate::cli::CertsCommand::Check(args)) => certs::check(&args).await,
         Command::Certs(crate::cli::CertsCommand::Renew(args)) => certs::renew(&args).await,
         Command::Lab(cmd) => {
@@ -87,6 +83,35 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             Ok(code)
         }
     }
+}
+
+/// `hactl validate`: every problem with its place (text), or the same as JSON on stdout.
+fn validate(args: &crate::cli::ValidateArgs) -> anyhow::Result<i32> {
+    let file = args.inventory.inventory.display().to_string();
+    if args.output == crate::cli::OutputFormat::Table {
+        let inv = load_inventory(&args.inventory)?;
+        println!("{file}: valid: cluster {}, {} hosts", inv.name, inv.hosts.len());
+        return Ok(exit::OK);
+    }
+    let report = match inventory::load(&args.inventory.inventory) {
+        Ok(inv) => serde_json::json!({
+            "file": file, "valid": true, "cluster": inv.name, "hosts": inv.hosts.len(), "problems": [],
+        }),
+        Err(err) => {
+            let problems: Vec<serde_json::Value> = err
+                .problems
+                .iter()
+                .map(|p| serde_json::json!({ "place": p.place, "message": p.message, "text": p.to_string() }))
+                .collect();
+            serde_json::json!({ "file": file, "valid": false, "problems": problems })
+        }
+    };
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(if report["valid"] == true {
+        exit::OK
+    } else {
+        exit::FAILED
+    })
 }
 
 /// Loads and validates the inventory, without touching the state directory.

@@ -283,9 +283,16 @@ pub async fn gather_facts(
 }
 
 /// `hactl plan`: prints what `up` would do.
-pub async fn plan(args: &UpArgs) -> anyhow::Result<i32> {
-    let prepared = prepare(args).await?;
-    exec::run(&prepared.plan, Mode::DryRun, &prepared.transports).await?;
+pub async fn plan(args: &crate::cli::PlanArgs) -> anyhow::Result<i32> {
+    let prepared = prepare(&args.up).await?;
+    match args.output {
+        crate::cli::OutputFormat::Table => {
+            exec::run(&prepared.plan, Mode::DryRun, &prepared.transports).await?;
+        }
+        crate::cli::OutputFormat::Json => {
+            println!("{}", serde_json::to_string_pretty(&prepared.plan.to_json())?);
+        }
+    }
     Ok(crate::exit::OK)
 }
 

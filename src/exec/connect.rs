@@ -38,6 +38,7 @@ pub async fn connect(state: &StateDir, hosts: &[&Host], args: &ConnectArgs) -> B
         accept_new_host_key: args.accept_new_host_key.clone(),
         timeout: args.connect_timeout.map(Duration::from_secs),
         agent_socket: None,
+        key_passphrase: crate::ssh::PassphraseSource::default(),
     };
     connect_with(hosts, &opts, args.concurrency).await
 }

@@ -81,21 +81,10 @@ impl Default for HealSpec {
     }
 }
 
-/// `30s`, `10m`, `1h`, `0s` (a bare number is seconds).
-pub fn parse_duration(s: &str) -> Option<std::time::Duration> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let n: u64 = num.parse().ok()?;
-    let secs = match unit {
-        "s" => n,
-        "m" => n.checked_mul(60)?,
-        "h" => n.checked_mul(3600)?,
-        _ => return None,
-    };
-    Some(std::time::Duration::from_secs(secs))
+/// `30s`, `10m`, `1h30m`, `2d`, `0s` (a bare number is seconds): the grammar of `crate::duration`,
+/// shared with the command-line flags.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, crate::duration::DurationError> {
+    crate::duration::parse(s)
 }
 
 /// What a host does in the cluster. A host may hold several roles.
@@ -180,8 +169,15 @@ pub struct Vip {
 #[derive(Debug, Clone, PartialEq)]
 pub enum BinarySource {
     Package,
-    Release { url: String, sha256: String },
-    Bundle { dir: PathBuf },
+    /// `sha256: None` (an https:// URL only): the checksum published beside the tarball,
+    /// `<url>.sha256`, is fetched over HTTPS and the tarball checked against it.
+    Release {
+        url: String,
+        sha256: Option<String>,
+    },
+    Bundle {
+        dir: PathBuf,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]

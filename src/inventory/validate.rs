@@ -325,18 +325,15 @@ impl Checker {
         }
         if let Some(v) = &raw.interval {
             match super::parse_duration(v) {
-                Some(d) if d.as_secs() >= 1 => {
+                Ok(d) if d.as_secs() >= 1 => {
                     b.interval = d;
                     b.interval_text = format!("{}s", d.as_secs());
                 }
-                Some(_) => self.report(
+                Ok(_) => self.report(
                     "backup.interval",
                     format!("{v:?} is zero: use at least 1s, e.g. 1h"),
                 ),
-                None => self.report(
-                    "backup.interval",
-                    format!("{v:?} is not a time span: use e.g. 30s, 10m or 1h"),
-                ),
+                Err(e) => self.report("backup.interval", e.to_string()),
             }
         }
         if let Some(n) = raw.retention {
@@ -381,11 +378,8 @@ impl Checker {
         ] {
             if let Some(v) = value {
                 match super::parse_duration(v) {
-                    Some(d) => *slot = d,
-                    None => self.report(
-                        format!("heal.{field}"),
-                        format!("{v:?} is not a duration: use e.g. 30s, 10m or 1h"),
-                    ),
+                    Ok(d) => *slot = d,
+                    Err(e) => self.report(format!("heal.{field}"), e.to_string()),
                 }
             }
         }
@@ -491,7 +485,8 @@ impl Checker {
                 format!("{place}.address"),
                 format!(
                     "{:?} is not an IP address: write the bastion's IPv4 or IPv6 address \
-                     (hactl does not resolve names)",
+                     (hactl does not resolve names: every address it connects to is written in \
+                     the inventory, so a DNS change cannot redirect it)",
                     raw.address
                 ),
             );
@@ -618,7 +613,9 @@ impl Checker {
                         format!("{place}.address"),
                         format!(
                             "{:?} is not an IP address: write the host's IPv4 or IPv6 address \
-                             (hactl does not resolve names)",
+                             (hactl does not resolve names: etcd's URLs, the certificates' IP SANs, \
+                             HAProxy's backends and keepalived's peers are written with it, and a \
+                             name that later resolved elsewhere would break them)",
                             host.address
                         ),
                     );
@@ -929,10 +926,12 @@ impl Checker {
                     Some(url) => Some(url.to_string()),
                 };
                 let sha256 = match sha256 {
+                    // Over HTTPS the checksum published beside the tarball is fetched instead.
+                    None if url.as_deref().is_some_and(|u| u.starts_with("https://")) => Some(None),
                     None => {
                         self.report(
                             format!("{section}.sha256"),
-                            "required when source is release: the sha256 of the tarball \
+                            "required when releaseUrl is not https://: the sha256 of the tarball \
                              (64 hex digits), so a changed download is refused",
                         );
                         None
@@ -944,7 +943,7 @@ impl Checker {
                         );
                         None
                     }
-                    Some(s) => Some(s.to_ascii_lowercase()),
+                    Some(s) => Some(Some(s.to_ascii_lowercase())),
                 };
                 Some(BinarySource::Release {
                     url: url?,

@@ -250,6 +250,65 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// The plan as data, for `hactl plan -o json`: the same phases, hosts and lines as the text
+    /// (commands as sent, with the host's sudo prefix), uploads without their content.
+    pub fn to_json(&self) -> serde_json::Value {
+        let phases: Vec<serde_json::Value> = self
+            .phases
+            .iter()
+            .map(|phase| {
+                let hosts: Vec<serde_json::Value> = phase
+                    .hosts
+                    .iter()
+                    .map(|h| {
+                        let steps: Vec<serde_json::Value> = h
+                            .steps
+                            .iter()
+                            .map(|step| match step {
+                                Step::Upload(u) => serde_json::json!({
+                                    "kind": "upload",
+                                    "path": u.path,
+                                    "mode": format!("{:04o}", u.mode),
+                                    "owner": u.owner,
+                                    "group": u.group,
+                                    "size": u.size(),
+                                    "sha256": u.sha256,
+                                }),
+                                Step::Run(c) => serde_json::json!({
+                                    "kind": "run",
+                                    "command": c.line(h.sudo),
+                                    "readOnly": c.read_only,
+                                    "timeoutSecs": c.timeout.as_secs(),
+                                }),
+                                Step::Wait(c) => match &c.probe {
+                                    Probe::Command(cmd) => serde_json::json!({
+                                        "kind": "wait",
+                                        "description": c.description,
+                                        "command": cmd.line(h.sudo),
+                                        "timeoutSecs": c.timeout.as_secs(),
+                                    }),
+                                },
+                            })
+                            .collect();
+                        serde_json::json!({ "host": h.host, "steps": steps })
+                    })
+                    .collect();
+                serde_json::json!({
+                    "title": phase.title,
+                    "parallelism": match phase.parallelism {
+                        Parallelism::All => "all",
+                        Parallelism::OneAtATime => "one-at-a-time",
+                    },
+                    "disruptive": phase.disruptive,
+                    "hosts": hosts,
+                })
+            })
+            .collect();
+        serde_json::json!({ "changes": !self.is_empty(), "phases": phases })
+    }
+}
+
 impl fmt::Display for Plan {
     /// The text `hactl plan` prints: per phase, per host in inventory order, the exact lines.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -282,5 +341,62 @@ impl fmt::Display for Plan {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_json_plan_has_the_texts_lines_and_no_file_content() {
+        let mut plan = Plan::default();
+        plan.push(PlannedPhase {
+            title: "Start etcd".into(),
+            parallelism: Parallelism::OneAtATime,
+            disruptive: true,
+            hosts: vec![HostSteps {
+                host: "cp1".into(),
+                sudo: true,
+                steps: vec![
+                    Step::Upload(Upload::new(
+                        "/etc/hactl/key.pem",
+                        0o600,
+                        "etcd",
+                        "etcd",
+                        b"SECRET".to_vec(),
+                    )),
+                    Step::Run(RemoteCommand::new(["systemctl", "restart", "etcd"])),
+                    Step::Wait(Check::command(
+                        "etcd is healthy",
+                        RemoteCommand::new(["true"]),
+                        Duration::from_secs(30),
+                    )),
+                ],
+            }],
+        });
+        let json = plan.to_json();
+        let text = json.to_string();
+        assert!(!text.contains("SECRET"), "{text}");
+        assert_eq!(json["changes"], true);
+        let phase = &json["phases"][0];
+        assert_eq!(phase["title"], "Start etcd");
+        assert_eq!(phase["parallelism"], "one-at-a-time");
+        assert_eq!(phase["disruptive"], true);
+        let steps = &phase["hosts"][0]["steps"];
+        assert_eq!(steps[0]["kind"], "upload");
+        assert_eq!(steps[0]["mode"], "0600");
+        assert_eq!(steps[0]["size"], 6);
+        assert_eq!(steps[1]["kind"], "run");
+        // The same line the text plan prints and `Live` sends: with the host's sudo prefix.
+        let line = RemoteCommand::new(["systemctl", "restart", "etcd"]).line(true);
+        assert_eq!(steps[1]["command"], line.as_str());
+        assert!(plan.to_string().contains(&format!("cp1: run {line}")));
+        assert_eq!(steps[2]["kind"], "wait");
+        assert_eq!(steps[2]["timeoutSecs"], 30);
+        assert_eq!(
+            Plan::default().to_json(),
+            serde_json::json!({"changes": false, "phases": []})
+        );
     }
 }

@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 pub use known_hosts::{HostKeyCheck, KnownHosts};
-pub use session::{ConnectOptions, ForwardGuard, OutputChunk, Session};
+pub use session::{ConnectOptions, ForwardGuard, OutputChunk, PassphraseSource, Session, PASSPHRASE_ENV};
 
 /// Errors of the SSH transport. Each says what was being done and on which host.
 #[derive(Debug, thiserror::Error)]
@@ -57,12 +57,11 @@ pub enum Error {
         source: Box<russh::Error>,
     },
 
-    #[error("key file {} is encrypted or unreadable: load it into ssh-agent and set agent: true", path.display())]
-    KeyFileEncrypted {
-        path: PathBuf,
-        #[source]
-        source: Box<russh::keys::Error>,
-    },
+    #[error("key file {} is encrypted and no passphrase was given: set HACTL_SSH_KEY_PASSPHRASE, run hactl on a terminal to be asked, or load the key into ssh-agent and set agent: true", path.display())]
+    KeyFileEncrypted { path: PathBuf },
+
+    #[error("key file {}: the passphrase ({from}) does not decrypt it", path.display())]
+    KeyFilePassphrase { path: PathBuf, from: String },
 
     #[error("failed to read key file {}", path.display())]
     KeyFile {

@@ -46,6 +46,8 @@ pub struct ConnectOptions {
     pub timeout: Option<Duration>,
     /// The ssh-agent socket for `SshAuth::Agent`; `None` reads `SSH_AUTH_SOCK`.
     pub agent_socket: Option<PathBuf>,
+    /// Where the passphrase of an encrypted key file comes from.
+    pub key_passphrase: PassphraseSource,
 }
 
 impl ConnectOptions {
@@ -55,7 +57,128 @@ impl ConnectOptions {
             accept_new_host_key: Vec::new(),
             timeout: None,
             agent_socket: None,
+            key_passphrase: PassphraseSource::default(),
         }
+    }
+}
+
+/// The environment variable that holds the passphrase of encrypted key files.
+pub const PASSPHRASE_ENV: &str = "HACTL_SSH_KEY_PASSPHRASE";
+
+/// Where the passphrase of an encrypted key file comes from. It is never logged or put in an
+/// error; `Debug` shows only where it came from.
+#[derive(Clone, Default)]
+pub enum PassphraseSource {
+    /// `HACTL_SSH_KEY_PASSPHRASE` when set, else asked on the terminal (when stdin and stderr are
+    /// one), else none: the error says how to give one.
+    #[default]
+    EnvOrTerminal,
+    /// This passphrase (tests; callers that read it elsewhere).
+    Given(Arc<str>),
+    /// Never ask: encrypted key files are refused.
+    None,
+}
+
+impl std::fmt::Debug for PassphraseSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PassphraseSource::EnvOrTerminal => "EnvOrTerminal",
+            PassphraseSource::Given(_) => "Given(<redacted>)",
+            PassphraseSource::None => "None",
+        })
+    }
+}
+
+/// Where a passphrase came from, for the error when it does not decrypt the key.
+enum PassphraseOrigin {
+    Env,
+    Terminal,
+    Given,
+}
+
+/// Decrypted keys by file, so a run asks once and decrypts once however many hosts share a key.
+/// The lock is held while asking, so parallel connections wait for the one prompt.
+static DECRYPTED_KEYS: std::sync::Mutex<std::collections::BTreeMap<PathBuf, Arc<russh::keys::PrivateKey>>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// Loads a key file, decrypting it with a passphrase from `source` when it is encrypted.
+fn load_key_file(
+    path: &std::path::Path,
+    source: &PassphraseSource,
+) -> Result<Arc<russh::keys::PrivateKey>, Error> {
+    match russh::keys::load_secret_key(path, None) {
+        Ok(key) => return Ok(Arc::new(key)),
+        Err(e) if !is_encrypted(&e) => return Err(key_file_error(path, e)),
+        Err(_) => {}
+    }
+    let mut cache = DECRYPTED_KEYS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(key) = cache.get(path) {
+        return Ok(key.clone());
+    }
+    let (passphrase, origin): (zeroize_on_drop::Secret, PassphraseOrigin) = match source {
+        PassphraseSource::Given(p) => (zeroize_on_drop::Secret(p.to_string()), PassphraseOrigin::Given),
+        PassphraseSource::None => return Err(encrypted_error(path, None)),
+        PassphraseSource::EnvOrTerminal => match std::env::var(PASSPHRASE_ENV) {
+            Ok(p) => (zeroize_on_drop::Secret(p), PassphraseOrigin::Env),
+            Err(_) => {
+                use std::io::IsTerminal;
+                if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+                    return Err(encrypted_error(path, None));
+                }
+                let prompt = format!("passphrase for key file {}: ", path.display());
+                match rpassword::prompt_password(prompt) {
+                    Ok(p) => (zeroize_on_drop::Secret(p), PassphraseOrigin::Terminal),
+                    Err(_) => return Err(encrypted_error(path, None)),
+                }
+            }
+        },
+    };
+    match russh::keys::load_secret_key(path, Some(&passphrase.0)) {
+        Ok(key) => {
+            let key = Arc::new(key);
+            cache.insert(path.to_path_buf(), key.clone());
+            Ok(key)
+        }
+        Err(e) if is_encrypted(&e) => Err(encrypted_error(path, Some(origin))),
+        Err(e) => Err(key_file_error(path, e)),
+    }
+}
+
+/// Holds a passphrase and overwrites it when dropped.
+mod zeroize_on_drop {
+    pub struct Secret(pub String);
+    impl Drop for Secret {
+        fn drop(&mut self) {
+            // Safe Rust cannot write through a `String` as bytes of another type; replacing every
+            // byte with a NUL keeps it valid UTF-8.
+            let len = self.0.len();
+            self.0.clear();
+            self.0.extend(std::iter::repeat_n('\0', len));
+        }
+    }
+}
+
+fn is_encrypted(e: &russh::keys::Error) -> bool {
+    matches!(
+        e,
+        russh::keys::Error::KeyIsEncrypted | russh::keys::Error::SshKey(russh::keys::ssh_key::Error::Crypto)
+    )
+}
+
+fn encrypted_error(path: &std::path::Path, tried: Option<PassphraseOrigin>) -> Error {
+    let path = path.to_path_buf();
+    match tried {
+        None => Error::KeyFileEncrypted { path },
+        Some(origin) => Error::KeyFilePassphrase {
+            path,
+            from: match origin {
+                PassphraseOrigin::Env => format!("from {PASSPHRASE_ENV}"),
+                PassphraseOrigin::Terminal => "typed".to_string(),
+                PassphraseOrigin::Given => "given".to_string(),
+            },
+        },
     }
 }
 
@@ -675,7 +798,7 @@ async fn authenticate(
     };
     match &spec.auth {
         SshAuth::KeyFile(path) => {
-            let key = russh::keys::load_secret_key(path, None).map_err(|e| key_file_error(path, e))?;
+            let key = load_key_file(path, &opts.key_passphrase)?;
             let fp = fingerprint(key.public_key());
             let hash = if key.algorithm().is_rsa() {
                 handle
@@ -687,7 +810,7 @@ async fn authenticate(
                 None
             };
             let result = handle
-                .authenticate_publickey(user, PrivateKeyWithHashAlg::new(Arc::new(key), hash))
+                .authenticate_publickey(user, PrivateKeyWithHashAlg::new(key, hash))
                 .await
                 .map_err(auth_err)?;
             if result.success() {
@@ -743,22 +866,11 @@ async fn authenticate(
     }
 }
 
-/// A key we cannot decrypt says so and points at the agent; other failures keep their cause.
+/// A key file that cannot be read or parsed keeps its cause.
 fn key_file_error(path: &std::path::Path, source: russh::keys::Error) -> Error {
-    let encrypted = matches!(
-        source,
-        russh::keys::Error::KeyIsEncrypted | russh::keys::Error::SshKey(russh::keys::ssh_key::Error::Crypto)
-    );
-    if encrypted {
-        Error::KeyFileEncrypted {
-            path: path.to_path_buf(),
-            source: Box::new(source),
-        }
-    } else {
-        Error::KeyFile {
-            path: path.to_path_buf(),
-            source: Box::new(source),
-        }
+    Error::KeyFile {
+        path: path.to_path_buf(),
+        source: Box::new(source),
     }
 }
 

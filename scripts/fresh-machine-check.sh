@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The fresh-machine check (CI): proves that scripts/install-deps.sh installs everything a new Debian
+# machine needs to build hactl. In a Debian bookworm root holding only the build-machine prerequisites
+# the README names (gcc, git, curl, ca-certificates; debootstrap --variant=minbase plus those), booted
+# as a container with systemd-nspawn (never the host's root), it runs scripts/install-deps.sh and then
+# `cargo check --locked`. From the host it takes only:
+#   - a clean copy of the repository (tracked and new files, no target/, no .git), read-only;
+#   - the host's Rust toolchain (~/.cargo and ~/.rustup), read-only;
+#   - the host's CA file (the one SSL_CERT_FILE names, when set), read-only.
+# The pristine root is built once and cached; every run starts from it again (systemd-nspawn
+# --volatile=overlay: writes go to a tmpfs that is dropped at exit), so install-deps.sh always meets
+# a fresh machine. Between runs only these are kept, outside the checkout: cargo's registry cache and
+# a target dir. Build scripts that call system tools or the C toolchain would not run again from a
+# warm target dir and could hide a missing package, so their packages (and hactl's own build script)
+# are cleaned before every check: see `rebuilt` below.
+#
+# Needs root, debootstrap and systemd-nspawn (scripts/install-deps.sh installs both).
+# Environment:
+#   HACTL_FRESH_CACHE   cache directory (default /var/cache/hactl/fresh-root)
+#   HACTL_FRESH_MIRROR  Debian mirror for the root (default: the first one in this machine's apt sources)
+#   HACTL_FRESH_COLD=1  drop the registry cache and target dir first (a cold run)
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/.." && pwd)"
+fresh_who=fresh-machine-check
+# shellcheck source=scripts/lib/fresh-root.sh
+. "$repo/scripts/lib/fresh-root.sh"
+# What the README names for a build machine ("Build machine" section). Keep the two in step.
+prereqs=(gcc git curl ca-certificates)
+# Packages whose build scripts run system tools or compile C: protoc (etcd-client's protos via
+# tonic-prost-build), the C compiler and libc headers (aws-lc-sys), and hactl's own build script
+# (git, and a link with cc). They are rebuilt every run; the rest of the warm target dir is reused.
+rebuilt=(etcd-client aws-lc-sys hactl)
+
+started=$(date +%s)
+say() { echo "fresh-machine-check: $*" >&2; }
+fail() { say "$*"; exit 1; }
+
+# 1. The pristine root, built once per set of prerequisites (its name carries them).
+root=$(fresh_root "${prereqs[@]}") || exit 1
+cache="$fresh_cache"
+suite="$fresh_suite"
+
+# 2. What is kept between runs, outside the checkout.
+keep="$cache/keep"
+if [ "${HACTL_FRESH_COLD:-}" = 1 ]; then
+  say "cold run: dropping the registry cache and target dir"
+  rm -rf "$keep"
+fi
+mkdir -p "$keep/cargo-home" "$keep/target"
+# One check at a time uses the kept target dir.
+exec 8>"$keep/.lock"
+flock 8
+
+# 3. A clean copy of the repository: what git tracks plus new files it does not ignore.
+work=$(mktemp -d "$cache/run.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+mkdir "$work/src"
+(cd "$repo" && git ls-files -z --cached --others --exclude-standard \
+  | while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done \
+  | tar --null -T - -cf -) | tar -xf - -C "$work/src"
+
+# 4. The host's toolchain and CA file, read-only.
+rustup_home="${RUSTUP_HOME:-$HOME/.rustup}"
+cargo_bin_home="${CARGO_HOME:-$HOME/.cargo}"
+[ -x "$cargo_bin_home/bin/cargo" ] || fail "no Rust toolchain at $cargo_bin_home/bin/cargo (install rustup)"
+binds=(--bind-ro="$work/src:/src"
+       --bind-ro="$rustup_home:/opt/rustup"
+       --bind-ro="$cargo_bin_home/bin:/opt/cargo-bin"
+       --bind="$keep/cargo-home:/var/cache/cargo-home"
+       --bind="$keep/target:/var/cache/target")
+envs=(--setenv=RUSTUP_HOME=/opt/rustup
+      --setenv=RUSTUP_AUTO_INSTALL=0
+      --setenv=CARGO_HOME=/var/cache/cargo-home
+      --setenv=CARGO_TARGET_DIR=/var/cache/target
+      --setenv=CARGO_TERM_COLOR=never
+      --setenv=CARGO_TERM_PROGRESS_WHEN=never
+      --setenv=PATH=/opt/cargo-bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin)
+toolchain=$(cd "$repo" && rustup show active-toolchain 2>/dev/null | cut -d' ' -f1 || true)
+[ -n "$toolchain" ] && envs+=(--setenv=RUSTUP_TOOLCHAIN="$toolchain")
+if [ -n "${SSL_CERT_FILE:-}" ]; then
+  [ -f "$SSL_CERT_FILE" ] || fail "SSL_CERT_FILE names $SSL_CERT_FILE, which is not a file"
+  binds+=(--bind-ro="$(readlink -f "$SSL_CERT_FILE"):/etc/host-ca.crt")
+  envs+=(--setenv=SSL_CERT_FILE=/etc/host-ca.crt --setenv=CARGO_HTTP_CAINFO=/etc/host-ca.crt)
+fi
+
+# 5. In the container: install-deps.sh, then cargo check.
+say "checking in a fresh $suite container: scripts/install-deps.sh && cargo check --locked"
+t0=$(date +%s)
+status=0
+systemd-nspawn --quiet --register=no --keep-unit --link-journal=no --volatile=overlay \
+  --directory="$root" --chdir=/src "${binds[@]}" "${envs[@]}" \
+  /bin/bash -c "set -euo pipefail
+    scripts/install-deps.sh
+    cargo clean --quiet $(printf -- '-p %s ' "${rebuilt[@]}")
+    cargo check --locked" || status=$?
+now=$(date +%s)
+if [ "$status" -ne 0 ]; then
+  fail "FAILED (exit $status) after $(( now - started )) s: a fresh $suite machine cannot build hactl with scripts/install-deps.sh"
+fi
+say "passed in $(( now - started )) s (container $(( now - t0 )) s)"

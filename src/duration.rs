@@ -1,0 +1,143 @@
+//! The one duration grammar of hactl, shared by inventory fields (`spec.heal.*`, `spec.backup.interval`)
+//! and command-line flags (`--drain-timeout`, `--accept-data-loss-window`).
+//!
+//! A duration is one or more `<number><unit>` terms, units in descending order, each at most once:
+//! `d` (days), `h`, `m`, `s`. So `30s`, `10m`, `1h30m`, `2d`, `1d12h`. A bare number is seconds
+//! (`90`), as the inventory has always accepted. Invariant: pure; the same text gives the same
+//! duration (or the same error) wherever it is written.
+
+use std::time::Duration;
+
+/// What is wrong with a duration's text; the message says the fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("{0:?} is not a duration: use e.g. 30s, 10m, 1h30m or 2d")]
+    Syntax(String),
+    #[error("{text:?}: unit {unit:?} is not one of d, h, m, s (e.g. 30s, 10m, 1h30m, 2d)")]
+    Unit { text: String, unit: String },
+    #[error("{0:?}: write the units largest first, each once (e.g. 1h30m, not 30m1h)")]
+    Order(String),
+    #[error("{0:?} is too long a duration")]
+    Overflow(String),
+}
+
+/// Parses `30s`, `10m`, `1h30m`, `2d`, or a bare number of seconds.
+pub fn parse(text: &str) -> Result<Duration, DurationError> {
+    let s = text.trim();
+    if s.is_empty() {
+        return Err(DurationError::Syntax(text.to_string()));
+    }
+    if s.bytes().all(|b| b.is_ascii_digit()) {
+        return s
+            .parse::<u64>()
+            .map(Duration::from_secs)
+            .map_err(|_| DurationError::Overflow(text.to_string()));
+    }
+    let mut rest = s;
+    let mut total: u64 = 0;
+    // Index into UNITS of the last unit seen: the next must come after it.
+    let mut last: Option<usize> = None;
+    const UNITS: [(&str, u64); 4] = [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)];
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        if digits == 0 {
+            return Err(DurationError::Syntax(text.to_string()));
+        }
+        let (number, after) = rest.split_at(digits);
+        let unit_len = after.find(|c: char| c.is_ascii_digit()).unwrap_or(after.len());
+        let (unit, next) = after.split_at(unit_len);
+        if unit.is_empty() {
+            // A number after a term with no unit of its own: `1h30`.
+            return Err(DurationError::Syntax(text.to_string()));
+        }
+        let Some(index) = UNITS.iter().position(|(u, _)| *u == unit) else {
+            return Err(DurationError::Unit {
+                text: text.to_string(),
+                unit: unit.to_string(),
+            });
+        };
+        if last.is_some_and(|l| index <= l) {
+            return Err(DurationError::Order(text.to_string()));
+        }
+        last = Some(index);
+        let n: u64 = number
+            .parse()
+            .map_err(|_| DurationError::Overflow(text.to_string()))?;
+        total = n
+            .checked_mul(UNITS[index].1)
+            .and_then(|secs| total.checked_add(secs))
+            .ok_or_else(|| DurationError::Overflow(text.to_string()))?;
+        rest = next;
+    }
+    Ok(Duration::from_secs(total))
+}
+
+/// The shortest text `parse` reads back as `d` (whole seconds): `1h30m`, `2d`, `0s`.
+pub fn format(d: Duration) -> String {
+    let mut secs = d.as_secs();
+    if secs == 0 {
+        return "0s".into();
+    }
+    let mut out = String::new();
+    for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)] {
+        if secs >= size {
+            out.push_str(&format!("{}{unit}", secs / size));
+            secs %= size;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_grammar_table() {
+        let ok: &[(&str, u64)] = &[
+            ("0", 0),
+            ("0s", 0),
+            ("90", 90),
+            ("30s", 30),
+            ("10m", 600),
+            ("1h", 3_600),
+            ("1h30m", 5_400),
+            ("2d", 172_800),
+            ("1d12h", 129_600),
+            ("1d2h3m4s", 93_784),
+            (" 6h ", 21_600),
+            ("90m", 5_400),
+        ];
+        for (text, secs) in ok {
+            assert_eq!(parse(text), Ok(Duration::from_secs(*secs)), "{text}");
+        }
+        let bad: &[(&str, &str)] = &[
+            ("", "not a duration"),
+            ("h", "not a duration"),
+            ("1h30", "not a duration"),
+            ("1.5h", "unit \".\""),
+            ("-1h", "not a duration"),
+            ("10 m", "unit \" m\""),
+            ("3w", "unit \"w\""),
+            ("1ms", "unit \"ms\""),
+            ("30m1h", "largest first"),
+            ("1h1h", "largest first"),
+            ("99999999999999999999d", "too long"),
+            ("300000000000000d", "too long"),
+        ];
+        for (text, says) in bad {
+            let err = parse(text).expect_err(text).to_string();
+            assert!(err.contains(says), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn format_reads_back() {
+        for secs in [0, 1, 59, 60, 61, 3_600, 5_400, 86_400, 90_061, 1_000_000] {
+            let d = Duration::from_secs(secs);
+            assert_eq!(parse(&format(d)), Ok(d), "{}", format(d));
+        }
+        assert_eq!(format(Duration::from_secs(5_400)), "1h30m");
+        assert_eq!(format(Duration::from_secs(172_800)), "2d");
+    }
+}

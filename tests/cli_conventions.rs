@@ -1,0 +1,197 @@
+//! The conventions users know from other tools, checked on the built binary: usage errors with an
+//! exit code of their own, `--version` naming the commit, shell completions, man pages, JSON from
+//! `validate`, colour only on a terminal and never with `NO_COLOR`, and `kubeconfig`.
+
+#[path = "support/cli.rs"]
+mod cli_support;
+
+use cli_support::{hactl, text};
+
+/// sysexits' EX_USAGE; 2 is reserved for "refused by a safety rule".
+const USAGE: i32 = 64;
+
+#[test]
+fn usage_errors_exit_64_and_help_and_version_exit_0() {
+    for args in [
+        &["completion", "tcsh"][..],
+        &["no-such-command"],
+        &["status", "--no-such-flag"],
+        &["recover", "--auto", "--accept-data-loss-window", "1w"],
+        &[],
+    ] {
+        let out = hactl(args);
+        assert_eq!(out.status.code(), Some(USAGE), "{args:?}: {}", text(&out));
+        assert!(
+            out.stdout.is_empty(),
+            "{args:?}: usage errors go to stderr: {}",
+            text(&out)
+        );
+    }
+    let out = hactl(&["completion", "tcsh"]);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("possible values: bash, zsh, fish"),
+        "{}",
+        text(&out)
+    );
+    let out = hactl(&["--help"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = hactl(&["--version"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let version = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        version.starts_with(&format!("hactl {} (commit ", env!("CARGO_PKG_VERSION"))),
+        "{version}"
+    );
+}
+
+#[test]
+fn completions_for_each_shell_and_man_pages_for_each_command() {
+    for (shell, marker) in [
+        ("bash", "_hactl()"),
+        ("zsh", "#compdef hactl"),
+        ("fish", "complete -c hactl"),
+    ] {
+        let out = hactl(&["completion", shell]);
+        assert_eq!(out.status.code(), Some(0), "{shell}: {}", text(&out));
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(script.contains(marker), "{shell}: no {marker:?} in\n{script}");
+        assert!(script.contains("kubeconfig"), "{shell}: subcommands missing");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = hactl(&["man", "--out", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for page in [
+        "hactl.1",
+        "hactl-up.1",
+        "hactl-etcd-snapshot-save.1",
+        "hactl-maintenance-start.1",
+    ] {
+        let text = std::fs::read_to_string(dir.path().join(page)).unwrap_or_else(|e| panic!("{page}: {e}"));
+        assert!(
+            text.starts_with(".ie") || text.contains(".TH"),
+            "{page} is not a man page"
+        );
+    }
+    let top = std::fs::read_to_string(dir.path().join("hactl.1")).unwrap();
+    assert!(top.contains("(commit "), "the man page names the build");
+}
+
+#[test]
+fn validate_reports_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.yaml");
+    let out = hactl(&["init", good.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = hactl(&["validate", "-i", good.to_str().unwrap(), "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["valid"], true);
+    assert_eq!(json["cluster"], "example");
+    assert_eq!(json["hosts"], 5);
+
+    let bad = dir.path().join("bad.yaml");
+    let text_of_good = std::fs::read_to_string(&good).unwrap();
+    std::fs::write(
+        &bad,
+        text_of_good.replace("address: 10.0.0.12", "address: cp2.lan"),
+    )
+    .unwrap();
+    let out = hactl(&["validate", "-i", bad.to_str().unwrap(), "-o", "json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["valid"], false);
+    assert_eq!(json["problems"][0]["place"], "hosts[1].address");
+    assert!(json["problems"][0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("hactl does not resolve names"));
+}
+
+/// The example inventory with every host on loopback and SSH on port 1, where nothing listens:
+/// `check` then logs (with -vv) and fails fast without leaving this machine.
+fn loopback_inventory(dir: &std::path::Path) -> std::path::PathBuf {
+    let inv = dir.join("loopback.yaml");
+    hactl(&["init", inv.to_str().unwrap()]);
+    let text = std::fs::read_to_string(&inv)
+        .unwrap()
+        .replace("10.0.0.", "127.0.0.")
+        .replace("    # port: 22", "    port: 1")
+        .replace("        port: 22", "        port: 1");
+    std::fs::write(&inv, text).unwrap();
+    inv
+}
+
+#[test]
+fn colour_only_on_a_terminal_and_never_with_no_color() {
+    let dir = tempfile::tempdir().unwrap();
+    let inv = loopback_inventory(dir.path());
+    // stderr is a pipe here: log lines, but no escape codes.
+    let out = hactl(&["-vv", "check", "-i", inv.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("DEBUG cp1: connecting to 127.0.0.11:1"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        !out.stderr.contains(&0x1b),
+        "escape codes on a pipe: {}",
+        text(&out)
+    );
+
+    // On a terminal (script(1) gives the command one): colour, unless NO_COLOR is set.
+    let on_terminal = |no_color: bool| {
+        let line = format!(
+            "{}{} -vv check -i {}",
+            if no_color { "NO_COLOR=1 " } else { "" },
+            env!("CARGO_BIN_EXE_hactl"),
+            inv.display()
+        );
+        std::process::Command::new("script")
+            .args(["-qec", &line, "/dev/null"])
+            .env_remove("NO_COLOR")
+            .output()
+    };
+    let Ok(coloured) = on_terminal(false) else {
+        eprintln!("SKIPPED colour_only_on_a_terminal_and_never_with_no_color (terminal part): script(1) is missing (apt-get install bsdutils)");
+        return;
+    };
+    assert!(
+        coloured.stdout.contains(&0x1b),
+        "no colour on a terminal: {}",
+        text(&coloured)
+    );
+    let plain = on_terminal(true).unwrap();
+    assert!(
+        String::from_utf8_lossy(&plain.stdout).contains("DEBUG cp1: connecting"),
+        "{}",
+        text(&plain)
+    );
+    assert!(
+        !plain.stdout.contains(&0x1b),
+        "colour despite NO_COLOR: {}",
+        text(&plain)
+    );
+}
+
+#[test]
+fn kubeconfig_says_what_is_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    let inv = dir.path().join("cluster.yaml");
+    hactl(&["init", inv.to_str().unwrap()]);
+    let out = hactl(&["kubeconfig", "-i", inv.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no admin kubeconfig yet at")
+            && String::from_utf8_lossy(&out.stderr).contains("writes it"),
+        "{}",
+        text(&out)
+    );
+    // Once `up` wrote it, it is printed as it is (stdout is a pipe here).
+    let state = dir.path().join(".hactl/example");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("admin.kubeconfig"), "apiVersion: v1\nkind: Config\n").unwrap();
+    let out = hactl(&["kubeconfig", "-i", inv.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(out.stdout, b"apiVersion: v1\nkind: Config\n");
+}
