@@ -1,5 +1,6 @@
 //! Install etcd: binaries (distribution package, or release/bundle binaries uploaded from the
-//! operator machine), the `etcd` system user, and the data dir (0700, owned by etcd).
+//! operator machine), curl for the health probes, the `etcd` system user, and the data dir (0700,
+//! owned by etcd).
 
 use super::{differs, Ctx, Phase, PlanError};
 use crate::inventory::{BinarySource, Host, Inventory, Role};
@@ -7,9 +8,8 @@ use crate::plan::{RemoteCommand, Step, Upload};
 
 pub struct InstallEtcd;
 
-/// apt-get with service starts blocked, so the package's own unit never starts a default etcd.
-pub const APT_INSTALL_ETCD: &str = "printf '#!/bin/sh\\nexit 101\\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d \
-&& DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server etcd-client; rc=$?; rm -f /usr/sbin/policy-rc.d; exit $rc";
+/// The distribution packages of etcd (`source: package`).
+pub const ETCD_PACKAGES: [&str; 2] = ["etcd-server", "etcd-client"];
 
 impl Phase for InstallEtcd {
     fn title(&self) -> &'static str {
@@ -21,34 +21,30 @@ impl Phase for InstallEtcd {
     fn steps(&self, host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
         let f = ctx.facts(host);
         let mut steps = Vec::new();
-        match &ctx.inv.etcd.source {
-            BinarySource::Package => {
-                if !f.binaries.contains_key("etcd") || !f.binaries.contains_key("etcdctl") {
-                    steps.push(Step::Run(
-                        RemoteCommand::script(APT_INSTALL_ETCD)
-                            .with_timeout(std::time::Duration::from_secs(600)),
-                    ));
-                }
-            }
-            BinarySource::Release { .. } | BinarySource::Bundle { .. } => {
-                if let Some(bins) = ctx.binaries {
-                    for (name, content) in &bins.files {
-                        let up = Upload::new(
-                            format!("{}/{name}", crate::etcd::BIN_DIR),
-                            0o755,
-                            "root",
-                            "root",
-                            content.clone(),
-                        );
-                        if differs(f, &up) {
-                            steps.push(Step::Upload(up));
-                        }
+        let etcd_missing = !f.binaries.contains_key("etcd") || !f.binaries.contains_key("etcdctl");
+        let install_package = matches!(ctx.inv.etcd.source, BinarySource::Package) && etcd_missing;
+        let packages = super::with_curl(f, if install_package { ETCD_PACKAGES.to_vec() } else { vec![] });
+        if !packages.is_empty() {
+            steps.push(Step::Run(super::apt_install(&packages)));
+        }
+        if let BinarySource::Release { .. } | BinarySource::Bundle { .. } = &ctx.inv.etcd.source {
+            if let Some(bins) = ctx.binaries {
+                for (name, content) in &bins.files {
+                    let up = Upload::new(
+                        format!("{}/{name}", crate::etcd::BIN_DIR),
+                        0o755,
+                        "root",
+                        "root",
+                        content.clone(),
+                    );
+                    if differs(f, &up) {
+                        steps.push(Step::Upload(up));
                     }
                 }
             }
         }
-        let package_makes_user = matches!(ctx.inv.etcd.source, BinarySource::Package) && !steps.is_empty();
-        if !f.etcd_user && !package_makes_user {
+        // The package creates the etcd user itself.
+        if !f.etcd_user && !install_package {
             steps.push(Step::Run(RemoteCommand::new([
                 "useradd",
                 "--system",

@@ -10,12 +10,9 @@ use crate::plan::{RemoteCommand, Step};
 
 pub struct InstallLoadBalancer;
 
-/// The binaries a load-balancer host needs (curl speaks to HAProxy's admin socket).
+/// The binaries a load-balancer host needs (curl speaks to HAProxy's admin socket), each from the
+/// Debian package of the same name.
 pub const BINARIES: [&str; 3] = ["haproxy", "keepalived", "curl"];
-
-/// apt-get with service starts blocked (policy-rc.d), like the etcd install.
-pub const APT_INSTALL: &str = "printf '#!/bin/sh\\nexit 101\\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d \
-&& DEBIAN_FRONTEND=noninteractive apt-get install -y -q haproxy keepalived curl; rc=$?; rm -f /usr/sbin/policy-rc.d; exit $rc";
 
 impl Phase for InstallLoadBalancer {
     fn title(&self) -> &'static str {
@@ -28,9 +25,7 @@ impl Phase for InstallLoadBalancer {
         let f = ctx.facts(host);
         let mut steps = Vec::new();
         if BINARIES.iter().any(|b| !f.binaries.contains_key(*b)) {
-            steps.push(Step::Run(
-                RemoteCommand::script(APT_INSTALL).with_timeout(std::time::Duration::from_secs(600)),
-            ));
+            steps.push(Step::Run(super::apt_install(&BINARIES)));
         }
         let sysctl = sysctl_file()?;
         if differs(f, &sysctl) {

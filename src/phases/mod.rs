@@ -121,6 +121,32 @@ pub fn build(phases: &[Box<dyn Phase>], ctx: &Ctx<'_>) -> Result<Plan, PlanError
     Ok(plan)
 }
 
+/// The Debian packages hactl installs, with apt-get, as one step: service starts blocked
+/// (policy-rc.d) so no package starts a daemon on Debian's defaults, apt's lock waited for (a
+/// fresh VM may be running apt itself), and the package lists fetched first when the host has
+/// none yet (a cloud image ships without them). Fixed text for fixed packages, so a dry-run
+/// prints what a run sends.
+pub fn apt_install(packages: &[&str]) -> crate::plan::RemoteCommand {
+    let install = format!(
+        "DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q {}",
+        packages.join(" ")
+    );
+    crate::plan::RemoteCommand::script(format!(
+        "printf '#!/bin/sh\\nexit 101\\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d \
+&& {{ {install} || {{ apt-get -o DPkg::Lock::Timeout=300 update -q && {install}; }}; }}; rc=$?; rm -f /usr/sbin/policy-rc.d; exit $rc"
+    ))
+    .with_timeout(std::time::Duration::from_secs(900))
+}
+
+/// `curl`, which hactl's health probes run on every host it manages (etcd's metrics and health
+/// endpoints, the apiservers' /readyz, HAProxy's admin socket): in `packages` when the host lacks it.
+pub fn with_curl<'a>(facts: &HostFacts, mut packages: Vec<&'a str>) -> Vec<&'a str> {
+    if !facts.binaries.contains_key("curl") {
+        packages.push("curl");
+    }
+    packages
+}
+
 /// True when the host's copy of `upload.path` differs in content, mode or owner.
 pub fn differs(facts: &HostFacts, upload: &Upload) -> bool {
     match facts.files.get(&upload.path) {
