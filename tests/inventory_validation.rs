@@ -510,7 +510,10 @@ fn static_pod_mode_takes_a_package_source() {
     )]);
     let inv = inventory::load_str(Path::new("/srv/lab.yaml"), &text).unwrap_or_else(|err| panic!("{err}"));
     let kube = inv.kubernetes.unwrap();
-    assert_eq!((kube.source, kube.mode), (BinarySource::Package, KubernetesMode::StaticPod));
+    assert_eq!(
+        (kube.source, kube.mode),
+        (BinarySource::Package, KubernetesMode::StaticPod)
+    );
 }
 
 #[test]
@@ -620,7 +623,10 @@ fn the_shipped_inventories_validate() {
                 // by the_vagrant_inventories_match_the_vagrantfile.
             } else if name == "example.yaml" || name == "five-members.yaml" {
                 // Refused for the one choice they leave to the user (see the next test).
-                assert_example_is_refused_for_its_kubernetes_source_only(&path, &fs_err::read_to_string(&path).unwrap());
+                assert_example_is_refused_for_its_kubernetes_source_only(
+                    &path,
+                    &fs_err::read_to_string(&path).unwrap(),
+                );
             } else {
                 inventory::load(&path).unwrap_or_else(|err| panic!("{err}"));
             }
@@ -651,7 +657,11 @@ fn the_vagrant_inventories_match_the_vagrantfile() {
     let layouts: [(&str, Vec<(&str, &str, &[Role])>); 2] = [
         (
             "vagrant.yaml",
-            vec![("cp1", "192.168.56.11", &all), ("cp2", "192.168.56.12", &all), ("cp3", "192.168.56.13", &all)],
+            vec![
+                ("cp1", "192.168.56.11", &all),
+                ("cp2", "192.168.56.12", &all),
+                ("cp3", "192.168.56.13", &all),
+            ],
         ),
         (
             "vagrant-5.yaml",
@@ -670,8 +680,12 @@ fn the_vagrant_inventories_match_the_vagrantfile() {
     fs_err::write(home.path().join(".ssh/id_ed25519"), "").unwrap();
     for (file, hosts) in layouts {
         let text = fs_err::read_to_string(root.join("inventories").join(file)).unwrap();
-        let text = text.replace("~/.ssh/id_ed25519", &home.path().join(".ssh/id_ed25519").display().to_string());
-        let inv = inventory::load_str(&root.join("inventories").join(file), &text).unwrap_or_else(|err| panic!("{err}"));
+        let text = text.replace(
+            "~/.ssh/id_ed25519",
+            &home.path().join(".ssh/id_ed25519").display().to_string(),
+        );
+        let inv = inventory::load_str(&root.join("inventories").join(file), &text)
+            .unwrap_or_else(|err| panic!("{err}"));
         let got: Vec<(String, String, Vec<Role>)> = inv
             .hosts
             .iter()
@@ -688,9 +702,16 @@ fn the_vagrant_inventories_match_the_vagrantfile() {
                 "{file}: {name} ({address}) is not a machine of the Vagrantfile"
             );
         }
-        assert_eq!(inv.vip.as_ref().unwrap().address.to_string(), "192.168.56.100", "{file}");
+        assert_eq!(
+            inv.vip.as_ref().unwrap().address.to_string(),
+            "192.168.56.100",
+            "{file}"
+        );
         assert!(vagrantfile.contains("VIP = \"192.168.56.100\""));
-        assert!(inv.hosts.iter().all(|h| h.ssh.user == "vagrant" && h.ssh.sudo), "{file}");
+        assert!(
+            inv.hosts.iter().all(|h| h.ssh.user == "vagrant" && h.ssh.sudo),
+            "{file}"
+        );
         // The inventory logs in with the key whose public half the Vagrantfile installs.
         assert!(
             inv.hosts
@@ -722,5 +743,8 @@ fn assert_example_is_refused_for_its_kubernetes_source_only(path: &Path, text: &
     let err = inventory::load_str(path, text).unwrap_err();
     let problems: Vec<String> = err.problems.iter().map(ToString::to_string).collect();
     assert_eq!(problems.len(), 1, "{problems:?}");
-    assert!(problems[0].contains(": kubernetes.source: package is not available"), "{problems:?}");
+    assert!(
+        problems[0].contains(": kubernetes.source: package is not available"),
+        "{problems:?}"
+    );
 }

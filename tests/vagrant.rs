@@ -36,5 +36,9 @@ fn vagrant_lab_cluster_comes_up_healthy_on_real_vms() {
         return;
     }
     eprintln!("{name}: {} s", started.elapsed().as_secs());
-    assert!(out.status.success(), "scripts/vagrant-lab.sh failed ({})", out.status);
+    assert!(
+        out.status.success(),
+        "scripts/vagrant-lab.sh failed ({})",
+        out.status
+    );
 }

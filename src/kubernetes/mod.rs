@@ -144,7 +144,10 @@ impl KubernetesInputs {
 pub enum KubernetesPlanError {
     /// The rule `validate` applies too ([`crate::inventory::validate::kubernetes_source_refusal`]):
     /// only an inventory built in code, not read from a file, reaches the plan with it.
-    #[error("kubernetes.source: {}", crate::inventory::validate::KUBERNETES_PACKAGE_REFUSAL)]
+    #[error(
+        "kubernetes.source: {}",
+        crate::inventory::validate::KUBERNETES_PACKAGE_REFUSAL
+    )]
     PackageSource,
     #[error("the version skew rules refuse this rollout, nothing was changed:\n{}", .0.iter().map(|v| format!("  - {v}")).collect::<Vec<_>>().join("\n"))]
     Skew(Vec<String>),

@@ -23,7 +23,14 @@ impl Phase for InstallEtcd {
         let mut steps = Vec::new();
         let etcd_missing = !f.binaries.contains_key("etcd") || !f.binaries.contains_key("etcdctl");
         let install_package = matches!(ctx.inv.etcd.source, BinarySource::Package) && etcd_missing;
-        let packages = super::with_curl(f, if install_package { ETCD_PACKAGES.to_vec() } else { vec![] });
+        let packages = super::with_curl(
+            f,
+            if install_package {
+                ETCD_PACKAGES.to_vec()
+            } else {
+                vec![]
+            },
+        );
         if !packages.is_empty() {
             steps.push(Step::Run(super::apt_install(&packages)));
         }
