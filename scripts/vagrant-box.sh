@@ -281,7 +281,9 @@ fi
 # Older versions of the box: removed unless a VM still uses one (Vagrant refuses then).
 for v in $(ls "$boxes" 2>/dev/null); do
   [ "$v" = "$version" ] || [ ! -d "$boxes/$v/libvirt" ] && continue
-  vagrant box remove --provider libvirt --box-version "$v" "$BOX_NAME" >/dev/null 2>&1 \
-    && step "removed the older box version $v" || true
+  if vagrant box remove --provider libvirt --box-version "$v" "$BOX_NAME" >/dev/null 2>&1; then
+    rmdir "$boxes/$v" 2>/dev/null || true
+    step "removed the older box version $v"
+  fi
 done
 step "done: box $BOX_NAME $version; next: cd vagrant && vagrant up --provider=libvirt"

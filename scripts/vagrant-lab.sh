@@ -104,13 +104,16 @@ cleanup() {
     kill "$pid" 2>/dev/null
     for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
   done
-  # nftables: the tables libvirt created (new since the start, and named libvirt* or holding
-  # LIBVIRT_* chains), then the LIBVIRT_* chains it left in tables that existed before.
-  local t fam name c
+  # nftables: the tables libvirt created (new since the start, and named libvirt*, holding
+  # LIBVIRT_* chains, or left with nothing but empty chains: what iptables-nft leaves behind),
+  # then the LIBVIRT_* chains it left in tables that existed before.
+  local t fam name c listing
   while read -r t fam name; do
     [ "$t" = table ] || continue
     grep -qxF "table $fam $name" <<<"$nft_tables_before" && continue
-    if [[ $name == libvirt* ]] || nft list table "$fam" "$name" 2>/dev/null | grep -q '^[[:space:]]*chain LIBVIRT_'; then
+    listing=$(nft list table "$fam" "$name" 2>/dev/null)
+    if [[ $name == libvirt* ]] || grep -q '^[[:space:]]*chain LIBVIRT_' <<<"$listing" \
+      || ! grep -vqE '^[[:space:]]*(table .*\{|chain .*\{|type .*;|\}|)$' <<<"$listing"; then
       nft delete table "$fam" "$name"
     fi
   done < <(nft list tables 2>/dev/null)
