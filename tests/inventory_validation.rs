@@ -654,7 +654,9 @@ fn the_vagrant_inventories_match_the_vagrantfile() {
     let vagrantfile = fs_err::read_to_string(root.join("vagrant/Vagrantfile")).unwrap();
     let all = [Role::Etcd, Role::ControlPlane, Role::LoadBalancer];
     let stacked = [Role::Etcd, Role::ControlPlane];
-    let layouts: [(&str, Vec<(&str, &str, &[Role])>); 2] = [
+    /// A host of a layout: name, address, roles.
+    type Machine<'a> = (&'a str, &'a str, &'a [Role]);
+    let layouts: [(&str, Vec<Machine>); 2] = [
         (
             "vagrant.yaml",
             vec![

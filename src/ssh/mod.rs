@@ -84,8 +84,9 @@ pub enum Error {
     #[error(
         "the host key of {host} ({addr}) changed: known {known}, presented {presented} (known_hosts: {}); \
          nothing was run on it. If {host} was re-installed or recreated (a recreated VM has a new host \
-         key), check that {presented} is its key and run again with --accept-new-host-key {host}: {rerun}",
-        known_hosts.display()
+         key), check that {presented} is its key and run again with --accept-new-host-key {host}: {}",
+        known_hosts.display(),
+        rerun_accepting(.host)
     )]
     HostKeyChanged {
         host: String,
@@ -96,8 +97,6 @@ pub enum Error {
         /// SHA256 fingerprint of the key the server presented.
         presented: String,
         known_hosts: PathBuf,
-        /// This very command line with `--accept-new-host-key <host>` added ([`rerun_accepting`]).
-        rerun: String,
     },
 
     #[error("failed to read known_hosts file {}", path.display())]

@@ -130,7 +130,6 @@ impl client::Handler for Client {
                 known: fingerprint(&known),
                 presented,
                 known_hosts: self.known_hosts.path().to_path_buf(),
-                rerun: super::rerun_accepting(&self.host),
             },
             Err(e) => e,
         };
