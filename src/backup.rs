@@ -119,7 +119,7 @@ pub fn parse_latest(text: &str) -> Option<(i64, Latest)> {
 /// Reads every etcd host's newest backup (read-only), in inventory order.
 pub async fn gather(
     hosts: &[&crate::inventory::Host],
-    conns: &std::collections::BTreeMap<String, crate::commands::Connection>,
+    conns: &std::collections::BTreeMap<String, crate::exec::connect::Connection>,
     dir: &str,
 ) -> Vec<BackupRow> {
     let cmd = read_command(dir);

@@ -59,7 +59,7 @@ pub enum Command {
     Recover(RecoverArgs),
     /// Build, run and break a lab of real hosts on this machine (systemd-nspawn; needs root).
     #[command(subcommand)]
-    Lab(crate::commands::lab::LabCommand),
+    Lab(LabCommand),
 }
 
 /// Selects the inventory and the state directory.
@@ -444,4 +444,59 @@ mod recover_flag_tests {
         let e = Cli::try_parse_from(["hactl", "recover", "--auto", "--members", "cp1=nope"]).unwrap_err();
         assert!(e.to_string().contains("--members"), "{e}");
     }
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum LabCommand {
+    /// Build (once) a Debian base image, boot the hosts, write an inventory for them.
+    Up(LabUpArgs),
+    /// Stop the lab's hosts and remove everything it made.
+    Down {
+        #[arg(long, default_value = "hactl", conflicts_with = "all")]
+        name: String,
+        /// Remove every lab.
+        #[arg(long)]
+        all: bool,
+    },
+    /// List labs, their hosts, addresses and states.
+    Status,
+    /// Run a command on a lab host (through nsenter, no SSH needed), or open a shell there.
+    Ssh {
+        #[arg(long, default_value = "hactl")]
+        name: String,
+        /// Host name: cp1, lb1, spare1, …
+        host: String,
+        /// The command and its arguments, after `--`; none opens a login shell.
+        #[arg(last = true)]
+        command: Vec<String>,
+    },
+    /// Break or repair one host: poweroff, poweron, power-cut, isolate, rejoin.
+    Fault {
+        #[arg(long, default_value = "hactl")]
+        name: String,
+        host: String,
+        fault: crate::lab::Fault,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+pub struct LabUpArgs {
+    /// Lab name: names the bridge, the machines and the lab's directory.
+    #[arg(long, default_value = "hactl")]
+    pub name: String,
+    #[arg(long, default_value_t = 3)]
+    pub control_planes: u8,
+    #[arg(long, default_value_t = 2)]
+    pub load_balancers: u8,
+    #[arg(long, default_value_t = 0)]
+    pub spares: u8,
+    /// Debian suite of the hosts: trixie (etcd 3.5) or bookworm (etcd 3.4).
+    #[arg(long, default_value = "trixie")]
+    pub suite: String,
+    /// Where to write the inventory (default: inventory.yaml in the lab's directory).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Once the lab is up, bring the cluster up on it with that inventory.
+    #[arg(long)]
+    pub apply: bool,
 }

@@ -7,12 +7,19 @@
 //!       ▼                                  ▼
 //! facts::gather(&inv) ──(read-only SSH)──▶ Facts       (units, file hashes, etcd members per host)
 //!       ▼
-//! commands::<verb> builds phases ──▶ Plan of Steps     (pure: no I/O)
+//! commands::up::phases() ──▶ Plan of Steps           (pure: no I/O)
 //!       ▼
 //! exec::run(&plan, Mode::{Live | DryRun}) ──▶ Report   (the one place where a run and a dry-run differ)
 //!       ▼
 //! Step::Wait(Check) inside the plan = verification
 //! ```
+//!
+//! Above it, `commands/` is the top floor (parse → call the library → print; only `main.rs`
+//! imports it), and the day-two operations are a wing of their own: `recover`, `replace`, `heal`
+//! and `maintenance`, each with pure decisions apart from acts, sharing `operations` (reach, the
+//! one journal, the one fence, balancers, node). The floor under both: `exit`, `exec::connect`,
+//! `phases::query_for`, `etcd::snapshot`.
+//!
 //! See ARCHITECTURE.md for the code map and the invariants.
 
 pub mod backup;
@@ -22,20 +29,24 @@ pub mod cli;
 pub mod commands;
 pub mod etcd;
 pub mod exec;
+pub mod exit;
 pub mod facts;
+pub mod heal;
 pub mod hwm;
 pub mod inventory;
-pub mod journal;
 pub mod kubernetes;
 pub mod lab;
 pub mod load_balancer;
 pub mod lock;
+pub mod maintenance;
+pub mod operations;
 pub mod output;
 pub mod phases;
 pub mod pki;
 pub mod plan;
 pub mod recover;
 pub mod render;
+pub mod replace;
 pub mod snapshot;
 pub mod ssh;
 pub mod state;

@@ -47,7 +47,7 @@ impl Owner {
             run: run.to_string(),
             operator: format!("{user}@{host}"),
             pid: std::process::id(),
-            since: crate::journal::timestamp(time::OffsetDateTime::now_utc()),
+            since: crate::operations::journal::timestamp(time::OffsetDateTime::now_utc()),
         }
     }
     fn json(&self) -> String {
@@ -84,11 +84,11 @@ pub enum LockError {
 
 impl LockError {
     /// The refusal to report: a held lock needs operator input (exit 3).
-    pub fn refusal(&self) -> crate::commands::Refusal {
-        crate::commands::Refusal {
+    pub fn refusal(&self) -> crate::exit::Refusal {
+        crate::exit::Refusal {
             code: match self {
-                LockError::Held { .. } | LockError::Unreadable { .. } => crate::commands::exit::NEEDS_INPUT,
-                _ => crate::commands::exit::FAILED,
+                LockError::Held { .. } | LockError::Unreadable { .. } => crate::exit::NEEDS_INPUT,
+                _ => crate::exit::FAILED,
             },
             message: self.to_string(),
         }
@@ -302,7 +302,7 @@ mod tests {
             owner: owner("r7"),
         };
         let r = e.refusal();
-        assert_eq!(r.code, crate::commands::exit::NEEDS_INPUT);
+        assert_eq!(r.code, crate::exit::NEEDS_INPUT);
         assert!(r.message.contains("--steal-lock=r7"), "{}", r.message);
         assert!(r.message.contains("--resume r7"), "{}", r.message);
     }

@@ -18,7 +18,7 @@ fn main() {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
-            hactl::commands::exit_code_of(&err)
+            hactl::exit::exit_code_of(&err)
         }
     };
     std::process::exit(code);

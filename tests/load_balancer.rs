@@ -5,23 +5,18 @@
 //! The test process is the operator: it has the lab bridge's .1, so it reaches the VIP directly,
 //! as an etcd client with hactl's client certificate.
 
+#[path = "support/cli.rs"]
+mod cli_support;
 #[path = "support/lab.rs"]
 mod lab_support;
 
 use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use cli_support::hactl;
 use hactl::lab::Fault;
 use lab_support::{eventually, TestLab};
-
-fn hactl(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_hactl"))
-        .args(args)
-        .output()
-        .expect("hactl runs")
-}
 
 /// `hactl up --yes`; panics with its output unless it exits 0. Returns stdout.
 fn up(lab: &TestLab) -> String {
@@ -352,8 +347,9 @@ fn try_run_plan(
             accept_new_host_key: vec![],
             connect_timeout: None,
         };
-        let transports = hactl::commands::up::connect_or_refuse(inv, &state, &hosts, &args)
+        let transports = hactl::exec::connect::reach(&state, &hosts, &args)
             .await
+            .require_all()
             .map_err(|e| format!("{e:#}"))?;
         hactl::exec::run(plan, hactl::exec::Mode::Live, &transports)
             .await

@@ -7,35 +7,21 @@
 //! healthy, the lock released.
 //! Needs root; without it the test prints `SKIPPED <name>: needs root`.
 
+#[path = "support/cli.rs"]
+mod cli_support;
 #[path = "support/lab.rs"]
 mod lab_support;
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use cli_support::hactl_env;
 use lab_support::{eventually, TestLab};
 
 fn hactl(inv: &std::path::Path, args: &[&str]) -> Output {
-    hactl_env(inv, args, &[])
-}
-
-fn hactl_env(inv: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_hactl"))
-        .args(args)
-        .arg("-i")
-        .arg(inv)
-        .envs(env.iter().copied())
-        .output()
-        .expect("run hactl");
-    eprintln!(
-        "hactl {args:?} -> {:?}\n{}{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    cli_support::hactl_in(inv, args)
 }
 
 /// The newest journal of a run whose name starts with `prefix`: (step, phase) in order.

@@ -4,50 +4,23 @@
 //! Each test brings its own 3-host lab (no load balancers), runs the real `hactl` binary, and
 //! checks the hosts with etcdctl inside them.
 
+#[path = "support/cli.rs"]
+mod cli_support;
 #[path = "support/lab.rs"]
 mod lab_support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
+use cli_support::text;
 use lab_support::{eventually, TestLab};
 
 const DATA_DIR: &str = "/var/lib/etcd";
 
 fn hactl(lab: &TestLab, args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hactl"));
-    cmd.args(args).arg("-i").arg(lab.inventory());
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.env_remove("HACTL_CRASH_AFTER");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("hactl runs");
-    if let Some(text) = stdin {
-        use std::io::Write;
-        child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    }
-    child.wait_with_output().unwrap()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    cli_support::run(Some(lab.inventory()), args, env, stdin)
 }
 
 fn ok(lab: &TestLab, args: &[&str]) -> String {

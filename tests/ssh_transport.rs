@@ -8,7 +8,8 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hactl::exec::parallel::{connect_all, for_each_host};
+use hactl::exec::connect::{connect_with, Reach};
+use hactl::exec::parallel::for_each_host;
 use hactl::exec::{Transport, UploadOutcome};
 use hactl::inventory::{Host, Role, SshAuth, SshSpec};
 use hactl::plan::{RemoteCommand, Upload};
@@ -503,12 +504,12 @@ async fn fan_out_keeps_inventory_order_and_per_host_errors() {
     ];
     let refs: Vec<&Host> = hosts.iter().collect();
     let opts = options(a.dir.path());
-    let (sessions, failures) = connect_all(&refs, &opts, 2).await;
-    let names: Vec<&str> = sessions.iter().map(|s| s.host()).collect();
+    let reach = Reach::sort(&refs, connect_with(&refs, &opts, 2).await);
+    let names: Vec<&str> = reach.transports.keys().map(String::as_str).collect();
     assert_eq!(names, ["cp1", "cp3", "cp4"]);
-    assert_eq!(failures.len(), 1);
-    assert_eq!(failures[0].0, "cp2");
-    let chain = format!("{:#}", failures[0].1);
+    assert_eq!(reach.unreachable.len(), 1);
+    let (name, chain) = reach.unreachable.iter().next().unwrap();
+    assert_eq!(name, "cp2");
     assert!(
         chain.starts_with("failed to connect to cp2 at 127.0.0.1:"),
         "{chain}"

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use serde::Serialize;
 
 use crate::cli::{CheckArgs, OutputFormat};
-use crate::facts::{self, HostFacts, Query};
+use crate::facts::{self, HostFacts};
 use crate::inventory::{BinarySource, Host, Inventory, Role};
 
 /// Largest clock difference between a host and the operator machine that passes.
@@ -17,7 +17,7 @@ pub const MAX_CLOCK_SKEW_NS: i128 = 1_000_000_000;
 /// Smallest free space for an etcd host's data-dir filesystem.
 pub const MIN_ETCD_FREE_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 /// HAProxy's stats port on load balancers.
-pub const HAPROXY_STATS_PORT: u16 = 8404;
+pub const HAPROXY_STATS_PORT: u16 = crate::load_balancer::STATS_PORT;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -37,41 +37,7 @@ pub struct CheckRow {
     pub detail: String,
 }
 
-/// What the probe must ask `host` for.
-pub fn query_for(inv: &Inventory, host: &Host) -> Query {
-    let mut binaries = Vec::new();
-    if host.has(Role::Etcd) {
-        binaries.extend(["etcd", "etcdctl"].map(String::from));
-    }
-    if host.has(Role::LoadBalancer) {
-        binaries.extend(["haproxy", "keepalived"].map(String::from));
-    }
-    Query {
-        data_dir: inv.etcd.data_dir.clone(),
-        units: owned_units(host).into_iter().map(String::from).collect(),
-        files: vec![],
-        binaries,
-    }
-}
-
-/// Units hactl installs on `host`, by role.
-pub fn owned_units(host: &Host) -> Vec<&'static str> {
-    let mut units = Vec::new();
-    if host.has(Role::Etcd) {
-        units.push("etcd.service");
-    }
-    if host.has(Role::ControlPlane) {
-        units.extend([
-            "kube-apiserver.service",
-            "kube-controller-manager.service",
-            "kube-scheduler.service",
-        ]);
-    }
-    if host.has(Role::LoadBalancer) {
-        units.extend(["haproxy.service", "keepalived.service"]);
-    }
-    units
-}
+pub use crate::phases::query::owned_units;
 
 /// Ports hactl will listen on, on `host`, with the process allowed to hold each.
 pub fn ports_for(inv: &Inventory, host: &Host) -> Vec<(u16, &'static str)> {
@@ -256,7 +222,7 @@ pub fn evaluate(
 fn binaries_row(inv: &Inventory, host: &Host, f: &HostFacts) -> CheckRow {
     let mut missing = Vec::new();
     let mut present = Vec::new();
-    for b in &query_for(inv, host).binaries {
+    for b in &crate::phases::query::required_binaries(host) {
         match f.binaries.get(b) {
             Some(_) => present.push(b.clone()),
             None => missing.push(b.clone()),
@@ -373,11 +339,11 @@ pub async fn check_hosts(
     hosts: &[&Host],
     connect: &crate::cli::ConnectArgs,
 ) -> Vec<CheckRow> {
-    let conns = super::connect(inv, state, hosts, connect).await;
+    let conns = crate::exec::connect::connect(state, hosts, connect).await;
     let mut rows = Vec::new();
     let results: Vec<anyhow::Result<(HostFacts, i128)>> = futures::stream::iter(hosts.iter().map(|host| {
         let conn = conns.get(&host.name).cloned();
-        let query = query_for(inv, host);
+        let query = crate::phases::query_for(inv, host);
         async move {
             let t = match conn {
                 Some(Ok(t)) => t,

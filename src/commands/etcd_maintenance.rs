@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use anyhow::bail;
 
-use super::exit;
-use super::membership;
 use crate::cli::EtcdMaintenanceArgs;
 use crate::etcd;
 use crate::exec::Mode;
+use crate::exit;
 use crate::inventory::Role;
+use crate::operations;
 use crate::plan::{RemoteCommand, Step};
 
 pub async fn run(args: &EtcdMaintenanceArgs) -> anyhow::Result<i32> {
@@ -22,7 +22,7 @@ pub async fn run(args: &EtcdMaintenanceArgs) -> anyhow::Result<i32> {
     }
     let (inv, state) = super::load(&args.inventory)?;
     let hosts = inv.with_role(Role::Etcd);
-    let reach = membership::reach(&inv, &state, &hosts, &args.connect).await;
+    let reach = operations::reach::reach(&inv, &state, &hosts, &args.connect).await;
     let obs = reach.observe(&inv, &[]).await?;
     let observer = inv.host(&obs.observer).expect("observer from inventory");
     let ctl = etcd::ETCDCTL_WRAPPER;
@@ -54,7 +54,7 @@ pub async fn run(args: &EtcdMaintenanceArgs) -> anyhow::Result<i32> {
         "after maintenance",
         Duration::from_secs(60),
     )));
-    membership::run_on(Mode::Live, &reach.transports, "etcd maintenance", observer, steps).await?;
+    operations::run_on(Mode::Live, &reach.transports, "etcd maintenance", observer, steps).await?;
     println!("etcd maintenance: done on {} member(s)", obs.voters().count());
     Ok(exit::OK)
 }

@@ -4,64 +4,11 @@
 //! Invariant: this file only parses arguments and prints; the lab itself is `crate::lab`, which
 //! blocks, so it runs on tokio's blocking pool.
 
-use crate::lab::{self, Fault, LabUpOptions};
+use crate::lab::{self, LabUpOptions};
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 
-#[derive(Debug, clap::Subcommand)]
-pub enum LabCommand {
-    /// Build (once) a Debian base image, boot the hosts, write an inventory for them.
-    Up(LabUpArgs),
-    /// Stop the lab's hosts and remove everything it made.
-    Down {
-        #[arg(long, default_value = "hactl", conflicts_with = "all")]
-        name: String,
-        /// Remove every lab.
-        #[arg(long)]
-        all: bool,
-    },
-    /// List labs, their hosts, addresses and states.
-    Status,
-    /// Run a command on a lab host (through nsenter, no SSH needed), or open a shell there.
-    Ssh {
-        #[arg(long, default_value = "hactl")]
-        name: String,
-        /// Host name: cp1, lb1, spare1, …
-        host: String,
-        /// The command and its arguments, after `--`; none opens a login shell.
-        #[arg(last = true)]
-        command: Vec<String>,
-    },
-    /// Break or repair one host: poweroff, poweron, power-cut, isolate, rejoin.
-    Fault {
-        #[arg(long, default_value = "hactl")]
-        name: String,
-        host: String,
-        fault: Fault,
-    },
-}
-
-#[derive(Debug, clap::Args)]
-pub struct LabUpArgs {
-    /// Lab name: names the bridge, the machines and the lab's directory.
-    #[arg(long, default_value = "hactl")]
-    pub name: String,
-    #[arg(long, default_value_t = 3)]
-    pub control_planes: u8,
-    #[arg(long, default_value_t = 2)]
-    pub load_balancers: u8,
-    #[arg(long, default_value_t = 0)]
-    pub spares: u8,
-    /// Debian suite of the hosts: trixie (etcd 3.5) or bookworm (etcd 3.4).
-    #[arg(long, default_value = "trixie")]
-    pub suite: String,
-    /// Where to write the inventory (default: inventory.yaml in the lab's directory).
-    #[arg(long)]
-    pub out: Option<PathBuf>,
-    /// Once the lab is up, bring the cluster up on it with that inventory.
-    #[arg(long)]
-    pub apply: bool,
-}
+use crate::cli::LabCommand;
 
 /// Runs a lab subcommand. Returns `Some(inventory)` when `lab up --apply` asks the caller to go on
 /// and bring the cluster up with that inventory; `None` otherwise.

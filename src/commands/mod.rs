@@ -1,8 +1,8 @@
-//! Subcommands: one file each, each a short recipe over the library.
+//! Subcommands: one file each, the top floor: parse → call the library → print. Nothing outside
+//! `main.rs` imports this module.
 //!
 //! Invariant: `anyhow` with context lives here and in `main.rs` only.
 
-pub mod balancers;
 pub mod check;
 pub mod etcd;
 pub mod etcd_maintenance;
@@ -10,55 +10,19 @@ pub mod heal;
 pub mod init;
 pub mod lab;
 pub mod maintenance;
-pub mod membership;
-pub mod node;
 pub mod recover;
 pub mod replace;
 pub mod reset;
 pub mod status;
 pub mod up;
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-use std::time::Duration;
-
 use anyhow::Context;
-use futures::StreamExt;
 
 use crate::cli::{Cli, Command, ConnectArgs, InventoryArgs};
-use crate::exec::Transport;
-use crate::inventory::{self, Host, Inventory};
+use crate::inventory::{self, Inventory};
 use crate::state::StateDir;
 
-/// Exit codes shared by every command (see ../shared/specs/recovery.md §2.3).
-pub mod exit {
-    pub const OK: i32 = 0;
-    /// A failure, or checks that did not pass.
-    pub const FAILED: i32 = 1;
-    /// Refused by a safety rule; nothing changed.
-    pub const REFUSED: i32 = 2;
-    /// Needs operator input (attestation, a lock held by another run).
-    pub const NEEDS_INPUT: i32 = 3;
-    /// Failed after changes; `--resume` possible.
-    pub const FAILED_AFTER_CHANGES: i32 = 4;
-    /// Post-verification failed; state safe but degraded.
-    pub const DEGRADED: i32 = 5;
-}
-
-/// A refusal: a safety rule said no. Carries its exit code so `main` can return it.
-#[derive(Debug, thiserror::Error)]
-#[error("{message}")]
-pub struct Refusal {
-    pub code: i32,
-    pub message: String,
-}
-
-/// The exit code for an error that reached `main`.
-pub fn exit_code_of(err: &anyhow::Error) -> i32 {
-    err.chain()
-        .find_map(|e| e.downcast_ref::<Refusal>().map(|r| r.code))
-        .unwrap_or(exit::FAILED)
-}
+pub use crate::exit::{self, exit_code_of, Refusal};
 
 /// Runs one command line; returns the exit code.
 pub async fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -135,45 +99,4 @@ pub fn load(args: &InventoryArgs) -> anyhow::Result<(Inventory, StateDir)> {
     let state = StateDir::open(&inv.state_dir)
         .with_context(|| format!("cannot use the state directory of cluster {}", inv.name))?;
     Ok((inv, state))
-}
-
-/// A host's connection, or why there is none.
-pub type Connection = Result<Arc<dyn Transport>, String>;
-
-/// Connects to `hosts` (at most `args.concurrency` at once), verifying host keys against the
-/// cluster's known_hosts. Every host gets an entry: its connection or its error chain.
-pub async fn connect(
-    inv: &Inventory,
-    state: &StateDir,
-    hosts: &[&Host],
-    args: &ConnectArgs,
-) -> BTreeMap<String, Connection> {
-    let _ = inv;
-    let known = match crate::ssh::KnownHosts::load(state.known_hosts_path()) {
-        Ok(k) => Arc::new(k),
-        Err(e) => {
-            let msg = format!("{:#}", anyhow::Error::from(e));
-            return hosts.iter().map(|h| (h.name.clone(), Err(msg.clone()))).collect();
-        }
-    };
-    let opts = crate::ssh::ConnectOptions {
-        known_hosts: known,
-        accept_new_host_key: args.accept_new_host_key.clone(),
-        timeout: args.connect_timeout.map(Duration::from_secs),
-        agent_socket: None,
-    };
-    let results: Vec<(String, Connection)> = futures::stream::iter(hosts.iter().map(|h| {
-        let opts = &opts;
-        async move {
-            let r = crate::ssh::Session::connect(&h.name, &h.ssh, opts)
-                .await
-                .map(|s| Arc::new(s) as Arc<dyn Transport>)
-                .map_err(|e| format!("{:#}", anyhow::Error::from(e)));
-            (h.name.clone(), r)
-        }
-    }))
-    .buffer_unordered(args.concurrency.max(1))
-    .collect()
-    .await;
-    results.into_iter().collect()
 }

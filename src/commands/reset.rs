@@ -98,7 +98,9 @@ pub async fn run(args: &ResetArgs) -> anyhow::Result<i32> {
         .lock("up")
         .context("cannot reset while another hactl run changes the cluster")?;
     let hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
-    let transports = super::up::connect_or_refuse(&inv, &state, &hosts, &args.connect).await?;
+    let transports = crate::exec::connect::reach(&state, &hosts, &args.connect)
+        .await
+        .require_all()?;
     let facts = super::up::gather_facts(&inv, &hosts, &transports, args.connect.concurrency).await?;
     let stamp = time::OffsetDateTime::now_utc()
         .format(time::macros::format_description!(
@@ -108,11 +110,11 @@ pub async fn run(args: &ResetArgs) -> anyhow::Result<i32> {
     let plan = plan(&inv, &facts, &stamp);
     if plan.is_empty() {
         println!("no changes: nothing of hactl's is installed");
-        return Ok(super::exit::OK);
+        return Ok(crate::exit::OK);
     }
     if args.dry_run {
         exec::run(&plan, Mode::DryRun, &transports).await?;
-        return Ok(super::exit::OK);
+        return Ok(crate::exit::OK);
     }
     eprint!("{plan}");
     if !args.yes {
@@ -126,7 +128,7 @@ pub async fn run(args: &ResetArgs) -> anyhow::Result<i32> {
                 plan.phases.iter().map(|p| p.hosts.len()).sum::<usize>(),
                 inv.etcd.data_dir
             );
-            Ok(super::exit::OK)
+            Ok(crate::exit::OK)
         }
         Err(failed) => {
             eprint!("{}", failed.details());
@@ -138,8 +140,8 @@ pub async fn run(args: &ResetArgs) -> anyhow::Result<i32> {
 /// Asks the operator to type the cluster name; refuses without a terminal.
 fn confirm_cluster_name(name: &str) -> anyhow::Result<()> {
     if !std::io::stdin().is_terminal() {
-        return Err(anyhow::Error::new(super::Refusal {
-            code: super::exit::NEEDS_INPUT,
+        return Err(anyhow::Error::new(crate::exit::Refusal {
+            code: crate::exit::NEEDS_INPUT,
             message: "reset stops etcd on every host; no terminal to confirm on: run again with --yes".into(),
         }));
     }
@@ -150,8 +152,8 @@ fn confirm_cluster_name(name: &str) -> anyhow::Result<()> {
     if answer.trim() == name {
         Ok(())
     } else {
-        Err(anyhow::Error::new(super::Refusal {
-            code: super::exit::REFUSED,
+        Err(anyhow::Error::new(crate::exit::Refusal {
+            code: crate::exit::REFUSED,
             message: "the name did not match: nothing was changed".into(),
         }))
     }

@@ -9,7 +9,7 @@ use futures::StreamExt;
 use serde::Serialize;
 
 use crate::cli::{OutputFormat, StatusArgs};
-use crate::etcd::client::{self, ClientTls, MemberStatus};
+use crate::etcd::client::{self, MemberStatus};
 use crate::etcd::{self as etcd_paths};
 use crate::inventory::{Host, Inventory, Role};
 use crate::pki;
@@ -96,9 +96,9 @@ pub async fn run(args: &StatusArgs) -> anyhow::Result<i32> {
         OutputFormat::Table => print!("{}", table(&status)),
     }
     if status.problems.is_empty() {
-        Ok(super::exit::OK)
+        Ok(crate::exit::OK)
     } else {
-        Ok(super::exit::DEGRADED)
+        Ok(crate::exit::DEGRADED)
     }
 }
 
@@ -109,9 +109,9 @@ pub async fn gather(
     connect: &crate::cli::ConnectArgs,
 ) -> anyhow::Result<ClusterStatus> {
     let pki_dir = state.path.join("pki");
-    let tls = read_client_tls(&pki_dir)?;
+    let tls = client::client_tls(&pki_dir)?;
     let hosts: Vec<&Host> = inv.with_role(Role::Etcd);
-    let conns = super::connect(inv, state, &hosts, connect).await;
+    let conns = crate::exec::connect::connect(state, &hosts, connect).await;
     let mut results: Vec<(MemberStatus, Option<client::MemberClient>)> =
         futures::stream::iter(hosts.iter().map(|h| {
             let conn = conns.get(&h.name).cloned();
@@ -275,7 +275,7 @@ pub async fn gather(
     }
     if inv.kubernetes.is_some() {
         let cps = inv.with_role(Role::ControlPlane);
-        let cp_conns = super::connect(inv, state, &cps, connect).await;
+        let cp_conns = crate::exec::connect::connect(state, &cps, connect).await;
         let k = crate::kubernetes::status::gather(inv, &pki_dir, &cp_conns).await;
         status.problems.extend(k.problems.iter().cloned());
         status.kubernetes = Some(k);
@@ -291,19 +291,6 @@ pub async fn gather(
         status.load_balancers = Some(lb);
     }
     Ok(status)
-}
-
-pub fn read_client_tls(pki_dir: &std::path::Path) -> anyhow::Result<ClientTls> {
-    let read = |rel: &str| {
-        fs_err::read_to_string(pki_dir.join(rel)).map_err(|e| {
-            anyhow::anyhow!("{e}: the cluster's PKI is missing; run `hactl up` first (or point --state-dir at the cluster's state)")
-        })
-    };
-    Ok(ClientTls {
-        ca_pem: read("etcd/ca.crt")?,
-        cert_pem: read("etcd/hactl-client.crt")?,
-        key_pem: read("etcd/hactl-client.key")?,
-    })
 }
 
 /// Every certificate under `pki/`, soonest expiry first.

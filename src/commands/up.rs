@@ -15,15 +15,13 @@ use futures::StreamExt;
 use crate::binaries::{self, LocalBinaries};
 use crate::cli::UpArgs;
 use crate::exec::{self, Mode, Transport, Transports};
-use crate::facts::{self, HostFacts, Query};
+use crate::facts::{self, HostFacts};
 use crate::inventory::{Host, Inventory, Role};
-use crate::phases::{
-    self, configure_etcd, etcd_files, install_etcd, join_etcd, roll_etcd, schedule_backups, start_etcd,
-};
+use crate::phases::{self, configure_etcd, install_etcd, join_etcd, roll_etcd, schedule_backups, start_etcd};
 use crate::phases::{
     configure_kubernetes, install_kubernetes, roll_apiservers, roll_controllers, start_kubernetes,
 };
-use crate::phases::{configure_load_balancer, install_load_balancer, load_balancer};
+use crate::phases::{configure_load_balancer, install_load_balancer};
 use crate::phases::{Ctx, EtcdView, Phase};
 use crate::pki::{self, Pki};
 use crate::plan::{HostSteps, Parallelism, Plan, PlannedPhase, Step};
@@ -64,27 +62,7 @@ pub struct Prepared {
     pub plan: Plan,
 }
 
-/// What the facts probe asks `host`.
-pub fn query_for(inv: &Inventory, host: &Host) -> Query {
-    let mut q = super::check::query_for(inv, host);
-    if host.has(Role::Etcd) {
-        q.files = etcd_files::managed_paths(&inv.etcd.source);
-        q.files.extend(crate::backup::managed_paths());
-        q.units.push(crate::backup::TIMER.into());
-    }
-    if let Some(kube) = crate::kubernetes::spec_for(inv, host) {
-        q.files.extend(crate::kubernetes::managed_paths(kube));
-    }
-    if host.has(Role::LoadBalancer) {
-        q.files.extend(load_balancer::managed_paths(inv));
-    }
-    // The health probes run curl on etcd, control-plane and load-balancer hosts alike; the
-    // install phases add it where it is missing.
-    if !host.roles.is_empty() {
-        q.binaries.push("curl".into());
-    }
-    q
-}
+pub use crate::phases::query_for;
 
 /// Connects to every host, gathers facts and builds the plan. Changes nothing on hosts.
 pub async fn prepare(args: &UpArgs) -> anyhow::Result<Prepared> {
@@ -98,6 +76,16 @@ pub async fn prepare_with(
     wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
 ) -> anyhow::Result<Prepared> {
     let (inv, state) = super::load(&args.inventory)?;
+    prepare_loaded(inv, state, args, wrap).await
+}
+
+/// [`prepare_with`] for an inventory the command has loaded already.
+pub async fn prepare_loaded(
+    inv: Inventory,
+    state: StateDir,
+    args: &UpArgs,
+    wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
+) -> anyhow::Result<Prepared> {
     let pki = pki::ensure(&state.path.join("pki"), &inv, time::OffsetDateTime::now_utc())
         .context("failed to prepare the cluster's certificates")?;
     for change in pki.report.iter().filter(|c| c.is_change()) {
@@ -107,8 +95,9 @@ pub async fn prepare_with(
         tracing::warn!("pki: {warning}");
     }
     let hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
-    let transports: Transports = connect_or_refuse(&inv, &state, &hosts, &args.connect)
-        .await?
+    let transports: Transports = crate::exec::connect::reach(&state, &hosts, &args.connect)
+        .await
+        .require_all()?
         .into_iter()
         .map(|(name, t)| (name, wrap(t)))
         .collect();
@@ -143,8 +132,8 @@ pub async fn prepare_with(
     };
     let mut plan = match phases::build(&phases(), &ctx) {
         Err(phases::PlanError::Kubernetes(e)) if e.is_refusal() => {
-            return Err(anyhow::Error::new(super::Refusal {
-                code: super::exit::REFUSED,
+            return Err(anyhow::Error::new(crate::exit::Refusal {
+                code: crate::exit::REFUSED,
                 message: e.to_string(),
             }))
         }
@@ -184,35 +173,7 @@ pub async fn prepare_with(
     })
 }
 
-/// The encryption key (created once in the state directory) and, in systemd mode, the
-/// Kubernetes binaries; `None` without a kubernetes section. `source: package` gets no binaries
-/// here: planning refuses it with its own message.
-pub async fn kubernetes_inputs(
-    inv: &Inventory,
-    state: &StateDir,
-) -> anyhow::Result<Option<crate::kubernetes::KubernetesInputs>> {
-    let Some(kube) = &inv.kubernetes else {
-        return Ok(None);
-    };
-    let key = crate::kubernetes::secrets::ensure_encryption_key(state)
-        .context("failed to prepare the key that encrypts Secrets at rest")?;
-    let binaries = if kube.mode == crate::inventory::KubernetesMode::Systemd {
-        binaries::ensure(
-            &kube.source,
-            &state.path.join("downloads"),
-            &crate::kubernetes::WANTED_BINARIES,
-            &crate::kubernetes::OPTIONAL_BINARIES,
-        )
-        .await
-        .context("failed to prepare the Kubernetes binaries")?
-    } else {
-        None
-    };
-    Ok(Some(crate::kubernetes::KubernetesInputs::new(
-        binaries.as_ref(),
-        key,
-    )))
-}
+pub use crate::kubernetes::inputs::prepare as kubernetes_inputs;
 
 /// Writes the admin kubeconfig (the VIP, `system:masters`) to `<state dir>/admin.kubeconfig`, 0600.
 pub fn write_admin_kubeconfig(
@@ -248,34 +209,6 @@ fn verify_phase(inv: &Inventory) -> PlannedPhase {
             ))],
         }],
     }
-}
-
-/// Connects to every host; any unreachable host stops the run before anything changes.
-pub async fn connect_or_refuse(
-    inv: &Inventory,
-    state: &StateDir,
-    hosts: &[&Host],
-    args: &crate::cli::ConnectArgs,
-) -> anyhow::Result<Transports> {
-    let conns = super::connect(inv, state, hosts, args).await;
-    let mut transports = Transports::new();
-    let mut failures = Vec::new();
-    for host in hosts {
-        match conns.get(&host.name) {
-            Some(Ok(t)) => {
-                transports.insert(host.name.clone(), t.clone());
-            }
-            Some(Err(e)) => failures.push(format!("{}: {e}", host.name)),
-            None => failures.push(format!("{}: not connected", host.name)),
-        }
-    }
-    if !failures.is_empty() {
-        bail!(
-            "cannot reach every host, so nothing was changed:\n{}\nfix the connection (or remove the host from the inventory) and run again",
-            failures.join("\n")
-        );
-    }
-    Ok(transports)
 }
 
 /// Gathers facts from every host in one round trip each.
@@ -321,7 +254,7 @@ pub async fn gather_facts(
 pub async fn plan(args: &UpArgs) -> anyhow::Result<i32> {
     let prepared = prepare(args).await?;
     exec::run(&prepared.plan, Mode::DryRun, &prepared.transports).await?;
-    Ok(super::exit::OK)
+    Ok(crate::exit::OK)
 }
 
 /// `hactl up`: converges the hosts on the inventory.
@@ -329,14 +262,13 @@ pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
     let started = Instant::now();
     let (inv, state) = super::load(&args.inventory)?;
     let _lock = state.lock("up").context("cannot start hactl up")?;
-    drop((inv, state));
-    let prepared = prepare(args).await?;
+    let prepared = prepare_loaded(inv, state, args, |t| t).await?;
     if let Some(path) = write_admin_kubeconfig(&prepared.inv, &prepared.state, &prepared.pki)? {
         tracing::info!("admin kubeconfig: {}", path.display());
     }
     if prepared.plan.is_empty() {
         println!("no changes");
-        return Ok(super::exit::OK);
+        return Ok(crate::exit::OK);
     }
     eprint!("{}", versions_summary(&prepared));
     eprint!("{}", plan_summary(&prepared.plan));
@@ -353,7 +285,7 @@ pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
                 report.files_written,
                 report.files_unchanged
             );
-            Ok(super::exit::OK)
+            Ok(crate::exit::OK)
         }
         Err(failed) => {
             eprint!("{}", failed.details());
@@ -400,8 +332,8 @@ pub fn plan_summary(plan: &Plan) -> String {
 /// Asks on the terminal before a disruptive plan; refuses without a terminal.
 pub fn confirm(what: &str) -> anyhow::Result<()> {
     if !std::io::stdin().is_terminal() {
-        return Err(anyhow::Error::new(super::Refusal {
-            code: super::exit::NEEDS_INPUT,
+        return Err(anyhow::Error::new(crate::exit::Refusal {
+            code: crate::exit::NEEDS_INPUT,
             message: format!("{what}; no terminal to confirm on: run again with --yes to proceed"),
         }));
     }
@@ -412,8 +344,8 @@ pub fn confirm(what: &str) -> anyhow::Result<()> {
     if matches!(answer.trim(), "y" | "Y" | "yes") {
         Ok(())
     } else {
-        Err(anyhow::Error::new(super::Refusal {
-            code: super::exit::REFUSED,
+        Err(anyhow::Error::new(crate::exit::Refusal {
+            code: crate::exit::REFUSED,
             message: "not confirmed: nothing was changed".into(),
         }))
     }

@@ -26,6 +26,20 @@ impl std::fmt::Debug for ClientTls {
     }
 }
 
+/// The cluster's client credentials from the state directory's `pki/`.
+pub fn client_tls(pki_dir: &std::path::Path) -> anyhow::Result<ClientTls> {
+    use anyhow::Context as _;
+    let read = |rel: &str| {
+        fs_err::read_to_string(pki_dir.join(rel))
+            .context("the cluster's PKI is missing; run `hactl up` first (or point --state-dir at the cluster's state)")
+    };
+    Ok(ClientTls {
+        ca_pem: read("etcd/ca.crt")?,
+        cert_pem: read("etcd/hactl-client.crt")?,
+        key_pem: read("etcd/hactl-client.key")?,
+    })
+}
+
 impl ClientTls {
     pub fn from_pki(pki: &Pki) -> ClientTls {
         let client: &CertFiles = pki.etcd_client(crate::pki::EtcdClient::Hactl);

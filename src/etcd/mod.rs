@@ -8,6 +8,7 @@ pub mod client;
 pub mod errors;
 pub mod health;
 pub mod safety;
+pub mod snapshot;
 
 use serde::Deserialize;
 

@@ -1,5 +1,6 @@
-//! Journaled steps: the unit of a resumable, destructive operation (recover; replace and heal
-//! reuse it).
+//! Journaled steps: the unit of a resumable, destructive operation. recover runs as journaled
+//! steps; replace, heal and maintenance are still imperative code that journals each transition
+//! in the same journal (`operations::journal`), and are to move onto this runner.
 //!
 //! A [`JournaledStep`] is data, like a plan's steps: a `postcondition` (a read-only probe: when it
 //! holds, the step's work is already done), a `precheck` (must hold before acting), the `act`
@@ -20,7 +21,7 @@ use sha2::{Digest, Sha256};
 
 use super::run::wait;
 use super::{Transport, Transports, UploadOutcome};
-use crate::journal::{self, Journal, StepPhase};
+use crate::operations::journal::{self, Journal, StepState};
 use crate::plan::{Check, RemoteCommand, Step};
 
 /// Work done on the operator machine (streaming a snapshot, writes through an etcd client…).
@@ -238,7 +239,7 @@ pub async fn run(
         .entries()
         .map(|e| {
             e.iter()
-                .any(|e| e.phase == StepPhase::Done && changing.contains(e.step.as_str()))
+                .any(|e| e.phase == StepState::Done && changing.contains(e.step.as_str()))
         })
         .unwrap_or(false);
     let shared = Shared {
@@ -333,15 +334,15 @@ async fn one(step: &JournaledStep, shared: &Shared<'_, '_>) -> Result<bool, Step
         changed,
         source,
     };
-    let record = |phase: StepPhase, outputs: serde_json::Value| {
-        let mut j = shared.journal.lock().expect("the journal lock is never poisoned");
-        j.record(&step.id, phase, host, &sha, outputs)
+    let record = |phase: StepState, outputs: serde_json::Value| {
+        let j = shared.journal.lock().expect("the journal lock is never poisoned");
+        j.append(&step.id, phase, host, &sha, outputs)
             .with_context(|| format!("failed to journal step {}", step.id))
     };
     let mirror = |entry| async move {
         journal::mirror(transports, &shared.options.mirror_hosts, &entry).await;
     };
-    let entry = record(StepPhase::Started, serde_json::Value::Null)
+    let entry = record(StepState::Started, serde_json::Value::Null)
         .map_err(|e| fail(Stage::Postcondition, e, changed()))?;
     mirror(entry).await;
     let transport = match host {
@@ -366,7 +367,7 @@ async fn one(step: &JournaledStep, shared: &Shared<'_, '_>) -> Result<bool, Step
     };
     if holds {
         tracing::info!("[{}] {}: already done, skipped", step.id, step.title);
-        let entry = record(StepPhase::Skipped, serde_json::Value::Null)
+        let entry = record(StepState::Skipped, serde_json::Value::Null)
             .map_err(|e| fail(Stage::Postcondition, e, changed()))?;
         mirror(entry).await;
         return Ok(false);
@@ -376,7 +377,7 @@ async fn one(step: &JournaledStep, shared: &Shared<'_, '_>) -> Result<bool, Step
         Ok(outputs) => outputs,
         Err((stage, e)) => {
             let entry = record(
-                StepPhase::Failed,
+                StepState::Failed,
                 serde_json::json!({ "stage": format!("{stage:?}"), "error": format!("{e:#}") }),
             );
             if let Ok(entry) = entry {
@@ -389,7 +390,7 @@ async fn one(step: &JournaledStep, shared: &Shared<'_, '_>) -> Result<bool, Step
     if step.changes_cluster {
         shared.changed.store(true, Ordering::SeqCst);
     }
-    let entry = record(StepPhase::Done, outputs).map_err(|e| fail(Stage::Act, e, true))?;
+    let entry = record(StepState::Done, outputs).map_err(|e| fail(Stage::Act, e, true))?;
     mirror(entry).await;
     Ok(true)
 }
@@ -603,15 +604,15 @@ mod tests {
         assert_eq!(
             phases,
             [
-                ("S1", StepPhase::Started),
-                ("S1", StepPhase::Done),
-                ("S2", StepPhase::Started),
-                ("S2", StepPhase::Done)
+                ("S1", StepState::Started),
+                ("S1", StepState::Done),
+                ("S2", StepState::Started),
+                ("S2", StepState::Done)
             ]
         );
         assert_eq!(e[1].outputs["made"], "S1");
         assert_eq!(e[1].inputs_sha, steps[0].inputs_sha());
-        assert_eq!(j2.entries().unwrap()[1].phase, StepPhase::Skipped);
+        assert_eq!(j2.entries().unwrap()[1].phase, StepState::Skipped);
     }
 
     #[tokio::test]
@@ -626,7 +627,7 @@ mod tests {
         assert_eq!((err.stage, err.changed), (Stage::Precheck, false));
         assert!(!a.exists());
         assert!(!shell.sent.lock().unwrap().iter().any(|l| l.contains("touch")));
-        assert_eq!(j.entries().unwrap().last().unwrap().phase, StepPhase::Failed);
+        assert_eq!(j.entries().unwrap().last().unwrap().phase, StepState::Failed);
         // After a step is done, a later failure is a failure after changes.
         let steps = vec![
             touch_step("S1", &a),

@@ -12,7 +12,6 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::inventory::Host;
-use crate::ssh::{ConnectOptions, Session};
 
 /// Runs `f` for every `(name, item)` with at most `concurrency` running at once. Each future runs
 /// on its own task; a panic becomes that item's error. Results come back in input order.
@@ -72,28 +71,6 @@ where
 {
     let items = hosts.iter().map(|h| (h.name.clone(), *h)).collect();
     for_each(items, concurrency, f).await
-}
-
-/// Connects to every host; sessions in the order of `hosts`, and every failure with its chain.
-pub async fn connect_all(
-    hosts: &[&Host],
-    opts: &ConnectOptions,
-    concurrency: usize,
-) -> (Vec<Arc<Session>>, Vec<(String, anyhow::Error)>) {
-    let results = for_each_host(hosts, concurrency, |h| {
-        let (name, spec, opts) = (h.name.clone(), h.ssh.clone(), opts.clone());
-        async move { Ok(Arc::new(Session::connect(&name, &spec, &opts).await?)) }
-    })
-    .await;
-    let mut sessions = Vec::new();
-    let mut failures = Vec::new();
-    for (name, result) in results {
-        match result {
-            Ok(s) => sessions.push(s),
-            Err(e) => failures.push((name, e)),
-        }
-    }
-    (sessions, failures)
 }
 
 /// `host: line` for every line of `text` (each ending in a newline); empty text gives "".

@@ -13,6 +13,7 @@
 pub mod api;
 pub mod drain;
 pub mod files;
+pub mod inputs;
 pub mod lease;
 pub mod objects;
 pub mod probe;
@@ -101,7 +102,7 @@ pub fn managed_paths(spec: &KubernetesSpec) -> Vec<String> {
 }
 
 /// What the Kubernetes phases need beyond the inventory, the PKI and the facts; read on the
-/// operator machine by `commands::up::prepare`.
+/// operator machine by [`inputs::prepare`].
 #[derive(Debug, Clone)]
 pub struct KubernetesInputs {
     /// Release or bundle binaries as uploads to [`BIN_DIR`] (hashed once); empty in static-pod mode.

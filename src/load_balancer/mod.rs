@@ -33,7 +33,7 @@ pub const CHECK_SCRIPT: &str = "/usr/local/sbin/hactl-check-haproxy";
 /// Lets HAProxy bind the VIP on a host that does not hold it (the BACKUP).
 pub const SYSCTL_CONF: &str = "/etc/sysctl.d/90-hactl-load-balancer.conf";
 /// HAProxy's HTTP stats page, bound to the host's own address.
-pub const STATS_PORT: u16 = crate::commands::check::HAPROXY_STATS_PORT;
+pub const STATS_PORT: u16 = 8404;
 /// The Kubernetes API port, on the VIP and on every apiserver.
 pub const API_PORT: u16 = 6443;
 /// VRRP advertisement interval, seconds.

@@ -116,7 +116,7 @@ pub async fn gather(
         return None;
     }
     let vip = inv.vip.as_ref().map(|v| v.address);
-    let conns = crate::commands::connect(inv, state, &hosts, connect).await;
+    let conns = crate::exec::connect::connect(state, &hosts, connect).await;
     let answers: Vec<(BalancerRow, Vec<ServerStat>)> = futures::stream::iter(hosts.iter().map(|h| {
         let conn = conns.get(&h.name).cloned();
         async move {

@@ -13,6 +13,7 @@ pub mod install_kubernetes;
 pub mod install_load_balancer;
 pub mod join_etcd;
 pub mod load_balancer;
+pub mod query;
 pub mod replace_control_plane;
 pub mod roll_apiservers;
 pub mod roll_controllers;
@@ -20,6 +21,8 @@ pub mod roll_etcd;
 pub mod schedule_backups;
 pub mod start_etcd;
 pub mod start_kubernetes;
+
+pub use query::{member_query_for, query_for};
 
 use std::collections::{BTreeMap, BTreeSet};
 

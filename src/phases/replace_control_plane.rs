@@ -27,7 +27,7 @@ use crate::plan::{HostSteps, RemoteCommand, Step};
 
 /// Where P2 leaves a runtime drop-in that keeps a fenced host's Kubernetes unit from starting.
 pub fn fence_dropin(unit: &str) -> String {
-    format!("/run/systemd/system/{unit}.d/hactl-fence.conf")
+    crate::operations::fence::dropin_path(unit)
 }
 
 /// Whether replace runs Kubernetes components on `host` (a kubernetes section and the

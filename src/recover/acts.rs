@@ -296,7 +296,7 @@ impl LocalAct for Baseline {
         )
     }
     async fn act(&self, transports: &Transports) -> anyhow::Result<serde_json::Value> {
-        let saved = crate::commands::etcd::take(
+        let saved = crate::etcd::snapshot::take(
             &self.inv,
             &self.state,
             transports,
@@ -364,13 +364,13 @@ impl LocalAct for Finalize {
             &self.state,
             crate::hwm::Hwm::now(revision, &self.cluster_id, "recover"),
         )?;
-        crate::commands::etcd::record_hwm_on_hosts(transports, &mark).await;
+        crate::etcd::snapshot::record_hwm_on_hosts(transports, &mark).await;
         let finished = RemoteCommand::new([
             "sh",
             "-c",
             "mkdir -p \"$1/$2\" && touch \"$1/$2/finished\"",
             "hactl-finished",
-            crate::journal::HOST_RUNS_DIR,
+            crate::operations::journal::HOST_RUNS_DIR,
             &self.run,
         ]);
         for h in &self.hosts {
@@ -392,7 +392,7 @@ impl LocalAct for Finalize {
             "-c",
             "[ -e \"$1/$2/finished\" ] && ! grep -qs \"\\\"run\\\":\\\"$2\\\"\" \"$3/$4/owner.json\"",
             "hactl-finished",
-            crate::journal::HOST_RUNS_DIR,
+            crate::operations::journal::HOST_RUNS_DIR,
             &self.run,
             crate::lock::HOST_LOCKS_DIR,
             &self.op,
@@ -413,7 +413,7 @@ pub fn held_or_finished(op: &str, run: &str) -> RemoteCommand {
         "-c",
         "[ -e \"$1/$2/finished\" ] || grep -qs \"\\\"run\\\":\\\"$2\\\"\" \"$3/$4/owner.json\"",
         "hactl-lock-holds",
-        crate::journal::HOST_RUNS_DIR,
+        crate::operations::journal::HOST_RUNS_DIR,
         run,
         crate::lock::HOST_LOCKS_DIR,
         op,

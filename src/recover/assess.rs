@@ -213,6 +213,46 @@ impl HostAssessment {
     }
 }
 
+/// R0.1/R0.2: what each reachable host holds, in inventory order; a host whose probe fails
+/// stops the recover before anything changed.
+pub async fn assess_hosts(
+    inv: &crate::inventory::Inventory,
+    transports: &crate::exec::Transports,
+    concurrency: usize,
+) -> anyhow::Result<Vec<HostAssessment>> {
+    use anyhow::{anyhow, Context as _};
+    use futures::StreamExt;
+    let probe = probe_command(&inv.etcd.data_dir, crate::etcd::METRICS_PORT);
+    let assessed: Vec<anyhow::Result<HostAssessment>> =
+        futures::stream::iter(transports.iter().map(|(h, t)| {
+            let probe = probe.clone();
+            async move {
+                let out = t
+                    .run(&probe)
+                    .await
+                    .with_context(|| format!("{h}: assessment failed"))?;
+                if !out.success() {
+                    return Err(anyhow!("{h}: assessment failed: {}", out.stderr_str().trim()));
+                }
+                Ok(parse(h, &out.stdout_str()))
+            }
+        }))
+        .buffered(concurrency.max(1))
+        .collect()
+        .await;
+    let mut hosts: Vec<HostAssessment> = Vec::new();
+    for a in assessed {
+        hosts.push(a?);
+    }
+    let order: Vec<String> = inv
+        .with_role(crate::inventory::Role::Etcd)
+        .iter()
+        .map(|h| h.name.clone())
+        .collect();
+    hosts.sort_by_key(|a| order.iter().position(|n| *n == a.host));
+    Ok(hosts)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

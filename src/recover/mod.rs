@@ -15,6 +15,9 @@
 pub mod acts;
 pub mod assess;
 pub mod certs;
+pub mod decide;
+pub mod report;
+pub mod source;
 pub mod steps;
 
 use serde::{Deserialize, Serialize};
@@ -25,9 +28,6 @@ use crate::cli::RecoverMode;
 /// Where a recover stages its work on each host: `<WORK_DIR>/<run>/` (same filesystem as the
 /// default data dir, so the final swap is a rename).
 pub const WORK_DIR: &str = "/var/lib/etcd.hactl";
-/// The runtime drop-in that fences a unit: its start fails until hactl removes it.
-/// (`systemctl mask --runtime` does not override a unit file in /etc/systemd/system.)
-pub const FENCE_DROPIN: &str = "hactl-fence.conf";
 /// The bump etcd's docs recommend: a week at under 1500 writes/s.
 pub const MIN_BUMP: u64 = 1_000_000_000;
 /// At most this many writes for an emulated bump (etcd 3.4).

@@ -21,11 +21,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::acts;
-use super::{Bump, Decisions, Source, FENCE_DROPIN};
+use super::{Bump, Decisions, Source};
 use crate::cli::RecoverMode;
 use crate::etcd::client::ClientTls;
 use crate::exec::journaled::JournaledStep;
 use crate::inventory::{Host, Inventory};
+use crate::operations::fence::DROPIN_NAME as FENCE_DROPIN;
 use crate::phases::{Ctx, EtcdView};
 use crate::pki::Pki;
 use crate::plan::{Check, RemoteCommand, Step, Upload};
@@ -56,8 +57,8 @@ fn sh(script: &str, name: &str, args: &[&str]) -> RemoteCommand {
     RemoteCommand::new(argv)
 }
 
-/// Fences units: a runtime drop-in makes every start fail (`systemctl mask --runtime` cannot
-/// override a unit file in /etc/systemd/system), then stops them.
+/// Fences units with the one fence ([`crate::operations::fence`]: a runtime drop-in whose start
+/// assertion fails while it exists), then stops them.
 fn fence(run: &str, units: &[String]) -> RemoteCommand {
     let mut args = vec![run];
     args.extend(units.iter().map(String::as_str));
@@ -66,7 +67,7 @@ fn fence(run: &str, units: &[String]) -> RemoteCommand {
             r#"run=$1; shift
 for u in "$@"; do
   mkdir -p "/run/systemd/system/$u.d"
-  printf '# fenced by hactl recover %s: starts fail until it finishes (hactl recover --resume %s)\n[Service]\nExecStartPre=/bin/false\nRestart=no\n' "$run" "$run" > "/run/systemd/system/$u.d/{FENCE_DROPIN}"
+  printf '[Unit]\n# fenced by hactl recover %s: starts fail until it finishes (hactl recover --resume %s)\nAssertPathExists=!%s\n' "$run" "$run" "/run/systemd/system/$u.d/{FENCE_DROPIN}" > "/run/systemd/system/$u.d/{FENCE_DROPIN}"
 done
 systemctl daemon-reload
 systemctl stop "$@""#
@@ -1004,9 +1005,7 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
             Duration::from_secs(90),
         ))),
     );
-    let marker = i
-        .state
-        .file(std::path::Path::new("runs").join(&d.run).join("baseline.json"));
+    let marker = crate::operations::run_dir::RunDir::new(i.state, &d.run).baseline();
     let baseline = Arc::new(acts::Baseline {
         inv: inv.clone(),
         state: i.state.clone(),

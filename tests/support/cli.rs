@@ -6,12 +6,56 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-/// Runs the `hactl` binary built for these tests.
+/// The one runner of the `hactl` binary built for these tests: `hactl ARGS [-i INV]` with extra
+/// environment and, when given, `stdin` piped in (else stdin is closed). The test-only variables
+/// (`HACTL_CRASH_AFTER`, `HACTL_PROMOTE_TIMEOUT_SECS`) are cleared unless `env` sets them, so a
+/// crash request never leaks into the next command. Logs the exit code and output to stderr
+/// (shown when the test fails).
+pub fn run(inv: Option<&Path>, args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Output {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hactl"));
+    cmd.args(args);
+    if let Some(inv) = inv {
+        cmd.arg("-i").arg(inv);
+    }
+    cmd.env_remove("HACTL_CRASH_AFTER")
+        .env_remove("HACTL_PROMOTE_TIMEOUT_SECS")
+        .envs(env.iter().copied())
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("run hactl");
+    if let Some(text) = stdin {
+        child
+            .stdin
+            .take()
+            .expect("stdin is piped")
+            .write_all(text.as_bytes())
+            .expect("write hactl's stdin");
+    }
+    let out = child.wait_with_output().expect("wait for hactl");
+    eprintln!("hactl {args:?} {env:?} -> {}", text(&out));
+    out
+}
+
+/// `hactl ARGS` (the arguments name the inventory themselves, if any).
 pub fn hactl(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hactl"))
-        .args(args)
-        .output()
-        .expect("run hactl")
+    run(None, args, &[], None)
+}
+
+/// `hactl ARGS -i INV`.
+pub fn hactl_in(inv: &Path, args: &[&str]) -> Output {
+    run(Some(inv), args, &[], None)
+}
+
+/// `hactl ARGS -i INV` with extra environment.
+pub fn hactl_env(inv: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    run(Some(inv), args, env, None)
 }
 
 /// Exit code, stdout and stderr, for assertion messages.

@@ -7,29 +7,19 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use super::cli_support::text;
 use super::lab_support::TestLab;
 
-/// `hactl ARGS -i INV` with extra environment; logs the exit code and output to stderr.
+/// `hactl ARGS -i INV` with extra environment.
 pub fn hactl_env(inv: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let out = Command::new(env!("CARGO_BIN_EXE_hactl"))
-        .args(args)
-        .arg("-i")
-        .arg(inv)
-        .env_remove("HACTL_CRASH_AFTER")
-        .env_remove("HACTL_PROMOTE_TIMEOUT_SECS")
-        .envs(env.iter().copied())
-        .output()
-        .expect("run hactl");
-    eprintln!("hactl {args:?} {env:?} -> {}", text(&out));
-    out
+    super::cli_support::hactl_env(inv, args, env)
 }
 
 /// `hactl ARGS -i INV`.
 pub fn hactl(inv: &Path, args: &[&str]) -> Output {
-    hactl_env(inv, args, &[])
+    super::cli_support::hactl_in(inv, args)
 }
 
 /// `hactl-etcdctl ARGS` on `host`: (success, stdout and stderr).

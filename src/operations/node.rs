@@ -10,14 +10,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
-use super::exit;
-use super::membership::{refuse, Journal};
 use crate::cli::ConnectArgs;
 use crate::exec::{Mode, Transports};
+use crate::exit;
+use crate::exit::refuse;
 use crate::inventory::{Inventory, KubernetesMode, Role};
 use crate::kubernetes::api::{ApiClient, MAINTENANCE_STAGE_ANNOTATION};
 use crate::kubernetes::drain::{self, Eviction, PodRef};
 use crate::kubernetes::objects::Node;
+use crate::operations::{Journal, StepState};
 use crate::state::StateDir;
 
 /// An apiserver to talk to, and whether the node in question is registered.
@@ -52,7 +53,7 @@ pub async fn connect_api(
     let extra = if missing.is_empty() {
         Default::default()
     } else {
-        super::connect(inv, state, &missing, connect).await
+        crate::exec::connect::connect(state, &missing, connect).await
     };
     let pki = state.path.join("pki");
     let mut errors = Vec::new();
@@ -167,12 +168,12 @@ pub async fn set_unschedulable(
     let verb = if unschedulable { "cordon" } else { "uncordon" };
     journal.record(
         step,
-        "started",
+        StepState::Started,
         node,
         &format!("{verb} through {}", k.api.through),
     )?;
     if mode == Mode::DryRun {
-        return journal.record(step, "done", node, &format!("would {verb} Node {node}"));
+        return journal.record(step, StepState::Done, node, &format!("would {verb} Node {node}"));
     }
     let n = k
         .api
@@ -187,7 +188,7 @@ pub async fn set_unschedulable(
     }
     journal.record(
         step,
-        "done",
+        StepState::Done,
         node,
         &format!("Node {node} spec.unschedulable={unschedulable}"),
     )
@@ -243,7 +244,7 @@ pub async fn drain(
     };
     journal.record(
         "drain",
-        "started",
+        StepState::Started,
         node,
         &format!(
             "through {}; --drain-timeout {}s",
@@ -259,13 +260,13 @@ pub async fn drain(
             for line in describe_drain(k, node).await? {
                 eprintln!("drain {node}: would {line}");
             }
-            return journal.record("drain", "done", node, "dry run: nothing evicted");
+            return journal.record("drain", StepState::Done, node, "dry run: nothing evicted");
         }
         let Some(wave) = plan.waves.first() else {
             let kept = plan.kept.len();
             return journal.record(
                 "drain",
-                "done",
+                StepState::Done,
                 node,
                 &format!("{evicted} pod(s) evicted; no evictable pod left; {kept} stay (DaemonSet, static or terminal)"),
             );
@@ -316,7 +317,7 @@ pub async fn drain(
                     .map(|p| drain::budgets_for(p, &pdbs))
                     .unwrap_or_default();
                 let text = drain::blocked_refusal(node, pod, message, &budgets, named, timeout);
-                journal.record("drain", "failed", node, &text)?;
+                journal.record("drain", StepState::Failed, node, &text)?;
                 return Err(refuse(exit::FAILED_AFTER_CHANGES, text));
             }
             eprintln!(
@@ -344,7 +345,7 @@ pub async fn drain(
                     timeout.as_secs(),
                     left.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
                 );
-                journal.record("drain", "failed", node, &text)?;
+                journal.record("drain", StepState::Failed, node, &text)?;
                 return Err(stuck(text));
             }
             tokio::time::sleep(poll).await;

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::membership::Journal;
+use super::{Journal, StepState};
 use crate::cli::ConnectArgs;
 use crate::exec::{self, Mode, Transports};
 use crate::inventory::{Host, Inventory, Role};
@@ -33,21 +33,11 @@ pub struct Balancers {
 impl Balancers {
     pub async fn connect(inv: &Inventory, state: &StateDir, args: &ConnectArgs) -> Balancers {
         let hosts = inv.with_role(Role::LoadBalancer);
-        let mut b = Balancers {
-            transports: Transports::new(),
-            unreachable: BTreeMap::new(),
-        };
-        for (name, conn) in super::connect(inv, state, &hosts, args).await {
-            match conn {
-                Ok(t) => {
-                    b.transports.insert(name, t);
-                }
-                Err(e) => {
-                    b.unreachable.insert(name, e);
-                }
-            }
+        let reach = crate::exec::connect::reach(state, &hosts, args).await;
+        Balancers {
+            transports: reach.transports,
+            unreachable: reach.unreachable,
         }
-        b
     }
 
     /// The backends `server` is in: etcd clients always, the API only with Kubernetes.
@@ -110,7 +100,7 @@ impl Balancers {
         }
         journal.record(
             step,
-            "started",
+            StepState::Started,
             &host.name,
             "stopping keepalived: the VIP moves to a peer if held here",
         )?;
@@ -128,7 +118,7 @@ impl Balancers {
             }],
         )
         .await?;
-        journal.record(step, "done", &host.name, "keepalived stopped")?;
+        journal.record(step, StepState::Done, &host.name, "keepalived stopped")?;
         Ok(true)
     }
 
@@ -157,7 +147,7 @@ impl Balancers {
             }],
         )
         .await?;
-        journal.record(step, "done", &host.name, "keepalived started")
+        journal.record(step, StepState::Done, &host.name, "keepalived started")
     }
 
     /// Puts `server` in MAINT in every backend on every reachable load balancer and waits until
@@ -240,7 +230,12 @@ impl Balancers {
         done: &str,
     ) -> anyhow::Result<()> {
         if inv.with_role(Role::LoadBalancer).is_empty() {
-            return journal.record(step, "skipped", server, "no load balancer in the inventory");
+            return journal.record(
+                step,
+                StepState::Skipped,
+                server,
+                "no load balancer in the inventory",
+            );
         }
         for &backend in backends {
             let hosts = self.reachable(steps(backend));
@@ -248,7 +243,7 @@ impl Balancers {
         }
         journal.record(
             step,
-            "done",
+            StepState::Done,
             server,
             &format!(
                 "{server} {done} {}{}",
@@ -271,7 +266,7 @@ impl Balancers {
         let mut facts = BTreeMap::new();
         for h in inv.with_role(Role::LoadBalancer) {
             if let Some(t) = self.transports.get(&h.name) {
-                let q = super::up::query_for(inv, h);
+                let q = crate::phases::query_for(inv, h);
                 let f = crate::facts::gather(t.as_ref(), &q)
                     .await
                     .map_err(anyhow::Error::from)?;

@@ -1,7 +1,9 @@
-//! Run ids and the append-only journal of a run's steps.
+//! Run ids and the append-only journal of a run's steps: the one journal of recover, replace,
+//! heal and maintenance.
 //!
-//! Every step of a journaled operation (recover; replace and heal reuse it) appends one JSON line
-//! per transition, `{run, step, phase: started|done|skipped|failed, ts, host, inputs_sha, outputs}`,
+//! Every step of a day-two operation appends one JSON line per transition,
+//! `{run, step, phase: started|done|skipped|failed, ts, host, inputs_sha, outputs}` (the phase is a
+//! [`StepState`]),
 //! to `<state>/runs/<run>/journal.jsonl` on the operator machine (written and fsynced before the
 //! run goes on) and, best effort, to `/var/lib/hactl/runs/<run>/journal.jsonl` on the hosts
 //! involved, so another workstation can see what happened.
@@ -9,7 +11,9 @@
 //! Invariants: lines are only ever appended; a journal is evidence, never the authority: a resumed
 //! run re-checks each step's postcondition on the hosts (see `exec::journaled`).
 //! `HACTL_CRASH_AFTER=<step-id>` makes the process exit with 137 right after that step's `done`
-//! (or `skipped`) line is journaled, so tests can crash a run at every step.
+//! (or `skipped`) line is journaled, so tests can crash a run at every step. A dry run's journal
+//! writes nothing: [`Journal::dry_run`] only prints. One run-id generator ([`new_run_id`]) names
+//! every run.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -17,6 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::exec::Transports;
+use crate::operations::run_dir::RunDir;
 use crate::plan::RemoteCommand;
 use crate::state::StateDir;
 
@@ -27,10 +32,10 @@ pub const CRASH_AFTER_ENV: &str = "HACTL_CRASH_AFTER";
 /// The exit code of a requested crash (as if killed by SIGKILL).
 pub const CRASH_EXIT_CODE: i32 = 137;
 
-/// A step's transition.
+/// A step's transition (written as `phase` in each line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum StepPhase {
+pub enum StepState {
     Started,
     Done,
     Skipped,
@@ -42,7 +47,7 @@ pub enum StepPhase {
 pub struct Entry {
     pub run: String,
     pub step: String,
-    pub phase: StepPhase,
+    pub phase: StepState,
     /// RFC 3339, UTC, milliseconds.
     pub ts: String,
     /// The host the step acts on; `None` for the operator machine.
@@ -81,15 +86,31 @@ pub enum JournalError {
     BadRunId(String),
 }
 
-/// A new run id: `YYYYMMDD-HHMMSS-xxxx` (UTC, then 4 random hex digits). Sorts by time; short
-/// enough for the etcd cluster token `hactl-<cluster>-<run>`.
-pub fn new_run_id(now: time::OffsetDateTime) -> String {
+/// A new run id: `[<op>-]YYYYMMDD-HHMMSS-xxxx` (UTC, then 4 random hex digits). Recover passes
+/// no `op` (its id becomes part of the etcd cluster token `hactl-<cluster>-<run>`); replace, heal
+/// and maintenance name themselves (`replace-cp2-20261122-024217-ab12`).
+pub fn new_run_id(op: &str) -> String {
+    run_id_at(op, time::OffsetDateTime::now_utc())
+}
+
+/// [`new_run_id`] at `now`. Sorts by time within an operation; a long `op` is cut to its first
+/// word so the id stays valid (the journal records the host).
+pub fn run_id_at(op: &str, now: time::OffsetDateTime) -> String {
     let stamp = now
         .format(time::macros::format_description!(
             "[year][month][day]-[hour][minute][second]"
         ))
         .unwrap_or_else(|_| "00000000-000000".into());
-    format!("{stamp}-{:04x}", rand::random::<u16>())
+    let id = format!("{stamp}-{:04x}", rand::random::<u16>());
+    if op.is_empty() {
+        return id;
+    }
+    let full = format!("{op}-{id}");
+    if valid_run_id(&full) {
+        full
+    } else {
+        format!("{}-{id}", op.split('-').next().unwrap_or("run"))
+    }
 }
 
 /// Whether `s` can be a run id (it becomes part of paths and of the etcd token).
@@ -109,13 +130,38 @@ pub fn timestamp(now: time::OffsetDateTime) -> String {
     .unwrap_or_default()
 }
 
-/// An open journal on the operator machine.
+/// [`timestamp`] of now.
+pub fn now_rfc3339() -> String {
+    timestamp(time::OffsetDateTime::now_utc())
+}
+
+/// A compact UTC stamp for names: `20261122t023412z` (lowercase: it may become part of a run id).
+pub fn stamp() -> String {
+    let t = time::OffsetDateTime::now_utc();
+    format!(
+        "{:04}{:02}{:02}t{:02}{:02}{:02}z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
+}
+
+/// The journal of one run: a file on the operator machine, or nothing in a dry run.
 #[derive(Debug)]
 pub struct Journal {
     run: String,
+    /// `None` in a dry run: nothing is written, transitions are only printed.
+    file: Option<JournalFile>,
+}
+
+#[derive(Debug)]
+struct JournalFile {
     dir: PathBuf,
     path: PathBuf,
-    file: fs_err::File,
+    file: std::sync::Mutex<fs_err::File>,
 }
 
 impl Journal {
@@ -124,8 +170,8 @@ impl Journal {
         if !valid_run_id(run) {
             return Err(JournalError::BadRunId(run.to_string()));
         }
-        let dir = state.subdir(Path::new("runs").join(run))?;
-        let path = dir.join("journal.jsonl");
+        let dir = state.subdir(RunDir::relative_to_state(run))?;
+        let path = RunDir::new(state, run).journal();
         if path.exists() {
             return Err(JournalError::Exists {
                 run: run.to_string(),
@@ -140,13 +186,13 @@ impl Journal {
         if !valid_run_id(run) {
             return Err(JournalError::BadRunId(run.to_string()));
         }
-        let dir = state.file(Path::new("runs").join(run));
-        let path = dir.join("journal.jsonl");
+        let run_dir = RunDir::new(state, run);
+        let (dir, path) = (run_dir.path().to_path_buf(), run_dir.journal());
         if !path.exists() {
             return Err(JournalError::NoSuchRun {
                 run: run.to_string(),
                 path,
-                dir: state.file("runs"),
+                dir: RunDir::all(state),
             });
         }
         Self::open_at(run, dir, path)
@@ -161,28 +207,59 @@ impl Journal {
             .open(&path)?;
         Ok(Journal {
             run: run.to_string(),
-            dir,
-            path,
-            file,
+            file: Some(JournalFile {
+                dir,
+                path,
+                file: std::sync::Mutex::new(file),
+            }),
         })
+    }
+
+    /// The journal of a dry run: transitions are printed, nothing is written.
+    pub fn dry_run(run: &str) -> Journal {
+        Journal {
+            run: run.to_string(),
+            file: None,
+        }
+    }
+
+    /// Continues run `run` (`--resume`) or starts it; a dry run writes nothing.
+    pub fn open_or_create(
+        state: &StateDir,
+        run: &str,
+        mode: crate::exec::Mode,
+    ) -> Result<Journal, JournalError> {
+        if mode == crate::exec::Mode::DryRun {
+            return Ok(Journal::dry_run(run));
+        }
+        match Journal::open(state, run) {
+            Ok(j) => Ok(j),
+            Err(_) => Journal::create(state, run),
+        }
     }
 
     pub fn run(&self) -> &str {
         &self.run
     }
-    /// `<state>/runs/<run>/`: the run's other files (its decisions, its outputs) live here.
-    pub fn dir(&self) -> &Path {
-        &self.dir
+    /// Whether this journal only prints (a dry run).
+    pub fn is_dry_run(&self) -> bool {
+        self.file.is_none()
     }
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// `<state>/runs/<run>/`: the run's other files (its decisions, its outputs) live here; `None`
+    /// in a dry run.
+    pub fn dir(&self) -> Option<&Path> {
+        self.file.as_ref().map(|f| f.dir.as_path())
+    }
+    /// The journal file; `None` in a dry run.
+    pub fn path(&self) -> Option<&Path> {
+        self.file.as_ref().map(|f| f.path.as_path())
     }
 
-    /// Appends one line and fsyncs it before returning.
-    pub fn record(
-        &mut self,
+    /// Appends one line and fsyncs it before returning (in a dry run, only builds the entry).
+    pub fn append(
+        &self,
         step: &str,
-        phase: StepPhase,
+        phase: StepState,
         host: Option<&str>,
         inputs_sha: &str,
         outputs: serde_json::Value,
@@ -196,17 +273,66 @@ impl Journal {
             inputs_sha: inputs_sha.to_string(),
             outputs,
         };
+        let Some(f) = &self.file else {
+            return Ok(entry);
+        };
         let mut line = serde_json::to_string(&entry).map_err(std::io::Error::other)?;
         line.push('\n');
-        self.file.write_all(line.as_bytes())?;
-        self.file.sync_all()?;
+        let mut file = f.file.lock().expect("the journal file lock is never poisoned");
+        file.write_all(line.as_bytes())?;
+        file.sync_all()?;
         Ok(entry)
     }
 
-    /// Every line so far.
-    pub fn entries(&self) -> Result<Vec<Entry>, JournalError> {
-        read(&self.path)
+    /// Journals a transition of an imperative step (replace, heal, maintenance) with a `detail`
+    /// for the operator: one line on stderr, one journal line, and the crash a test asked for
+    /// after a `done` or `skipped`. A dry run prints `planned` for `done` and writes nothing.
+    pub fn record(&self, step: &str, state: StepState, host: &str, detail: &str) -> anyhow::Result<()> {
+        let sep = if detail.is_empty() {
+            String::new()
+        } else {
+            format!(": {detail}")
+        };
+        match state {
+            StepState::Done if self.is_dry_run() => eprintln!("{step} {host}: planned (dry run){sep}"),
+            StepState::Started => eprintln!("{step} {host}: {detail}"),
+            StepState::Done => eprintln!("{step} {host}: done{sep}"),
+            StepState::Skipped => eprintln!("{step} {host}: skipped{sep}"),
+            StepState::Failed => eprintln!("{step} {host}: failed{sep}"),
+        }
+        if self.is_dry_run() {
+            return Ok(());
+        }
+        let host = (!host.is_empty()).then_some(host);
+        self.append(step, state, host, "", serde_json::json!({ "detail": detail }))?;
+        if matches!(state, StepState::Done | StepState::Skipped) {
+            crash_if_requested(step);
+        }
+        Ok(())
     }
+
+    /// Every line so far (none in a dry run).
+    pub fn entries(&self) -> Result<Vec<Entry>, JournalError> {
+        match &self.file {
+            Some(f) => read(&f.path),
+            None => Ok(vec![]),
+        }
+    }
+}
+
+/// The journal file of run `run` (for `--resume` and tests).
+pub fn path_of(state: &StateDir, run: &str) -> PathBuf {
+    RunDir::new(state, run).journal()
+}
+
+/// Every entry of run `run`.
+pub fn read_run(state: &StateDir, run: &str) -> Result<Vec<Entry>, JournalError> {
+    read(&path_of(state, run))
+}
+
+/// The `detail` an entry was recorded with by [`Journal::record`].
+pub fn detail(entry: &Entry) -> &str {
+    entry.outputs.get("detail").and_then(|d| d.as_str()).unwrap_or("")
 }
 
 /// Reads a journal file.
@@ -238,7 +364,7 @@ fn parse(path: &Path, text: &str) -> Result<Vec<Entry>, JournalError> {
 }
 
 /// The last phase journaled for `step`, if any.
-pub fn last_phase(entries: &[Entry], step: &str) -> Option<StepPhase> {
+pub fn last_phase(entries: &[Entry], step: &str) -> Option<StepState> {
     entries.iter().rev().find(|e| e.step == step).map(|e| e.phase)
 }
 
@@ -315,12 +441,25 @@ mod tests {
 
     #[test]
     fn run_ids_sort_by_time_and_are_valid_tokens() {
-        let a = new_run_id(time::macros::datetime!(2026-01-02 03:04:05 UTC));
+        let a = run_id_at("", time::macros::datetime!(2026-01-02 03:04:05 UTC));
         assert!(a.starts_with("20260102-030405-"), "{a}");
         assert_eq!(a.len(), 20);
         assert!(valid_run_id(&a));
-        let b = new_run_id(time::macros::datetime!(2026-01-02 03:04:06 UTC));
+        let b = run_id_at("", time::macros::datetime!(2026-01-02 03:04:06 UTC));
         assert!(a < b);
+        let r = run_id_at("replace-cp2", time::macros::datetime!(2026-01-02 03:04:05 UTC));
+        assert!(
+            r.starts_with("replace-cp2-20260102-030405-") && valid_run_id(&r),
+            "{r}"
+        );
+        let long = run_id_at(
+            &format!("replace-{}", "h".repeat(30)),
+            time::macros::datetime!(2026-01-02 03:04:05 UTC),
+        );
+        assert!(
+            long.starts_with("replace-20260102-") && valid_run_id(&long),
+            "{long}"
+        );
         for bad in ["", "A", "a/b", "../x", "-x", &"x".repeat(41)] {
             assert!(!valid_run_id(bad), "{bad}");
         }
@@ -329,12 +468,12 @@ mod tests {
     #[test]
     fn lines_are_appended_and_read_back_in_order() {
         let (_tmp, state) = state();
-        let mut j = Journal::create(&state, "r1").unwrap();
-        j.record("R1.1", StepPhase::Started, None, "abc", serde_json::Value::Null)
+        let j = Journal::create(&state, "r1").unwrap();
+        j.append("R1.1", StepState::Started, None, "abc", serde_json::Value::Null)
             .unwrap();
-        j.record(
+        j.append(
             "R1.1",
-            StepPhase::Done,
+            StepState::Done,
             Some("cp1"),
             "abc",
             serde_json::json!({"k": 1}),
@@ -342,28 +481,28 @@ mod tests {
         .unwrap();
         let entries = j.entries().unwrap();
         assert_eq!(entries.len(), 2);
-        assert_eq!(entries[1].phase, StepPhase::Done);
+        assert_eq!(entries[1].phase, StepState::Done);
         assert_eq!(entries[1].host.as_deref(), Some("cp1"));
         assert_eq!(entries[1].outputs["k"], 1);
-        assert_eq!(last_phase(&entries, "R1.1"), Some(StepPhase::Done));
+        assert_eq!(last_phase(&entries, "R1.1"), Some(StepState::Done));
         assert_eq!(last_phase(&entries, "R9"), None);
         // The file is private and one JSON object per line with the documented keys.
-        let text = fs_err::read_to_string(j.path()).unwrap();
+        let text = fs_err::read_to_string(j.path().unwrap()).unwrap();
         let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
         for key in ["run", "step", "phase", "ts", "host", "inputs_sha", "outputs"] {
             assert!(first.get(key).is_some(), "missing {key}: {first}");
         }
         assert_eq!(first["phase"], "started");
         use std::os::unix::fs::MetadataExt;
-        assert_eq!(fs_err::metadata(j.path()).unwrap().mode() & 0o777, 0o600);
+        assert_eq!(fs_err::metadata(j.path().unwrap()).unwrap().mode() & 0o777, 0o600);
         drop(j);
         // A new run with the same id is refused; resuming appends.
         assert!(matches!(
             Journal::create(&state, "r1"),
             Err(JournalError::Exists { .. })
         ));
-        let mut j = Journal::open(&state, "r1").unwrap();
-        j.record("R1.2", StepPhase::Skipped, None, "", serde_json::Value::Null)
+        let j = Journal::open(&state, "r1").unwrap();
+        j.append("R1.2", StepState::Skipped, None, "", serde_json::Value::Null)
             .unwrap();
         assert_eq!(j.entries().unwrap().len(), 3);
         assert!(matches!(

@@ -1,0 +1,174 @@
+//! Connecting to hosts, and who answered.
+//!
+//! Every command reaches its hosts here: [`connect`] opens one SSH session per host (host keys
+//! verified against the cluster's `known_hosts`), and [`Reach`] sorts the answers into the hosts
+//! that answered and why the others did not. A command then says what an unreachable host means
+//! to it: [`Reach::require_all`] (nothing may change unless every host answers: `up`, `reset`) or
+//! [`Reach::warn_unreachable`] (go on with those that answered: snapshots).
+//!
+//! Invariant: every host asked for gets an answer: its session or its error chain.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use crate::cli::ConnectArgs;
+use crate::exec::{Transport, Transports};
+use crate::inventory::Host;
+use crate::ssh::{ConnectOptions, Session};
+use crate::state::StateDir;
+
+/// A host's connection, or why there is none.
+pub type Connection = Result<Arc<dyn Transport>, String>;
+
+/// Connects to `hosts` (at most `args.concurrency` at once), verifying host keys against the
+/// cluster's known_hosts. Every host gets an entry: its connection or its error chain.
+pub async fn connect(state: &StateDir, hosts: &[&Host], args: &ConnectArgs) -> BTreeMap<String, Connection> {
+    let known = match crate::ssh::KnownHosts::load(state.known_hosts_path()) {
+        Ok(k) => Arc::new(k),
+        Err(e) => {
+            let msg = format!("{:#}", anyhow::Error::from(e));
+            return hosts.iter().map(|h| (h.name.clone(), Err(msg.clone()))).collect();
+        }
+    };
+    let opts = ConnectOptions {
+        known_hosts: known,
+        accept_new_host_key: args.accept_new_host_key.clone(),
+        timeout: args.connect_timeout.map(Duration::from_secs),
+        agent_socket: None,
+    };
+    connect_with(hosts, &opts, args.concurrency).await
+}
+
+/// [`connect`] with options already built (tests, and callers with their own known_hosts).
+pub async fn connect_with(
+    hosts: &[&Host],
+    opts: &ConnectOptions,
+    concurrency: usize,
+) -> BTreeMap<String, Connection> {
+    let results: Vec<(String, Connection)> = futures::stream::iter(hosts.iter().map(|h| async move {
+        let r = Session::connect(&h.name, &h.ssh, opts)
+            .await
+            .map(|s| Arc::new(s) as Arc<dyn Transport>)
+            .map_err(|e| format!("{:#}", anyhow::Error::from(e)));
+        (h.name.clone(), r)
+    }))
+    .buffer_unordered(concurrency.max(1))
+    .collect()
+    .await;
+    results.into_iter().collect()
+}
+
+/// The hosts that answered and why the others did not; every host asked for is in one of the two.
+#[derive(Clone, Default)]
+pub struct Reach {
+    pub transports: Transports,
+    pub unreachable: BTreeMap<String, String>,
+    /// The hosts asked for, in the order given (inventory order), for messages.
+    asked: Vec<String>,
+}
+
+/// Connects to `hosts` and sorts the answers.
+pub async fn reach(state: &StateDir, hosts: &[&Host], args: &ConnectArgs) -> Reach {
+    Reach::sort(hosts, connect(state, hosts, args).await)
+}
+
+impl Reach {
+    /// Sorts `conns` (the answers of [`connect`]) for `hosts`; a host without an answer is
+    /// "not connected".
+    pub fn sort(hosts: &[&Host], mut conns: BTreeMap<String, Connection>) -> Reach {
+        let mut r = Reach {
+            asked: hosts.iter().map(|h| h.name.clone()).collect(),
+            ..Reach::default()
+        };
+        for h in hosts {
+            match conns.remove(&h.name) {
+                Some(Ok(t)) => {
+                    r.transports.insert(h.name.clone(), t);
+                }
+                Some(Err(e)) => {
+                    r.unreachable.insert(h.name.clone(), e);
+                }
+                None => {
+                    r.unreachable.insert(h.name.clone(), "not connected".into());
+                }
+            }
+        }
+        r
+    }
+
+    /// Every host's transport, or an error listing each host that did not answer, before
+    /// anything changed.
+    pub fn require_all(self) -> anyhow::Result<Transports> {
+        if self.unreachable.is_empty() {
+            return Ok(self.transports);
+        }
+        let failures: Vec<String> = self
+            .asked
+            .iter()
+            .filter_map(|h| self.unreachable.get(h).map(|e| format!("{h}: {e}")))
+            .collect();
+        anyhow::bail!(
+            "cannot reach every host, so nothing was changed:\n{}\nfix the connection (or remove the host from the inventory) and run again",
+            failures.join("\n")
+        )
+    }
+
+    /// The hosts that answered; each other host is logged as a warning and left out.
+    pub fn warn_unreachable(self) -> Transports {
+        for (name, e) in &self.unreachable {
+            tracing::warn!("{name}: unreachable: {e}");
+        }
+        self.transports
+    }
+
+    /// `host`'s connection as [`connect`] gave it.
+    pub fn connection(&self, host: &str) -> Connection {
+        match self.transports.get(host) {
+            Some(t) => Ok(t.clone()),
+            None => Err(self
+                .unreachable
+                .get(host)
+                .cloned()
+                .unwrap_or_else(|| "not connected".into())),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inventory() -> crate::inventory::Inventory {
+        let yaml = concat!(
+            "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: c\nspec:\n  ssh:\n    agent: true\n",
+            "  hosts:\n",
+            "    - { name: cp3, address: 10.0.0.13, roles: [etcd] }\n",
+            "    - { name: cp1, address: 10.0.0.11, roles: [etcd] }\n",
+            "    - { name: cp2, address: 10.0.0.12, roles: [etcd] }\n",
+            "  stateDir: /tmp/hactl-connect-test\n",
+        );
+        crate::inventory::load_str(std::path::Path::new("c.yaml"), yaml).unwrap()
+    }
+
+    #[test]
+    fn every_host_is_sorted_and_refusals_list_them_in_the_order_asked() {
+        let inv = inventory();
+        let refs: Vec<&Host> = inv.hosts.iter().collect();
+        let mut conns = BTreeMap::new();
+        conns.insert("cp3".to_string(), Err("refused".to_string()));
+        conns.insert("cp1".to_string(), Err("timed out".to_string()));
+        let r = Reach::sort(&refs, conns);
+        assert!(r.transports.is_empty());
+        assert_eq!(r.unreachable.len(), 3);
+        assert_eq!(r.connection("cp2").err().as_deref(), Some("not connected"));
+        let e = format!("{:#}", r.clone().require_all().err().unwrap());
+        assert!(
+            e.contains("cp3: refused\ncp1: timed out\ncp2: not connected"),
+            "{e}"
+        );
+        assert!(r.warn_unreachable().is_empty());
+    }
+}

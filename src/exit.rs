@@ -1,0 +1,63 @@
+//! Exit codes, refusals and the helpers that build them.
+//!
+//! A refusal is not a crash: a safety rule said no, nothing changed (or the code says what did),
+//! and the message names the rule, what was seen and what to run instead. Every layer may refuse;
+//! only `main` turns the error into a process exit code ([`exit_code_of`]).
+
+use crate::etcd::safety::Refused;
+
+/// Exit code 0: success.
+pub const OK: i32 = 0;
+/// A failure, or checks that did not pass.
+pub const FAILED: i32 = 1;
+/// Refused by a safety rule; nothing changed.
+pub const REFUSED: i32 = 2;
+/// Needs operator input (attestation, a lock held by another run).
+pub const NEEDS_INPUT: i32 = 3;
+/// Failed after changes; `--resume` possible.
+pub const FAILED_AFTER_CHANGES: i32 = 4;
+/// Post-verification failed; state safe but degraded.
+pub const DEGRADED: i32 = 5;
+
+/// A refusal: a safety rule said no. Carries its exit code so `main` can return it.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Refusal {
+    pub code: i32,
+    pub message: String,
+}
+
+/// The exit code for an error that reached `main`.
+pub fn exit_code_of(err: &anyhow::Error) -> i32 {
+    err.chain()
+        .find_map(|e| e.downcast_ref::<Refusal>().map(|r| r.code))
+        .unwrap_or(FAILED)
+}
+
+/// A refusal from a safety rule, as an error with exit code 2.
+pub fn refusal(r: Refused) -> anyhow::Error {
+    anyhow::Error::new(Refusal {
+        code: REFUSED,
+        message: r.to_string(),
+    })
+}
+
+/// A refusal with its own code and message.
+pub fn refuse(code: i32, message: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Refusal {
+        code,
+        message: message.into(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exit_code_comes_from_the_refusal_anywhere_in_the_chain() {
+        let e = refuse(NEEDS_INPUT, "held").context("replace failed");
+        assert_eq!(exit_code_of(&e), NEEDS_INPUT);
+        assert_eq!(exit_code_of(&anyhow::anyhow!("plain")), FAILED);
+    }
+}

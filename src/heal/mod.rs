@@ -1,0 +1,286 @@
+//! heal: find a failed etcd member and repair it within the safety budget
+//! (`hactl heal [--once | --watch] [--dry-run]`; docs/recovery.md §4.1–4.2).
+//!
+//! A member is unhealthy only when both vantage points say so (a healthy peer host running
+//! `endpoint health`, and the operator through an SSH tunnel to the member's host) and that has
+//! held for `spec.heal.unhealthyTimeout`. Cluster-wide conditions (NOSPACE) are alerts, never
+//! replacements. The ladder: restart once per `retryPeriod`, then replace; a fatal identity error
+//! in the member's journal goes straight to replace. `maxRetry` failed remediations within
+//! `minHealthyPeriod` stop heal with exit 2. One change at a time, most broken first.
+//!
+//! The retry records live in `heal.json` in the state directory (the source); with a `kubernetes`
+//! section each changed record is mirrored onto the member's Node as the annotation
+//! `hactl.io/remediation-for` (`{"retryCount":1,"lastRemediation":"2026-11-22T05:00:00Z"}`), at
+//! the end of the heal round that sees the change (also one made by a `hactl replace` run).
+//!
+//! Invariant: [`decide()`] (in `decide.rs`) is pure: what heal does follows from what it saw, its
+//! records and the policy; [`round`] only gathers, asks `decide`, and runs the one action. The
+//! retry records are [`crate::operations::remediation`], shared with replace, so replace never
+//! reaches back into heal.
+
+use std::time::Duration;
+
+use crate::cli::{HealArgs, ReplaceArgs};
+use crate::etcd::client::{self};
+use crate::etcd::errors::identity_error;
+use crate::etcd::safety::Counts;
+use crate::etcd::{self as etcd_paths};
+use crate::exec::Mode;
+use crate::exit;
+use crate::exit::refuse;
+use crate::inventory::{Inventory, Role};
+use crate::kubernetes::api::REMEDIATION_ANNOTATION;
+use crate::operations::journal::now_rfc3339;
+use crate::operations::{self, maintenance_record, Reach};
+use crate::plan::{RemoteCommand, Step};
+use crate::state::StateDir;
+
+pub mod decide;
+
+pub use crate::operations::remediation::{
+    load_records, record_failure, record_success, save_records, unix_now, Record, Records,
+};
+pub use decide::{
+    decide, due_annotations, observe_records, remediation_annotation, Action, Decision, Signals,
+};
+
+/// Mirrors the records that changed since they were last written onto the members' Nodes. The
+/// state directory stays the source: an apiserver that does not answer is a warning.
+async fn publish_records(inv: &Inventory, state: &StateDir, args: &HealArgs) {
+    if inv.kubernetes.is_none() || args.dry_run {
+        return;
+    }
+    let mut records = load_records(state);
+    let due = due_annotations(&records);
+    if due.is_empty() {
+        return;
+    }
+    let stamp = now_rfc3339();
+    let api = match operations::node::connect_api(inv, state, &Default::default(), &args.connect, "").await {
+        Ok(a) => a,
+        Err(e) => {
+            println!(
+                "{stamp} heal: warning: retry records not written to the Nodes ({e:#}); heal.json holds them"
+            );
+            return;
+        }
+    };
+    for (member, value) in due {
+        let written = match api.node(&member).await {
+            Ok(Some(_)) => api
+                .annotate_node(&member, REMEDIATION_ANNOTATION, Some(&value))
+                .await
+                .map(|_| true),
+            Ok(None) => Ok(false),
+            Err(e) => Err(e),
+        };
+        match written {
+            Ok(on_node) => {
+                if on_node {
+                    println!("{stamp} heal: Node {member}: {REMEDIATION_ANNOTATION}={value}");
+                }
+                if let Some(r) = records.members.get_mut(&member) {
+                    r.annotated = Some(value);
+                }
+            }
+            Err(e) => println!(
+                "{stamp} heal: warning: cannot annotate Node {member}: {:#} (heal.json holds the record)",
+                anyhow::Error::from(e)
+            ),
+        }
+    }
+    if let Err(e) = save_records(state, &records) {
+        println!("{stamp} heal: warning: {e:#}");
+    }
+}
+
+/// Gathers signals: the peer vantage from an observation, the operator vantage through tunnels,
+/// the unit state and the journal of each unhealthy member's host.
+async fn gather(
+    inv: &Inventory,
+    state: &StateDir,
+    args: &HealArgs,
+) -> anyhow::Result<(Counts, Vec<Signals>, Reach)> {
+    let hosts = inv.with_role(Role::Etcd);
+    let reach = operations::reach::reach(inv, state, &hosts, &args.connect).await;
+    let obs = reach.observe(inv, &[]).await?;
+    let mut counts = obs.counts(&maintenance_record::in_maintenance(state), None);
+    if let Some((h, r)) = maintenance_record::maintenance_records(state).iter().next() {
+        counts.foreign_operation = Some(format!("maintenance of {h} (stage {})", r.stage));
+    }
+    let tls = crate::etcd::client::client_tls(&state.path.join("pki"))?;
+    let maint = maintenance_record::in_maintenance(state);
+    let mut signals = Vec::new();
+    for m in obs.voters() {
+        let name = if m.is_started() {
+            m.name.clone()
+        } else {
+            hosts
+                .iter()
+                .find(|h| m.peer_urls.contains(&etcd_paths::peer_url(inv, h)))
+                .map(|h| h.name.clone())
+                .unwrap_or_else(|| etcd_paths::hex_id(m.id))
+        };
+        if maint.contains(&name) {
+            continue; // never remediate a member in maintenance
+        }
+        let peer_unhealthy = !obs.is_healthy(m);
+        let t = reach.transports.get(&name);
+        let operator_unhealthy = match t {
+            None => true,
+            Some(t) => {
+                match client::connect(t.as_ref(), inv.etcd.client_port, &tls, Duration::from_secs(3)).await {
+                    Ok(mut c) => {
+                        !client::member_status(&mut c, Duration::from_secs(3))
+                            .await
+                            .healthy
+                    }
+                    Err(_) => true,
+                }
+            }
+        };
+        let process_down = t.map(|_| !reach.etcd_active(&name));
+        let mut identity = None;
+        if peer_unhealthy {
+            if let Some(t) = t {
+                let cmd = RemoteCommand::read_only([
+                    "journalctl",
+                    "-u",
+                    etcd_paths::UNIT,
+                    "-n",
+                    "80",
+                    "--no-pager",
+                    "-o",
+                    "cat",
+                ]);
+                if let Ok(out) = t.run(&cmd).await {
+                    identity = identity_error(&out.stdout_str()).map(str::to_string);
+                }
+            }
+        }
+        signals.push(Signals {
+            member: name,
+            peer_unhealthy,
+            operator_unhealthy: Some(operator_unhealthy),
+            process_down,
+            identity_error: identity,
+            why: if peer_unhealthy {
+                obs.why_unhealthy(m)
+            } else {
+                String::new()
+            },
+        });
+    }
+    Ok((counts, signals, reach))
+}
+
+/// One round: look, decide, act (or print), then mirror changed retry records onto the Nodes.
+pub async fn round(inv: &Inventory, state: &StateDir, args: &HealArgs) -> anyhow::Result<i32> {
+    let result = act(inv, state, args).await;
+    publish_records(inv, state, args).await;
+    result
+}
+
+async fn act(inv: &Inventory, state: &StateDir, args: &HealArgs) -> anyhow::Result<i32> {
+    let (counts, signals, reach) = gather(inv, state, args).await?;
+    let now = unix_now();
+    let mut records = load_records(state);
+    observe_records(&mut records, &signals, &inv.heal, now);
+    if !args.dry_run {
+        save_records(state, &records)?;
+    }
+    let decision = decide(&counts, &signals, &records, &inv.heal, now);
+    let stamp = now_rfc3339();
+    let verb = if args.dry_run { "would" } else { "will" };
+    match &decision.action {
+        Action::Nothing => {
+            println!("{stamp} heal: nothing to do: {}", decision.reason);
+            Ok(exit::OK)
+        }
+        Action::Alert { message, code } => {
+            println!("{stamp} heal: alert: {message} ({})", decision.reason);
+            Ok(*code)
+        }
+        Action::Restart { member } => {
+            println!(
+                "{stamp} heal: {verb} restart etcd on {member}: {}",
+                decision.reason
+            );
+            let host = inv.host(member).expect("members come from the inventory");
+            let mode = if args.dry_run { Mode::DryRun } else { Mode::Live };
+            let _lock = if args.dry_run {
+                None
+            } else {
+                Some(
+                    state
+                        .lock(operations::OPERATION_LOCK)
+                        .map_err(|e| refuse(exit::NEEDS_INPUT, format!("{e:#}")))?,
+                )
+            };
+            if !args.dry_run {
+                let mut r = load_records(state);
+                r.members.entry(member.clone()).or_default().last_restart = Some(now);
+                save_records(state, &r)?;
+            }
+            let steps = vec![
+                Step::Run(RemoteCommand::new([
+                    "systemctl",
+                    "restart",
+                    "--no-block",
+                    etcd_paths::UNIT,
+                ])),
+                Step::Wait(crate::etcd::probe::member_healthy(
+                    member,
+                    Duration::from_secs(60),
+                )),
+            ];
+            match operations::run_on(
+                mode,
+                &reach.transports,
+                &format!("heal: restart etcd on {member}"),
+                host,
+                steps,
+            )
+            .await
+            {
+                Ok(()) => {
+                    println!("{} heal: {member} is healthy after a restart", now_rfc3339());
+                    Ok(exit::OK)
+                }
+                Err(e) => {
+                    println!("{} heal: restart of {member} did not help: {e:#}", now_rfc3339());
+                    Ok(exit::FAILED_AFTER_CHANGES)
+                }
+            }
+        }
+        Action::Replace { member } => {
+            println!(
+                "{stamp} heal: {verb} replace {member} on its own host: {}",
+                decision.reason
+            );
+            drop(reach);
+            let r = ReplaceArgs {
+                inventory: args.inventory.clone(),
+                connect: args.connect.clone(),
+                member: member.clone(),
+                reuse_host: true,
+                host: None,
+                planned: false,
+                dry_run: args.dry_run,
+                resume: None,
+                cleanup_learner: None,
+                confirm_dead: vec![],
+            };
+            match crate::replace::run(inv, state, &r).await {
+                Ok(code) => Ok(code),
+                Err(e) => {
+                    let code = crate::exit::exit_code_of(&e);
+                    if code != exit::REFUSED && !args.dry_run {
+                        record_failure(state, member, &format!("{e:#}"))?;
+                    }
+                    Err(e)
+                }
+            }
+        }
+    }
+}

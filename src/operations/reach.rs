@@ -1,0 +1,80 @@
+//! Who answered, and what the cluster looks like from them: the first thing replace, heal and
+//! maintenance do. The member being replaced may be dead with its host, so an unreachable host
+//! is recorded, not fatal; the others get their facts read ([`crate::phases::member_query_for`]).
+//!
+//! Invariant: observations only read.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::cli::ConnectArgs;
+use crate::etcd::health::{self, Observation};
+use crate::exec::{Transport, Transports};
+use crate::facts::{self, HostFacts};
+use crate::inventory::{Host, Inventory, Role};
+use crate::state::StateDir;
+
+/// The hosts that answered, their facts, and why the others did not.
+pub struct Reach {
+    pub transports: Transports,
+    pub facts: BTreeMap<String, HostFacts>,
+    pub unreachable: BTreeMap<String, String>,
+}
+
+/// Connects to `hosts` and gathers facts from those that answer; an unreachable host is
+/// recorded, not fatal (the member being replaced may be dead with its host).
+pub async fn reach(inv: &Inventory, state: &StateDir, hosts: &[&Host], args: &ConnectArgs) -> Reach {
+    let connected = crate::exec::connect::reach(state, hosts, args).await;
+    let mut r = Reach {
+        transports: Transports::new(),
+        facts: BTreeMap::new(),
+        unreachable: connected.unreachable,
+    };
+    for h in hosts {
+        let Some(t) = connected.transports.get(&h.name) else {
+            continue;
+        };
+        match facts::gather(t.as_ref(), &crate::phases::member_query_for(inv, h)).await {
+            Ok(f) => {
+                r.facts.insert(h.name.clone(), f);
+                r.transports.insert(h.name.clone(), t.clone());
+            }
+            Err(e) => {
+                r.unreachable
+                    .insert(h.name.clone(), format!("{:#}", anyhow::Error::from(e)));
+            }
+        }
+    }
+    r
+}
+
+impl Reach {
+    /// Whether etcd is active on `host` per its facts.
+    pub fn etcd_active(&self, host: &str) -> bool {
+        self.facts
+            .get(host)
+            .and_then(|f| f.units.get(crate::etcd::UNIT))
+            .is_some_and(|u| u.active == "active")
+    }
+    /// Hosts that can observe the cluster: reachable etcd hosts with etcd active, not in `except`,
+    /// in inventory order.
+    pub fn observers(&self, inv: &Inventory, except: &[&str]) -> Vec<(String, Arc<dyn Transport>)> {
+        inv.with_role(Role::Etcd)
+            .into_iter()
+            .filter(|h| !except.contains(&h.name.as_str()) && self.etcd_active(&h.name))
+            .filter_map(|h| Some((h.name.clone(), self.transports.get(&h.name)?.clone())))
+            .collect()
+    }
+    /// Observes the cluster; a cluster no member can describe has lost quorum.
+    pub async fn observe(&self, inv: &Inventory, except: &[&str]) -> anyhow::Result<Observation> {
+        let observers = self.observers(inv, except);
+        health::observe(&observers).await.map_err(|e| {
+            crate::exit::refuse(
+                crate::exit::REFUSED,
+                format!(
+                    "refused by quorum: no running member could list the cluster's members ({e}); quorum lost → run `hactl recover` (or bring stopped members back with `hactl up` if their data is intact)"
+                ),
+            )
+        })
+    }
+}
