@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Vagrant lab, run for real (tests/vagrant.rs runs it; scripts/test.sh runs that):
 #   libvirt's daemons started by hand (no systemd needed), the cached box, `vagrant up` of the
-#   3 VMs of inventories/vagrant.yaml in parallel, `hactl check`, `hactl up`, `hactl status`
+#   3 VMs of inventories/vagrant.yaml in parallel, their clocks set from this machine's (emulated
+#   guests boot seconds behind and reach no NTP server here), `hactl check`, `hactl up`, `hactl status`
 #   healthy, etcd answering through the VIP from this machine, a second `hactl plan` with no
 #   changes, then a recreated VM whose new host key hactl refuses with the exact command to run.
 #   At the end, always: `vagrant destroy -f`, and everything libvirt added is removed again
