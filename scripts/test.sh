@@ -8,6 +8,17 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cargo fmt --all -- --check
 cargo clippy --all-targets --locked -- -D warnings
+# Dependencies (deny.toml): advisories, bans, sources. cargo-deny is built once when missing
+# (`cargo install --locked`: several minutes on a fresh machine). The advisory database is a git
+# repository cargo-deny fetches itself; where it cannot be reached, the advisories check is skipped
+# out loud and bans and sources are still checked.
+command -v cargo-deny >/dev/null 2>&1 || cargo install --locked cargo-deny
+if cargo deny --locked fetch db; then
+  cargo deny --locked --offline check advisories bans sources
+else
+  echo "SKIPPED cargo deny check advisories: the advisory database could not be fetched (error above); bans and sources are checked"
+  cargo deny --locked check bans sources
+fi
 log=$(mktemp "${TMPDIR:-/tmp}/hactl-test.XXXXXX")
 # --show-output prints what passing tests wrote, so their SKIPPED lines reach the log.
 cargo test --locked -- --test-threads="${HACTL_TEST_THREADS:-3}" --show-output 2>&1 | tee "$log"

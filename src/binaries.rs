@@ -174,3 +174,53 @@ pub fn extract(
     found.sort_by_key(|(n, _)| order.iter().position(|o| o == n));
     Ok(found)
 }
+
+/// The first line `NAME --version` prints, run on the operator machine from a copy of the
+/// binary in `scratch_dir` (named by its sha256, so it is written once). `None` when the
+/// binaries hold no NAME or it does not run here (another architecture): callers then check
+/// the version on the hosts instead.
+pub fn reported_version(bins: &LocalBinaries, name: &str, scratch_dir: &Path) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let (_, content) = bins.files.iter().find(|(n, _)| n == name)?;
+    let sha = hex::encode(Sha256::digest(content));
+    let path = scratch_dir.join(format!("{name}-{}", &sha[..16]));
+    if fs_err::read(&path).map(|c| c != *content).unwrap_or(true) {
+        fs_err::create_dir_all(scratch_dir).ok()?;
+        let tmp = path.with_extension("part");
+        fs_err::write(&tmp, content).ok()?;
+        fs_err::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).ok()?;
+        fs_err::rename(&tmp, &path).ok()?;
+    }
+    let out = std::process::Command::new(&path).arg("--version").output().ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .next()
+        .map(|l| l.trim().to_string())
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::*;
+
+    #[test]
+    fn the_reported_version_is_what_the_binary_prints() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = b"#!/bin/sh\necho 'etcd Version: 3.5.16'\necho 'Git SHA: x'\n".to_vec();
+        let bins = LocalBinaries {
+            files: vec![
+                ("etcd".into(), script),
+                ("etcdctl".into(), b"\x7fELF-not-runnable".to_vec()),
+            ],
+            origin: "test".into(),
+        };
+        assert_eq!(
+            reported_version(&bins, "etcd", dir.path()).as_deref(),
+            Some("etcd Version: 3.5.16")
+        );
+        assert_eq!(reported_version(&bins, "etcdctl", dir.path()), None);
+        assert_eq!(reported_version(&bins, "etcdutl", dir.path()), None);
+    }
+}

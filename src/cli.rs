@@ -60,6 +60,45 @@ pub enum Command {
     /// Build, run and break a lab of real hosts on this machine (systemd-nspawn; needs root).
     #[command(subcommand)]
     Lab(LabCommand),
+    /// Certificates: list them (state directory and hosts), re-issue leaves and roll them out.
+    #[command(subcommand)]
+    Certs(CertsCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CertsCommand {
+    /// Every certificate in the state directory and on the hosts: expiry, issuer, SANs, serial,
+    /// and whether each host's copy is the state directory's (read-only, one round trip per host).
+    Check(CertsCheckArgs),
+    /// Re-issue leaf certificates from the same CA and roll out what uses them, one host at a time.
+    Renew(CertsRenewArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CertsCheckArgs {
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: OutputFormat,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CertsRenewArgs {
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// Certificates by name as `certs check` lists them in the state directory, e.g. `etcd/server-cp1`.
+    #[arg(value_name = "NAME")]
+    pub names: Vec<String>,
+    /// Every leaf certificate of the inventory.
+    #[arg(long, conflicts_with = "names")]
+    pub all: bool,
+    /// Do not ask before restarting members and control-plane components.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
 }
 
 /// Selects the inventory and the state directory.
@@ -156,6 +195,20 @@ pub enum SnapshotCommand {
     Save(SnapshotSaveArgs),
     /// Check a snapshot file: size rule, appended sha256, status and a trial restore on a host.
     Verify(SnapshotVerifyArgs),
+    /// Rebuild a lost state directory (CAs, service-account and encryption keys, VRRP password)
+    /// from an encrypted bundle and the identity that opens it; then `hactl recover --from-snapshot`.
+    RestoreBundle(SnapshotRestoreBundleArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SnapshotRestoreBundleArgs {
+    /// The `<snapshot>.bundle.age` written beside a snapshot.
+    pub bundle: PathBuf,
+    /// The age identity that opens it (the copy of `backup-identity.txt` kept apart).
+    #[arg(long)]
+    pub identity: PathBuf,
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
 }
 
 #[derive(Debug, Clone, Args)]

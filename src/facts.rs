@@ -38,6 +38,11 @@ pub struct HostFacts {
     pub members: Option<crate::etcd::MemberList>,
     /// `etcd --version` first line, when installed.
     pub etcd_version: Option<String>,
+    /// The running member's own `endpoint status` (its version, its ID, the leader it knows).
+    pub etcd_status: Option<crate::etcd::health::StatusBody>,
+    /// Path → `--version` first line of the etcd binaries at the paths a unit may run
+    /// (`/usr/bin/etcd` from the package, `/usr/local/bin/etcd` from a bundle or release).
+    pub etcd_binaries: BTreeMap<String, String>,
     /// Kubernetes binary → its `--version` line (`Kubernetes v1.31.4`), for those installed.
     pub kube_versions: BTreeMap<String, String>,
     /// Whether apt-get exists (binaries from packages are obtainable).
@@ -46,6 +51,10 @@ pub struct HostFacts {
     pub units: BTreeMap<String, UnitState>,
     /// Managed path → its state; absent paths are missing here.
     pub files: BTreeMap<String, FileState>,
+    /// Managed paths that exist without hactl's `Managed by hactl` header in their first lines
+    /// (the distribution's or the operator's own file): kept as `<file>.hactl-orig` before the
+    /// first overwrite.
+    pub foreign: std::collections::BTreeSet<String>,
     /// Addresses on the host's interfaces (`ip -o addr show`), in the order `ip` lists them.
     pub addresses: Vec<InterfaceAddress>,
 }
@@ -115,7 +124,11 @@ echo "free $(df -PB1 "$d" 2>/dev/null | awk 'NR==2 {print $4}')"
 id etcd >/dev/null 2>&1 && echo "etcduser yes"
 if [ -x /usr/local/sbin/hactl-etcdctl ] && [ "$(systemctl is-active etcd.service 2>/dev/null)" = active ]; then
   m=$(/usr/local/sbin/hactl-etcdctl --command-timeout=3s member list -w json 2>/dev/null | tr -d '\n') && echo "members $m"
+  s=$(/usr/local/sbin/hactl-etcdctl --command-timeout=3s endpoint status -w json 2>/dev/null | tr -d '\n') && echo "status $s"
 fi
+for e in /usr/bin/etcd /usr/local/bin/etcd; do
+  [ -x "$e" ] && echo "etcdbinary $e $("$e" --version 2>/dev/null | head -n1)"
+done
 ip -o addr show 2>/dev/null | awk '{print "addr", $2, $4}'
 command -v etcd >/dev/null 2>&1 && echo "etcdversion $(etcd --version 2>/dev/null | head -n1)"
 for k in kube-apiserver kube-controller-manager kube-scheduler; do
@@ -127,7 +140,10 @@ for a in "$@"; do
        s=$(systemctl show "$u" -p ActiveState -p MainPID -p UnitFileState 2>/dev/null | tr '\n' ' ')
        echo "unit $u $s" ;;
   f:*) p=${a#f:}
-       if [ -f "$p" ]; then echo "file $p $(sha256sum "$p" | cut -d' ' -f1) $(stat -c '%a %U %G' "$p")"; fi ;;
+       if [ -f "$p" ]; then
+         echo "file $p $(sha256sum "$p" | cut -d' ' -f1) $(stat -c '%a %U %G' "$p")"
+         head -n 3 "$p" | grep -q 'Managed by hactl' || echo "foreign $p"
+       fi ;;
   b:*) b=${a#b:}; w=$(command -v "$b" 2>/dev/null) && echo "bin $b $w" ;;
   esac
 done
@@ -217,6 +233,18 @@ pub fn parse(text: &str) -> HostFacts {
             "etcduser" => f.etcd_user = true,
             "members" => f.members = serde_json::from_str(&rest.join(" ")).ok(),
             "etcdversion" => f.etcd_version = Some(rest.join(" ")),
+            "status" => {
+                f.etcd_status =
+                    serde_json::from_str::<Vec<crate::etcd::health::EndpointStatus>>(&rest.join(" "))
+                        .ok()
+                        .and_then(|s| s.into_iter().next())
+                        .map(|s| s.status)
+            }
+            "etcdbinary" => {
+                if let Some((path, version)) = rest.split_first() {
+                    f.etcd_binaries.insert(path.to_string(), version.join(" "));
+                }
+            }
             "kubeversion" => {
                 if let Some((name, version)) = rest.split_first() {
                     f.kube_versions.insert(name.to_string(), version.join(" "));
@@ -239,6 +267,11 @@ pub fn parse(text: &str) -> HostFacts {
                         }
                     }
                     f.units.insert(name.to_string(), u);
+                }
+            }
+            "foreign" => {
+                if let Some(path) = rest.first() {
+                    f.foreign.insert(path.to_string());
                 }
             }
             "file" => {
@@ -282,7 +315,9 @@ mod tests {
 listen 22 sshd\nlisten 2379 etcd\nfree 52428800000\nmember yes\netcdversion etcd Version: 3.5.16\n\
 unit etcd.service ActiveState=active MainPID=412 UnitFileState=enabled \n\
 file /etc/hactl/pki/etcd/ca.crt 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 644 root root\n\
-bin etcd /usr/bin/etcd\nkubeversion kube-apiserver Kubernetes v1.31.4\naddr lo 127.0.0.1/8\naddr host0 10.0.0.21/24\naddr host0 fe80::1/64\n";
+bin etcd /usr/bin/etcd\netcdbinary /usr/local/bin/etcd etcd Version: 3.5.16\n\
+status [{\"Endpoint\":\"https://127.0.0.1:2379\",\"Status\":{\"header\":{\"cluster_id\":1,\"member_id\":7,\"revision\":5,\"raft_term\":2},\"version\":\"3.4.23\",\"dbSize\":20480,\"leader\":7,\"raftIndex\":9,\"raftTerm\":2}}]\n\
+kubeversion kube-apiserver Kubernetes v1.31.4\naddr lo 127.0.0.1/8\naddr host0 10.0.0.21/24\naddr host0 fe80::1/64\n";
         let f = parse(text);
         assert_eq!(f.interface_of("10.0.0.21".parse().unwrap()), Some("host0"));
         assert_eq!(f.interface_of("fe80::1".parse().unwrap()), Some("host0"));
@@ -303,6 +338,12 @@ bin etcd /usr/bin/etcd\nkubeversion kube-apiserver Kubernetes v1.31.4\naddr lo 1
         assert_eq!((file.mode, file.owner.as_str()), (0o644, "root"));
         assert_eq!(f.binaries["etcd"], "/usr/bin/etcd");
         assert_eq!(f.kube_versions["kube-apiserver"], "Kubernetes v1.31.4");
+        assert_eq!(f.etcd_binaries["/usr/local/bin/etcd"], "etcd Version: 3.5.16");
+        let status = f.etcd_status.unwrap();
+        assert_eq!(
+            (status.version.as_str(), status.header.member_id, status.leader),
+            ("3.4.23", 7, 7)
+        );
     }
 
     #[test]

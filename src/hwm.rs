@@ -12,7 +12,8 @@ use crate::state::StateDir;
 
 /// The copy on each host.
 pub const HOST_PATH: &str = "/var/lib/hactl/hwm.json";
-const FILE: &str = "hwm.json";
+/// The mark in the state directory.
+pub const FILE: &str = "hwm.json";
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

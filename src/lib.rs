@@ -25,6 +25,7 @@
 pub mod backup;
 pub mod binaries;
 pub mod bolt;
+pub mod certs;
 pub mod cli;
 pub mod commands;
 pub mod etcd;

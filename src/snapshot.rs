@@ -163,13 +163,21 @@ pub fn part_path(path: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Creates (truncating) a 0600 file.
+/// Creates a new 0600 file exclusively (`O_CREAT|O_EXCL|O_NOFOLLOW`): a symlink planted at
+/// `path` (to make hactl write a snapshot through it, or truncate what it points to) is refused,
+/// never followed, and nothing that exists is truncated. A leftover regular file (the `.part` of
+/// a crashed run) is removed first; removing a name never follows a link either.
 pub fn create_private(path: &Path) -> std::io::Result<fs_err::File> {
     use fs_err::os::unix::fs::OpenOptionsExt;
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if meta.file_type().is_file() {
+            fs_err::remove_file(path)?;
+        }
+    }
     fs_err::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .mode(0o600)
         .open(path)
 }
@@ -288,30 +296,125 @@ pub fn identity(state: &StateDir) -> Result<(age::x25519::Identity, String), Bun
     Ok((id, public))
 }
 
-/// Files of the PKI a restore onto fresh hosts needs: the CAs (certificate and key), the
-/// service-account key pair, and any encryption-at-rest configuration.
-pub fn bundle_files(pki_dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for rel in [
-        "etcd/ca.crt",
-        "etcd/ca.key",
-        "kubernetes/ca.crt",
-        "kubernetes/ca.key",
-        "front-proxy/ca.crt",
-        "front-proxy/ca.key",
-        "sa.key",
-        "sa.pub",
-        "kubernetes/sa.key",
-        "kubernetes/sa.pub",
-        "encryption-config.yaml",
-        "kubernetes/encryption-config.yaml",
-    ] {
-        let p = pki_dir.join(rel);
-        if p.is_file() {
-            out.push(p);
+/// What a restore onto new hosts needs, relative to the state directory: the CAs (certificate and
+/// key; every leaf is re-issued from them), the service-account key pair (tokens stay valid), the
+/// encryption-at-rest key (without it no Secret in any snapshot can be read), the VRRP password
+/// (balancers still running keep theirs), the etcd lineage token a recover wrote and the
+/// revision high-water mark. Not the age identity: it is what opens the bundle.
+pub const BUNDLE_FILES: &[&str] = &[
+    "pki/etcd/ca.crt",
+    "pki/etcd/ca.key",
+    "pki/kubernetes/ca.crt",
+    "pki/kubernetes/ca.key",
+    "pki/front-proxy/ca.crt",
+    "pki/front-proxy/ca.key",
+    "pki/sa.key",
+    "pki/sa.pub",
+    crate::kubernetes::secrets::ENCRYPTION_KEY,
+    crate::load_balancer::VRRP_PASSWORD_FILE,
+    crate::etcd::TOKEN_FILE,
+    crate::hwm::FILE,
+];
+
+/// The files of [`BUNDLE_FILES`] that exist in the state directory at `state_dir`.
+pub fn bundle_files(state_dir: &Path) -> Vec<PathBuf> {
+    BUNDLE_FILES
+        .iter()
+        .map(|rel| state_dir.join(rel))
+        .filter(|p| p.is_file())
+        .collect()
+}
+
+/// Writes the bundle of `state` (every [`BUNDLE_FILES`] entry it holds) to `path`, encrypted to
+/// the state directory's own identity; returns the names it holds.
+pub fn write_state_bundle(path: &Path, state: &StateDir) -> Result<Vec<String>, BundleError> {
+    let (id, _) = identity(state)?;
+    let files = bundle_files(&state.path);
+    write_bundle(path, &state.path, &files, &[id.to_public()])?;
+    Ok(files
+        .iter()
+        .map(|f| {
+            f.strip_prefix(&state.path)
+                .unwrap_or(f)
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect())
+}
+
+/// Why a bundle cannot be restored.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreBundleError {
+    #[error(transparent)]
+    Bundle(#[from] BundleError),
+    #[error("the bundle holds {name:?}, which is not a file hactl puts in a bundle: refusing to write it")]
+    UnknownEntry { name: String },
+    #[error(
+        "{path} already exists: restore into a fresh state directory (set spec.stateDir to a new \
+         path, or move the old directory aside)"
+    )]
+    Exists { path: PathBuf },
+    #[error("the bundle holds no CA: it is not a hactl backup bundle")]
+    NoCa,
+}
+
+/// Where a bundle entry goes in the state directory. Bundles written before the state-wide
+/// layout named PKI files relative to `pki/` (`etcd/ca.key`); those are mapped there.
+fn restore_name(name: &str) -> Option<&'static str> {
+    BUNDLE_FILES
+        .iter()
+        .copied()
+        .find(|rel| *rel == name || rel.strip_prefix("pki/").is_some_and(|r| r == name))
+}
+
+/// Restores a state directory from a bundle and the age identity that opens it: every file of
+/// the bundle, and the identity itself (so later bundles are encrypted to the same key). Writes
+/// nothing unless every entry is one hactl bundles and none of them exists yet in `state`.
+/// Returns the state-relative names written, the identity last.
+pub fn restore_bundle(
+    bundle: &Path,
+    identity_file: &Path,
+    state: &StateDir,
+) -> Result<Vec<String>, RestoreBundleError> {
+    let text = fs_err::read_to_string(identity_file).map_err(BundleError::Io)?;
+    let id = text
+        .lines()
+        .find(|l| l.starts_with("AGE-SECRET-KEY-"))
+        .and_then(|l| l.trim().parse::<age::x25519::Identity>().ok())
+        .ok_or_else(|| BundleError::BadIdentity {
+            path: identity_file.to_path_buf(),
+        })?;
+    let entries = open_bundle(bundle, &id)?;
+    let mut plan = Vec::new();
+    for (name, data) in entries {
+        let rel = restore_name(&name).ok_or(RestoreBundleError::UnknownEntry { name: name.clone() })?;
+        plan.push((rel, data));
+    }
+    if !plan.iter().any(|(rel, _)| rel.ends_with("ca.key")) {
+        return Err(RestoreBundleError::NoCa);
+    }
+    for rel in plan.iter().map(|(rel, _)| *rel).chain([IDENTITY_FILE]) {
+        let path = state.file(rel);
+        if path.exists() {
+            return Err(RestoreBundleError::Exists { path });
         }
     }
-    out
+    let mut written = Vec::new();
+    for (rel, data) in &plan {
+        // Certificates and public keys as pki::ensure writes them; everything else is a secret.
+        let mode = if rel.ends_with(".crt") || rel.ends_with(".pub") {
+            0o644
+        } else {
+            0o600
+        };
+        state.write_file(rel, data, mode).map_err(BundleError::State)?;
+        written.push(rel.to_string());
+    }
+    state
+        .write_secret(IDENTITY_FILE, text.as_bytes())
+        .map_err(BundleError::State)?;
+    written.push(IDENTITY_FILE.to_string());
+    Ok(written)
 }
 
 /// Writes `<path>` as an age file encrypted to `recipients`, holding a tar of `files` (named
@@ -473,7 +576,7 @@ mod tests {
         let secret = b"-----BEGIN PRIVATE KEY-----\nsecret-key-material\n";
         fs_err::write(pki.join("ca.key"), secret).unwrap();
         fs_err::write(pki.join("ca.crt"), b"cert").unwrap();
-        let files = bundle_files(&state.file("pki"));
+        let files = bundle_files(&state.path);
         assert_eq!(files.len(), 2);
         let (id, public) = identity(&state).unwrap();
         assert!(public.starts_with("age1"));
@@ -485,7 +588,7 @@ mod tests {
         // The same identity is read back.
         assert_eq!(identity(&state).unwrap().1, public);
         let out = tmp.path().join("b.age");
-        write_bundle(&out, &state.file("pki"), &files, &[id.to_public()]).unwrap();
+        write_state_bundle(&out, &state).unwrap();
         let sealed = fs_err::read(&out).unwrap();
         assert!(
             !sealed.windows(secret.len()).any(|w| w == secret),
@@ -493,8 +596,173 @@ mod tests {
         );
         let opened = open_bundle(&out, &id).unwrap();
         let names: Vec<&str> = opened.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["etcd/ca.crt", "etcd/ca.key"]);
+        assert_eq!(names, ["pki/etcd/ca.crt", "pki/etcd/ca.key"]);
         assert_eq!(opened[1].1, secret);
         assert!(open_bundle(&out, &age::x25519::Identity::generate()).is_err());
+    }
+
+    /// A state directory as `up` leaves it for a cluster with Kubernetes and load balancers,
+    /// plus what a restore does not need (leaves, known_hosts, locks, journals, snapshots).
+    fn full_state(dir: &Path) -> StateDir {
+        let state = StateDir::open(dir).unwrap();
+        for rel in BUNDLE_FILES {
+            state
+                .write_secret(rel, format!("content of {rel}\n").as_bytes())
+                .unwrap();
+        }
+        for rel in [
+            "pki/etcd/server-cp1.key",
+            "pki/kubernetes/admin.key",
+            "known_hosts",
+            "runs/r1.jsonl",
+            "backups/lab-20250101T000000Z.db",
+        ] {
+            state.write_secret(rel, b"not needed").unwrap();
+        }
+        state
+    }
+
+    #[test]
+    fn a_bundle_holds_everything_a_restore_onto_new_hosts_needs_and_nothing_else() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = full_state(&tmp.path().join("s"));
+        let (id, _) = identity(&state).unwrap();
+        let out = tmp.path().join("b.age");
+        let listed = write_state_bundle(&out, &state).unwrap();
+        let opened = open_bundle(&out, &id).unwrap();
+        let names: Vec<&str> = opened.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, BUNDLE_FILES);
+        assert_eq!(listed, BUNDLE_FILES);
+        for must in [
+            "kubernetes/encryption-key",
+            "vrrp-password",
+            "pki/sa.key",
+            "pki/sa.pub",
+            "pki/etcd/ca.key",
+            "pki/kubernetes/ca.key",
+            "pki/front-proxy/ca.key",
+        ] {
+            assert!(names.contains(&must), "{must} missing from {names:?}");
+        }
+        assert!(
+            !names.contains(&IDENTITY_FILE),
+            "the identity must not travel in the bundle"
+        );
+        for (name, data) in &opened {
+            assert_eq!(data, format!("content of {name}\n").as_bytes());
+        }
+    }
+
+    #[test]
+    fn restore_bundle_rebuilds_a_fresh_state_directory_that_bundles_the_same() {
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let old = full_state(&tmp.path().join("old"));
+        let out = tmp.path().join("b.age");
+        write_state_bundle(&out, &old).unwrap();
+        // The operator kept a copy of the identity apart from the state directory.
+        let kept = tmp.path().join("identity.txt");
+        fs_err::copy(old.file(IDENTITY_FILE), &kept).unwrap();
+
+        let fresh = StateDir::open(&tmp.path().join("new")).unwrap();
+        let written = restore_bundle(&out, &kept, &fresh).unwrap();
+        assert_eq!(written.len(), BUNDLE_FILES.len() + 1);
+        for rel in BUNDLE_FILES {
+            assert_eq!(
+                fs_err::read(fresh.file(rel)).unwrap(),
+                fs_err::read(old.file(rel)).unwrap(),
+                "{rel}"
+            );
+        }
+        assert_eq!(
+            fs_err::metadata(fresh.file("kubernetes/encryption-key"))
+                .unwrap()
+                .mode()
+                & 0o777,
+            0o600
+        );
+        assert_eq!(
+            fs_err::metadata(fresh.file("pki/etcd/ca.crt")).unwrap().mode() & 0o777,
+            0o644
+        );
+        assert!(!fresh.file("known_hosts").exists() && !fresh.file("pki/etcd/server-cp1.key").exists());
+        // The same identity: the next bundle opens with the kept copy.
+        assert_eq!(identity(&fresh).unwrap().1, identity(&old).unwrap().1);
+
+        // Restoring again over it is refused, and writes nothing.
+        let before = fs_err::read(fresh.file("vrrp-password")).unwrap();
+        let err = restore_bundle(&out, &kept, &fresh).unwrap_err().to_string();
+        assert!(
+            err.contains("already exists: restore into a fresh state directory"),
+            "{err}"
+        );
+        assert_eq!(fs_err::read(fresh.file("vrrp-password")).unwrap(), before);
+
+        // Another identity does not open it.
+        let other = tmp.path().join("other.txt");
+        {
+            use age::secrecy::ExposeSecret;
+            fs_err::write(
+                &other,
+                age::x25519::Identity::generate().to_string().expose_secret(),
+            )
+            .unwrap();
+        }
+        let empty = StateDir::open(&tmp.path().join("empty")).unwrap();
+        assert!(restore_bundle(&out, &other, &empty).is_err());
+        assert!(!empty.file("pki").exists());
+    }
+
+    #[test]
+    fn restore_bundle_refuses_entries_it_did_not_put_there() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir::open(&tmp.path().join("s")).unwrap();
+        let (id, _) = identity(&state).unwrap();
+        let evil = tmp.path().join("evil");
+        fs_err::write(&evil, b"x").unwrap();
+        let out = tmp.path().join("b.age");
+        // Anyone with the public key can make a bundle: names are checked against the list.
+        write_bundle(&out, tmp.path(), &[evil], &[id.to_public()]).unwrap();
+        let fresh = StateDir::open(&tmp.path().join("new")).unwrap();
+        let err = restore_bundle(&out, &state.file(IDENTITY_FILE), &fresh)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "the bundle holds \"evil\", which is not a file hactl puts in a bundle: refusing to write it"
+        );
+    }
+
+    #[test]
+    fn a_part_file_is_created_exclusively_and_never_through_a_symlink() {
+        let tmp = tempfile::tempdir().unwrap();
+        let target = tmp.path().join("victim");
+        fs_err::write(&target, b"precious").unwrap();
+        let part = part_path(&tmp.path().join("lab-20250101T000000Z.db"));
+        std::os::unix::fs::symlink(&target, &part).unwrap();
+        let err = create_private(&part).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::AlreadyExists, "{err}");
+        assert_eq!(fs_err::read(&target).unwrap(), b"precious");
+        // A dangling link is not followed either (it would create the file it names).
+        let dangling = part_path(&tmp.path().join("other.db"));
+        std::os::unix::fs::symlink(tmp.path().join("created-through-link"), &dangling).unwrap();
+        assert!(create_private(&dangling).is_err());
+        assert!(!tmp.path().join("created-through-link").exists());
+        // A regular leftover of a crashed run is replaced by a new, empty 0600 file.
+        let stale = part_path(&tmp.path().join("stale.db"));
+        fs_err::write(&stale, b"half a snapshot").unwrap();
+        drop(create_private(&stale).unwrap());
+        use std::os::unix::fs::MetadataExt;
+        let meta = fs_err::metadata(&stale).unwrap();
+        assert_eq!((meta.len(), meta.mode() & 0o777), (0, 0o600));
+    }
+
+    #[test]
+    fn bundles_from_before_the_state_wide_layout_still_restore() {
+        assert_eq!(restore_name("etcd/ca.key"), Some("pki/etcd/ca.key"));
+        assert_eq!(restore_name("sa.key"), Some("pki/sa.key"));
+        assert_eq!(restore_name("pki/sa.key"), Some("pki/sa.key"));
+        assert_eq!(restore_name("../etc/passwd"), None);
+        assert_eq!(restore_name("backup-identity.txt"), None);
     }
 }

@@ -24,8 +24,10 @@ pub enum StateError {
     #[error("state directory {path} is not a directory: move it aside or set spec.stateDir")]
     NotADirectory { path: PathBuf },
     #[error(
-        "state directory {path} has mode {mode:03o}, so other users can reach its keys: \
-         run `chmod 700 {path}`"
+        "state directory {path} has mode {mode:03o}, so other users can reach its keys: give \
+         hactl a directory of its own (set spec.stateDir or --state-dir to a new path such as \
+         {path}/hactl, which hactl creates 0700); change this directory's mode only if it holds \
+         nothing but hactl's state"
     )]
     TooOpen { path: PathBuf, mode: u32 },
     #[error(
@@ -343,10 +345,22 @@ mod tests {
         assert_eq!(
             err.to_string(),
             format!(
-                "state directory {p} has mode 750, so other users can reach its keys: \
-                 run `chmod 700 {p}`",
+                "state directory {p} has mode 750, so other users can reach its keys: give hactl \
+                 a directory of its own (set spec.stateDir or --state-dir to a new path such as \
+                 {p}/hactl, which hactl creates 0700); change this directory's mode only if it \
+                 holds nothing but hactl's state",
                 p = path.display()
             )
+        );
+        // A shared directory like /tmp (1777) is never told to become 0700.
+        let tmpdir = tmp.path().join("tmp");
+        fs_err::create_dir(&tmpdir).unwrap();
+        fs_err::set_permissions(&tmpdir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let shared = StateDir::open(&tmpdir).unwrap_err().to_string();
+        assert!(!shared.contains("chmod 700"), "{shared}");
+        assert!(
+            shared.contains(&format!("such as {}/hactl", tmpdir.display())),
+            "{shared}"
         );
     }
 

@@ -8,7 +8,7 @@ mod lab_support;
 
 use std::path::Path;
 
-use cli_support::{status_json, up_ok};
+use cli_support::{hactl, status_json, text, up_ok};
 use lab_support::TestLab;
 
 const DIR: &str = "/var/lib/etcd-backups";
@@ -244,4 +244,94 @@ fn snapshot_save_reads_the_status_etcdutl_reports_for_the_same_file() {
         "{}",
         cli_support::text(&out)
     );
+}
+
+/// Sets `spec.etcd.dataDir` in the lab's inventory (which has an `etcd` section already).
+fn set_data_dir(inventory: &Path, dir: &str) {
+    let text = std::fs::read_to_string(inventory).unwrap();
+    let after = text.split_once("\nspec:\n").expect("a spec section").1;
+    let indent: String = after.chars().take_while(|c| *c == ' ').collect();
+    let section = format!("\n{indent}etcd:\n");
+    assert!(text.contains(&section), "no etcd section in:\n{text}");
+    let block = format!("{section}{indent}{indent}dataDir: {dir}\n");
+    std::fs::write(inventory, text.replacen(&section, &block, 1)).unwrap();
+}
+
+/// `stat -c '%a %U'` of `path` on `host`.
+fn mode_owner(lab: &TestLab, host: &str, path: &str) -> String {
+    lab.exec_ok(host, &["stat", "-c", "%a %U", path])
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn directories_that_hold_the_hosts_own_files_are_refused_and_left_as_they_were() {
+    let Some(lab) = TestLab::up("dirs_refused", 3, 0, 0, "trixie") else {
+        return;
+    };
+    let inv = lab.inventory();
+    // cp2's data dir already holds a file that is not etcd's; cp1 and cp3 have none yet.
+    lab.exec_ok(
+        "cp2",
+        &[
+            "sh",
+            "-c",
+            "mkdir -p -m 755 /srv/etcd && echo keep > /srv/etcd/precious",
+        ],
+    );
+    set_data_dir(inv, "/srv/etcd");
+    let out = hactl(&["up", "-i", inv.to_str().unwrap(), "--yes"]);
+    assert!(
+        !out.status.success(),
+        "up took a directory holding the host's files:\n{}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains(
+            "refusing to take /srv/etcd as etcd's data dir: it holds files but no etcd member/ (precious)"
+        ),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        mode_owner(&lab, "cp2", "/srv/etcd"),
+        "755 root",
+        "the refused dir was changed"
+    );
+    assert_eq!(lab.exec_ok("cp2", &["cat", "/srv/etcd/precious"]).trim(), "keep");
+
+    // Emptied, the same directory is taken, and a second `up` (now holding member/) is fine.
+    lab.exec_ok("cp2", &["mv", "/srv/etcd/precious", "/root/precious"]);
+    up_ok(inv);
+    assert_eq!(mode_owner(&lab, "cp2", "/srv/etcd"), "700 etcd");
+    assert_eq!(lab.exec_ok("cp2", &["test", "-d", "/srv/etcd/member"]), "");
+
+    // The backup timer refuses a backup dir holding the host's own files, and leaves it alone.
+    let (_, s) = status_json(inv);
+    let leader = s["leader"].as_str().unwrap().to_string();
+    lab.exec_ok(
+        &leader,
+        &[
+            "sh",
+            "-c",
+            &format!("mkdir -p -m 755 {DIR} && echo keep > {DIR}/notes.txt"),
+        ],
+    );
+    let run = lab.exec(&leader, &["systemctl", "start", "hactl-etcd-backup.service"]);
+    assert!(
+        !run.status.success(),
+        "{leader}: the backup ran into a foreign directory"
+    );
+    let log = lab.exec_ok(
+        &leader,
+        &["journalctl", "-u", "hactl-etcd-backup.service", "--no-pager"],
+    );
+    assert!(
+        log.contains(&format!(
+            "refusing {DIR}: it holds files that are not snapshots (notes.txt)"
+        )),
+        "{leader}: {log}"
+    );
+    assert_eq!(mode_owner(&lab, &leader, DIR), "755 root");
+    assert!(snapshots(&lab, &leader).is_empty());
 }

@@ -309,7 +309,112 @@ fn bad_inventories_report_every_problem_with_its_place() {
         (
             "root data dir",
             edit(&[("  kubernetes:\n", "  etcd:\n    dataDir: /\n  kubernetes:\n")]),
-            vec!["lab.yaml: etcd.dataDir: the root directory cannot hold etcd's data: use e.g. /var/lib/etcd".into()],
+            vec!["lab.yaml: etcd.dataDir: \"/\" is the system directory /: hactl creates, chmods and moves this directory aside, so give it one of its own, e.g. /var/lib/etcd".into()],
+        ),
+        (
+            "data dir /. (a trailing . that path parsing drops)",
+            edit(&[("  kubernetes:\n", "  etcd:\n    dataDir: /.\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.dataDir: \"/.\" has a '.', '..' or empty segment: write the directory plainly, e.g. /var/lib/etcd".into()],
+        ),
+        (
+            "data dir /etc",
+            edit(&[("  kubernetes:\n", "  etcd:\n    dataDir: /etc\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.dataDir: \"/etc\" is the system directory /etc: hactl creates, chmods and moves this directory aside, so give it one of its own, e.g. /var/lib/etcd".into()],
+        ),
+        (
+            "data dir /var/lib/ (normalised before comparing)",
+            edit(&[("  kubernetes:\n", "  etcd:\n    dataDir: /var/lib/\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.dataDir: \"/var/lib/\" is the system directory /var/lib: hactl creates, chmods and moves this directory aside, so give it one of its own, e.g. /var/lib/etcd".into()],
+        ),
+        (
+            "data dir /usr",
+            edit(&[("  kubernetes:\n", "  etcd:\n    dataDir: /usr\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.dataDir: \"/usr\" is the system directory /usr: hactl creates, chmods and moves this directory aside, so give it one of its own, e.g. /var/lib/etcd".into()],
+        ),
+        (
+            "data dir /boot",
+            edit(&[("  kubernetes:\n", "  etcd:\n    dataDir: /boot\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.dataDir: \"/boot\" is the system directory /boot: hactl creates, chmods and moves this directory aside, so give it one of its own, e.g. /var/lib/etcd".into()],
+        ),
+        (
+            "data dir /home",
+            edit(&[("  kubernetes:\n", "  etcd:\n    dataDir: /home\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.dataDir: \"/home\" is the system directory /home: hactl creates, chmods and moves this directory aside, so give it one of its own, e.g. /var/lib/etcd".into()],
+        ),
+        (
+            "data dir /root",
+            edit(&[("  kubernetes:\n", "  etcd:\n    dataDir: /root\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.dataDir: \"/root\" is the system directory /root: hactl creates, chmods and moves this directory aside, so give it one of its own, e.g. /var/lib/etcd".into()],
+        ),
+        (
+            "data dir /var",
+            edit(&[("  kubernetes:\n", "  etcd:\n    dataDir: /var\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.dataDir: \"/var\" is the system directory /var: hactl creates, chmods and moves this directory aside, so give it one of its own, e.g. /var/lib/etcd".into()],
+        ),
+        (
+            "data dir with an empty segment",
+            edit(&[("  kubernetes:\n", "  etcd:\n    dataDir: //etc\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.dataDir: \"//etc\" has a '.', '..' or empty segment: write the directory plainly, e.g. /var/lib/etcd".into()],
+        ),
+        (
+            "data dir with a . segment",
+            edit(&[("  kubernetes:\n", "  etcd:\n    dataDir: /var/./lib\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.dataDir: \"/var/./lib\" has a '.', '..' or empty segment: write the directory plainly, e.g. /var/lib/etcd".into()],
+        ),
+        (
+            "data dir with a .. segment",
+            edit(&[("  kubernetes:\n", "  etcd:\n    dataDir: /var/lib/etcd/..\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.dataDir: \"/var/lib/etcd/..\" has a '.', '..' or empty segment: write the directory plainly, e.g. /var/lib/etcd".into()],
+        ),
+        (
+            "data dir with a space",
+            edit(&[("  kubernetes:\n", "  etcd:\n    dataDir: '/var/lib/my etcd'\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.dataDir: \"/var/lib/my etcd\": use a plain absolute path (letters, digits, '/', '.', '_', '-'), e.g. /var/lib/etcd".into()],
+        ),
+        (
+            "data dir under /run",
+            edit(&[("  kubernetes:\n", "  etcd:\n    dataDir: /run/etcd\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.dataDir: \"/run/etcd\" is under /run, which does not keep files across reboots (or holds no files at all): use e.g. /var/lib/etcd".into()],
+        ),
+        (
+            "data dir under /proc",
+            edit(&[("  kubernetes:\n", "  etcd:\n    dataDir: /proc/etcd\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.dataDir: \"/proc/etcd\" is under /proc, which does not keep files across reboots (or holds no files at all): use e.g. /var/lib/etcd".into()],
+        ),
+        (
+            "backup dir /.",
+            edit(&[("  kubernetes:", "  backup:\n    dir: /.\n  kubernetes:")]),
+            vec!["lab.yaml: backup.dir: \"/.\" has a '.', '..' or empty segment: write the directory plainly, e.g. /var/lib/etcd-backups".into()],
+        ),
+        (
+            "backup dir /etc",
+            edit(&[("  kubernetes:", "  backup:\n    dir: /etc\n  kubernetes:")]),
+            vec!["lab.yaml: backup.dir: \"/etc\" is the system directory /etc: hactl creates, chmods and moves this directory aside, so give it one of its own, e.g. /var/lib/etcd-backups".into()],
+        ),
+        (
+            "backup dir /",
+            edit(&[("  kubernetes:", "  backup:\n    dir: /\n  kubernetes:")]),
+            vec!["lab.yaml: backup.dir: \"/\" is the system directory /: hactl creates, chmods and moves this directory aside, so give it one of its own, e.g. /var/lib/etcd-backups".into()],
+        ),
+        (
+            "backup dir /var/lib/",
+            edit(&[("  kubernetes:", "  backup:\n    dir: /var/lib/\n  kubernetes:")]),
+            vec!["lab.yaml: backup.dir: \"/var/lib/\" is the system directory /var/lib: hactl creates, chmods and moves this directory aside, so give it one of its own, e.g. /var/lib/etcd-backups".into()],
+        ),
+        (
+            "backup dir /tmp/x",
+            edit(&[("  kubernetes:", "  backup:\n    dir: /tmp/x\n  kubernetes:")]),
+            vec!["lab.yaml: backup.dir: \"/tmp/x\" is under /tmp, which does not keep files across reboots (or holds no files at all): use e.g. /var/lib/etcd-backups".into()],
+        ),
+        (
+            "backup dir inside the data dir",
+            edit(&[("  kubernetes:", "  backup:\n    dir: /var/lib/etcd/backups\n  kubernetes:")]),
+            vec!["lab.yaml: backup.dir: /var/lib/etcd/backups overlaps etcd.dataDir (/var/lib/etcd): keep snapshots in a directory of their own, e.g. /var/lib/etcd-backups".into()],
+        ),
+        (
+            "backup dir equal to the data dir",
+            edit(&[("  kubernetes:", "  backup:\n    dir: /var/lib/etcd/\n  kubernetes:")]),
+            vec!["lab.yaml: backup.dir: /var/lib/etcd overlaps etcd.dataDir (/var/lib/etcd): keep snapshots in a directory of their own, e.g. /var/lib/etcd-backups".into()],
         ),
         (
             "ports and timings",
@@ -343,6 +448,11 @@ fn bad_inventories_report_every_problem_with_its_place() {
             ],
         ),
         (
+            "renewal threshold",
+            format!("{GOOD}  pki:\n    certValidityDays: 30\n    renewBeforeDays: 30\n"),
+            vec!["lab.yaml: pki.renewBeforeDays: 30 days: use a positive number below certValidityDays (30), e.g. 30".into()],
+        ),
+        (
             "several problems at once, in order",
             edit(&[
                 ("apiVersion: hactl.io/v1alpha1", "apiVersion: hactl.io/v1"),
@@ -358,6 +468,56 @@ fn bad_inventories_report_every_problem_with_its_place() {
                 "lab.yaml: vip.address: equal to hosts[3].address".into(),
                 "lab.yaml: kubernetes.version: \"latest\" is not a version (use MAJOR.MINOR.PATCH, e.g. 1.31.4)".into(),
             ],
+        ),
+        (
+            "extraArgs overriding client-cert-auth",
+            edit(&[("  kubernetes:\n", "  etcd:\n    extraArgs: [--log-level=warn, --client-cert-auth=false]\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.extraArgs[1]: \"--client-cert-auth=false\": hactl sets --client-cert-auth itself, and etcd would take this later copy silently: remove it (hactl manages it)".into()],
+        ),
+        (
+            "extraArgs overriding data-dir and the initial cluster",
+            edit(&[("  kubernetes:\n", "  etcd:\n    extraArgs: [--data-dir=/tmp/x, --initial-cluster-state=new]\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.extraArgs[0]: \"--data-dir=/tmp/x\": hactl sets --data-dir itself, and etcd would take this later copy silently: remove it (set etcd.dataDir instead)".into(), "lab.yaml: etcd.extraArgs[1]: \"--initial-cluster-state=new\": hactl sets --initial-cluster-state itself, and etcd would take this later copy silently: remove it (hactl manages it)".into()],
+        ),
+        (
+            "extraArgs with %",
+            edit(&[("  kubernetes:\n", "  etcd:\n    extraArgs: ['--log-level=%H']\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.extraArgs[0]: \"--log-level=%H\" holds '%', which systemd's ExecStart would expand, unquote or split: write the value plainly (no %, $, quotes, ;, whitespace or trailing \\)".into()],
+        ),
+        (
+            "extraArgs with $",
+            edit(&[("  kubernetes:\n", "  etcd:\n    extraArgs: ['--log-level=$LEVEL']\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.extraArgs[0]: \"--log-level=$LEVEL\" holds '$', which systemd's ExecStart would expand, unquote or split: write the value plainly (no %, $, quotes, ;, whitespace or trailing \\)".into()],
+        ),
+        (
+            "extraArgs with a double quote",
+            edit(&[("  kubernetes:\n", "  etcd:\n    extraArgs: ['--log-level=\"warn\"']\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.extraArgs[0]: \"--log-level=\\\"warn\\\"\" holds '\"', which systemd's ExecStart would expand, unquote or split: write the value plainly (no %, $, quotes, ;, whitespace or trailing \\)".into()],
+        ),
+        (
+            "extraArgs with a single quote",
+            edit(&[("  kubernetes:\n", "  etcd:\n    extraArgs: [\"--log-level='warn'\"]\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.extraArgs[0]: \"--log-level='warn'\" holds '\\'', which systemd's ExecStart would expand, unquote or split: write the value plainly (no %, $, quotes, ;, whitespace or trailing \\)".into()],
+        ),
+        (
+            "extraArgs with ;",
+            edit(&[("  kubernetes:\n", "  etcd:\n    extraArgs: ['--log-level=warn;reboot']\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.extraArgs[0]: \"--log-level=warn;reboot\" holds ';', which systemd's ExecStart would expand, unquote or split: write the value plainly (no %, $, quotes, ;, whitespace or trailing \\)".into()],
+        ),
+        (
+            "extraArgs with a space",
+            edit(&[("  kubernetes:\n", "  etcd:\n    extraArgs: ['--log-level=warn --auto-tls']\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.extraArgs[0]: \"--log-level=warn --auto-tls\" holds ' ', which systemd's ExecStart would expand, unquote or split: write the value plainly (no %, $, quotes, ;, whitespace or trailing \\)".into()],
+        ),
+        (
+            "extraArgs with a trailing backslash",
+            edit(&[("  kubernetes:\n", "  etcd:\n    extraArgs: ['--log-level=warn\\']\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.extraArgs[0]: \"--log-level=warn\\\\\" ends in a backslash, which would join the next line of the unit: remove it".into()],
+        ),
+        (
+            "extraArgs that are not flags",
+            edit(&[("  kubernetes:\n", "  etcd:\n    extraArgs: [log-level=warn, ---x, --]\n  kubernetes:\n")]),
+            vec!["lab.yaml: etcd.extraArgs[0]: \"log-level=warn\" is not a flag: write --name=value".into(), "lab.yaml: etcd.extraArgs[1]: \"---x\" is not a flag: write --name=value".into(), "lab.yaml: etcd.extraArgs[2]: \"--\" is not a flag: write --name=value".into()],
         ),
         (
             "backup interval that is not a time span",
@@ -377,12 +537,12 @@ fn bad_inventories_report_every_problem_with_its_place() {
         (
             "relative backup dir",
             edit(&[("  kubernetes:", "  backup:\n    dir: backups\n  kubernetes:")]),
-            vec!["lab.yaml: backup.dir: \"backups\" is not absolute: use e.g. /var/lib/etcd-backups".into()],
+            vec!["lab.yaml: backup.dir: \"backups\" is not an absolute path: write one, e.g. /var/lib/etcd-backups".into()],
         ),
         (
             "backup dir with a space and ..",
             edit(&[("  kubernetes:", "  backup:\n    dir: /var/../my backups\n  kubernetes:")]),
-            vec!["lab.yaml: backup.dir: \"/var/../my backups\": use a plain absolute path of [A-Za-z0-9/._-] without `..`, e.g. /var/lib/etcd-backups".into()],
+            vec!["lab.yaml: backup.dir: \"/var/../my backups\": use a plain absolute path (letters, digits, '/', '.', '_', '-'), e.g. /var/lib/etcd-backups".into()],
         ),
     ];
 

@@ -485,16 +485,7 @@ fn rendered_example_configs_pass_haproxy_and_keepalived_checks() {
     // The certificates the config names: any valid PEMs do for a syntax check.
     let dir = tempfile::tempdir().unwrap();
     let pki = hactl::pki::ensure(dir.path(), &inv, time::OffsetDateTime::now_utc()).unwrap();
-    let check = pki.etcd_client(hactl::pki::EtcdClient::HealthCheck);
     let files = [
-        (
-            "/etc/hactl/pki/haproxy/etcd-ca.crt",
-            pki.etcd_ca_pem().to_string(),
-        ),
-        (
-            "/etc/hactl/pki/haproxy/etcd-healthcheck.pem",
-            format!("{}{}", check.cert_pem, check.key_pem.expose()),
-        ),
         (
             "/etc/hactl/pki/haproxy/kubernetes-ca.crt",
             pki.kubernetes_ca().unwrap().cert_pem.clone(),
@@ -583,7 +574,8 @@ fn stacked_load_balancers_share_hosts_with_etcd_without_port_clashes() {
             (format!("{vip}:2379"), "haproxy"),
             (format!("{ip}:2379"), "etcd"),
             ("127.0.0.1:2379".to_string(), "etcd"),
-            (format!("{ip}:8404"), "haproxy"),
+            ("127.0.0.1:8404".to_string(), "haproxy"),
+            (format!("{ip}:2381"), "etcd"),
         ] {
             assert!(
                 listening
@@ -618,5 +610,139 @@ fn stacked_load_balancers_share_hosts_with_etcd_without_port_clashes() {
             .put_get("hactl-test/stacked", "two")
             .is_ok_and(|v| v == "two")),
         "etcd is not served through the VIP after losing cp1"
+    );
+}
+
+/// `curl` on `host` with `args`: (exit code, stdout + stderr).
+fn curl(lab: &TestLab, host: &str, args: &[&str]) -> (i32, String) {
+    let mut argv = vec!["curl", "-sS", "--max-time", "5"];
+    argv.extend_from_slice(args);
+    let out = lab.exec(host, &argv);
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+#[test]
+fn load_balancers_hold_no_etcd_credential_and_still_mark_members_up_and_down() {
+    let name = "load_balancers_hold_no_etcd_credential_and_still_mark_members_up_and_down";
+    let Some(lab) = TestLab::up(name, 3, 1, 0, "trixie") else {
+        return;
+    };
+    // As an earlier hactl left it: an etcd client key for HAProxy's checks on the balancer.
+    lab.exec_ok(
+        "lb1",
+        &[
+            "sh",
+            "-c",
+            "mkdir -p /etc/hactl/pki/haproxy && echo old > /etc/hactl/pki/haproxy/etcd-healthcheck.pem",
+        ],
+    );
+    up(&lab);
+    let inv = lab.inventory().to_str().unwrap();
+    let plan = hactl(&["plan", "-i", inv]);
+    assert_eq!(String::from_utf8_lossy(&plan.stdout).trim(), "no changes");
+
+    // No private key and no etcd CA on the balancer: it holds nothing etcd would accept.
+    let keys = lab.exec_ok(
+        "lb1",
+        &[
+            "sh",
+            "-c",
+            "grep -rl 'PRIVATE KEY' /etc/hactl /etc/haproxy 2>/dev/null || true",
+        ],
+    );
+    assert_eq!(keys.trim(), "", "private keys on the balancer");
+    let left = lab.exec(
+        "lb1",
+        &["test", "-e", "/etc/hactl/pki/haproxy/etcd-healthcheck.pem"],
+    );
+    assert!(!left.status.success(), "the old health-check key was left on lb1");
+    // The distribution's haproxy.cfg, overwritten for the first time, was kept.
+    let orig = lab.exec_ok("lb1", &["cat", "/etc/haproxy/haproxy.cfg.hactl-orig"]);
+    assert!(
+        orig.contains("global") && !orig.contains("Managed by hactl"),
+        "{orig}"
+    );
+
+    // What the balancer can do: ask /health, plainly, on the metrics listener.
+    let cp1 = lab.ip("cp1").to_string();
+    let (code, body) = curl(&lab, "lb1", &[&format!("http://{cp1}:2381/health")]);
+    assert_eq!(code, 0, "{body}");
+    assert!(body.contains("\"health\":\"true\""), "{body}");
+    // What it cannot: a get or a put, neither on the client port (no certificate, so the TLS
+    // handshake is refused) nor through the metrics listener; nor TLS on the peer port.
+    let range = r#"{"key":"aGFjdGw="}"#;
+    let put = r#"{"key":"aGFjdGw=","value":"eA=="}"#;
+    for (what, args) in [
+        (
+            "get on 2379",
+            vec![
+                "-k".to_string(),
+                "-fd".into(),
+                range.into(),
+                format!("https://{cp1}:2379/v3/kv/range"),
+            ],
+        ),
+        (
+            "put on 2379",
+            vec![
+                "-k".to_string(),
+                "-fd".into(),
+                put.into(),
+                format!("https://{cp1}:2379/v3/kv/put"),
+            ],
+        ),
+        (
+            "get on 2381",
+            vec![
+                "-fd".to_string(),
+                range.into(),
+                format!("http://{cp1}:2381/v3/kv/range"),
+            ],
+        ),
+        (
+            "put on 2381",
+            vec![
+                "-fd".to_string(),
+                put.into(),
+                format!("http://{cp1}:2381/v3/kv/put"),
+            ],
+        ),
+        (
+            "peer port 2380",
+            vec!["-kf".to_string(), format!("https://{cp1}:2380/members")],
+        ),
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let (code, body) = curl(&lab, "lb1", &args);
+        assert_ne!(code, 0, "lb1 was allowed a {what}: {body}");
+    }
+
+    // Health checks still mark members DOWN and UP.
+    let up_now = |server: &str| server_status(&lab, "lb1", "etcd-client", server);
+    for s in ["cp1", "cp2", "cp3"] {
+        assert!(
+            eventually(Duration::from_secs(10), || up_now(s).ends_with(": UP")),
+            "{s}: {}",
+            up_now(s)
+        );
+    }
+    lab.exec_ok("cp2", &["systemctl", "stop", "etcd"]);
+    assert!(
+        eventually(Duration::from_secs(10), || up_now("cp2").ends_with(": DOWN")),
+        "{}",
+        up_now("cp2")
+    );
+    lab.exec_ok("cp2", &["systemctl", "start", "etcd"]);
+    assert!(
+        eventually(Duration::from_secs(20), || up_now("cp2").ends_with(": UP")),
+        "{}",
+        up_now("cp2")
     );
 }

@@ -33,6 +33,25 @@ fn haproxy_cfg_for_the_example_inventory() {
 }
 
 #[test]
+fn the_stats_page_listens_on_loopback_only_and_checks_need_no_etcd_certificate() {
+    let inv = example();
+    let cfg = hactl::phases::load_balancer::haproxy_cfg(inv.host("lb1").unwrap(), &inv).unwrap();
+    assert!(cfg.contains("    bind 127.0.0.1:8404\n"), "{cfg}");
+    assert!(
+        !cfg.contains(&format!("{}:8404", inv.host("lb1").unwrap().address)),
+        "{cfg}"
+    );
+    assert!(
+        cfg.contains("server cp1 10.0.0.11:2379 check port 2381\n"),
+        "{cfg}"
+    );
+    assert!(
+        !cfg.contains(" crt "),
+        "HAProxy presents a client certificate:\n{cfg}"
+    );
+}
+
+#[test]
 fn keepalived_conf_for_the_example_inventory() {
     let inv = example();
     insta::assert_snapshot!(
@@ -100,7 +119,10 @@ fn converged(fx: &Fixture) -> BTreeMap<String, HostFacts> {
     let first = plan(fx, &facts).unwrap();
     for phase in &first.phases {
         for hs in &phase.hosts {
-            let f = facts.get_mut(&hs.host).unwrap();
+            // The VIP is verified from an etcd host, which has no facts here.
+            let Some(f) = facts.get_mut(&hs.host) else {
+                continue;
+            };
             for step in &hs.steps {
                 if let Step::Upload(u) = step {
                     f.files.insert(
@@ -145,17 +167,28 @@ fn a_fresh_load_balancer_gets_everything_and_the_vip_is_verified() {
         "lb1: write /etc/sysctl.d/90-hactl-load-balancer.conf mode=0644",
         "lb1: run sudo -n -- sysctl -q -p /etc/sysctl.d/90-hactl-load-balancer.conf",
         "== Configure load balancers (one host at a time)",
-        "lb1: write /etc/hactl/pki/haproxy/etcd-healthcheck.pem mode=0600 owner=root:root",
         "lb1: write /etc/hactl/pki/haproxy/kubernetes-ca.crt mode=0644",
         "lb1: write /etc/keepalived/keepalived.conf mode=0600 owner=root:root",
         "lb1: run sudo -n -- haproxy -c -q -f /etc/haproxy/haproxy.cfg",
         "lb1: run sudo -n -- systemctl start haproxy.service",
         "lb2: run sudo -n -- systemctl start keepalived.service",
         "== Verify the VIP",
-        "lb1: wait up to 30s: etcd answers through the VIP (https://10.0.0.100:2379/health)",
+        "cp1: wait up to 30s: etcd answers through the VIP (https://10.0.0.100:2379/health)",
     ] {
         assert!(text.contains(line), "missing {line:?} in:\n{text}");
     }
+    // The load balancers get no etcd credential at all (no key, no etcd CA).
+    assert!(!text.contains("lb1: write /etc/hactl/pki/haproxy/etcd"), "{text}");
+    // keepalived.conf holds the 8-character VRRP password: its hash is not printed either, since
+    // it would allow an offline search of every password against the template.
+    let conf = text
+        .lines()
+        .find(|l| l.starts_with("lb1: write /etc/keepalived/keepalived.conf"))
+        .unwrap();
+    assert!(
+        conf.ends_with("sha256=withheld (the file holds a short secret)"),
+        "{conf}"
+    );
     // Only path, mode, owner, size and sha256 of secrets: no key, no VRRP password.
     assert!(
         !text.contains("PRIVATE KEY") && !text.contains(PASSWORD),
@@ -201,7 +234,11 @@ fn a_changed_haproxy_cfg_is_validated_and_reloaded_not_restarted() {
         ],
         "{text}"
     );
-    assert!(!text.contains("lb1:") || text.contains("lb1: wait up to 30s: etcd answers through the VIP"));
+    assert!(!text.contains("lb1:"), "{text}");
+    assert!(
+        text.contains("cp1: wait up to 30s: etcd answers through the VIP"),
+        "{text}"
+    );
     assert!(!text.contains("restart"), "{text}");
     assert!(!text.contains("keepalived.service"), "{text}");
 }
@@ -216,4 +253,29 @@ fn a_load_balancer_without_a_known_interface_is_refused_with_the_fix() {
         err,
         "lb2 has no interface with address 10.0.0.22, so keepalived cannot be told where to hold the VIP: set hosts[].interface for lb2 in the inventory"
     );
+}
+
+#[test]
+fn a_health_check_key_left_by_an_earlier_hactl_is_removed_after_the_reload() {
+    let fx = fixture();
+    let mut facts = converged(&fx);
+    for lb in ["lb1", "lb2"] {
+        let f = facts.get_mut(lb).unwrap();
+        f.files.insert(
+            "/etc/hactl/pki/haproxy/etcd-healthcheck.pem".into(),
+            f.files["/etc/haproxy/haproxy.cfg"].clone(),
+        );
+        // The earlier config named the key: a new one is written and reloaded first.
+        f.files.get_mut("/etc/haproxy/haproxy.cfg").unwrap().sha256 = "0".repeat(64);
+    }
+    let text = plan(&fx, &facts).unwrap().to_string();
+    for lb in ["lb1", "lb2"] {
+        let reload = format!("{lb}: run sudo -n -- systemctl reload haproxy.service");
+        let remove = format!("{lb}: run sudo -n -- rm -f /etc/hactl/pki/haproxy/etcd-healthcheck.pem");
+        let (r, d) = (text.find(&reload), text.find(&remove));
+        assert!(
+            r.is_some() && d.is_some() && r < d,
+            "{lb}: reload, then remove:\n{text}"
+        );
+    }
 }

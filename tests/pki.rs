@@ -78,6 +78,7 @@ fn inventory(members: usize, key_type: KeyType) -> Inventory {
             mode: KubernetesMode::Systemd,
         }),
         pki: PkiSpec {
+            renew_before_days: 30,
             key_type,
             ca_validity_days: 3650,
             cert_validity_days: 365,
@@ -152,7 +153,6 @@ fn ensure_creates_every_certificate_of_a_three_member_cluster() {
     expected.extend([
         "etcd/hactl-client",
         "etcd/apiserver-etcd-client",
-        "etcd/healthcheck-client",
         "kubernetes/apiserver-kubelet-client",
         "kubernetes/admin",
         "kubernetes/controller-manager",
@@ -201,7 +201,8 @@ fn etcd_server_and_peer_certs_name_their_host_and_serve_and_dial() {
             assert_eq!(sorted(&info.sans), sorted(&want), "{}", files.cert_path.display());
             assert_eq!(info.subject_cn, *h);
             assert_eq!(info.ext_key_usages, ["server_auth", "client_auth"]);
-            assert_eq!(info.key_usages, ["digital_signature", "key_encipherment"]);
+            // ECDSA: no Key Encipherment (RFC 5480).
+            assert_eq!(info.key_usages, ["digital_signature"]);
             assert!(!info.is_ca);
             assert_eq!(info.issuer_cn, "hactl etcd CA lab");
         }
@@ -213,7 +214,7 @@ fn etcd_server_and_peer_certs_name_their_host_and_serve_and_dial() {
 fn client_certs_have_the_expected_subjects_and_client_auth_only() {
     let dir = tempfile::tempdir().unwrap();
     let pki = ensure(dir.path(), &inventory(3, KeyType::EcdsaP256), NOW);
-    let cases: [(&CertFiles, &str, &[&str], &str); 8] = [
+    let cases: [(&CertFiles, &str, &[&str], &str); 7] = [
         (
             pki.etcd_client(EtcdClient::Hactl),
             "hactl",
@@ -223,12 +224,6 @@ fn client_certs_have_the_expected_subjects_and_client_auth_only() {
         (
             pki.etcd_client(EtcdClient::ApiServer),
             "kube-apiserver-etcd-client",
-            &[],
-            "hactl etcd CA lab",
-        ),
-        (
-            pki.etcd_client(EtcdClient::HealthCheck),
-            "kube-etcd-healthcheck-client",
             &[],
             "hactl etcd CA lab",
         ),
@@ -294,6 +289,7 @@ fn apiserver_certs_cover_the_vip_every_control_plane_host_and_the_service_ip() {
         "10.96.0.1",
         "localhost",
         "127.0.0.1",
+        "::1",
     ]);
     for h in ["cp1", "cp2", "cp3"] {
         let info = info(pki.apiserver(h).unwrap());
@@ -637,7 +633,9 @@ fn an_etcd_only_inventory_gets_only_the_etcd_pki() {
     inv.kubernetes = None;
     let pki = ensure(dir.path(), &inv, NOW);
     assert!(pki.entries.iter().all(|e| e.name.starts_with("etcd/")));
-    assert_eq!(pki.entries.len(), 1 + 5 * 2 + 3);
+    // The CA, a server and a peer certificate per member, hactl's and the apiserver's clients
+    // (no health-check client: the load balancers hold no etcd credential).
+    assert_eq!(pki.entries.len(), 1 + 5 * 2 + 2);
     assert!(pki.kubernetes_ca().is_none());
     assert!(pki.service_account_key().is_none());
     assert!(!dir.path().join("kubernetes").exists());
@@ -696,4 +694,54 @@ fn inspect_rejects_text_that_is_not_a_certificate() {
     let dir = tempfile::tempdir().unwrap();
     let pki = ensure(dir.path(), &inventory(1, KeyType::EcdsaP256), NOW);
     assert!(pki::inspect(pki.etcd_ca().key_pem.expose()).is_err());
+}
+
+/// The `pathLenConstraint` of a certificate's basic constraints (`None`: unconstrained or absent).
+fn path_len(pem: &str) -> (bool, Option<u32>) {
+    let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap();
+    let (_, cert) = x509_parser::parse_x509_certificate(&block.contents).unwrap();
+    let bc = cert
+        .basic_constraints()
+        .unwrap()
+        .expect("basic constraints")
+        .value;
+    (bc.ca, bc.path_len_constraint)
+}
+
+#[test]
+fn cas_sign_leaves_only_with_path_length_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = ensure(dir.path(), &inventory(3, KeyType::EcdsaP256), NOW);
+    for ca in ["etcd/ca.crt", "kubernetes/ca.crt", "front-proxy/ca.crt"] {
+        let pem = fs_err::read_to_string(dir.path().join(ca)).unwrap();
+        assert_eq!(path_len(&pem), (true, Some(0)), "{ca}");
+    }
+    drop(pki);
+}
+
+#[test]
+fn ecdsa_leaves_only_sign_and_rsa_leaves_may_also_encipher_keys() {
+    for (key_type, want) in [
+        (KeyType::EcdsaP256, vec!["digital_signature"]),
+        (KeyType::Rsa2048, vec!["digital_signature", "key_encipherment"]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = ensure(dir.path(), &inventory(3, key_type), NOW);
+        let leaves = [
+            pki.etcd_server("cp1").unwrap(),
+            pki.etcd_peer("cp1").unwrap(),
+            pki.etcd_client(EtcdClient::Hactl),
+            pki.apiserver("cp1").unwrap(),
+            pki.kubernetes_client(KubernetesClient::Admin).unwrap(),
+            pki.front_proxy_client().unwrap(),
+        ];
+        for files in leaves {
+            assert_eq!(
+                info(files).key_usages,
+                want,
+                "{key_type:?} {}",
+                files.cert_path.display()
+            );
+        }
+    }
 }

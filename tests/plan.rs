@@ -304,3 +304,112 @@ fn disabling_backups_disables_the_timer_and_keeps_the_files() {
     assert_eq!(cp1[1], "cp1: run systemctl daemon-reload");
     assert_eq!(cp1[2], "cp1: run systemctl restart hactl-etcd-backup.timer");
 }
+
+/// A converged 3-member cluster running etcd `running`, whose package now provides `installed`,
+/// with cp2 as the leader.
+fn upgrade_facts(inv: &Inventory, running: &str, installed: &str) -> BTreeMap<String, HostFacts> {
+    let fresh = fresh_facts(inv);
+    let plan = build(inv, &fresh).unwrap();
+    let list = members(inv, 3);
+    let mut facts = converged(&plan, fresh, &list);
+    for (i, h) in ["cp1", "cp2", "cp3"].iter().enumerate() {
+        let f = facts.get_mut(*h).unwrap();
+        f.etcd_binaries
+            .insert("/usr/bin/etcd".into(), format!("etcd Version: {installed}"));
+        let status = format!(
+            r#"{{"header":{{"cluster_id":2748,"member_id":{},"revision":7,"raft_term":2}},"version":"{running}","leader":101}}"#,
+            100 + i
+        );
+        f.etcd_status = Some(serde_json::from_str(&status).unwrap());
+    }
+    facts
+}
+
+#[test]
+fn an_etcd_upgrade_checks_the_binaries_then_rolls_followers_first_and_the_leader_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let inv = inventory(3, dir.path());
+    let facts = upgrade_facts(&inv, "3.4.23", "3.5.16");
+    let roll = build(&inv, &facts).unwrap();
+    assert!(roll.is_disruptive());
+    let text = redacted(&roll);
+    insta::assert_snapshot!(text);
+    let restarts: Vec<usize> = ["cp1", "cp3", "cp2"]
+        .iter()
+        .map(|h| {
+            text.find(&format!("{h}: run systemctl restart etcd.service"))
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        restarts.windows(2).all(|w| w[0] < w[1]),
+        "leader cp2 last: {text}"
+    );
+    // The binary check comes before the first restart.
+    assert!(text.find("reports etcd 3.5.16").unwrap() < restarts[0], "{text}");
+    // Running the declared version already: nothing to do.
+    let done = upgrade_facts(&inv, "3.5.16", "3.5.16");
+    assert!(build(&inv, &done).unwrap().is_empty());
+}
+
+#[test]
+fn a_package_that_is_not_the_declared_version_is_refused_before_any_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut inv = inventory(3, dir.path());
+    inv.etcd.version = Some(semver::Version::new(3, 5, 17));
+    let facts = upgrade_facts(&inv, "3.4.23", "3.5.16");
+    let err = build(&inv, &facts).unwrap_err();
+    assert!(err.is_refusal());
+    assert!(
+        err.to_string().starts_with("refused by rule U-binary: the etcd binary from the etcd-server package on cp1 is version 3.5.16, but the inventory declares etcd.version 3.5.17"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_minor_skip_and_a_downgrade_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let inv = inventory(3, dir.path());
+    let err = build(&inv, &upgrade_facts(&inv, "3.4.23", "3.6.1")).unwrap_err();
+    assert!(err.is_refusal());
+    assert!(
+        err.to_string()
+            .starts_with("refused by rule U-skip: cp1 runs etcd 3.4.23 and the target is 3.6.1"),
+        "{err}"
+    );
+    let err = build(&inv, &upgrade_facts(&inv, "3.5.16", "3.4.23")).unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("refused by rule U-downgrade: cp1 runs etcd 3.5.16 and the target is 3.4.23"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_bundle_binary_that_is_not_the_declared_version_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut inv = inventory(3, dir.path());
+    let facts = upgrade_facts(&inv, "3.4.23", "3.4.23");
+    inv.etcd.version = Some(semver::Version::new(3, 5, 16));
+    inv.etcd.source = hactl::inventory::BinarySource::Bundle {
+        dir: "/srv/etcd-3.5.17".into(),
+    };
+    let pki = hactl::pki::ensure(&inv.state_dir.join("pki"), &inv, fixed_now()).unwrap();
+    let mut view = EtcdView::from_facts(&inv, &facts).unwrap();
+    view.binary_version = Some(semver::Version::new(3, 5, 17));
+    let bins = hactl::binaries::LocalBinaries {
+        files: vec![("etcd".into(), b"etcd 3.5.17".to_vec())],
+        origin: "bundle /srv/etcd-3.5.17".into(),
+    };
+    let ctx = Ctx {
+        inv: &inv,
+        pki: &pki,
+        facts: &facts,
+        etcd: &view,
+        binaries: Some(&bins),
+        kubernetes: None,
+        vrrp_password: None,
+    };
+    let err = phases::build(&hactl::commands::up::phases(), &ctx).unwrap_err();
+    assert_eq!(err.to_string(), "refused by rule U-binary: the etcd binary from bundle /srv/etcd-3.5.17 is version 3.5.17, but the inventory declares etcd.version 3.5.16; nothing was restarted: make bundle /srv/etcd-3.5.17 provide etcd 3.5.16 (a bundle: its binaries; a package: the version apt installs), or set etcd.version to 3.5.17, and run again");
+}

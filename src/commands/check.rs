@@ -45,6 +45,8 @@ pub fn ports_for(inv: &Inventory, host: &Host) -> Vec<(u16, &'static str)> {
     if host.has(Role::Etcd) {
         ports.push((inv.etcd.client_port, "etcd"));
         ports.push((inv.etcd.peer_port, "etcd"));
+        // The metrics listener: loopback always, the host address when balancers check it.
+        ports.push((crate::etcd::METRICS_PORT, "etcd"));
     }
     if host.has(Role::ControlPlane) && inv.kubernetes.is_some() {
         ports.push((6443, "kube-apiserver"));
@@ -421,6 +423,24 @@ mod tests {
         let (v, detail) = verdict(&rows, "ports");
         assert_eq!(v, Verdict::Pass, "{detail}");
         assert!(detail.contains("2379 by etcd+haproxy"), "{detail}");
+    }
+
+    #[test]
+    fn a_foreign_process_on_the_etcd_metrics_port_fails() {
+        // The load balancers' health checks ask etcd's metrics listener on 2381.
+        let inv = stacked();
+        let mut f = good_facts();
+        f.listeners
+            .entry(2381)
+            .or_default()
+            .insert("node_exporter".to_string());
+        let rows = evaluate(&inv, &inv.hosts[0], Ok(&f), f.time_ns);
+        let (v, detail) = verdict(&rows, "ports");
+        assert_eq!(v, Verdict::Fail);
+        assert_eq!(
+            detail,
+            "2381 held by node_exporter (hactl needs it for etcd): stop that service or move it"
+        );
     }
 
     #[test]

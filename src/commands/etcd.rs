@@ -37,6 +37,15 @@ pub async fn save(args: &SnapshotSaveArgs) -> anyhow::Result<i32> {
     Ok(crate::exit::OK)
 }
 
+/// `hactl etcd snapshot restore-bundle`.
+pub fn restore_bundle(args: &crate::cli::SnapshotRestoreBundleArgs) -> anyhow::Result<i32> {
+    let (_, state) = super::load(&args.inventory)?;
+    for name in snapshot::restore_bundle(&args.bundle, &args.identity, &state)? {
+        println!("{}", state.file(name).display());
+    }
+    Ok(crate::exit::OK)
+}
+
 /// `hactl etcd snapshot verify`.
 pub async fn verify(args: &SnapshotVerifyArgs) -> anyhow::Result<i32> {
     let check =

@@ -3,6 +3,7 @@
 //!
 //! Invariant: `anyhow` with context lives here and in `main.rs` only.
 
+pub mod certs;
 pub mod check;
 pub mod etcd;
 pub mod etcd_maintenance;
@@ -52,9 +53,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Etcd(crate::cli::EtcdCommand::Snapshot(cmd)) => match cmd {
             crate::cli::SnapshotCommand::Save(args) => etcd::save(&args).await,
             crate::cli::SnapshotCommand::Verify(args) => etcd::verify(&args).await,
+            crate::cli::SnapshotCommand::RestoreBundle(args) => etcd::restore_bundle(&args),
         },
         Command::Etcd(crate::cli::EtcdCommand::Maintenance(args)) => etcd_maintenance::run(&args).await,
         Command::Recover(args) => recover::run(&args).await,
+        Command::Certs(crate::cli::CertsCommand::Check(args)) => certs::check(&args).await,
+        Command::Certs(crate::cli::CertsCommand::Renew(args)) => certs::renew(&args).await,
         Command::Lab(cmd) => {
             let Some(inventory) = lab::run(cmd).await? else {
                 return Ok(exit::OK);

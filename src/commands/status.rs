@@ -280,11 +280,20 @@ pub async fn gather(
         status.problems.extend(k.problems.iter().cloned());
         status.kubernetes = Some(k);
     }
-    for c in status.certificates.iter().filter(|c| c.days_left < 30) {
-        status.problems.push(format!(
-            "certificate {} expires in {} days: run `hactl up` to re-issue it",
-            c.name, c.days_left
-        ));
+    // The threshold `up` renews at (spec.pki.renewBeforeDays), so a warning means `up` is due.
+    let renew_before = i64::from(inv.pki.renew_before_days);
+    for c in status.certificates.iter().filter(|c| c.days_left < renew_before) {
+        status.problems.push(if c.name.ends_with("/ca") {
+            format!(
+                "CA certificate {} expires in {} days (pki.renewBeforeDays is {renew_before}): CAs are not renewed automatically; plan a CA rotation",
+                c.name, c.days_left
+            )
+        } else {
+            format!(
+                "certificate {} expires in {} days (pki.renewBeforeDays is {renew_before}): run `hactl certs renew {}` or `hactl up` to re-issue it",
+                c.name, c.days_left, c.name
+            )
+        });
     }
     if let Some(lb) = crate::load_balancer::status::gather(inv, state, connect).await {
         status.problems.extend(lb.problems.iter().cloned());

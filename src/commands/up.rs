@@ -75,8 +75,18 @@ pub async fn prepare_with(
     args: &UpArgs,
     wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
 ) -> anyhow::Result<Prepared> {
+    prepare_renewing(args, wrap, &[]).await
+}
+
+/// [`prepare_with`], re-issuing the leaves named in `renew` first (`hactl certs renew`): the
+/// plan then uploads them and restarts what reads them, as for any changed certificate.
+pub async fn prepare_renewing(
+    args: &UpArgs,
+    wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
+    renew: &[String],
+) -> anyhow::Result<Prepared> {
     let (inv, state) = super::load(&args.inventory)?;
-    prepare_loaded(inv, state, args, wrap).await
+    prepare_loaded_renewing(inv, state, args, wrap, renew).await
 }
 
 /// [`prepare_with`] for an inventory the command has loaded already.
@@ -86,8 +96,24 @@ pub async fn prepare_loaded(
     args: &UpArgs,
     wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
 ) -> anyhow::Result<Prepared> {
-    let pki = pki::ensure(&state.path.join("pki"), &inv, time::OffsetDateTime::now_utc())
-        .context("failed to prepare the cluster's certificates")?;
+    prepare_loaded_renewing(inv, state, args, wrap, &[]).await
+}
+
+/// [`prepare_loaded`], re-issuing the leaves named in `renew` first.
+pub async fn prepare_loaded_renewing(
+    inv: Inventory,
+    state: StateDir,
+    args: &UpArgs,
+    wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
+    renew: &[String],
+) -> anyhow::Result<Prepared> {
+    let pki = pki::ensure_renewing(
+        &state.path.join("pki"),
+        &inv,
+        time::OffsetDateTime::now_utc(),
+        renew,
+    )
+    .context("failed to prepare the cluster's certificates")?;
     for change in pki.report.iter().filter(|c| c.is_change()) {
         tracing::info!("pki: {change}");
     }
@@ -115,6 +141,11 @@ pub async fn prepare_loaded(
     )
     .await
     .context("failed to prepare the etcd binaries")?;
+    // The version the uploaded etcd will run, compared with etcd.version before any restart.
+    view.binary_version = binaries
+        .as_ref()
+        .and_then(|b| binaries::reported_version(b, "etcd", &state.path.join("downloads").join("run")))
+        .and_then(|v| crate::etcd::upgrade::parse(&v));
     let kubernetes = kubernetes_inputs(&inv, &state).await?;
     let vrrp_password = if inv.with_role(Role::LoadBalancer).is_empty() {
         None
@@ -131,7 +162,7 @@ pub async fn prepare_loaded(
         vrrp_password: vrrp_password.as_deref(),
     };
     let mut plan = match phases::build(&phases(), &ctx) {
-        Err(phases::PlanError::Kubernetes(e)) if e.is_refusal() => {
+        Err(e) if e.is_refusal() => {
             return Err(anyhow::Error::new(crate::exit::Refusal {
                 code: crate::exit::REFUSED,
                 message: e.to_string(),
@@ -259,10 +290,15 @@ pub async fn plan(args: &UpArgs) -> anyhow::Result<i32> {
 
 /// `hactl up`: converges the hosts on the inventory.
 pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
+    up_renewing(args, &[]).await
+}
+
+/// [`up`], re-issuing the leaves named in `renew` first (`hactl certs renew`).
+pub async fn up_renewing(args: &UpArgs, renew: &[String]) -> anyhow::Result<i32> {
     let started = Instant::now();
     let (inv, state) = super::load(&args.inventory)?;
     let _lock = state.lock("up").context("cannot start hactl up")?;
-    let prepared = prepare_loaded(inv, state, args, |t| t).await?;
+    let prepared = prepare_loaded_renewing(inv, state, args, |t| t, renew).await?;
     if let Some(path) = write_admin_kubeconfig(&prepared.inv, &prepared.state, &prepared.pki)? {
         tracing::info!("admin kubeconfig: {}", path.display());
     }
@@ -294,7 +330,8 @@ pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
     }
 }
 
-/// The etcd version installed on each etcd host before this run (`-` where none is).
+/// The etcd version installed on each etcd host before this run (`-` where none is), and the
+/// version each running member reports beside the declared one.
 pub fn versions_summary(p: &Prepared) -> String {
     let mut by_version: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     for h in p.inv.with_role(Role::Etcd) {
@@ -310,7 +347,28 @@ pub fn versions_summary(p: &Prepared) -> String {
         .iter()
         .map(|(v, hosts)| format!("{v} on {}", hosts.join(", ")))
         .collect();
-    format!("installed etcd: {}\n", parts.join("; "))
+    let mut running: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for h in p.inv.with_role(Role::Etcd) {
+        if let Some(s) = p.facts.get(&h.name).and_then(|f| f.etcd_status.as_ref()) {
+            running.entry(s.version.clone()).or_default().push(&h.name);
+        }
+    }
+    let running: Vec<String> = running
+        .iter()
+        .map(|(v, hosts)| format!("{v} on {}", hosts.join(", ")))
+        .collect();
+    let target = p
+        .inv
+        .etcd
+        .version
+        .as_ref()
+        .map(|v| format!(" (etcd.version {v})"))
+        .unwrap_or_default();
+    let mut out = format!("installed etcd: {}\n", parts.join("; "));
+    if !running.is_empty() {
+        out.push_str(&format!("running etcd: {}{target}\n", running.join("; ")));
+    }
+    out
 }
 
 /// One line per phase: its title and the hosts it touches.

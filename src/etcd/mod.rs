@@ -9,6 +9,7 @@ pub mod errors;
 pub mod health;
 pub mod safety;
 pub mod snapshot;
+pub mod upgrade;
 
 use serde::Deserialize;
 
@@ -27,7 +28,8 @@ pub const ETCDCTL_WRAPPER: &str = "/usr/local/sbin/hactl-etcdctl";
 pub const MEMBER_SCRIPT: &str = "/usr/local/sbin/hactl-etcd-member";
 /// Where release and bundle binaries go.
 pub const BIN_DIR: &str = "/usr/local/bin";
-/// etcd's metrics and plain `/health` listener, on loopback only.
+/// etcd's metrics and plain `/health` listener: on loopback, and on the member's address when
+/// load balancers health-check it (plain HTTP, no certificate; it serves no key).
 pub const METRICS_PORT: u16 = 2381;
 
 /// In the state directory: the token of the current lineage, written by `hactl recover`.
@@ -167,6 +169,24 @@ pub mod probe {
         Check::command(
             format!("every etcd member is healthy ({why})"),
             cluster_health(),
+            timeout,
+        )
+    }
+    /// The member's metrics (loopback, plain HTTP) name `MAJOR.MINOR` as the cluster version:
+    /// every member runs that minor and the leader has moved the cluster (and its stored
+    /// version) to it. bash's `/dev/tcp`, so hosts need no HTTP client.
+    pub fn cluster_version(major: u64, minor: u64) -> RemoteCommand {
+        let script = format!(
+            "exec 3<>/dev/tcp/127.0.0.1/{port} && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 \
+&& grep -q '^etcd_cluster_version{{cluster_version=\"{major}.{minor}\"}} 1' <&3",
+            port = super::METRICS_PORT
+        );
+        RemoteCommand::read_only(["bash", "-c", script.as_str()])
+    }
+    pub fn cluster_version_is(major: u64, minor: u64, timeout: Duration) -> Check {
+        Check::command(
+            format!("the etcd cluster version is {major}.{minor}"),
+            cluster_version(major, minor),
             timeout,
         )
     }

@@ -206,10 +206,8 @@ pub async fn take(
     let hwm_now = hwm::record(state, Hwm::now(status.revision, &cluster_id, "snapshot"))?;
     record_hwm_on_hosts(transports, &hwm_now).await;
     let bundle_name = if bundle {
-        let (id, _public) = snapshot::identity(state)?;
-        let files = snapshot::bundle_files(&state.file("pki"));
         let bundle_path = out_dir.join(format!("{stem}.bundle.age"));
-        snapshot::write_bundle(&bundle_path, &state.file("pki"), &files, &[id.to_public()])?;
+        snapshot::write_state_bundle(&bundle_path, state)?;
         Some(
             bundle_path
                 .file_name()

@@ -225,6 +225,8 @@ pub struct PkiSpec {
     pub key_type: KeyType,
     pub ca_validity_days: u32,
     pub cert_validity_days: u32,
+    /// Leaves are re-issued, and `status` warns, this many days before they expire.
+    pub renew_before_days: u32,
 }
 
 impl Inventory {

@@ -208,4 +208,7 @@ pub struct RawPki {
     /// Validity in days: CAs (default 3650) and leaf certificates (default 365).
     pub ca_validity_days: Option<u32>,
     pub cert_validity_days: Option<u32>,
+    /// Leaves are re-issued by `up`, and `status` warns, this many days before they expire
+    /// (default 30; a third of the lifetime when that is shorter).
+    pub renew_before_days: Option<u32>,
 }

@@ -15,7 +15,7 @@
 
 use std::fmt;
 use std::net::IpAddr;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use ipnet::IpNet;
 use serde_saphyr::MessageFormatter;
@@ -258,6 +258,26 @@ impl Checker {
         let pki = self.pki(&spec.pki);
         let heal = self.heal(&spec.heal);
         let backup = self.backup(&spec.backup);
+        if let Some(etcd) = &etcd {
+            let nested = |inner: &str, outer: &str| {
+                inner == outer
+                    || inner
+                        .strip_prefix(outer)
+                        .is_some_and(|rest| rest.starts_with('/'))
+            };
+            if nested(&backup.dir, &etcd.data_dir) || nested(&etcd.data_dir, &backup.dir) {
+                // `reset` and `recover` move the data dir aside (and the backups with it), and the
+                // backup timer would chmod and prune inside etcd's data.
+                self.report(
+                    "backup.dir",
+                    format!(
+                        "{} overlaps etcd.dataDir ({}): keep snapshots in a directory of their own, \
+                         e.g. /var/lib/etcd-backups",
+                        backup.dir, etcd.data_dir
+                    ),
+                );
+            }
+        }
         let state_dir = match &spec.state_dir {
             Some(dir) if dir.as_os_str().is_empty() => {
                 self.report(
@@ -330,23 +350,9 @@ impl Checker {
             }
         }
         if let Some(dir) = &raw.dir {
-            let ok_chars = dir
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c));
-            if !dir.starts_with('/') {
-                self.report(
-                    "backup.dir",
-                    format!("{dir:?} is not absolute: use e.g. /var/lib/etcd-backups"),
-                );
-            } else if !ok_chars || dir.split('/').any(|p| p == "..") || dir == "/" {
-                self.report(
-                    "backup.dir",
-                    format!(
-                        "{dir:?}: use a plain absolute path of [A-Za-z0-9/._-] without `..`, e.g. /var/lib/etcd-backups"
-                    ),
-                );
-            } else {
-                b.dir = dir.trim_end_matches('/').to_string();
+            match host_dir(dir, "/var/lib/etcd-backups") {
+                Ok(dir) => b.dir = dir,
+                Err(message) => self.report("backup.dir", message),
             }
         }
         b
@@ -990,37 +996,16 @@ impl Checker {
             "etcd",
         );
 
-        let data_dir = raw.data_dir.as_deref().unwrap_or("/var/lib/etcd");
-        let data_dir = if data_dir.len() > 1 {
-            data_dir.trim_end_matches('/')
-        } else {
-            data_dir
+        let data_dir = match host_dir(
+            raw.data_dir.as_deref().unwrap_or("/var/lib/etcd"),
+            "/var/lib/etcd",
+        ) {
+            Ok(dir) => dir,
+            Err(message) => {
+                self.report("etcd.dataDir", message);
+                String::new()
+            }
         };
-        if !data_dir.starts_with('/') {
-            self.report(
-                "etcd.dataDir",
-                format!("{data_dir:?} is not an absolute path: write one, e.g. /var/lib/etcd"),
-            );
-        } else if data_dir == "/" {
-            self.report(
-                "etcd.dataDir",
-                "the root directory cannot hold etcd's data: use e.g. /var/lib/etcd",
-            );
-        } else if Path::new(data_dir)
-            .components()
-            .any(|c| matches!(c, Component::ParentDir | Component::CurDir))
-            || !data_dir
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c))
-        {
-            self.report(
-                "etcd.dataDir",
-                format!(
-                    "{data_dir:?}: use a plain absolute path (letters, digits, '/', '.', '_', '-'; \
-                     no '..'), e.g. /var/lib/etcd"
-                ),
-            );
-        }
 
         let client_port = raw.client_port.unwrap_or(2379);
         let peer_port = raw.peer_port.unwrap_or(2380);
@@ -1076,11 +1061,8 @@ impl Checker {
             );
         }
         for (i, arg) in raw.extra_args.iter().enumerate() {
-            if !arg.starts_with("--") || arg.len() < 3 || arg.contains(['\n', '\r', '\0']) {
-                self.report(
-                    format!("etcd.extraArgs[{i}]"),
-                    format!("{arg:?} is not a flag: write --name=value"),
-                );
+            if let Err(message) = etcd_extra_arg(arg) {
+                self.report(format!("etcd.extraArgs[{i}]"), message);
             }
         }
 
@@ -1090,7 +1072,7 @@ impl Checker {
         Some(EtcdSpec {
             version: version.flatten(),
             source: source?,
-            data_dir: data_dir.to_string(),
+            data_dir,
             client_port,
             peer_port,
             heartbeat_interval_ms: heartbeat,
@@ -1270,6 +1252,15 @@ impl Checker {
                 ),
             );
         }
+        let renew = raw
+            .renew_before_days
+            .unwrap_or(crate::pki::RENEW_WITHIN_DAYS as u32);
+        if renew == 0 || (cert != 0 && renew >= cert) {
+            self.report(
+                "pki.renewBeforeDays",
+                format!("{renew} days: use a positive number below certValidityDays ({cert}), e.g. 30"),
+            );
+        }
         if self.problems.len() != before {
             return None;
         }
@@ -1277,11 +1268,11 @@ impl Checker {
             key_type: key_type?,
             ca_validity_days: ca,
             cert_validity_days: cert,
+            renew_before_days: renew,
         })
     }
 }
 
-/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most `max` characters.
 /// Why the Kubernetes binaries cannot come from `source` in `mode`, or `None` when they can.
 /// The one rule `validate` and `plan` share, so the two never disagree: in systemd mode the server
 /// binaries are installed, and no distribution packages them; static-pod mode installs none.
@@ -1298,6 +1289,182 @@ kube-controller-manager or kube-scheduler package; set kubernetes.source to rele
 kubernetes-server-linux-amd64.tar.gz of your version, with its sha256) or bundle (bundleDir: a directory \
 holding the three binaries)";
 
+/// Flags the etcd unit (or its initial env) already sets, with the inventory field that sets each
+/// where there is one. etcd takes the last copy of a flag, so an extra one would silently win.
+const ETCD_FLAGS_SET: &[(&str, Option<&str>)] = &[
+    ("name", None),
+    ("data-dir", Some("etcd.dataDir")),
+    ("listen-client-urls", Some("etcd.clientPort")),
+    ("advertise-client-urls", Some("etcd.clientPort")),
+    ("listen-peer-urls", Some("etcd.peerPort")),
+    ("initial-advertise-peer-urls", Some("etcd.peerPort")),
+    ("listen-metrics-urls", None),
+    ("cert-file", None),
+    ("key-file", None),
+    ("trusted-ca-file", None),
+    ("client-cert-auth", None),
+    ("peer-cert-file", None),
+    ("peer-key-file", None),
+    ("peer-trusted-ca-file", None),
+    ("peer-client-cert-auth", None),
+    ("heartbeat-interval", Some("etcd.heartbeatInterval")),
+    ("election-timeout", Some("etcd.electionTimeout")),
+    ("quota-backend-bytes", Some("etcd.quotaBackendBytes")),
+    ("auto-compaction-mode", Some("etcd.autoCompactionRetention")),
+    ("auto-compaction-retention", Some("etcd.autoCompactionRetention")),
+    ("snapshot-count", None),
+    ("strict-reconfig-check", None),
+    ("initial-cluster", None),
+    ("initial-cluster-state", None),
+    ("initial-cluster-token", None),
+];
+
+/// Checks one `etcd.extraArgs` entry: a `--name[=value]` flag hactl does not set itself, with a
+/// value systemd passes through as written (ExecStart expands `%` and `$`, honours quotes and
+/// `;`, splits at whitespace, and a trailing `\` would join the next line of the unit).
+fn etcd_extra_arg(arg: &str) -> Result<(), String> {
+    let Some(flag) = arg
+        .strip_prefix("--")
+        .filter(|f| !f.is_empty() && !f.starts_with('-'))
+    else {
+        return Err(format!("{arg:?} is not a flag: write --name=value"));
+    };
+    let name = flag.split_once('=').map_or(flag, |(n, _)| n);
+    if let Some(c) = arg
+        .chars()
+        .find(|c| matches!(c, '%' | '$' | '"' | '\'' | '`' | ';') || c.is_whitespace() || c.is_control())
+    {
+        return Err(format!(
+            "{arg:?} holds {c:?}, which systemd's ExecStart would expand, unquote or split: write \
+             the value plainly (no %, $, quotes, ;, whitespace or trailing \\)"
+        ));
+    }
+    if arg.ends_with('\\') {
+        return Err(format!(
+            "{arg:?} ends in a backslash, which would join the next line of the unit: remove it"
+        ));
+    }
+    if let Some((_, field)) = ETCD_FLAGS_SET.iter().find(|(f, _)| *f == name) {
+        let instead = field.map_or_else(
+            || "hactl manages it".to_string(),
+            |field| format!("set {field} instead"),
+        );
+        return Err(format!(
+            "{arg:?}: hactl sets --{name} itself, and etcd would take this later copy silently: \
+             remove it ({instead})"
+        ));
+    }
+    Ok(())
+}
+
+/// Directories hactl must never create, chown, chmod or move aside on a host, compared after
+/// normalising (one trailing `/` dropped; `.`, `..` and empty segments are refused before).
+const SYSTEM_DIRS: &[&str] = &[
+    "/",
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/home",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/lost+found",
+    "/media",
+    "/mnt",
+    "/opt",
+    "/proc",
+    "/root",
+    "/run",
+    "/sbin",
+    "/snap",
+    "/srv",
+    "/sys",
+    "/tmp",
+    "/usr",
+    "/usr/bin",
+    "/usr/include",
+    "/usr/lib",
+    "/usr/lib64",
+    "/usr/libexec",
+    "/usr/local",
+    "/usr/local/bin",
+    "/usr/local/lib",
+    "/usr/local/sbin",
+    "/usr/sbin",
+    "/usr/share",
+    "/usr/src",
+    "/var",
+    "/var/backups",
+    "/var/cache",
+    "/var/lib",
+    "/var/local",
+    "/var/lock",
+    "/var/log",
+    "/var/mail",
+    "/var/opt",
+    "/var/run",
+    "/var/spool",
+    "/var/tmp",
+];
+
+/// Trees whose contents are not kept on disk (or not files at all): nothing of etcd's belongs
+/// anywhere under them.
+const VOLATILE_TREES: &[&str] = &["/dev", "/proc", "/run", "/sys", "/tmp", "/var/run", "/var/tmp"];
+
+/// Checks a directory that hactl creates, chowns, chmods or moves aside on hosts (`etcd.dataDir`,
+/// `backup.dir`) and returns it normalised (no trailing `/`); the error is the message to report.
+///
+/// Strings are not compared raw: `/.`, `/etc/` and `//etc` all name a system directory, so
+/// `.`, `..` and empty segments are refused first, and what remains is compared segment-wise.
+fn host_dir(dir: &str, example: &str) -> Result<String, String> {
+    if !dir.starts_with('/') {
+        return Err(format!(
+            "{dir:?} is not an absolute path: write one, e.g. {example}"
+        ));
+    }
+    if !dir
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "/._-".contains(c))
+    {
+        return Err(format!(
+            "{dir:?}: use a plain absolute path (letters, digits, '/', '.', '_', '-'), e.g. {example}"
+        ));
+    }
+    let trimmed = if dir.len() > 1 {
+        dir.strip_suffix('/').unwrap_or(dir)
+    } else {
+        dir
+    };
+    if trimmed != "/"
+        && trimmed[1..]
+            .split('/')
+            .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+    {
+        return Err(format!(
+            "{dir:?} has a '.', '..' or empty segment: write the directory plainly, e.g. {example}"
+        ));
+    }
+    if SYSTEM_DIRS.contains(&trimmed) {
+        return Err(format!(
+            "{dir:?} is the system directory {trimmed}: hactl creates, chmods and moves this \
+             directory aside, so give it one of its own, e.g. {example}"
+        ));
+    }
+    if let Some(tree) = VOLATILE_TREES
+        .iter()
+        .find(|t| trimmed.strip_prefix(*t).is_some_and(|rest| rest.starts_with('/')))
+    {
+        return Err(format!(
+            "{dir:?} is under {tree}, which does not keep files across reboots (or holds no \
+             files at all): use e.g. {example}"
+        ));
+    }
+    Ok(trimmed.to_string())
+}
+
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most `max` characters.
 fn is_dns_label(s: &str, max: usize) -> bool {
     !s.is_empty()
         && s.len() <= max

@@ -16,6 +16,37 @@ use std::time::{Duration, Instant};
 /// A PATH for commands run inside a host.
 const HOST_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
+/// Least per-user inotify instances and watches for booting lab hosts. Every host's systemd takes
+/// several inotify instances, and all hosts of all labs on the machine run as root, so the kernel's
+/// default of 128 instances lets only a few labs boot at once; past it a host's PID 1 exits with
+/// "Failed to allocate manager object: Too many open files".
+const INOTIFY_LIMITS: [(&str, u64); 2] = [
+    ("/proc/sys/fs/inotify/max_user_instances", 8192),
+    ("/proc/sys/fs/inotify/max_user_watches", 1_048_576),
+];
+
+/// Raises the machine's inotify limits to [`INOTIFY_LIMITS`] where they are lower (never lowers
+/// them); says what it changed. A failure only warns: the boot then reports what went wrong.
+pub fn raise_inotify_limits(progress: &mut dyn FnMut(String)) {
+    for (path, least) in INOTIFY_LIMITS {
+        let Ok(now) = std::fs::read_to_string(path) else {
+            continue;
+        };
+        let Ok(now) = now.trim().parse::<u64>() else {
+            continue;
+        };
+        if now >= least {
+            continue;
+        }
+        match std::fs::write(path, least.to_string()) {
+            Ok(()) => progress(format!("raised {path} from {now} to {least} for the lab's hosts")),
+            Err(e) => progress(format!(
+                "warning: could not raise {path} from {now} to {least}: {e}"
+            )),
+        }
+    }
+}
+
 /// `ssh-keygen -t ed25519 -N ''` into `path` (and `path.pub`), unless the key exists; 0600.
 pub fn generate_key(path: &Path, comment: &str) -> Result<()> {
     if !path.exists() {

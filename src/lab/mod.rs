@@ -417,6 +417,7 @@ pub fn up(opts: &LabUpOptions) -> Result<Lab> {
     fs_err::write(&lab.known_hosts, known_hosts)?;
     save(&lab)?;
 
+    host::raise_inotify_limits(&mut |m| progress(name, m));
     for i in 0..lab.hosts.len() {
         let pid = host::spawn(&lab, &lab.hosts[i])?;
         lab.hosts[i].nspawn_pid = Some(pid);

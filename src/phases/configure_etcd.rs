@@ -21,7 +21,9 @@ impl Phase for ConfigureEtcd {
         let unit_changed = files
             .iter()
             .any(|u| u.path == crate::etcd::UNIT_PATH && differs(f, u));
-        let mut steps = uploads_needed(f, files);
+        // An etcd.service of the operator's own in /etc/systemd/system is kept once.
+        let mut steps: Vec<Step> = files.iter().filter_map(|u| super::keep_original(f, u)).collect();
+        steps.extend(uploads_needed(f, files));
         if let Some(env) = initial_env(host, ctx)? {
             if differs(f, &env) {
                 steps.push(Step::Upload(env));

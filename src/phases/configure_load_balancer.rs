@@ -1,6 +1,7 @@
 //! Configure the load balancers: HAProxy (validated with `haproxy -c` before it is started or
 //! reloaded; a reload, never a restart, when its files change) and keepalived (reloaded when its
-//! files change). Then, if anything changed, etcd must answer through the VIP.
+//! files change). Then, if anything changed, etcd must answer through the VIP (asked from the
+//! first etcd host, which holds a client certificate; the load balancers hold none).
 //!
 //! One host at a time: the hosts behind the VIP are never reloaded together.
 
@@ -49,7 +50,13 @@ impl Phase for ConfigureLoadBalancer {
         let keepalived = keepalived_files(host, ctx)?;
         let haproxy_changed = haproxy.iter().any(|u| differs(f, u));
         let keepalived_changed = keepalived.iter().any(|u| differs(f, u));
-        let mut steps = uploads_needed(f, haproxy);
+        // The distribution's haproxy.cfg (or an operator's keepalived.conf) is kept once.
+        let mut steps: Vec<Step> = haproxy
+            .iter()
+            .chain(&keepalived)
+            .filter_map(|u| super::keep_original(f, u))
+            .collect();
+        steps.extend(uploads_needed(f, haproxy));
         steps.extend(uploads_needed(f, vec![haproxy_cli()?]));
         steps.extend(uploads_needed(f, keepalived));
 
@@ -69,6 +76,15 @@ impl Phase for ConfigureLoadBalancer {
         if unit_steps(ctx, host, lb::HAPROXY_UNIT, haproxy_changed, &mut steps) {
             steps.push(Step::Wait(haproxy_answers(&host.name, Duration::from_secs(15))));
         }
+        if f.files.contains_key(lb::ETCD_HEALTHCHECK_PEM) {
+            // An earlier hactl gave HAProxy an etcd client certificate for its checks (one that
+            // could read and write every key). The config just loaded no longer names it.
+            steps.push(Step::Run(RemoteCommand::new([
+                "rm",
+                "-f",
+                lb::ETCD_HEALTHCHECK_PEM,
+            ])));
+        }
         unit_steps(ctx, host, lb::KEEPALIVED_UNIT, keepalived_changed, &mut steps);
         Ok(steps)
     }
@@ -77,7 +93,12 @@ impl Phase for ConfigureLoadBalancer {
     fn plan(&self, ctx: &Ctx<'_>) -> Result<Vec<PlannedPhase>, PlanError> {
         let configure = super::per_host(self, ctx)?;
         let changed = configure.hosts.iter().any(|h| !h.steps.is_empty());
-        let first = configure.hosts.first().map(|h| (h.host.clone(), h.sudo));
+        // Asked from the first etcd host: it holds a client certificate, the balancers none.
+        let first = ctx
+            .inv
+            .with_role(Role::Etcd)
+            .first()
+            .map(|h| (h.name.clone(), h.ssh.sudo));
         let mut phases = vec![configure];
         if let (true, Some((host, sudo)), Some(check)) =
             (changed, first, vip_serves_etcd(ctx.inv, Duration::from_secs(30)))

@@ -142,6 +142,7 @@ pub fn member_files(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Upload>, PlanError
             client_port: inv.etcd.client_port,
             peer_port: inv.etcd.peer_port,
             metrics_port: etcd::METRICS_PORT,
+            health_on_address: !inv.with_role(crate::inventory::Role::LoadBalancer).is_empty(),
             pki_dir: dir.to_string(),
             heartbeat_interval: inv.etcd.heartbeat_interval_ms,
             election_timeout: inv.etcd.election_timeout_ms,

@@ -4,12 +4,32 @@
 
 use super::{differs, Ctx, Phase, PlanError};
 use crate::inventory::{BinarySource, Host, Inventory, Role};
-use crate::plan::{RemoteCommand, Step, Upload};
+use crate::plan::{HostSteps, PlannedPhase, RemoteCommand, Step, Upload};
 
 pub struct InstallEtcd;
 
-/// The distribution packages of etcd (`source: package`).
-pub const ETCD_PACKAGES: [&str; 2] = ["etcd-server", "etcd-client"];
+/// Creates etcd's data dir, or fixes its mode and owner (`install -d` never touches contents),
+/// but only when the directory is missing, empty (a fresh file system's `lost+found` aside) or
+/// holds etcd's `member/`. Anything else is a directory of the host's own that `install -d`
+/// would hand to the etcd user with mode 0700, so the script refuses and names it.
+pub const ENSURE_DATA_DIR: &str = r#"d=$1
+if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then
+  echo "hactl: refusing to take $d as etcd's data dir: it exists and is not a plain directory; move it away or set etcd.dataDir to a directory of etcd's own" >&2
+  exit 2
+fi
+if [ -d "$d" ] && [ ! -d "$d/member" ]; then
+  other=$(ls -A "$d" | grep -vx 'lost+found' | head -n 3 | tr '\n' ' ')
+  if [ -n "$other" ]; then
+    echo "hactl: refusing to take $d as etcd's data dir: it holds files but no etcd member/ (${other% }); empty it or set etcd.dataDir to a directory of etcd's own" >&2
+    exit 2
+  fi
+fi
+install -d -m 0700 -o etcd -g etcd "$d""#;
+
+/// The step that runs [`ENSURE_DATA_DIR`] for `data_dir`.
+pub fn ensure_data_dir(data_dir: &str) -> RemoteCommand {
+    RemoteCommand::new(["sh", "-c", ENSURE_DATA_DIR, "hactl-etcd-data-dir", data_dir])
+}
 
 impl Phase for InstallEtcd {
     fn title(&self) -> &'static str {
@@ -19,68 +39,91 @@ impl Phase for InstallEtcd {
         inv.with_role(Role::Etcd)
     }
     fn steps(&self, host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
-        let f = ctx.facts(host);
-        let mut steps = Vec::new();
-        let etcd_missing = !f.binaries.contains_key("etcd") || !f.binaries.contains_key("etcdctl");
-        let install_package = matches!(ctx.inv.etcd.source, BinarySource::Package) && etcd_missing;
-        let packages = super::with_curl(
-            f,
-            if install_package {
-                ETCD_PACKAGES.to_vec()
-            } else {
-                vec![]
-            },
-        );
-        if !packages.is_empty() {
-            steps.push(Step::Run(super::apt_install(&packages)));
+        steps_with(host, ctx, &binary_uploads(ctx))
+    }
+    /// The binaries are hashed once for every host (they are tens of MB each).
+    fn plan(&self, ctx: &Ctx<'_>) -> Result<Vec<PlannedPhase>, PlanError> {
+        let uploads = binary_uploads(ctx);
+        let mut hosts = Vec::new();
+        for host in self.hosts(ctx.inv) {
+            hosts.push(HostSteps {
+                host: host.name.clone(),
+                sudo: host.ssh.sudo,
+                steps: steps_with(host, ctx, &uploads)?,
+            });
         }
-        if let BinarySource::Release { .. } | BinarySource::Bundle { .. } = &ctx.inv.etcd.source {
-            if let Some(bins) = ctx.binaries {
-                for (name, content) in &bins.files {
-                    let up = Upload::new(
-                        format!("{}/{name}", crate::etcd::BIN_DIR),
-                        0o755,
-                        "root",
-                        "root",
-                        content.clone(),
-                    );
-                    if differs(f, &up) {
-                        steps.push(Step::Upload(up));
-                    }
-                }
+        Ok(vec![PlannedPhase {
+            title: self.title().to_string(),
+            parallelism: self.parallelism(),
+            disruptive: self.disruptive(),
+            hosts,
+        }])
+    }
+}
+
+/// The release or bundle binaries as uploads to `BIN_DIR` (none for packages).
+fn binary_uploads(ctx: &Ctx<'_>) -> Vec<Upload> {
+    match (&ctx.inv.etcd.source, ctx.binaries) {
+        (BinarySource::Package, _) | (_, None) => vec![],
+        (_, Some(bins)) => bins
+            .files
+            .iter()
+            .map(|(name, content)| {
+                Upload::new(
+                    format!("{}/{name}", crate::etcd::BIN_DIR),
+                    0o755,
+                    "root",
+                    "root",
+                    content.clone(),
+                )
+            })
+            .collect(),
+    }
+}
+
+fn steps_with(host: &Host, ctx: &Ctx<'_>, binaries: &[Upload]) -> Result<Vec<Step>, PlanError> {
+    let f = ctx.facts(host);
+    let mut steps = Vec::new();
+    let etcd_missing = !f.binaries.contains_key("etcd") || !f.binaries.contains_key("etcdctl");
+    let install_package = matches!(ctx.inv.etcd.source, BinarySource::Package) && etcd_missing;
+    // curl too: the health probes run it on etcd hosts.
+    let packages = super::with_curl(
+        f,
+        if install_package {
+            vec!["etcd-server", "etcd-client"]
+        } else {
+            vec![]
+        },
+    );
+    if !packages.is_empty() {
+        steps.push(Step::Run(super::apt_install(&packages)));
+    }
+    if !matches!(ctx.inv.etcd.source, BinarySource::Package) {
+        for up in binaries {
+            if differs(f, up) {
+                steps.push(Step::Upload(up.clone()));
             }
         }
-        // The package creates the etcd user itself.
-        if !f.etcd_user && !install_package {
-            steps.push(Step::Run(RemoteCommand::new([
-                "useradd",
-                "--system",
-                "--home-dir",
-                &ctx.inv.etcd.data_dir,
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                "etcd",
-            ])));
-        }
-        let data_dir_ok = f
-            .data_dir
-            .as_ref()
-            .is_some_and(|d| d.mode == 0o700 && d.owner == "etcd" && d.group == "etcd");
-        if !data_dir_ok {
-            // `install -d` creates it or fixes mode and owner; it never touches the contents.
-            steps.push(Step::Run(RemoteCommand::new([
-                "install",
-                "-d",
-                "-m",
-                "0700",
-                "-o",
-                "etcd",
-                "-g",
-                "etcd",
-                &ctx.inv.etcd.data_dir,
-            ])));
-        }
-        Ok(steps)
     }
+    // The package creates the etcd user itself.
+    if !f.etcd_user && !install_package {
+        steps.push(Step::Run(RemoteCommand::new([
+            "useradd",
+            "--system",
+            "--home-dir",
+            &ctx.inv.etcd.data_dir,
+            "--no-create-home",
+            "--shell",
+            "/usr/sbin/nologin",
+            "etcd",
+        ])));
+    }
+    let data_dir_ok = f
+        .data_dir
+        .as_ref()
+        .is_some_and(|d| d.mode == 0o700 && d.owner == "etcd" && d.group == "etcd");
+    if !data_dir_ok {
+        steps.push(Step::Run(ensure_data_dir(&ctx.inv.etcd.data_dir)));
+    }
+    Ok(steps)
 }

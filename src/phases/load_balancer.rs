@@ -13,7 +13,6 @@ use serde::Serialize;
 use super::{Ctx, PlanError};
 use crate::inventory::{Host, Inventory, Role};
 use crate::load_balancer as lb;
-use crate::pki::EtcdClient;
 use crate::plan::{Check, HostSteps, Parallelism, PlannedPhase, RemoteCommand, Step, Upload};
 use crate::render;
 
@@ -52,8 +51,8 @@ pub struct HaproxyConfig {
     pub api_servers: Vec<BackendServer>,
     pub etcd_servers: Vec<BackendServer>,
     pub kubernetes_ca: String,
-    pub etcd_ca: String,
-    pub etcd_healthcheck_pem: String,
+    /// etcd's metrics listener on each member, where HAProxy asks `/health` without a certificate.
+    pub etcd_health_port: u16,
 }
 
 /// The context of `templates/keepalived.conf.tera`.
@@ -119,8 +118,7 @@ pub fn haproxy_cfg(host: &Host, inv: &Inventory) -> Result<String, PlanError> {
             api_servers,
             etcd_servers: servers(&inv.with_role(Role::Etcd)),
             kubernetes_ca: lb::KUBERNETES_CA.into(),
-            etcd_ca: lb::ETCD_CA.into(),
-            etcd_healthcheck_pem: lb::ETCD_HEALTHCHECK_PEM.into(),
+            etcd_health_port: crate::etcd::METRICS_PORT,
         },
     )?)
 }
@@ -161,7 +159,8 @@ pub fn keepalived_conf(
 
 /// Every path a load-balancer host holds for hactl, for the facts probe.
 pub fn managed_paths(inv: &Inventory) -> Vec<String> {
-    let mut paths = vec![lb::ETCD_CA, lb::ETCD_HEALTHCHECK_PEM];
+    // The health-check key an earlier hactl placed is probed so that `up` removes it.
+    let mut paths = vec![lb::ETCD_HEALTHCHECK_PEM];
     if inv.kubernetes.is_some() {
         paths.push(lb::KUBERNETES_CA);
     }
@@ -187,30 +186,12 @@ pub fn sysctl_file() -> Result<Upload, PlanError> {
     ))
 }
 
-/// What HAProxy reads: the health-check CAs and client certificate, and haproxy.cfg. A change to
-/// any of them needs a reload.
+/// What HAProxy reads: the apiservers' CA (for the `/readyz` check over TLS) and haproxy.cfg. A
+/// change to any of them needs a reload. No etcd credential: etcd's `/health` is asked on the
+/// members' metrics listener.
 pub fn haproxy_files(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Upload>, PlanError> {
     let pki = ctx.pki;
-    let mut files = vec![Upload::new(
-        lb::ETCD_CA,
-        0o644,
-        "root",
-        "root",
-        pki.etcd_ca_pem().as_bytes().to_vec(),
-    )];
-    let check = pki.etcd_client(EtcdClient::HealthCheck);
-    let mut pem = check.cert_pem.clone();
-    if !pem.ends_with('\n') {
-        pem.push('\n');
-    }
-    pem.push_str(check.key_pem.expose());
-    files.push(Upload::new(
-        lb::ETCD_HEALTHCHECK_PEM,
-        0o600,
-        "root",
-        "root",
-        pem.into_bytes(),
-    ));
+    let mut files = Vec::new();
     if ctx.inv.kubernetes.is_some() {
         if let Some(ca) = pki.kubernetes_ca() {
             files.push(Upload::new(
@@ -273,7 +254,8 @@ pub fn keepalived_files(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Upload>, PlanE
             "root",
             "root",
             keepalived_conf(host, ctx.inv, &interface, password)?.into_bytes(),
-        ),
+        )
+        .short_secret(),
     ])
 }
 
@@ -296,8 +278,9 @@ pub fn haproxy_answers(host: &str, timeout: Duration) -> Check {
     ]))
 }
 
-/// etcd answers `/health` through the VIP's etcd frontend, with the health-check certificate
-/// (proves VIP, HAProxy, TLS to a member and the member itself).
+/// etcd answers `/health` through the VIP's etcd frontend (proves VIP, HAProxy, TLS to a member
+/// and the member itself). Run on an etcd host, with that host's client certificate: the load
+/// balancers hold no etcd credential.
 pub fn vip_serves_etcd(inv: &Inventory, timeout: Duration) -> Option<Check> {
     let vip = inv.vip.as_ref()?;
     let url = format!(
@@ -305,18 +288,21 @@ pub fn vip_serves_etcd(inv: &Inventory, timeout: Duration) -> Option<Check> {
         url_host(vip.address),
         inv.etcd.client_port
     );
+    let pki = crate::etcd::PKI_DIR;
     Some(Check::command(
         format!("etcd answers through the VIP ({url})"),
         RemoteCommand::read_only([
-            "curl",
-            "-sSf",
-            "--max-time",
-            "2",
-            "--cacert",
-            lb::ETCD_CA,
-            "--cert",
-            lb::ETCD_HEALTHCHECK_PEM,
-            &url,
+            "curl".to_string(),
+            "-sSf".into(),
+            "--max-time".into(),
+            "2".into(),
+            "--cacert".into(),
+            format!("{pki}/ca.crt"),
+            "--cert".into(),
+            format!("{pki}/client.crt"),
+            "--key".into(),
+            format!("{pki}/client.key"),
+            url,
         ]),
         timeout,
     ))

@@ -31,7 +31,7 @@ use crate::etcd::MemberList;
 use crate::facts::HostFacts;
 use crate::inventory::{Host, Inventory, Role};
 use crate::pki::Pki;
-use crate::plan::{HostSteps, Parallelism, Plan, PlannedPhase, Step, Upload};
+use crate::plan::{HostSteps, Parallelism, Plan, PlannedPhase, RemoteCommand, Step, Upload};
 
 /// Everything phases read.
 pub struct Ctx<'a> {
@@ -73,6 +73,26 @@ pub enum PlanError {
     NoInterface { host: String, address: String },
     #[error("no VRRP password was loaded for the load balancers (a bug in hactl)")]
     NoVrrpPassword,
+    /// Boxed: the refusal carries versions and names, and every phase returns this error.
+    #[error(transparent)]
+    EtcdUpgrade(Box<crate::etcd::upgrade::UpgradeRefusal>),
+}
+
+impl From<crate::etcd::upgrade::UpgradeRefusal> for PlanError {
+    fn from(r: crate::etcd::upgrade::UpgradeRefusal) -> Self {
+        PlanError::EtcdUpgrade(Box::new(r))
+    }
+}
+
+impl PlanError {
+    /// A safety rule refused the plan (exit 2), as opposed to a plan that could not be built.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            PlanError::Kubernetes(e) => e.is_refusal(),
+            PlanError::EtcdUpgrade(_) => true,
+            _ => false,
+        }
+    }
 }
 
 /// One group of steps in a bring-up.
@@ -124,23 +144,6 @@ pub fn build(phases: &[Box<dyn Phase>], ctx: &Ctx<'_>) -> Result<Plan, PlanError
     Ok(plan)
 }
 
-/// The Debian packages hactl installs, with apt-get, as one step: service starts blocked
-/// (policy-rc.d) so no package starts a daemon on Debian's defaults, apt's lock waited for (a
-/// fresh VM may be running apt itself), and the package lists fetched first when the host has
-/// none yet (a cloud image ships without them). Fixed text for fixed packages, so a dry-run
-/// prints what a run sends.
-pub fn apt_install(packages: &[&str]) -> crate::plan::RemoteCommand {
-    let install = format!(
-        "DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q {}",
-        packages.join(" ")
-    );
-    crate::plan::RemoteCommand::script(format!(
-        "printf '#!/bin/sh\\nexit 101\\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d \
-&& {{ {install} || {{ apt-get -o DPkg::Lock::Timeout=300 update -q && {install}; }}; }}; rc=$?; rm -f /usr/sbin/policy-rc.d; exit $rc"
-    ))
-    .with_timeout(std::time::Duration::from_secs(900))
-}
-
 /// `curl`, which hactl's health probes run on every host it manages (etcd's metrics and health
 /// endpoints, the apiservers' /readyz, HAProxy's admin socket): in `packages` when the host lacks it.
 pub fn with_curl<'a>(facts: &HostFacts, mut packages: Vec<&'a str>) -> Vec<&'a str> {
@@ -187,6 +190,9 @@ pub struct EtcdView {
     pub joiners: Vec<String>,
     /// The current lineage's token when a recover changed it (`<state>/etcd-token`).
     pub token: Option<String>,
+    /// What the etcd binary from a bundle or release reports (`etcd --version`, run on the
+    /// operator machine); `None` for packages or when it cannot run there.
+    pub binary_version: Option<semver::Version>,
 }
 
 impl EtcdView {
@@ -258,5 +264,191 @@ impl EtcdView {
             });
         }
         Ok(view)
+    }
+}
+
+/// Where Debian's invoke-rc.d asks whether a package may start its service.
+pub const POLICY_RC_D: &str = "/usr/sbin/policy-rc.d";
+
+/// apt-get install with service starts blocked, so a package's own unit never starts with the
+/// distribution's defaults. Arguments: the policy-rc.d path, then the packages.
+///
+/// An existing policy-rc.d is the host's (it may block or allow more than hactl would): it is
+/// left alone and never removed. hactl's own (created with `set -C`, so never through a symlink
+/// or over a file, and marked) is removed afterwards, also when an earlier run crashed before.
+pub const APT_INSTALL: &str = r#"p=$1; shift
+mark='# hactl: blocks service starts during apt-get install'
+if grep -qxF "$mark" "$p" 2>/dev/null; then
+  mine=yes
+elif (set -C; printf '#!/bin/sh\n%s\nexit 101\n' "$mark" > "$p") 2>/dev/null; then
+  chmod 755 "$p"; mine=yes
+else
+  echo "hactl: $p exists and is not hactl's: left as it is (it decides whether the packages' services start now)" >&2
+  mine=
+fi
+# Waits for apt's lock (a fresh VM may be running apt itself); fetches the package lists first
+# when the host has none yet (a cloud image ships without them).
+i() { DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q "$@"; }
+i "$@" || { apt-get -o DPkg::Lock::Timeout=300 update -q && i "$@"; }; rc=$?
+[ -z "$mine" ] || rm -f "$p"
+exit $rc"#;
+
+/// [`APT_INSTALL`] for `packages`.
+pub fn apt_install(packages: &[&str]) -> RemoteCommand {
+    let mut argv = vec!["sh", "-c", APT_INSTALL, "hactl-apt-install", POLICY_RC_D];
+    argv.extend_from_slice(packages);
+    RemoteCommand::new(argv).with_timeout(std::time::Duration::from_secs(900))
+}
+
+/// Configs another party may have written before hactl took them over.
+pub const KEPT_CONFIGS: &[&str] = &[
+    crate::load_balancer::HAPROXY_CFG,
+    crate::load_balancer::KEEPALIVED_CONF,
+    crate::etcd::UNIT_PATH,
+];
+
+/// Keeps the first version of a config hactl is about to overwrite as `<file>.hactl-orig`: only
+/// when facts show the file exists without hactl's header (the distribution's or the operator's)
+/// and the upload would change it. Never overwrites an earlier `.hactl-orig`.
+pub fn keep_original(f: &HostFacts, upload: &Upload) -> Option<Step> {
+    let kept = KEPT_CONFIGS.contains(&upload.path.as_str());
+    (kept && f.foreign.contains(&upload.path) && differs(f, upload)).then(|| {
+        Step::Run(RemoteCommand::new([
+            "sh",
+            "-c",
+            r#"[ -e "$1.hactl-orig" ] || [ -L "$1.hactl-orig" ] || cp -p "$1" "$1.hactl-orig""#,
+            "hactl-keep-original",
+            upload.path.as_str(),
+        ]))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs [`APT_INSTALL`] locally with `policy` as the policy-rc.d path and a fake `apt-get`
+    /// that records what policy-rc.d held while it ran. Returns (exit code, what apt-get saw).
+    fn run_apt(dir: &std::path::Path, policy: &std::path::Path) -> (i32, String) {
+        let bin = dir.join("bin");
+        fs_err::create_dir_all(&bin).unwrap();
+        let seen = dir.join("seen");
+        let fake = format!(
+            "#!/bin/sh\nif [ -e '{p}' ]; then cat '{p}' > '{s}'; else echo none > '{s}'; fi\n",
+            p = policy.display(),
+            s = seen.display()
+        );
+        fs_err::write(bin.join("apt-get"), fake).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        fs_err::set_permissions(bin.join("apt-get"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+        let out = std::process::Command::new("sh")
+            .args(["-c", APT_INSTALL, "hactl-apt-install"])
+            .arg(policy)
+            .arg("etcd-server")
+            .env("PATH", path)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            fs_err::read_to_string(&seen).unwrap_or_default(),
+        )
+    }
+
+    #[test]
+    fn service_starts_are_blocked_during_install_and_a_hosts_own_policy_is_left_alone() {
+        let tmp = tempfile::tempdir().unwrap();
+        let policy = tmp.path().join("policy-rc.d");
+
+        // None there: hactl's blocks starts while apt-get runs, and is gone afterwards.
+        let (code, seen) = run_apt(tmp.path(), &policy);
+        assert_eq!(code, 0);
+        assert!(seen.contains("exit 101"), "{seen}");
+        assert!(!policy.exists());
+
+        // The host's own: apt-get runs under it, and it stays exactly as it was.
+        fs_err::write(&policy, "#!/bin/sh\n# site policy\nexit 0\n").unwrap();
+        let (code, seen) = run_apt(tmp.path(), &policy);
+        assert_eq!(code, 0);
+        assert_eq!(seen, "#!/bin/sh\n# site policy\nexit 0\n");
+        assert_eq!(fs_err::read_to_string(&policy).unwrap(), seen);
+
+        // hactl's own, left by a run that crashed: recognised and removed afterwards.
+        fs_err::remove_file(&policy).unwrap();
+        let _ = run_apt(tmp.path(), &policy);
+        let leftover = fs_err::read_to_string(tmp.path().join("seen")).unwrap();
+        fs_err::write(&policy, &leftover).unwrap();
+        let (code, _) = run_apt(tmp.path(), &policy);
+        assert_eq!(code, 0);
+        assert!(!policy.exists(), "a crashed run's policy-rc.d was left behind");
+
+        // A symlink there is never written through.
+        let target = tmp.path().join("target");
+        fs_err::write(&target, "keep").unwrap();
+        std::os::unix::fs::symlink(&target, &policy).unwrap();
+        let _ = run_apt(tmp.path(), &policy);
+        assert_eq!(fs_err::read_to_string(&target).unwrap(), "keep");
+        assert!(policy.is_symlink());
+    }
+
+    #[test]
+    fn a_foreign_config_is_kept_once_before_the_first_overwrite() {
+        let up = Upload::new(
+            crate::load_balancer::HAPROXY_CFG,
+            0o644,
+            "root",
+            "root",
+            b"new".to_vec(),
+        );
+        let mut f = HostFacts::default();
+        f.files.insert(
+            up.path.clone(),
+            crate::facts::FileState {
+                sha256: "0".repeat(64),
+                mode: 0o644,
+                owner: "root".into(),
+                group: "root".into(),
+            },
+        );
+        // hactl's own file (no `foreign` mark): nothing kept.
+        assert!(keep_original(&f, &up).is_none());
+        f.foreign.insert(up.path.clone());
+        let Some(Step::Run(cmd)) = keep_original(&f, &up) else {
+            panic!("no keep step for a foreign haproxy.cfg");
+        };
+        assert_eq!(
+            cmd.argv.last().map(String::as_str),
+            Some(crate::load_balancer::HAPROXY_CFG)
+        );
+
+        // Run it for real: the first copy is kept, a second run does not overwrite it.
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("haproxy.cfg");
+        fs_err::write(&file, "distribution's").unwrap();
+        let run = |file: &std::path::Path| {
+            let mut argv = cmd.argv.clone();
+            *argv.last_mut().unwrap() = file.display().to_string();
+            assert!(std::process::Command::new(&argv[0])
+                .args(&argv[1..])
+                .status()
+                .unwrap()
+                .success());
+        };
+        run(&file);
+        fs_err::write(&file, "hactl's").unwrap();
+        run(&file);
+        let orig = tmp.path().join("haproxy.cfg.hactl-orig");
+        assert_eq!(fs_err::read_to_string(orig).unwrap(), "distribution's");
+
+        // Only the configs listed, and only when the upload changes the file.
+        let key = Upload::new(
+            "/etc/hactl/pki/etcd/server.key",
+            0o600,
+            "etcd",
+            "etcd",
+            b"k".to_vec(),
+        );
+        f.foreign.insert(key.path.clone());
+        assert!(keep_original(&f, &key).is_none());
     }
 }

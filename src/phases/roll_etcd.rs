@@ -1,21 +1,166 @@
-//! Restart running etcd members whose unit or certificates changed, one at a time: each restart
-//! waits for the whole cluster to be healthy before, and for the member and the cluster after,
-//! so the cluster never loses quorum; a member that does not come back stops the rollout.
+//! Restart running etcd members whose unit, certificates or binary changed, or whose running
+//! version is not the version they will run after this run (the declared `etcd.version`, else
+//! the installed or uploaded binary's), one at a time: each restart waits for the whole cluster
+//! to be healthy before, moves leadership off the member, and waits for the member (at its new
+//! version) and the cluster after, so the cluster never loses quorum; the leader goes last, so
+//! leadership moves once at most; a member that does not come back stops the rollout, with its
+//! HAProxy `etcd-client` backend still in maintenance (the load balancers send a restarting
+//! member no new client connection, so clients through the VIP see no failed request).
+//!
+//! A version change is checked against the rules in `etcd::upgrade` before anything is planned:
+//! a minor skip, a minor downgrade and a binary that is not the declared version are refused.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::etcd_files::member_files;
+use semver::Version;
+
+use super::etcd_files::{binary_paths, member_files};
+use super::load_balancer::{drain_backend_steps, ready_backend_steps, Backend};
 use super::{differs, Ctx, Phase, PlanError};
+use crate::etcd::upgrade::{self, MemberVersion};
 use crate::etcd::{probe, UNIT};
-use crate::inventory::{Host, Inventory, Role};
-use crate::plan::{Parallelism, RemoteCommand, Step};
+use crate::inventory::{BinarySource, Host, Inventory, Role};
+use crate::plan::{HostSteps, Parallelism, PlannedPhase, RemoteCommand, Step};
 
 pub struct RollEtcd;
 
 /// Files whose change needs a restart (scripts and the client certificate do not).
 fn needs_restart(path: &str) -> bool {
     path == crate::etcd::UNIT_PATH
+        || path == format!("{}/etcd", crate::etcd::BIN_DIR)
         || [".crt", ".key"].iter().any(|ext| path.ends_with(ext)) && !path.contains("/client.")
+}
+
+/// What the roll decided for one running member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct MemberRoll {
+    /// The version it will run after this run, when known.
+    target: Option<Version>,
+    /// Whether its running version differs from `target`.
+    version_change: bool,
+    /// Whether a file it reads at start changed.
+    files_changed: bool,
+}
+
+/// The running members' versions, as the facts report them (inventory order).
+fn member_versions(ctx: &Ctx<'_>) -> Vec<MemberVersion> {
+    ctx.inv
+        .with_role(Role::Etcd)
+        .into_iter()
+        .filter(|h| is_running_member(h, ctx))
+        .map(|h| {
+            let status = ctx.facts(h).etcd_status.as_ref();
+            MemberVersion {
+                host: h.name.clone(),
+                running: status.and_then(|s| upgrade::parse(&s.version)),
+                is_leader: status.is_some_and(|s| s.leader != 0 && s.leader == s.header.member_id),
+            }
+        })
+        .collect()
+}
+
+fn is_running_member(host: &Host, ctx: &Ctx<'_>) -> bool {
+    ctx.etcd.running.contains(&host.name) && ctx.etcd.has_data.contains(&host.name)
+}
+
+/// The version of the binary `host` will run: the package's on the host, or the operator's
+/// bundle or release binary.
+fn binary_version(host: &Host, ctx: &Ctx<'_>) -> Option<Version> {
+    match &ctx.inv.etcd.source {
+        BinarySource::Package => {
+            let (etcd, _) = binary_paths(&BinarySource::Package);
+            ctx.facts(host)
+                .etcd_binaries
+                .get(etcd)
+                .and_then(|v| upgrade::parse(v))
+        }
+        _ => ctx.etcd.binary_version.clone(),
+    }
+}
+
+/// Where the binary comes from, for messages.
+fn origin(host: &Host, inv: &Inventory) -> String {
+    match &inv.etcd.source {
+        BinarySource::Package => format!("the etcd-server package on {}", host.name),
+        BinarySource::Bundle { dir } => format!("bundle {}", dir.display()),
+        BinarySource::Release { url, .. } => format!("release {url}"),
+    }
+}
+
+/// Every running member's roll, in inventory order; refuses a version change the rules forbid.
+fn decide(ctx: &Ctx<'_>) -> Result<BTreeMap<String, MemberRoll>, PlanError> {
+    let members = member_versions(ctx);
+    // Hashed once per plan: the binary is tens of MB and the same for every member.
+    let binary_sha256 = binary_sha256(ctx);
+    let binary_path = format!("{}/etcd", crate::etcd::BIN_DIR);
+    let mut rolls = BTreeMap::new();
+    for m in &members {
+        let host = ctx.inv.host(&m.host).expect("members come from the inventory");
+        let target = upgrade::target(
+            ctx.inv.etcd.version.as_ref(),
+            binary_version(host, ctx).as_ref(),
+            &origin(host, ctx.inv),
+        )?;
+        if let Some(t) = &target {
+            upgrade::check(&members, t)?;
+        }
+        let f = ctx.facts(host);
+        let binary_changed = binary_sha256
+            .as_ref()
+            .is_some_and(|sha| f.files.get(&binary_path).is_none_or(|have| have.sha256 != *sha));
+        let files_changed = binary_changed
+            || member_files(host, ctx)?
+                .iter()
+                .any(|u| needs_restart(&u.path) && differs(f, u));
+        rolls.insert(
+            m.host.clone(),
+            MemberRoll {
+                version_change: upgrade::needs_restart(m, target.as_ref()),
+                target,
+                files_changed,
+            },
+        );
+    }
+    Ok(rolls)
+}
+
+/// The sha256 of the etcd binary `InstallEtcd` uploads for a bundle or release (none for packages).
+fn binary_sha256(ctx: &Ctx<'_>) -> Option<String> {
+    use sha2::{Digest, Sha256};
+    let bins = ctx.binaries?;
+    let (_, content) = bins.files.iter().find(|(name, _)| name == "etcd")?;
+    Some(hex::encode(Sha256::digest(content)))
+}
+
+/// Reads the member's version from its own `endpoint status`.
+fn runs_version(host: &str, version: &Version, timeout: Duration) -> crate::plan::Check {
+    let script = format!(
+        "{} endpoint status -w json | grep -q '\"version\":\"{version}\"'",
+        crate::etcd::ETCDCTL_WRAPPER
+    );
+    crate::plan::Check::command(
+        format!("etcd member {host} runs {version}"),
+        RemoteCommand {
+            read_only: true,
+            ..RemoteCommand::script(script)
+        },
+        timeout,
+    )
+}
+
+/// The binary at the unit's path reports `version` (checked on every rolled host before the
+/// first restart, so a wrong binary stops the roll before anything restarts).
+fn binary_reports(path: &str, version: &Version) -> crate::plan::Check {
+    let script = format!("{path} --version | head -n1 | grep -qx 'etcd Version: {version}'");
+    crate::plan::Check::command(
+        format!("{path} reports etcd {version}"),
+        RemoteCommand {
+            read_only: true,
+            ..RemoteCommand::script(script)
+        },
+        Duration::from_secs(10),
+    )
 }
 
 impl Phase for RollEtcd {
@@ -33,38 +178,164 @@ impl Phase for RollEtcd {
         true
     }
     fn steps(&self, host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
-        if !ctx.etcd.running.contains(&host.name) || !ctx.etcd.has_data.contains(&host.name) {
-            return Ok(vec![]);
-        }
-        let f = ctx.facts(host);
-        let changed = member_files(host, ctx)?
-            .iter()
-            .any(|u| needs_restart(&u.path) && differs(f, u));
-        if !changed {
-            return Ok(vec![]);
-        }
-        Ok(vec![
-            Step::Wait(probe::cluster_healthy(
-                &format!("before restarting {}", host.name),
-                Duration::from_secs(30),
-            )),
-            Step::Run(RemoteCommand::new(["systemctl", "restart", UNIT])),
-            Step::Wait(probe::member_healthy(&host.name, Duration::from_secs(60))),
-            Step::Wait(probe::cluster_healthy(
-                &format!("after restarting {}", host.name),
-                Duration::from_secs(60),
-            )),
-        ])
+        Ok(steps_for(host, &decide(ctx)?))
     }
+    /// The members in roll order (the leader last), after a check of the new binary on every
+    /// member that changes version; a minor change ends with the cluster version at the new minor.
+    fn plan(&self, ctx: &Ctx<'_>) -> Result<Vec<PlannedPhase>, PlanError> {
+        let rolls = decide(ctx)?;
+        let mut phase = PlannedPhase {
+            title: self.title().to_string(),
+            parallelism: self.parallelism(),
+            disruptive: self.disruptive(),
+            hosts: self
+                .hosts(ctx.inv)
+                .into_iter()
+                .map(|h| HostSteps {
+                    host: h.name.clone(),
+                    sudo: h.ssh.sudo,
+                    steps: steps_for(h, &rolls),
+                })
+                .collect(),
+        };
+        let leader = member_versions(ctx)
+            .into_iter()
+            .find(|m| m.is_leader)
+            .map(|m| m.host);
+        let names: Vec<&str> = phase.hosts.iter().map(|h| h.host.as_str()).collect();
+        let order: Vec<String> = upgrade::roll_order(&names, leader.as_deref())
+            .into_iter()
+            .map(String::from)
+            .collect();
+        let mut by_name: BTreeMap<String, HostSteps> =
+            phase.hosts.drain(..).map(|h| (h.host.clone(), h)).collect();
+        phase.hosts = order.iter().filter_map(|n| by_name.remove(n)).collect();
+
+        let changing: Vec<(&String, &Version)> = rolls
+            .iter()
+            .filter(|(_, r)| r.version_change)
+            .filter_map(|(h, r)| Some((h, r.target.as_ref()?)))
+            .collect();
+        let mut phases = Vec::new();
+        if let Some((_, target)) = changing.first() {
+            phase.title = format!("Roll etcd members to {target}, one at a time (leader last)");
+            let (etcd_path, _) = binary_paths(&ctx.inv.etcd.source);
+            let check = PlannedPhase {
+                title: format!("Check the etcd binaries report {target}"),
+                parallelism: Parallelism::All,
+                disruptive: false,
+                hosts: phase
+                    .hosts
+                    .iter()
+                    .filter(|h| changing.iter().any(|(n, _)| **n == h.host))
+                    .map(|h| HostSteps {
+                        host: h.host.clone(),
+                        sudo: h.sudo,
+                        steps: vec![Step::Wait(binary_reports(etcd_path, target))],
+                    })
+                    .collect(),
+            };
+            phases.push(check);
+            let minor_changes = member_versions(ctx).iter().any(|m| {
+                m.running
+                    .as_ref()
+                    .is_some_and(|r| (r.major, r.minor) != (target.major, target.minor))
+            });
+            if minor_changes {
+                if let Some(last) = phase.hosts.iter_mut().rev().find(|h| !h.steps.is_empty()) {
+                    last.steps.push(Step::Wait(probe::cluster_version_is(
+                        target.major,
+                        target.minor,
+                        Duration::from_secs(60),
+                    )));
+                }
+            }
+        }
+        // HAProxy sends the member no new client connection while it restarts (only on the
+        // load balancers already serving: a first `up` configures them after this phase).
+        let serving: Vec<&str> = ctx
+            .inv
+            .with_role(Role::LoadBalancer)
+            .into_iter()
+            .filter(|lb| {
+                ctx.facts(lb)
+                    .files
+                    .contains_key(crate::load_balancer::HAPROXY_CLI)
+            })
+            .map(|lb| lb.name.as_str())
+            .collect();
+        let on_serving = |steps: Vec<HostSteps>| -> Vec<HostSteps> {
+            steps
+                .into_iter()
+                .filter(|h| serving.contains(&h.host.as_str()))
+                .collect()
+        };
+        let mut hosts = Vec::new();
+        for member in phase.hosts.drain(..) {
+            if member.steps.is_empty() {
+                continue;
+            }
+            let name = member.host.clone();
+            hosts.extend(on_serving(drain_backend_steps(
+                ctx.inv,
+                Backend::EtcdClient,
+                &name,
+            )));
+            hosts.push(member);
+            hosts.extend(on_serving(ready_backend_steps(
+                ctx.inv,
+                Backend::EtcdClient,
+                &name,
+                Duration::from_secs(60),
+            )));
+        }
+        phase.hosts = hosts;
+        phases.push(phase);
+        Ok(phases)
+    }
+}
+
+/// The restart of one member, with its gates; nothing when it needs none.
+fn steps_for(host: &Host, rolls: &BTreeMap<String, MemberRoll>) -> Vec<Step> {
+    let Some(roll) = rolls.get(&host.name) else {
+        return vec![];
+    };
+    if !roll.files_changed && !roll.version_change {
+        return vec![];
+    }
+    let mut steps = vec![
+        Step::Wait(probe::cluster_healthy(
+            &format!("before restarting {}", host.name),
+            Duration::from_secs(30),
+        )),
+        // Leadership moves off the member first, so its restart costs no election.
+        Step::Run(RemoteCommand::new([crate::etcd::MEMBER_SCRIPT, "step-down"])),
+        Step::Run(RemoteCommand::new(["systemctl", "restart", UNIT])),
+        Step::Wait(probe::member_healthy(&host.name, Duration::from_secs(60))),
+    ];
+    if let Some(target) = roll.target.as_ref().filter(|_| roll.version_change) {
+        steps.push(Step::Wait(runs_version(
+            &host.name,
+            target,
+            Duration::from_secs(30),
+        )));
+    }
+    steps.push(Step::Wait(probe::cluster_healthy(
+        &format!("after restarting {}", host.name),
+        Duration::from_secs(60),
+    )));
+    steps
 }
 
 #[cfg(test)]
 mod tests {
     #[test]
-    fn only_unit_and_member_certificates_need_a_restart() {
+    fn only_unit_binary_and_member_certificates_need_a_restart() {
         assert!(super::needs_restart("/etc/systemd/system/etcd.service"));
         assert!(super::needs_restart("/etc/hactl/pki/etcd/peer.key"));
         assert!(super::needs_restart("/etc/hactl/pki/etcd/ca.crt"));
+        assert!(super::needs_restart("/usr/local/bin/etcd"));
+        assert!(!super::needs_restart("/usr/local/bin/etcdctl"));
         assert!(!super::needs_restart("/etc/hactl/pki/etcd/client.crt"));
         assert!(!super::needs_restart("/usr/local/sbin/hactl-etcdctl"));
     }

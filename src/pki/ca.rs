@@ -112,7 +112,7 @@ pub(crate) fn ensure(ledger: &mut Ledger<'_>, kind: CaKind, cluster: &str) -> Re
     let key_type = key_type_of(&x509);
     drop(x509);
 
-    if not_after - ledger.now < super::renewal_window(not_before, not_after) {
+    if not_after - ledger.now < super::renewal_window(not_before, not_after, ledger.renew_before_days) {
         ledger.warnings.push(format!(
             "{cert_rel} expires on {}: CAs are not renewed automatically; plan a CA rotation",
             not_after.date()
@@ -149,7 +149,9 @@ fn self_signed(ledger: &Ledger<'_>, kind: CaKind, cluster: &str, key: &KeyPair) 
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, kind.common_name(cluster));
     params.distinguished_name = dn;
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // pathLenConstraint 0: a CA of hactl's signs leaves only, never another CA (so a leaked leaf
+    // key with a CA bit slipped in could not mint certificates either).
+    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     params.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
         KeyUsagePurpose::CrlSign,

@@ -138,10 +138,12 @@ pub fn requests(inv: &Inventory) -> Vec<CertRequest> {
             out.push(local(r));
         }
     }
+    // No health-check client: any certificate from this CA reads and writes every key, so the
+    // load balancers ask etcd's metrics listener instead (an older state dir may still hold an
+    // `etcd/healthcheck-client`; nothing uses it).
     for (name, cn) in [
         ("etcd/hactl-client", "hactl"),
         ("etcd/apiserver-etcd-client", "kube-apiserver-etcd-client"),
-        ("etcd/healthcheck-client", "kube-etcd-healthcheck-client"),
     ] {
         out.push(CertRequest::new(name.into(), CaKind::Etcd, cn, CLIENT));
     }
@@ -174,7 +176,8 @@ pub fn requests(inv: &Inventory) -> Vec<CertRequest> {
         r = r
             .san(San::Ip(first_ip(&kubernetes.service_cidr)))
             .san(San::Dns("localhost".into()))
-            .san(San::Ip(Ipv4Addr::LOCALHOST.into()));
+            .san(San::Ip(Ipv4Addr::LOCALHOST.into()))
+            .san(San::Ip(Ipv6Addr::LOCALHOST.into()));
         out.push(r);
     }
     let k8s = |name: &str, cn: &str| CertRequest::new(name.into(), CaKind::Kubernetes, cn, CLIENT);
@@ -219,6 +222,9 @@ pub(crate) fn ensure_leaf(ledger: &mut Ledger<'_>, request: &CertRequest, ca: &C
 
     let action = match (&existing_cert, &existing_key) {
         (None, _) => Action::Created,
+        (Some(_), _) if ledger.renew.contains(&request.name) => {
+            Action::Reissued(vec!["renewal requested".into()])
+        }
         (Some(cert), key) => match check(ledger, request, ca, cert, key.as_deref()) {
             Ok(not_after) => {
                 ledger.record(cert_rel, Action::Reused);
@@ -241,7 +247,7 @@ pub(crate) fn ensure_leaf(ledger: &mut Ledger<'_>, request: &CertRequest, ca: &C
     let key = generate_key(ledger.key_type, &key_rel)?;
     let key_pem = key.serialize_pem();
     let not_after = ledger.now + Duration::days(ledger.cert_validity_days.into());
-    let cert_pem = leaf_params(request, ledger.now, not_after)
+    let cert_pem = leaf_params(request, ledger.key_type, ledger.now, not_after)
         .and_then(|params| params.signed_by(&key, &ca.issuer))
         .map_err(|source| PkiError::Generate {
             what: format!("certificate {cert_rel}"),
@@ -268,6 +274,7 @@ pub(crate) fn ensure_leaf(ledger: &mut Ledger<'_>, request: &CertRequest, ca: &C
 
 fn leaf_params(
     request: &CertRequest,
+    key_type: KeyType,
     now: OffsetDateTime,
     not_after: OffsetDateTime,
 ) -> Result<CertificateParams, rcgen::Error> {
@@ -289,10 +296,15 @@ fn leaf_params(
         })
         .collect::<Result<_, rcgen::Error>>()?;
     params.is_ca = IsCa::ExplicitNoCa;
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
+    // RFC 5480 §3: an ECDSA key signs and never enciphers keys, so only RSA leaves (whose TLS
+    // 1.2 key exchange may encipher the premaster secret) carry Key Encipherment.
+    params.key_usages = match key_type {
+        KeyType::EcdsaP256 => vec![KeyUsagePurpose::DigitalSignature],
+        KeyType::Rsa2048 | KeyType::Rsa4096 => vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ],
+    };
     params.extended_key_usages = request
         .usages
         .iter()
@@ -375,7 +387,7 @@ fn check(
     }
 
     let left = info.not_after - ledger.now;
-    let window = super::renewal_window(info.not_before, info.not_after);
+    let window = super::renewal_window(info.not_before, info.not_after, ledger.renew_before_days);
     if left <= Duration::ZERO {
         reasons.push(format!("expired on {}", info.not_after.date()));
     } else if left < window {

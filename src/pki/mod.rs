@@ -6,7 +6,8 @@
 //! Invariants:
 //! - idempotent: a second `ensure` with the same inventory rewrites nothing (same bytes, same mtimes);
 //! - a leaf is re-issued from the **same** CA when its SANs, subject, usages or key type no longer match
-//!   the inventory, when it was not signed by the current CA, or when it expires within 30 days (or a
+//!   the inventory, when it was not signed by the current CA, when it expires within
+//!   `spec.pki.renewBeforeDays` (default 30) days (or a
 //!   third of its lifetime, if shorter: see [`renewal_window`]);
 //! - a CA (and the service-account key) is never replaced automatically: it only yields a warning;
 //! - directories are 0700 and private keys 0600 from the moment they exist (see `store.rs`);
@@ -20,7 +21,7 @@
 //! etcd/peer-<host>.{crt,key}             per etcd host: peer cert (server+client auth)
 //! etcd/hactl-client.{crt,key}            CN hactl: hactl's own etcd client
 //! etcd/apiserver-etcd-client.{crt,key}   CN kube-apiserver-etcd-client
-//! etcd/healthcheck-client.{crt,key}      CN kube-etcd-healthcheck-client: HAProxy's etcd health checks
+//!                                        (no health-check client: HAProxy asks etcd's metrics listener)
 //! -- only when the inventory has a `kubernetes` section: --
 //! kubernetes/ca.{crt,key}                Kubernetes CA
 //! kubernetes/apiserver-<host>.{crt,key}  per control-plane host (VIP, all control-plane names, service IP…)
@@ -41,15 +42,21 @@ use time::OffsetDateTime;
 use crate::inventory::{Inventory, KeyType};
 
 pub use ca::CaKind;
+pub(crate) use issue::pem_to_der;
 pub use issue::{inspect, is_signed_by, requests, CertInfo, CertRequest, San, Usage};
 
 /// A leaf is renewed, and a CA warned about, when it expires within this many days, or within a
 /// third of its lifetime when that is shorter (so short-lived certificates are not re-issued on every run).
 pub const RENEW_WITHIN_DAYS: i64 = 30;
 
-/// How long before `not_after` a certificate valid from `not_before` is due for renewal.
-pub fn renewal_window(not_before: OffsetDateTime, not_after: OffsetDateTime) -> time::Duration {
-    time::Duration::days(RENEW_WITHIN_DAYS).min((not_after - not_before) / 3)
+/// How long before `not_after` a certificate valid from `not_before` is due for renewal, when
+/// leaves are renewed `renew_before_days` before they expire (`spec.pki.renewBeforeDays`).
+pub fn renewal_window(
+    not_before: OffsetDateTime,
+    not_after: OffsetDateTime,
+    renew_before_days: u32,
+) -> time::Duration {
+    time::Duration::days(renew_before_days.into()).min((not_after - not_before) / 3)
 }
 
 /// Errors of [`ensure`] and [`inspect`].
@@ -215,8 +222,6 @@ pub enum EtcdClient {
     Hactl,
     /// kube-apiserver's `--etcd-certfile`.
     ApiServer,
-    /// HAProxy's health checks of etcd.
-    HealthCheck,
 }
 
 impl EtcdClient {
@@ -225,7 +230,6 @@ impl EtcdClient {
         match self {
             EtcdClient::Hactl => "etcd/hactl-client",
             EtcdClient::ApiServer => "etcd/apiserver-etcd-client",
-            EtcdClient::HealthCheck => "etcd/healthcheck-client",
         }
     }
 }
@@ -334,6 +338,9 @@ pub(crate) struct Ledger<'a> {
     pub key_type: KeyType,
     pub ca_validity_days: u32,
     pub cert_validity_days: u32,
+    pub renew_before_days: u32,
+    /// Leaves to re-issue even though they still fit (`hactl certs renew`), by path stem.
+    pub renew: std::collections::BTreeSet<String>,
     pub entries: Vec<Entry>,
     pub report: Vec<Change>,
     pub warnings: Vec<String>,
@@ -365,6 +372,18 @@ impl Ledger<'_> {
 /// Makes `dir` (`<state dir>/pki`) hold every certificate and key the inventory implies; see the
 /// module docs for the rules. `now` is the time certificates are issued and checked at.
 pub fn ensure(dir: &Path, inv: &Inventory, now: OffsetDateTime) -> Result<Pki, PkiError> {
+    ensure_renewing(dir, inv, now, &[])
+}
+
+/// [`ensure`], re-issuing the leaves named in `renew` (path stems, e.g. `etcd/server-cp1`) from
+/// the same CA even when they still fit. Names that are not leaves of this inventory are ignored:
+/// check them with [`leaf_names`] first.
+pub fn ensure_renewing(
+    dir: &Path,
+    inv: &Inventory,
+    now: OffsetDateTime,
+    renew: &[String],
+) -> Result<Pki, PkiError> {
     // Certificates carry whole seconds; keep `now` comparable with what is read back.
     let now = now.replace_nanosecond(0).expect("0 is a valid nanosecond");
     let mut ledger = Ledger {
@@ -373,6 +392,8 @@ pub fn ensure(dir: &Path, inv: &Inventory, now: OffsetDateTime) -> Result<Pki, P
         key_type: inv.pki.key_type,
         ca_validity_days: inv.pki.ca_validity_days,
         cert_validity_days: inv.pki.cert_validity_days,
+        renew_before_days: inv.pki.renew_before_days,
+        renew: renew.iter().cloned().collect(),
         entries: Vec::new(),
         report: Vec::new(),
         warnings: Vec::new(),
@@ -418,6 +439,12 @@ fn ensure_dir(ledger: &mut Ledger<'_>, path: &Path, what: &str) -> Result<(), Pk
             .push(format!("{what}: permissions were {old:04o}, set to 0700"));
     }
     Ok(())
+}
+
+/// The path stems of every leaf the inventory implies (what `hactl certs renew` accepts), in
+/// the order `ensure` issues them.
+pub fn leaf_names(inv: &Inventory) -> Vec<String> {
+    issue::requests(inv).into_iter().map(|r| r.name).collect()
 }
 
 /// Name used in reports and warnings for a key type.

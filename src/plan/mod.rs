@@ -90,6 +90,8 @@ pub struct Upload {
     pub content: Arc<Vec<u8>>,
     /// Hex sha256 of `content`.
     pub sha256: String,
+    /// The content holds a short secret (see [`Upload::short_secret`]): its hash is not printed.
+    pub short_secret: bool,
 }
 
 impl Upload {
@@ -102,7 +104,15 @@ impl Upload {
             group: group.to_string(),
             content: Arc::new(content),
             sha256,
+            short_secret: false,
         }
+    }
+    /// Marks the content as holding a short secret (the VRRP password: 8 characters at most).
+    /// Its sha256 would let anyone who reads a plan try every password offline against the
+    /// rendered template, so plans print `sha256=withheld` for it (long keys need no such care).
+    pub fn short_secret(mut self) -> Self {
+        self.short_secret = true;
+        self
     }
     pub fn size(&self) -> usize {
         self.content.len()
@@ -118,15 +128,19 @@ impl fmt::Debug for Upload {
 
 impl fmt::Display for Upload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let sha256 = if self.short_secret {
+            "withheld (the file holds a short secret)"
+        } else {
+            &self.sha256
+        };
         write!(
             f,
-            "{} mode={:04o} owner={}:{} size={} sha256={}",
+            "{} mode={:04o} owner={}:{} size={} sha256={sha256}",
             self.path,
             self.mode,
             self.owner,
             self.group,
             self.size(),
-            self.sha256
         )
     }
 }

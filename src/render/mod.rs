@@ -138,6 +138,10 @@ pub struct EtcdUnit {
     pub client_port: u16,
     pub peer_port: u16,
     pub metrics_port: u16,
+    /// Also serve the metrics listener (`/health`, `/metrics`: no key is readable there) on the
+    /// member's address, for the load balancers' health checks, which then need no client
+    /// certificate (one that passes `--client-cert-auth` could read and write every key).
+    pub health_on_address: bool,
     pub pki_dir: String,
     pub heartbeat_interval: u32,
     pub election_timeout: u32,
@@ -187,6 +191,7 @@ mod tests {
                 client_port: 2379,
                 peer_port: 2380,
                 metrics_port: 2381,
+                health_on_address: true,
                 pki_dir: "/etc/hactl/pki/etcd".into(),
                 heartbeat_interval: 100,
                 election_timeout: 1000,

@@ -16,6 +16,15 @@
 //! a file, the copies to the other hosts run alongside the trial restore on the seed: they only
 //! stage the file in this run's scratch dir (as R0.4 does on the seed), change nothing etcd
 //! serves from, and a failed trial still refuses before anything is stopped.
+//!
+//! Layout: this file holds the shared pieces (the remote commands, [`build`] and what it derives
+//! once); the stages are in `restore.rs` (R0.4, R0.4b, R2), `stop.rs` (R1), `join.rs` (R3) and
+//! `finish.rs` (R4–R6). [`build`] calls them in the order above.
+
+mod finish;
+mod join;
+mod restore;
+mod stop;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -467,7 +476,7 @@ const STAGE_AND_RESTORE: &str = "R2.2/R2.4";
 /// `--mode all` from a file: the copies to the other hosts run alongside the trial on the seed.
 const TRIAL_AND_STAGE: &str = "R0.4/R2.2";
 
-/// The whole recover, in order.
+/// The whole recover, in order: each stage below appends its steps.
 pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
     let inv = i.inv;
     let dd = inv.etcd.data_dir.as_str();
@@ -486,10 +495,13 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
         .map(|h| h.name.clone())
         .filter(|h| !d.confirmed_dead.contains(h))
         .collect();
-    let url = |h: &str| crate::etcd::peer_url(inv, host(inv, h));
     let initial: Vec<(String, String)> = match d.mode {
-        RecoverMode::Seed => vec![(d.seed.clone(), url(&d.seed))],
-        RecoverMode::All => d.targets.iter().map(|h| (h.clone(), url(h))).collect(),
+        RecoverMode::Seed => vec![(d.seed.clone(), crate::etcd::peer_url(inv, host(inv, &d.seed)))],
+        RecoverMode::All => d
+            .targets
+            .iter()
+            .map(|h| (h.clone(), crate::etcd::peer_url(inv, host(inv, h))))
+            .collect(),
     };
     let initial_cluster = initial
         .iter()
@@ -507,620 +519,121 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
             ..
         }
     );
-    let restore_args = |h: &str, data_dir: &str| crate::snapshot::RestoreArgs {
-        snapshot: snap.clone(),
-        name: h.to_string(),
-        peer_url: url(h),
-        initial_cluster: initial_cluster.clone(),
-        token: d.token.clone(),
-        data_dir: data_dir.to_string(),
-        bump,
-        skip_hash_check: skip_hash,
-    };
-    let restore_argv = |h: &str, data_dir: &str| -> Vec<String> {
-        crate::snapshot::restore_command(&restore_args(h, data_dir)).argv[2..].to_vec()
-    };
     let helper = crate::snapshot::helper_upload().expect("the snapshot helper renders");
-
-    let mut steps = Vec::new();
-
-    // R0.4 (file): stage the snapshot on the seed and trial-restore it, before any change.
-    let trial = |steps: &mut Vec<JournaledStep>| {
-        let mut args: Vec<String> = vec![
-            work.clone(),
-            d.expected_cluster_id.clone(),
-            if skip_hash { "yes" } else { "no" }.into(),
-        ];
-        args.extend(restore_argv(&d.seed, &format!("{work}/trial/data")));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut s = JournaledStep::new(
-            format!("R0.4@{}", d.seed),
-            "check the snapshot (hash, status on a copy) and trial-restore it with the real flags",
-            Some(&d.seed),
-        )
-        .done_when(RemoteCommand::read_only([
-            "sh",
-            "-c",
-            "[ \"$(cat \"$1/trial.ok\" 2>/dev/null)\" = \"$2\" ]",
-            "hactl-trial-done",
-            &work,
-            &d.expected_cluster_id,
-        ]))
-        .step(Step::Upload(helper.clone()));
-        if let Source::File { path, sha256, .. } = &d.source {
-            s = s.local(Arc::new(acts::UploadSnapshot {
-                host: d.seed.clone(),
-                local: path.into(),
-                remote: snap.clone(),
-                sha256: sha256.clone(),
-            }));
-        }
-        steps.push(
-            s.run(sh(TRIAL, "hactl-trial", &args).with_timeout(Duration::from_secs(900)))
-                .no_cluster_change(),
-        );
-    };
-    if let Source::File { path, sha256, .. } = &d.source {
-        trial(&mut steps);
-        if d.mode == RecoverMode::All {
-            let last = steps.pop().expect("the trial step");
-            steps.push(last.group(TRIAL_AND_STAGE, &d.seed));
-            for h in d.targets.iter().filter(|h| **h != d.seed) {
-                let up = Arc::new(acts::UploadSnapshot {
-                    host: h.clone(),
-                    local: path.into(),
-                    remote: snap.clone(),
-                    sha256: sha256.clone(),
-                });
-                steps.push(
-                    JournaledStep::new(format!("R2.2@{h}"), "stage the snapshot", None)
-                        .group(TRIAL_AND_STAGE, h)
-                        .done_when_local(up.clone())
-                        .local(up)
-                        .no_cluster_change(),
-                );
-            }
-        }
-    }
-
-    // R1.1: the operation lock on every reachable host.
-    steps.push(
-        JournaledStep::new("R1.1", "take the recover lock on every reachable host", None)
-            .done_when_local(Arc::new(acts::AcquireLocks {
-                hosts: reachable.clone(),
-                owner: i.owner.clone(),
-                steal: i.steal_lock.clone(),
-            }))
-            .local(Arc::new(acts::AcquireLocks {
-                hosts: reachable.clone(),
-                owner: i.owner.clone(),
-                steal: i.steal_lock.clone(),
-            })),
-    );
-    // R1.2: stop the Kubernetes control plane everywhere before touching etcd.
-    for (h, units) in &d.kube_units {
-        if units.is_empty() {
-            continue;
-        }
-        let mut s = JournaledStep::new(
-            format!("R1.2@{h}"),
-            format!("stop and fence {}", units.join(" ")),
-            Some(h),
-        )
-        .done_when(fenced_or(units, &[6443], None, Some(&kube_started)))
-        .run(fence(&d.run, units))
-        .group("R1.2", h);
-        s = s.verify(Check::command(
-            format!("{h}: no apiserver listens on :6443"),
-            fenced(units, &[6443], None),
-            Duration::from_secs(60),
-        ));
-        steps.push(s);
-    }
-    // R1.2 (static-pod mode): move the manifests aside, so the kubelet stops the pods.
-    let aside_dir = d.manifests_aside();
-    for (h, components) in &d.kube_manifests {
-        steps.push(
-            JournaledStep::new(
-                format!("R1.2@{h}:manifests"),
-                format!("move the {} manifests to {aside_dir}/", components.join(" ")),
-                Some(h),
-            )
-            .done_when(manifests_stopped(components, Some(&kube_started)))
-            .run(sh(
-                MANIFESTS_OUT,
-                "hactl-manifests-out",
-                &manifest_args(&aside_dir, components),
-            ))
-            .verify(Check::command(
-                format!("{h}: no apiserver listens on :6443, no control-plane container runs"),
-                manifests_stopped(components, None),
-                Duration::from_secs(120),
-            )),
-        );
-    }
-    // R1.3: stop and fence etcd on every reachable host.
-    for h in &reachable {
-        steps.push(
-            JournaledStep::new(format!("R1.3@{h}"), "stop and fence etcd", Some(h))
-                .group("R1.3", h)
-                .done_when(fenced_or(
-                    &etcd_units,
-                    &etcd_ports,
-                    Some("etcd"),
-                    Some(&etcd_started),
-                ))
-                .run(fence(&d.run, &etcd_units))
-                .verify(Check::command(
-                    format!(
-                        "{h}: no etcd process, nothing on :{}/:{}",
-                        etcd_ports[0], etcd_ports[1]
-                    ),
-                    fenced(&etcd_units, &etcd_ports, Some("etcd")),
-                    Duration::from_secs(60),
-                )),
-        );
-    }
-    // R0.4b (survivor): a snapshot from a scratch etcd on a copy of its data dir.
-    if let Source::Member { host: survivor } = &d.source {
-        let port = "23790";
-        let pport = "23800";
-        steps.push(
-            JournaledStep::new(
-                format!("R0.4b@{survivor}"),
-                "copy the data dir, open the copy with a loopback-only --force-new-cluster etcd, save a snapshot",
-                Some(survivor),
-            )
-            .done_when(RemoteCommand::read_only([
-                "sh",
-                "-c",
-                "[ -e \"$1/trial.ok\" ] || [ -s \"$1/snapshot.db\" -a ! -e \"$1/probe/copy\" ]",
-                "hactl-extracted",
-                &work,
-            ]))
-            .run(
-                sh(EXTRACT, "hactl-extract", &[&work, dd, survivor, port, pport])
-                    .with_timeout(Duration::from_secs(900)),
-            ),
-        );
-        trial(&mut steps);
-    }
-    // R1.4: move every data dir aside (never deleted).
-    for h in &d.data_dirs {
-        let aside = d.aside(dd);
-        steps.push(
-            JournaledStep::new(format!("R1.4@{h}"), format!("move {dd} aside to {aside}"), Some(h))
-                .group("R1.4", h)
-                .done_when(RemoteCommand::read_only(["test", "-e", &aside]))
-                .precheck(RemoteCommand::read_only([
-                    "sh",
-                    "-c",
-                    "! pgrep -x etcd >/dev/null && [ ! -e \"$2\" ] || { echo \"etcd runs, or both $1 and $2 exist: needs a human\" >&2; exit 1; }",
-                    "hactl-aside-check",
-                    dd,
-                    &aside,
-                ]))
-                .run(RemoteCommand::new(["mv", "-T", "--", dd, &aside])),
-        );
-    }
-    // R2.3: certificates, scripts and the unit on every target (the same files `up` writes).
-    let no_facts = Default::default();
-    let view = EtcdView::default();
-    let ctx = Ctx {
+    let s = Shared {
+        d,
+        i,
         inv,
-        pki: i.pki,
-        facts: &no_facts,
-        etcd: &view,
-        binaries: None,
-        kubernetes: None,
-        vrrp_password: None,
+        dd,
+        work,
+        snap,
+        cid_dec,
+        etcd_units,
+        etcd_started,
+        kube_started,
+        etcd_ports,
+        reachable,
+        initial,
+        initial_cluster,
+        bump,
+        skip_hash,
+        helper,
     };
-    for h in &d.targets {
-        let mut files =
-            crate::phases::etcd_files::member_files(host(inv, h), &ctx).expect("member files render");
-        files.push(helper.clone());
-        let mut s = JournaledStep::new(
-            format!("R2.3@{h}"),
-            "certificates, keys, helper scripts and the etcd unit",
-            Some(h),
-        )
-        .done_when(files_match(&files))
-        .group("R2.3", h);
-        for f in files {
-            s = s.step(Step::Upload(f));
-        }
-        steps.push(s.run(RemoteCommand::new(["systemctl", "daemon-reload"])));
-    }
-
-    let restored_ok = |h: &str, group: Option<&str>| -> JournaledStep {
-        let mut args: Vec<String> = vec![work.clone(), dd.to_string(), d.expected_cluster_id.clone()];
-        args.extend(restore_argv(h, &format!("{work}/staging")));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let s = JournaledStep::new(
-            format!("R2.4@{h}"),
-            format!("restore into {work}/staging with token {} and compare the cluster ID", d.token),
-            Some(h),
-        )
-        .done_when(RemoteCommand::read_only([
-            "sh",
-            "-c",
-            "[ -e \"$1/swapped\" ] || { [ \"$(cat \"$1/restored\" 2>/dev/null)\" = \"$2\" ] && [ -d \"$1/staging/member\" ]; }",
-            "hactl-restored",
-            &work,
-            &d.expected_cluster_id,
-        ]))
-        .run(sh(RESTORE, "hactl-restore", &args).with_timeout(Duration::from_secs(900)));
-        match group {
-            Some(g) => s.group(g, h),
-            None => s,
-        }
-    };
-    let swap = |h: &str| -> JournaledStep {
-        JournaledStep::new(
-            format!("R2.5@{h}"),
-            format!("rename the staging dir to {dd}"),
-            Some(h),
-        )
-        .done_when(RemoteCommand::read_only([
-            "sh",
-            "-c",
-            "[ -e \"$1/swapped\" ] && [ -d \"$2/member\" ]",
-            "hactl-swapped",
-            &work,
-            dd,
-        ]))
-        .run(sh(SWAP, "hactl-swap", &[&work, dd]))
-    };
-    let config = |h: &str, members: &[(String, String)], state: &str, record_token: bool| -> JournaledStep {
-        let env = initial_env(h, members, state, &d.token);
-        let mut s = JournaledStep::new(
-            format!("R2.6@{h}"),
-            format!("initial env: state {state}, token {}", d.token),
-            Some(h),
-        )
-        .done_when(files_match(std::slice::from_ref(&env)))
-        .step(Step::Upload(env));
-        if record_token {
-            s = s.local(Arc::new(acts::RecordToken {
-                state: i.state.clone(),
-                token: d.token.clone(),
-            }));
-        }
-        s
-    };
-
-    match d.mode {
-        RecoverMode::Seed => {
-            steps.push(restored_ok(&d.seed, None));
-            steps.push(swap(&d.seed));
-            steps.push(config(&d.seed, &initial, "new", true));
-            steps.push(
-                JournaledStep::new(
-                    format!("R2.7@{}", d.seed),
-                    "start the seed as a one-member cluster",
-                    Some(&d.seed),
-                )
-                .done_when(member_in_cluster(&cid_dec, true))
-                .run(unfence_start(&etcd_units, true, &etcd_started))
-                .verify(
-                    Check::command(
-                        format!("{}: leads cluster {}", d.seed, d.expected_cluster_id),
-                        member_in_cluster(&cid_dec, true),
-                        Duration::from_secs(60),
-                    )
-                    .diagnose_with(crate::etcd::probe::journal_tail()),
-                ),
-            );
-        }
-        RecoverMode::All => {
-            for h in &d.targets {
-                if let Source::Member { host: survivor } = &d.source {
-                    if h != survivor {
-                        steps.push(
-                            JournaledStep::new(format!("R2.2@{h}"), "stage the snapshot", None)
-                                .group(STAGE_AND_RESTORE, h)
-                                .done_when_local(Arc::new(acts::CopySnapshot {
-                                    from: survivor.clone(),
-                                    to: h.clone(),
-                                    path: snap.clone(),
-                                }))
-                                .local(Arc::new(acts::CopySnapshot {
-                                    from: survivor.clone(),
-                                    to: h.clone(),
-                                    path: snap.clone(),
-                                })),
-                        );
-                    }
-                }
-            }
-            // All restores before any swap or start: all or nothing. Each host's copy and
-            // restore run alongside the other hosts' (R2.2/R2.4 form one group).
-            for h in &d.targets {
-                steps.push(restored_ok(h, Some(STAGE_AND_RESTORE)));
-            }
-            for h in &d.targets {
-                steps.push(swap(h).group("R2.5", h));
-            }
-            for h in &d.targets {
-                steps.push(config(h, &initial, "new", h == &d.seed).group("R2.6", h));
-            }
-            for h in &d.targets {
-                steps.push(
-                    // A member of a new multi-member cluster serves only once a quorum has
-                    // started: started (or starting) after this run's start is what counts here;
-                    // R2.9 waits for the cluster.
-                    JournaledStep::new(format!("R2.7@{h}"), "start etcd", Some(h))
-                        .group("R2.7", h)
-                        .done_when(RemoteCommand::read_only([
-                            "sh",
-                            "-c",
-                            "[ -e \"$1\" ] && case \"$(systemctl is-active etcd.service)\" in active|activating) true ;; *) false ;; esac",
-                            "hactl-starting",
-                            &etcd_started,
-                        ]))
-                        .run(unfence_start(&etcd_units, false, &etcd_started)),
-                );
-            }
-            steps.push(
-                JournaledStep::new("R2.9", "every member is healthy with one leader", Some(&d.seed))
-                    .done_when(crate::etcd::probe::one_leader())
-                    .step(Step::Wait(crate::etcd::probe::cluster_has_one_leader(
-                        Duration::from_secs(90),
-                    ))),
-            );
-        }
-    }
-    // R2.8: the emulated bump (etcd 3.4).
-    if let Bump::Emulated { target } = d.bump {
-        let act = Arc::new(acts::EmulatedBump {
-            host: d.seed.clone(),
-            client_port: inv.etcd.client_port,
-            tls: i.tls.clone(),
-            target,
-        });
-        steps.push(
-            JournaledStep::new(
-                format!("R2.8@{}", d.seed),
-                format!("emulate the revision bump to {target} (the tool has no --bump-revision)"),
-                None,
-            )
-            .done_when_local(act.clone())
-            .local(act),
-        );
-    }
-    // R3: the other members join one at a time, as learners.
-    if d.mode == RecoverMode::Seed {
-        let mut members = initial.clone();
-        let joiners: Vec<&String> = d.targets.iter().filter(|h| **h != d.seed).collect();
-        let last = joiners.last().map(|h| h.as_str());
-        for h in joiners.iter().copied() {
-            let u = url(h);
-            members.push((h.clone(), u.clone()));
-            let env = initial_env(h, &members, "existing", &d.token);
-            steps.push(
-                JournaledStep::new(
-                    format!("R3.1@{h}"),
-                    format!("initial env: join {} with state existing", members.len() - 1),
-                    Some(h),
-                )
-                .done_when(files_match(std::slice::from_ref(&env)))
-                .precheck(RemoteCommand::read_only([
-                    "sh",
-                    "-c",
-                    "[ ! -e \"$1/member\" ] || { echo \"$1 holds data: it must be moved aside first\" >&2; exit 1; }",
-                    "hactl-empty",
-                    dd,
-                ]))
-                .step(Step::Upload(env)),
-            );
-            let has_member = RemoteCommand::read_only([
-                "sh",
-                "-c",
-                "/usr/local/sbin/hactl-etcdctl member list | awk -F', ' -v u=\"$1\" '$4 == u' | grep -q .",
-                "hactl-has-member",
-                &u,
-            ]);
-            steps.push(
-                JournaledStep::new(
-                    format!("R3.2@{h}"),
-                    format!("add {h} as a learner"),
-                    Some(&d.seed),
-                )
-                .done_when(has_member)
-                .step(Step::Wait(crate::etcd::probe::cluster_healthy(
-                    &format!("before adding {h}"),
-                    Duration::from_secs(60),
-                )))
-                .run(sh(ADD_LEARNER, "hactl-add-learner", &[h, &u]).with_timeout(Duration::from_secs(150))),
-            );
-            let mut start = JournaledStep::new(format!("R3.3@{h}"), "start etcd as a learner", Some(h))
-                .done_when(member_in_cluster(&cid_dec, false))
-                .run(RemoteCommand::new([
-                    "install", "-d", "-o", "etcd", "-g", "etcd", "-m", "0700", dd,
-                ]))
-                .run(unfence_start(&etcd_units, false, &etcd_started));
-            if Some(h.as_str()) == last {
-                start = start.run(
-                    sh(
-                        LEARNER_READY,
-                        "hactl-learner-ready",
-                        &[&crate::etcd::METRICS_PORT.to_string()],
-                    )
-                    .with_timeout(Duration::from_secs(150)),
-                );
-            }
-            steps.push(
-                start.verify(
-                    Check::command(
-                        format!("learner {h} serves cluster {}", d.expected_cluster_id),
-                        member_in_cluster(&cid_dec, false),
-                        Duration::from_secs(120),
-                    )
-                    .diagnose_with(crate::etcd::probe::journal_tail()),
-                ),
-            );
-            steps.push(
-                JournaledStep::new(
-                    format!("R3.4@{h}"),
-                    format!("promote {h} once in sync"),
-                    Some(&d.seed),
-                )
-                .done_when(RemoteCommand::read_only([
-                    crate::etcd::MEMBER_SCRIPT,
-                    "is-voter",
-                    &u,
-                ]))
-                .run(
-                    RemoteCommand::new([crate::etcd::MEMBER_SCRIPT, "promote", &u, "600"])
-                        .with_timeout(Duration::from_secs(630)),
-                )
-                .verify(crate::etcd::probe::cluster_healthy(
-                    &format!("after promoting {h}"),
-                    Duration::from_secs(60),
-                )),
-            );
-        }
-    }
-    // R4: verify etcd, then a new baseline backup.
-    let names = d.targets.join(",");
-    let endpoints = d
-        .targets
-        .iter()
-        .map(|h| crate::etcd::client_url(inv, host(inv, h)))
-        .collect::<Vec<_>>()
-        .join(",");
-    let min_rev = d.min_revision.to_string();
-    let verify =
-        RemoteCommand::read_only(sh(VERIFY, "hactl-verify", &[&names, &cid_dec, &min_rev, &endpoints]).argv);
-    steps.push(
-        JournaledStep::new(
-            "R4.1",
-            "verify: exact membership, one cluster ID, health, equal hashkv, no alarms, revision past the mark",
-            Some(&d.seed),
-        )
-        .done_when(verify.clone())
-        .step(Step::Wait(Check::command(
-            "the recovered cluster passes every check",
-            verify,
-            Duration::from_secs(90),
-        ))),
-    );
-    let marker = crate::operations::run_dir::RunDir::new(i.state, &d.run).baseline();
-    let baseline = Arc::new(acts::Baseline {
-        inv: inv.clone(),
-        state: i.state.clone(),
-        marker,
-    });
-    steps.push(
-        JournaledStep::new("R4.2", "take a new baseline backup", None)
-            .done_when_local(baseline.clone())
-            .local(baseline),
-    );
-    // R5: Kubernetes, in the mandatory order, where installed.
-    let with = |unit: &str| -> Vec<(String, Vec<String>)> {
-        d.kube_units
-            .iter()
-            .filter(|(_, us)| us.iter().any(|u| u == unit))
-            .map(|(h, _)| (h.clone(), vec![unit.to_string()]))
-            .collect()
-    };
-    for (h, units) in with("kube-apiserver.service") {
-        steps.push(
-            JournaledStep::new(format!("R5.2@{h}"), "start kube-apiserver", Some(&h))
-                .done_when(started(&units))
-                .run(unfence_start(&units, false, &kube_started))
-                .verify(Check::command(
-                    format!("{h}: kube-apiserver listens on :6443"),
-                    RemoteCommand::read_only(["sh", "-c", "ss -Hltn 'sport = :6443' | grep -q ."]),
-                    Duration::from_secs(180),
-                )),
-        );
-    }
-    for (h, components) in static_pods_with(d, "kube-apiserver") {
-        steps.push(
-            JournaledStep::new(
-                format!("R5.2@{h}:manifests"),
-                "move the kube-apiserver manifest back",
-                Some(&h),
-            )
-            .done_when(manifests_back(&components, &aside_dir))
-            .run(sh(
-                MANIFESTS_BACK,
-                "hactl-manifests-back",
-                &manifest_back_args(&aside_dir, &kube_started, &components),
-            ))
-            .verify(Check::command(
-                format!("{h}: kube-apiserver listens on :6443"),
-                RemoteCommand::read_only(["sh", "-c", "ss -Hltn 'sport = :6443' | grep -q ."]),
-                Duration::from_secs(180),
-            )),
-        );
-    }
-    for unit in ["kube-controller-manager.service", "kube-scheduler.service"] {
-        let component = unit.trim_end_matches(".service");
-        for (h, components) in static_pods_with(d, component) {
-            steps.push(
-                JournaledStep::new(
-                    format!("R5.3@{h}:{component}:manifest"),
-                    format!("move the {component} manifest back"),
-                    Some(&h),
-                )
-                .done_when(manifests_back(&components, &aside_dir))
-                .run(sh(
-                    MANIFESTS_BACK,
-                    "hactl-manifests-back",
-                    &manifest_back_args(&aside_dir, &kube_started, &components),
-                ))
-                .verify(Check::command(
-                    format!("{h}: a {component} container runs (where crictl is installed)"),
-                    container_running(component),
-                    Duration::from_secs(180),
-                )),
-            );
-        }
-        for (h, units) in with(unit) {
-            steps.push(
-                JournaledStep::new(
-                    format!("R5.3@{h}:{}", unit.trim_end_matches(".service")),
-                    format!("start {unit}"),
-                    Some(&h),
-                )
-                .done_when(started(&units))
-                .run(unfence_start(&units, false, &kube_started)),
-            );
-        }
-    }
-    for h in &d.kubelets {
-        let marker = format!("{work}/kubelet-restarted");
-        steps.push(
-            JournaledStep::new(format!("R5.4@{h}"), "restart the kubelet", Some(h))
-                .done_when(RemoteCommand::read_only(["test", "-e", &marker]))
-                .run(sh(
-                    "mkdir -p \"$(dirname \"$1\")\" && systemctl restart kubelet.service && touch \"$1\"",
-                    "hactl-kubelet",
-                    &[&marker],
-                )),
-        );
-    }
-    // R6: record, release.
-    let fin = Arc::new(acts::Finalize {
-        state: i.state.clone(),
-        hosts: reachable,
-        seed: d.seed.clone(),
-        op: "recover".into(),
-        run: d.run.clone(),
-        cluster_id: d.expected_cluster_id.clone(),
-    });
-    steps.push(
-        JournaledStep::new(
-            "R6",
-            "record the high-water mark, mark the run finished, release the locks",
-            None,
-        )
-        .done_when_local(fin.clone())
-        .local(fin),
-    );
+    let mut steps = Vec::new();
+    restore::r0_4_trial_file(&s, &mut steps);
+    stop::r1_lock_and_fence(&s, &mut steps);
+    restore::r0_4b_extract(&s, &mut steps);
+    stop::r1_4_move_aside(&s, &mut steps);
+    restore::r2_restore(&s, &mut steps);
+    join::r3_join(&s, &mut steps);
+    finish::r4_verify(&s, &mut steps);
+    finish::r5_kubernetes(&s, &mut steps);
+    finish::r6_release(&s, &mut steps);
     steps
+}
+
+/// What every stage of [`build`] reads: the decisions, the inputs, and what is derived from them
+/// once (paths of this run, the new cluster's initial members, the restore flags).
+struct Shared<'s> {
+    d: &'s Decisions,
+    i: &'s Inputs<'s>,
+    inv: &'s Inventory,
+    dd: &'s str,
+    work: String,
+    snap: String,
+    cid_dec: String,
+    etcd_units: Vec<String>,
+    etcd_started: String,
+    kube_started: String,
+    etcd_ports: [u16; 2],
+    reachable: Vec<String>,
+    initial: Vec<(String, String)>,
+    initial_cluster: String,
+    bump: u64,
+    skip_hash: bool,
+    helper: Upload,
+}
+
+impl Shared<'_> {
+    fn url(&self, h: &str) -> String {
+        crate::etcd::peer_url(self.inv, host(self.inv, h))
+    }
+    /// The restore flags for member `h` into `data_dir`, after the helper's own two arguments.
+    fn restore_argv(&self, h: &str, data_dir: &str) -> Vec<String> {
+        let args = crate::snapshot::RestoreArgs {
+            snapshot: self.snap.clone(),
+            name: h.to_string(),
+            peer_url: self.url(h),
+            initial_cluster: self.initial_cluster.clone(),
+            token: self.d.token.clone(),
+            data_dir: data_dir.to_string(),
+            bump: self.bump,
+            skip_hash_check: self.skip_hash,
+        };
+        crate::snapshot::restore_command(&args).argv[2..].to_vec()
+    }
+}
+
+/// R0.4: stage the snapshot on the seed and trial-restore it with the real flags, before any change.
+fn trial(s: &Shared<'_>, steps: &mut Vec<JournaledStep>) {
+    let d = s.d;
+    let work = &s.work;
+    let snap = &s.snap;
+    let skip_hash = s.skip_hash;
+    let helper = &s.helper;
+    let mut args: Vec<String> = vec![
+        work.clone(),
+        d.expected_cluster_id.clone(),
+        if skip_hash { "yes" } else { "no" }.into(),
+    ];
+    args.extend(s.restore_argv(&d.seed, &format!("{work}/trial/data")));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut s = JournaledStep::new(
+        format!("R0.4@{}", d.seed),
+        "check the snapshot (hash, status on a copy) and trial-restore it with the real flags",
+        Some(&d.seed),
+    )
+    .done_when(RemoteCommand::read_only([
+        "sh",
+        "-c",
+        "[ \"$(cat \"$1/trial.ok\" 2>/dev/null)\" = \"$2\" ]",
+        "hactl-trial-done",
+        work,
+        &d.expected_cluster_id,
+    ]))
+    .step(Step::Upload(helper.clone()));
+    if let Source::File { path, sha256, .. } = &d.source {
+        s = s.local(Arc::new(acts::UploadSnapshot {
+            host: d.seed.clone(),
+            local: path.into(),
+            remote: snap.clone(),
+            sha256: sha256.clone(),
+        }));
+    }
+    steps.push(
+        s.run(sh(TRIAL, "hactl-trial", &args).with_timeout(Duration::from_secs(900)))
+            .no_cluster_change(),
+    );
 }
 
 #[cfg(test)]

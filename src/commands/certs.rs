@@ -1,0 +1,119 @@
+//! `hactl certs check` and `hactl certs renew`: wiring only; the report is `crate::certs`, the
+//! renewal is `pki::ensure_renewing` followed by `up`'s own plan (a re-issued certificate makes
+//! `up` upload it and restart what reads it, one host at a time).
+
+use anyhow::Context as _;
+use futures::StreamExt;
+
+use crate::cli::{CertsCheckArgs, CertsRenewArgs, OutputFormat, UpArgs};
+use crate::inventory::Host;
+
+/// One host's certificate files (path, PEM), or why they could not be read.
+type HostRead = Result<Vec<(String, String)>, String>;
+
+/// `hactl certs check`: one read-only round trip per host.
+pub async fn check(args: &CertsCheckArgs) -> anyhow::Result<i32> {
+    let (inv, state) = super::load(&args.inventory)?;
+    let pki_dir = state.path.join("pki");
+    let local = crate::certs::read_state(&pki_dir);
+    if local.is_empty() {
+        anyhow::bail!(
+            "no certificates in {}: run `hactl up` first (or point --state-dir at the cluster's state)",
+            pki_dir.display()
+        );
+    }
+    let hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
+    let conns = crate::exec::connect::connect(&state, &hosts, &args.connect).await;
+    let results: Vec<(String, HostRead)> = futures::stream::iter(hosts.iter().map(|h| {
+        let conn = conns.get(&h.name).cloned();
+        let paths = crate::certs::host_paths(&super::up::query_for(&inv, h).files);
+        async move {
+            let r = match conn {
+                Some(Ok(t)) => match t.run(&crate::certs::probe_command(&paths)).await {
+                    Ok(out) if out.success() => Ok(crate::certs::parse_probe(&out.stdout_str())),
+                    Ok(out) => Err(format!(
+                        "the certificate probe failed: {}",
+                        out.stderr_str().trim()
+                    )),
+                    Err(e) => Err(format!("{:#}", anyhow::Error::from(e))),
+                },
+                Some(Err(e)) => Err(e),
+                None => Err("not connected".into()),
+            };
+            (h.name.clone(), r)
+        }
+    }))
+    .buffered(args.connect.concurrency.max(1))
+    .collect()
+    .await;
+    let mut read = Vec::new();
+    let mut unreachable = Vec::new();
+    for (host, r) in results {
+        match r {
+            Ok(files) => read.push((host, files)),
+            Err(e) => unreachable.push(format!("{host}: {e}")),
+        }
+    }
+    let rows = crate::certs::report(&local, &read, time::OffsetDateTime::now_utc());
+    let mut problems = crate::certs::problems(&rows, inv.pki.renew_before_days);
+    problems.extend(unreachable.iter().map(|u| format!("not checked: {u}")));
+    match args.output {
+        OutputFormat::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "certificates": rows,
+                "problems": problems,
+            }))?
+        ),
+        OutputFormat::Table => {
+            print!("{}", crate::certs::table(&rows));
+            for p in &problems {
+                eprintln!("warning: {p}");
+            }
+        }
+    }
+    Ok(if problems.is_empty() {
+        super::exit::OK
+    } else {
+        super::exit::DEGRADED
+    })
+}
+
+/// `hactl certs renew`: re-issue the named leaves (or all) and roll them out with `up`'s plan.
+pub async fn renew(args: &CertsRenewArgs) -> anyhow::Result<i32> {
+    let inv = super::load_inventory(&args.inventory)?;
+    let known = crate::pki::leaf_names(&inv);
+    let names: Vec<String> = if args.all {
+        known.clone()
+    } else {
+        args.names.clone()
+    };
+    if names.is_empty() {
+        return Err(anyhow::Error::new(super::Refusal {
+            code: super::exit::REFUSED,
+            message: format!(
+                "name the certificates to renew, or pass --all; known certificates: {}",
+                known.join(", ")
+            ),
+        }));
+    }
+    let unknown = crate::certs::unknown_names(&names, &known);
+    if !unknown.is_empty() {
+        return Err(anyhow::Error::new(super::Refusal {
+            code: super::exit::REFUSED,
+            message: format!(
+                "no certificate named {} in this inventory (CAs are rotated, not renewed); known certificates: {}",
+                unknown.join(", "),
+                known.join(", ")
+            ),
+        }));
+    }
+    let up = UpArgs {
+        inventory: args.inventory.clone(),
+        connect: args.connect.clone(),
+        yes: args.yes,
+    };
+    super::up::up_renewing(&up, &names)
+        .await
+        .context("hactl certs renew stopped; the re-issued certificates are in the state directory, so `hactl up` finishes rolling them out")
+}
