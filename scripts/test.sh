@@ -42,3 +42,10 @@ fi
 scripts/fresh-machine-check.sh
 # The release artifacts (tarball, .deb), each installed in a clean container: hactl --version.
 scripts/release.sh --check
+# The Vagrant lab (real VMs under libvirt, tests/vagrant.rs: scripts/vagrant-lab.sh) does not yet
+# pass end to end here (README, Known gaps: emulated guests fail check's clock rule), so CI does not
+# run it; HACTL_VAGRANT=1 runs it alone, after the rest (it needs most of the machine for minutes).
+if [ "${HACTL_VAGRANT:-0}" = 1 ]; then
+  cargo test --locked --test vagrant -- --ignored --nocapture 2>&1 | tee "$log"
+  scripts/check-skips.sh "$log"
+fi

@@ -147,6 +147,8 @@ for a in "$@"; do
   b:*) b=${a#b:}; w=$(command -v "$b" 2>/dev/null) && echo "bin $b $w" ;;
   esac
 done
+# What is missing is a fact, not a failure (dash's `command -v` of a missing binary is 127).
+exit 0
 "#;
 
 /// The read-only command that gathers facts for `query`.
@@ -380,5 +382,29 @@ kubeversion kube-apiserver Kubernetes v1.31.4\naddr lo 127.0.0.1/8\naddr host0 1
         );
         assert!(!f.data_dir_has_member);
         assert!(f.binaries.contains_key("sh"));
+    }
+
+    #[test]
+    fn a_fresh_host_without_the_binaries_is_a_fact_not_a_probe_failure() {
+        // A fresh VM has none of etcd, HAProxy or curl: the probe must still succeed and say so
+        // (it used to exit with the status of the last `command -v`: 127 under dash).
+        let cmd = probe_command(&Query {
+            data_dir: "/nonexistent/etcd".into(),
+            units: vec![],
+            files: vec!["/nonexistent/file".into()],
+            binaries: vec!["sh".into(), "hactl-no-such-binary".into()],
+        });
+        for shell in ["sh", "bash"] {
+            let out = std::process::Command::new(shell)
+                .arg("-c")
+                .arg(cmd.line(false))
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{shell}: {:?}", out.status);
+            let f = parse(&String::from_utf8_lossy(&out.stdout));
+            assert!(f.binaries.contains_key("sh"));
+            assert!(!f.binaries.contains_key("hactl-no-such-binary"));
+            assert!(f.files.is_empty());
+        }
     }
 }

@@ -27,8 +27,18 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// `inventories/example.yaml` as the tests render it. The example leaves `kubernetes.source` to
+/// the user (`package`, which validate refuses), so it is loaded with a bundle, then set back.
 fn example() -> Inventory {
-    inventory::load(&root().join("inventories/example.yaml")).unwrap()
+    let path = root().join("inventories/example.yaml");
+    let text = fs_err::read_to_string(&path).unwrap().replacen(
+        "    source: package\n    # bundleDir",
+        "    source: bundle\n    bundleDir: /\n    # bundleDir",
+        1,
+    );
+    let mut inv = inventory::load_str(&path, &text).unwrap();
+    inv.kubernetes.as_mut().unwrap().source = BinarySource::Package;
+    inv
 }
 
 fn fixture_dir() -> PathBuf {

@@ -1173,6 +1173,11 @@ impl Checker {
                 None
             }
         };
+        if let (Some(mode), Some(source)) = (&mode, &source) {
+            if let Some(refusal) = kubernetes_source_refusal(mode, source) {
+                self.report("kubernetes.source", refusal);
+            }
+        }
         if self.problems.len() != before {
             return None;
         }
@@ -1267,7 +1272,22 @@ impl Checker {
     }
 }
 
-/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most `max` characters.
+/// Why the Kubernetes binaries cannot come from `source` in `mode`, or `None` when they can.
+/// The one rule `validate` and `plan` share, so the two never disagree: in systemd mode the server
+/// binaries are installed, and no distribution packages them; static-pod mode installs none.
+pub fn kubernetes_source_refusal(mode: &KubernetesMode, source: &BinarySource) -> Option<&'static str> {
+    match (mode, source) {
+        (KubernetesMode::Systemd, BinarySource::Package) => Some(KUBERNETES_PACKAGE_REFUSAL),
+        _ => None,
+    }
+}
+
+/// What `kubernetes.source: package` (systemd mode) is refused with.
+pub const KUBERNETES_PACKAGE_REFUSAL: &str = "package is not available: Debian has no kube-apiserver, \
+kube-controller-manager or kube-scheduler package; set kubernetes.source to release (releaseUrl: the \
+kubernetes-server-linux-amd64.tar.gz of your version, with its sha256) or bundle (bundleDir: a directory \
+holding the three binaries)";
+
 /// Flags the etcd unit (or its initial env) already sets, with the inventory field that sets each
 /// where there is one. etcd takes the last copy of a flag, so an extra one would silently win.
 const ETCD_FLAGS_SET: &[(&str, Option<&str>)] = &[
@@ -1443,6 +1463,7 @@ fn host_dir(dir: &str, example: &str) -> Result<String, String> {
     Ok(trimmed.to_string())
 }
 
+/// `[a-z0-9]([-a-z0-9]*[a-z0-9])?`, at most `max` characters.
 fn is_dns_label(s: &str, max: usize) -> bool {
     !s.is_empty()
         && s.len() <= max
@@ -1494,6 +1515,30 @@ fn is_retention(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kubernetes_package_source_is_refused_in_systemd_mode_only() {
+        let bundle = BinarySource::Bundle { dir: "/b".into() };
+        let release = BinarySource::Release {
+            url: "https://example.com/k.tar.gz".into(),
+            sha256: Some("ab".repeat(32)),
+        };
+        let table = [
+            (KubernetesMode::Systemd, BinarySource::Package, true),
+            (KubernetesMode::Systemd, bundle.clone(), false),
+            (KubernetesMode::Systemd, release.clone(), false),
+            (KubernetesMode::StaticPod, BinarySource::Package, false),
+            (KubernetesMode::StaticPod, bundle, false),
+            (KubernetesMode::StaticPod, release, false),
+        ];
+        for (mode, source, refused) in table {
+            assert_eq!(
+                kubernetes_source_refusal(&mode, &source).is_some(),
+                refused,
+                "{mode:?} {source:?}"
+            );
+        }
+    }
 
     #[test]
     fn dns_labels() {

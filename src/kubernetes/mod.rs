@@ -150,7 +150,12 @@ impl KubernetesInputs {
 /// Why the Kubernetes layer cannot be planned.
 #[derive(Debug, thiserror::Error)]
 pub enum KubernetesPlanError {
-    #[error("kubernetes.source: package is not available: Debian has no kube-apiserver, kube-controller-manager or kube-scheduler package; set kubernetes.source to release (releaseUrl: the kubernetes-server-linux-amd64.tar.gz of your version, with its sha256) or bundle (bundleDir: a directory holding the three binaries)")]
+    /// The rule `validate` applies too ([`crate::inventory::validate::kubernetes_source_refusal`]):
+    /// only an inventory built in code, not read from a file, reaches the plan with it.
+    #[error(
+        "kubernetes.source: {}",
+        crate::inventory::validate::KUBERNETES_PACKAGE_REFUSAL
+    )]
     PackageSource,
     #[error("the version skew rules refuse this rollout, nothing was changed:\n{}", .0.iter().map(|v| format!("  - {v}")).collect::<Vec<_>>().join("\n"))]
     Skew(Vec<String>),

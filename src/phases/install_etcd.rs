@@ -1,5 +1,6 @@
 //! Install etcd: binaries (distribution package, or release/bundle binaries uploaded from the
-//! operator machine), the `etcd` system user, and the data dir (0700, owned by etcd).
+//! operator machine), curl for the health probes, the `etcd` system user, and the data dir (0700,
+//! owned by etcd).
 
 use super::{differs, Ctx, Phase, PlanError};
 use crate::inventory::{BinarySource, Host, Inventory, Role};
@@ -83,22 +84,29 @@ fn binary_uploads(ctx: &Ctx<'_>) -> Vec<Upload> {
 fn steps_with(host: &Host, ctx: &Ctx<'_>, binaries: &[Upload]) -> Result<Vec<Step>, PlanError> {
     let f = ctx.facts(host);
     let mut steps = Vec::new();
-    match &ctx.inv.etcd.source {
-        BinarySource::Package => {
-            if !f.binaries.contains_key("etcd") || !f.binaries.contains_key("etcdctl") {
-                steps.push(Step::Run(super::apt_install(&["etcd-server", "etcd-client"])));
-            }
-        }
-        BinarySource::Release { .. } | BinarySource::Bundle { .. } => {
-            for up in binaries {
-                if differs(f, up) {
-                    steps.push(Step::Upload(up.clone()));
-                }
+    let etcd_missing = !f.binaries.contains_key("etcd") || !f.binaries.contains_key("etcdctl");
+    let install_package = matches!(ctx.inv.etcd.source, BinarySource::Package) && etcd_missing;
+    // curl too: the health probes run it on etcd hosts.
+    let packages = super::with_curl(
+        f,
+        if install_package {
+            vec!["etcd-server", "etcd-client"]
+        } else {
+            vec![]
+        },
+    );
+    if !packages.is_empty() {
+        steps.push(Step::Run(super::apt_install(&packages)));
+    }
+    if !matches!(ctx.inv.etcd.source, BinarySource::Package) {
+        for up in binaries {
+            if differs(f, up) {
+                steps.push(Step::Upload(up.clone()));
             }
         }
     }
-    let package_makes_user = matches!(ctx.inv.etcd.source, BinarySource::Package) && !steps.is_empty();
-    if !f.etcd_user && !package_makes_user {
+    // The package creates the etcd user itself.
+    if !f.etcd_user && !install_package {
         steps.push(Step::Run(RemoteCommand::new([
             "useradd",
             "--system",

@@ -1,13 +1,13 @@
 //! Install the Kubernetes control-plane binaries (systemd mode): release or bundle binaries,
-//! uploaded from the operator machine to /usr/local/bin. Static-pod mode runs images and installs
-//! nothing here.
+//! uploaded from the operator machine to /usr/local/bin, and curl for the readiness probes (both
+//! modes). Static-pod mode runs images and installs no binaries here.
 //!
 //! Before anything is planned, the version skew rules ([`crate::kubernetes::skew`]) are checked
 //! against what the hosts report, and `source: package` is refused (no distribution carries the
 //! server binaries).
 
 use super::{differs, Ctx, Phase, PlanError};
-use crate::inventory::{BinarySource, Host, Inventory, KubernetesMode, Role};
+use crate::inventory::{Host, Inventory, KubernetesMode, Role};
 use crate::kubernetes::skew::{self, Installed};
 use crate::kubernetes::{Component, KubernetesPlanError};
 use crate::plan::{PlannedPhase, Step};
@@ -29,7 +29,7 @@ pub fn refuse(ctx: &Ctx<'_>) -> Result<(), KubernetesPlanError> {
     let Some(kube) = &ctx.inv.kubernetes else {
         return Ok(());
     };
-    if kube.mode == KubernetesMode::Systemd && kube.source == BinarySource::Package {
+    if crate::inventory::validate::kubernetes_source_refusal(&kube.mode, &kube.source).is_some() {
         return Err(KubernetesPlanError::PackageSource);
     }
     let mut installed = Vec::new();
@@ -81,18 +81,26 @@ impl Phase for InstallKubernetes {
         let Some(kube) = &ctx.inv.kubernetes else {
             return Ok(vec![]);
         };
+        let f = ctx.facts(host);
+        // The readiness probes run curl on the host, in either mode (an etcd host got it from
+        // the etcd install already).
+        let mut steps: Vec<Step> = match super::with_curl(f, vec![]) {
+            packages if packages.is_empty() || host.has(Role::Etcd) => vec![],
+            packages => vec![Step::Run(super::apt_install(&packages))],
+        };
         if kube.mode != KubernetesMode::Systemd {
-            return Ok(vec![]);
+            return Ok(steps);
         }
         let inputs = ctx.kubernetes.ok_or(KubernetesPlanError::MissingInputs)?;
-        let f = ctx.facts(host);
-        Ok(inputs
-            .binaries
-            .iter()
-            .filter(|u| differs(f, u))
-            .cloned()
-            .map(Step::Upload)
-            .collect())
+        steps.extend(
+            inputs
+                .binaries
+                .iter()
+                .filter(|u| differs(f, u))
+                .cloned()
+                .map(Step::Upload),
+        );
+        Ok(steps)
     }
     fn plan(&self, ctx: &Ctx<'_>) -> Result<Vec<PlannedPhase>, PlanError> {
         refuse(ctx)?;

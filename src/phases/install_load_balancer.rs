@@ -10,7 +10,8 @@ use crate::plan::{RemoteCommand, Step};
 
 pub struct InstallLoadBalancer;
 
-/// The binaries a load-balancer host needs (curl speaks to HAProxy's admin socket).
+/// The binaries a load-balancer host needs (curl speaks to HAProxy's admin socket), each from the
+/// Debian package of the same name.
 pub const BINARIES: [&str; 3] = ["haproxy", "keepalived", "curl"];
 
 impl Phase for InstallLoadBalancer {

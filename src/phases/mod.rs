@@ -144,6 +144,15 @@ pub fn build(phases: &[Box<dyn Phase>], ctx: &Ctx<'_>) -> Result<Plan, PlanError
     Ok(plan)
 }
 
+/// `curl`, which hactl's health probes run on every host it manages (etcd's metrics and health
+/// endpoints, the apiservers' /readyz, HAProxy's admin socket): in `packages` when the host lacks it.
+pub fn with_curl<'a>(facts: &HostFacts, mut packages: Vec<&'a str>) -> Vec<&'a str> {
+    if !facts.binaries.contains_key("curl") {
+        packages.push("curl");
+    }
+    packages
+}
+
 /// True when the host's copy of `upload.path` differs in content, mode or owner.
 pub fn differs(facts: &HostFacts, upload: &Upload) -> bool {
     match facts.files.get(&upload.path) {
@@ -277,7 +286,10 @@ else
   echo "hactl: $p exists and is not hactl's: left as it is (it decides whether the packages' services start now)" >&2
   mine=
 fi
-DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@"; rc=$?
+# Waits for apt's lock (a fresh VM may be running apt itself); fetches the package lists first
+# when the host has none yet (a cloud image ships without them).
+i() { DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q "$@"; }
+i "$@" || { apt-get -o DPkg::Lock::Timeout=300 update -q && i "$@"; }; rc=$?
 [ -z "$mine" ] || rm -f "$p"
 exit $rc"#;
 
@@ -285,7 +297,7 @@ exit $rc"#;
 pub fn apt_install(packages: &[&str]) -> RemoteCommand {
     let mut argv = vec!["sh", "-c", APT_INSTALL, "hactl-apt-install", POLICY_RC_D];
     argv.extend_from_slice(packages);
-    RemoteCommand::new(argv).with_timeout(std::time::Duration::from_secs(600))
+    RemoteCommand::new(argv).with_timeout(std::time::Duration::from_secs(900))
 }
 
 /// Configs another party may have written before hactl took them over.

@@ -64,6 +64,10 @@ pub fn query_for(inv: &Inventory, host: &Host) -> Query {
     }
     if host.has(Role::LoadBalancer) {
         q.files.extend(super::load_balancer::managed_paths(inv));
+    }
+    // The health probes run curl on etcd, control-plane and load-balancer hosts alike; the
+    // install phases add it where it is missing.
+    if !host.roles.is_empty() {
         q.binaries.push("curl".into());
     }
     q

@@ -82,8 +82,10 @@ pub enum Error {
 
     #[error(
         "the host key of {host} ({addr}) changed: known {known}, presented {presented} (known_hosts: {}); \
-         nothing was run on it. If {host} was re-installed, run again with --accept-new-host-key {host}",
-        known_hosts.display()
+         nothing was run on it. If {host} was re-installed or recreated (a recreated VM has a new host \
+         key), check that {presented} is its key and run again with --accept-new-host-key {host}: {}",
+        known_hosts.display(),
+        rerun_accepting(.host)
     )]
     HostKeyChanged {
         host: String,
@@ -177,4 +179,36 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// The command line this process was started with, quoted for a shell, with
+/// `--accept-new-host-key <host>` added: what a refusal of a changed host key tells the user to run.
+pub fn rerun_accepting(host: &str) -> String {
+    rerun_line(std::env::args(), host)
+}
+
+fn rerun_line(args: impl IntoIterator<Item = String>, host: &str) -> String {
+    let mut words: Vec<String> = args.into_iter().map(|a| quote::word(&a)).collect();
+    words.push("--accept-new-host-key".into());
+    words.push(quote::word(host));
+    words.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rerun_line_is_the_command_with_the_flag_added_and_quoted() {
+        let args = ["target/debug/hactl", "up", "-i", "inventories/vagrant.yaml"].map(String::from);
+        assert_eq!(
+            rerun_line(args, "cp2"),
+            "target/debug/hactl up -i inventories/vagrant.yaml --accept-new-host-key cp2"
+        );
+        let args = ["hactl", "status", "-i", "my cluster.yaml"].map(String::from);
+        assert_eq!(
+            rerun_line(args, "cp1"),
+            "hactl status -i 'my cluster.yaml' --accept-new-host-key cp1"
+        );
+    }
 }
