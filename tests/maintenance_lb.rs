@@ -1,4 +1,4 @@
-//! C4 with load balancers (../shared/specs/recovery.md §6.4): on a lab of 3 control-plane hosts
+//! C4 with load balancers (docs/recovery.md, "Acceptance tests"): on a lab of 3 control-plane hosts
 //! and 2 load balancers (real etcd, HAProxy, keepalived), `hactl maintenance start cp1` puts
 //! cp1's `etcd-client` server in MAINT on every HAProxy before etcd stops, clients through the
 //! VIP keep writing the whole time, and `complete` brings the server back UP. Then C6 on the same

@@ -1,4 +1,4 @@
-//! `hactl recover` against real etcd in lab hosts (spec §6.2). They need root; without it each
+//! `hactl recover` against real etcd in lab hosts (docs/recovery.md, "Acceptance tests"). They need root; without it each
 //! prints `SKIPPED <name>: needs root`.
 //!
 //! Each test brings its own 3-host lab (no load balancers), runs the real `hactl` binary, and

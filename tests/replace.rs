@@ -1,4 +1,4 @@
-//! Acceptance tests of replace, heal and maintenance (../shared/specs/recovery.md §6.3–6.4) on a
+//! Acceptance tests of replace, heal and maintenance (docs/recovery.md, "Acceptance tests") on a
 //! lab of real hosts: real systemd, sshd and etcd 3.5.16. One lab serves every scenario in turn
 //! (each leaves the cluster at 3 healthy voters), to keep the run short on 2 cores.
 //! They need root; without it they print `SKIPPED <name>: needs root`.
@@ -18,7 +18,7 @@ use hactl::etcd::safety::{r_add, r_remove, Counts};
 use lab_support::{eventually, TestLab};
 use members::{ctl, done_ts, hactl, journal, member_id, members, move_roles, set_inventory};
 
-/// Every member healthy, three voters, no learner (spec §6.1 `assert_cluster`, without hashkv).
+/// Every member healthy, three voters, no learner (docs/recovery.md, "Acceptance tests" `assert_cluster`, without hashkv).
 fn assert_cluster(lab: &TestLab, from: &str, names: &[&str]) {
     let ok = eventually(Duration::from_secs(60), || {
         ctl(lab, from, &["endpoint", "health", "--cluster"]).0

@@ -1,4 +1,4 @@
-//! Acceptance tests B6, B7, B12, C3 and C6 (../shared/specs/recovery.md §6.3–6.4) on one lab of five
+//! Acceptance tests B6, B7, B12, C3 and C6 (docs/recovery.md, "Acceptance tests") on one lab of five
 //! control-plane hosts (real systemd, sshd, etcd) with a 2 MiB backend quota, scenarios in turn,
 //! each leaving five healthy voters. Needs root; without it prints `SKIPPED <name>: needs root`.
 

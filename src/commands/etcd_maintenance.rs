@@ -1,4 +1,4 @@
-//! `hactl etcd maintenance --compact --defrag --disarm`: the NOSPACE runbook (spec §1.7):
+//! `hactl etcd maintenance --compact --defrag --disarm`: the NOSPACE runbook (docs/recovery.md, "When a member is unhealthy": NOSPACE):
 //! compact to the current revision, defragment each member one at a time (defrag blocks the
 //! member it runs on), then disarm the alarms.
 //!

@@ -1,4 +1,4 @@
-//! Classifies etcd error text (Appendix B of ../shared/specs/recovery.md) into what hactl does next.
+//! Classifies etcd error text (the error classes of docs/recovery.md, "When a member is unhealthy") into what hactl does next.
 //!
 //! Invariant: pure; the strings are etcd's own (3.4 and 3.5), matched as substrings, so a message
 //! wrapped by etcdctl or the journal still classifies.

@@ -1,11 +1,11 @@
-//! The quorum arithmetic of ../shared/specs/recovery.md §5, and the rules every membership change,
+//! The quorum arithmetic of docs/recovery.md ("Safety rules"), and the rules every membership change,
 //! every automatic remediation and every maintenance start must pass.
 //!
 //! Invariant: pure. Each rule takes the numbers it needs ([`Counts`]) and returns [`Decision::Allowed`]
 //! or a [`Refused`] that names the rule, the numbers it saw and what to do instead. Callers never
 //! re-derive quorum themselves.
 //!
-//! Definitions (§5.1):
+//! Definitions (docs/recovery.md, "Safety rules"):
 //! - V: voting members (learners excluded; an unstarted voting member counts in V and as unhealthy);
 //! - Q = ⌊V/2⌋+1; F = V−Q = ⌊(V−1)/2⌋;
 //! - H: healthy voting members, members stopped by hactl maintenance (M) counted as unhealthy;
@@ -95,7 +95,7 @@ impl Counts {
     }
 }
 
-/// The rules of §5.2, plus the conditions that refuse whatever the rule.
+/// The rules of docs/recovery.md, "Safety rules", plus the conditions that refuse whatever the rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rule {
     /// No leader / fewer than Q healthy voters.
@@ -412,7 +412,7 @@ pub fn r_final(voters_after: usize, desired: usize, declared_scale: bool) -> Dec
 }
 
 #[cfg(test)]
-// The formulas are written as §5.2 states them, not as clippy would simplify them.
+// The formulas are written as docs/recovery.md, "Safety rules" states them, not as clippy would simplify them.
 #[allow(clippy::int_plus_one, clippy::manual_div_ceil)]
 mod tests {
     use super::*;
@@ -526,7 +526,7 @@ mod tests {
     }
 
     proptest! {
-        /// R-maint equals the §5.2 formula: k ≤ min(maxUnavailable, H−Q), nothing in progress.
+        /// R-maint equals the docs/recovery.md, "Safety rules" formula: k ≤ min(maxUnavailable, H−Q), nothing in progress.
         #[test]
         fn r_maint_is_the_formula(c in counts(), k in 1usize..=4, max in 0usize..=3) {
             let formula = clean(&c) && c.learners == 0 && c.unstarted == 0
@@ -540,7 +540,7 @@ mod tests {
             let target_healthy = target_healthy && c.healthy > 0;
             let h_after = c.healthy - usize::from(target_healthy);
             let v_after = c.voters - 1;
-            // §5.2 R-remove: H′ ≥ ⌊(V−1)/2⌋+1 with V the voters before the removal, i.e. a
+            // docs/recovery.md, "Safety rules" R-remove: H′ ≥ ⌊(V−1)/2⌋+1 with V the voters before the removal, i.e. a
             // quorum of the V′ = V−1 that remain.
             let formula = clean(&c) && c.learners == 0 && c.unstarted == 0
                 && v_after > 0 && h_after >= (c.voters - 1) / 2 + 1;

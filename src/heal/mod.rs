@@ -1,5 +1,5 @@
 //! heal: find a failed etcd member and repair it within the safety budget
-//! (`hactl heal [--once | --watch] [--dry-run]`; docs/recovery.md §4.1–4.2).
+//! (`hactl heal [--once | --watch] [--dry-run]`; docs/recovery.md, "Replace and heal (P0–P10)").
 //!
 //! A member is unhealthy only when both vantage points say so (a healthy peer host running
 //! `endpoint health`, and the operator through an SSH tunnel to the member's host) and that has

@@ -47,7 +47,7 @@ pub struct RawSpec {
     /// A single etcd member is refused unless this is true (development only).
     #[serde(default)]
     pub allow_single_member: bool,
-    /// Automatic repair of etcd members by `hactl heal` (spec §4.2).
+    /// Automatic repair of etcd members by `hactl heal` (docs/recovery.md, "Replace and heal (P0–P10)").
     #[serde(default)]
     pub heal: RawHeal,
     /// Scheduled snapshots on every etcd host (a systemd timer), see `hactl status`.

@@ -21,9 +21,9 @@ use super::objects::{List, Node, Pod, PodDisruptionBudget, Status};
 use super::API_PORT;
 use crate::exec::Transport;
 
-/// The Node annotation that carries the maintenance stage (§5.4).
+/// The Node annotation that carries the maintenance stage (docs/recovery.md, "Maintenance").
 pub const MAINTENANCE_STAGE_ANNOTATION: &str = "hactl.io/maintenance-stage";
-/// The Node annotation that carries heal's retry record (§4.2).
+/// The Node annotation that carries heal's retry record (docs/recovery.md, "Replace and heal (P0–P10)").
 pub const REMEDIATION_ANNOTATION: &str = "hactl.io/remediation-for";
 
 const TIMEOUT: Duration = Duration::from_secs(10);

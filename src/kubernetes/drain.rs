@@ -1,4 +1,4 @@
-//! The ordered drain of `hactl maintenance` (../shared/specs/recovery.md §5.4, KEP-4212's drain
+//! The ordered drain of `hactl maintenance` (docs/recovery.md, "Maintenance"; KEP-4212's drain
 //! plan): which pods of a node are evicted, in which order, what an Eviction's answer means, and
 //! what a refusal says.
 //!

@@ -1,5 +1,5 @@
 //! maintenance: take one control-plane host out of service and back, within the quorum budget
-//! (`hactl maintenance plan|start|complete HOST`; docs/recovery.md §5.4).
+//! (`hactl maintenance plan|start|complete HOST`; docs/recovery.md, "Maintenance").
 //!
 //! Stages go forward only: Idle → Cordon → Drain → StopControlPlane → (operator work) → Complete.
 //! `complete` during Cordon or Drain cancels: nothing was stopped, the host goes straight to
@@ -15,7 +15,7 @@
 //! The record lives in the state dir (`maintenance/<host>.json`), on the host
 //! (`/var/lib/hactl/maintenance/<host>.json`) and, when the Node exists, in its annotation
 //! `hactl.io/maintenance-stage`; while it exists the host's member counts as unhealthy in every
-//! budget (M in §5.1), so a second host is refused while B = 0. Every stage entered is journaled
+//! budget (M in docs/recovery.md, "Safety rules"), so a second host is refused while B = 0. Every stage entered is journaled
 //! as step `stage-<Stage>`.
 
 use std::time::Duration;
@@ -561,7 +561,7 @@ pub async fn complete(inv: Inventory, state: StateDir, args: &MaintenanceArgs) -
     };
     let journal =
         Journal::open_or_create(&s.state, &new_run_id(&format!("maintenance-{}", host.name)), mode)?;
-    // Cancel (§5.4): during Idle, Cordon or Drain nothing was stopped, so Complete is only the
+    // Cancel (docs/recovery.md, "Maintenance"): during Idle, Cordon or Drain nothing was stopped, so Complete is only the
     // uncordon.
     let cordoned = rec.stopped.iter().any(|x| x == node::CORDON_MARK);
     let cancelled = rec.stage.cancels() && rec.stopped.iter().all(|x| x == node::CORDON_MARK);

@@ -1,4 +1,4 @@
-//! Join new etcd members one at a time, each as a learner (see ../shared/specs/recovery.md §4):
+//! Join new etcd members one at a time, each as a learner (see docs/recovery.md, "Replace and heal"):
 //! add it as a learner on a running member, start it with `existing` state, wait until it
 //! serves, promote it once it is in sync, and wait for the whole cluster to be healthy.
 //!

@@ -1,4 +1,4 @@
-//! The Kubernetes side of `hactl replace` (../shared/specs/recovery.md §4.4 P8, P9), as steps:
+//! The Kubernetes side of `hactl replace` (docs/recovery.md, steps P8 and P9), as steps:
 //!
 //! - P8, on the replacement host: install, configure and start kube-apiserver (its
 //!   `--etcd-servers` lists every etcd host of the inventory, which after the replace is every

@@ -1,4 +1,4 @@
-//! `hactl recover`: rebuild an etcd cluster that lost quorum (../shared/specs/recovery.md §3).
+//! `hactl recover`: rebuild an etcd cluster that lost quorum (docs/recovery.md, "Recover (R0–R6)").
 //!
 //! The shape: R0 assesses the hosts read-only ([`assess`]) and decides ([`Decisions`]: source,
 //! seed, targets, token, bump, expected cluster ID); [`steps::build`] turns the decisions into
@@ -39,7 +39,7 @@ pub const KUBE_UNITS: [&str; 3] = [
     "kube-scheduler.service",
 ];
 pub const KUBELET_UNIT: &str = "kubelet.service";
-/// Static-pod mode: R1.2 moves the manifests to `<MANIFESTS_ASIDE>/<run>/` (spec §2.2).
+/// Static-pod mode: R1.2 moves the manifests to `<MANIFESTS_ASIDE>/<run>/` (docs/recovery.md, "The shared model").
 pub const MANIFESTS_ASIDE: &str = "/etc/kubernetes/manifests.hactl";
 
 /// Static-pod mode (`spec.kubernetes.mode: static-pod`): the components whose manifests each

@@ -78,7 +78,7 @@ pub fn unfence_step() -> Step {
 }
 
 /// `member remove ID` on a healthy member, after re-checking on that host that ID is still the
-/// member at PEER_URL; an ID already gone is success (spec §4.4 P3).
+/// member at PEER_URL; an ID already gone is success (docs/recovery.md, "Replace and heal (P0–P10)" P3).
 pub fn remove_step(id: u64, peer_url: &str) -> Step {
     let hex = hex_id(id);
     let ctl = etcd::ETCDCTL_WRAPPER;

@@ -1,5 +1,5 @@
 //! replace: quorum-safe replacement of one etcd member
-//! (`hactl replace MEMBER (--reuse-host | --host NEW) [--planned]`; docs/recovery.md §4.3–4.5).
+//! (`hactl replace MEMBER (--reuse-host | --host NEW) [--planned]`; docs/recovery.md, "Replace and heal (P0–P10)").
 //!
 //! Flow F1 (a failed member, the default): P0 preflight → P1 move leadership off it → P2 fence it →
 //! P3 `member remove` (safety re-checked right before) → P4 move its data aside and configure the
@@ -49,7 +49,7 @@ use crate::state::StateDir;
 pub const PROMOTE_TIMEOUT_SECS: u64 = 600;
 
 /// The order of flow F1's steps. Remove comes before add: etcd refuses any add while a voter is
-/// down (spec §4.6), and this table is what the tests hold the flow to.
+/// down (docs/recovery.md, "Replace and heal (P0–P10)"), and this table is what the tests hold the flow to.
 pub const F1_ORDER: [&str; 11] = ["P0", "P1", "P2", "P3", "P4", "P5", "P6", "P7", "P8", "P9", "P10"];
 /// Flow F2: the new member first (every member is healthy), then the old one leaves.
 pub const F2_ORDER: [&str; 11] = ["P0", "P4", "P5", "P6", "P7", "P1", "P2", "P3", "P8", "P9", "P10"];

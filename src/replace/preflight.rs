@@ -1,4 +1,4 @@
-//! P0: every precondition of spec §4.3 that hactl can see, or a refusal naming the rule; the
+//! P0: every precondition of docs/recovery.md, "Replace and heal (P0–P10)" that hactl can see, or a refusal naming the rule; the
 //! retry limit shared with heal.
 
 use std::collections::BTreeSet;
@@ -13,7 +13,7 @@ use crate::inventory::Role;
 use crate::operations::{self, StepState};
 
 impl<'a> Run<'a> {
-    /// P0: every precondition of spec §4.3 that hactl can see, or a refusal naming the rule.
+    /// P0: every precondition of docs/recovery.md, "Replace and heal (P0–P10)" that hactl can see, or a refusal naming the rule.
     pub(super) async fn preflight(&mut self) -> anyhow::Result<Observation> {
         self.journal.record(
             "P0",

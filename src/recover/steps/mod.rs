@@ -1,6 +1,6 @@
 //! The steps of a recover, built from its [`Decisions`] (pure: no I/O; a dry run prints them).
 //!
-//! Order (spec §3): for a snapshot file the trial restore (R0.4) comes before any change, so a
+//! Order (docs/recovery.md, "Recover (R0–R6)"): for a snapshot file the trial restore (R0.4) comes before any change, so a
 //! bad file is refused before anything is stopped; R1 locks and fences (Kubernetes units, then
 //! etcd) and moves data dirs aside; for a survivor, R0.4b extracts a snapshot from a *copy* of
 //! its data dir after fencing; R2 restores (the seed, or every member with `--mode all`); R3 joins
