@@ -323,37 +323,48 @@ fn a_power_cut_during_a_config_rollout_stops_it_and_quorum_holds() {
     assert!(std::fs::read_to_string(&changed)
         .unwrap()
         .contains("heartbeatInterval: 150"));
-    let pid_cp3 = etcd_main_pid(&lab, "cp3");
+    let hosts = ["cp1", "cp2", "cp3"];
+    let before: Vec<String> = hosts.iter().map(|h| etcd_main_pid(&lab, h)).collect();
     let child = Command::new(env!("CARGO_BIN_EXE_hactl"))
         .args(["up", "-i", changed.to_str().unwrap(), "--yes"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until cp1's member restarted, then cut cp2's power before its turn.
-    let pid_cp1 = etcd_main_pid(&lab, "cp1");
+    // The roll restarts one member at a time (followers first, the leader last). Wait until the
+    // first member restarted, then cut the power of another before its turn.
+    let mut first = None;
     let restarted = lab_support::eventually(std::time::Duration::from_secs(60), || {
-        let p = etcd_main_pid(&lab, "cp1");
-        p != pid_cp1 && p != "0"
+        first = hosts.iter().zip(&before).position(|(h, old)| {
+            let p = etcd_main_pid(&lab, h);
+            p != *old && p != "0"
+        });
+        first.is_some()
     });
-    assert!(restarted, "cp1 was never restarted");
-    lab.fault("cp2", hactl::lab::Fault::PowerCut);
+    assert!(restarted, "no member was restarted");
+    let first = first.unwrap();
+    let others: Vec<usize> = (0..hosts.len()).filter(|i| *i != first).collect();
+    let (cut, kept) = (others[0], others[1]);
+    lab.fault(hosts[cut], hactl::lab::Fault::PowerCut);
     let out = child.wait_with_output().unwrap();
     assert!(!out.status.success(), "the rollout went on:\n{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("Restart changed etcd members") && stderr.contains("cp2"),
-        "the failure names neither the phase nor the host:\n{stderr}"
+        stderr.contains("Restart changed etcd members") && stderr.contains(hosts[cut]),
+        "the failure names neither the phase nor the host {}:\n{stderr}",
+        hosts[cut]
     );
-    // cp3 was never restarted, and the two live members keep quorum: writes work.
+    // The member whose turn had not come was never restarted, and the two live members keep
+    // quorum: writes work.
     assert_eq!(
-        etcd_main_pid(&lab, "cp3"),
-        pid_cp3,
-        "cp3 restarted after the rollout stopped"
+        etcd_main_pid(&lab, hosts[kept]),
+        before[kept],
+        "{} restarted after the rollout stopped",
+        hosts[kept]
     );
-    lab.exec_ok("cp1", &["hactl-etcdctl", "put", "/after-cut", "ok"]);
+    lab.exec_ok(hosts[first], &["hactl-etcdctl", "put", "/after-cut", "ok"]);
     let got = lab.exec_ok(
-        "cp3",
+        hosts[kept],
         &["hactl-etcdctl", "get", "/after-cut", "--print-value-only"],
     );
     assert_eq!(got.trim(), "ok");
