@@ -29,8 +29,16 @@ if [ "$(id -u)" = 0 ] && [ -z "${HACTL_KUBE_BIN_DIR:-}" ]; then
   echo "test.sh: Kubernetes binaries from $HACTL_KUBE_BIN_DIR"
 fi
 log=$(mktemp "${TMPDIR:-/tmp}/hactl-test.XXXXXX")
-# --show-output prints what passing tests wrote, so their SKIPPED lines reach the log.
-cargo test --locked -- --test-threads="${HACTL_TEST_THREADS:-3}" --show-output 2>&1 | tee "$log"
+# cargo-nextest runs the tests of every test file side by side (cargo test runs the files one
+# after another, and the lab tests spend most of their time waiting on hosts); each test in its
+# own process, so each lab gets its own name. --success-output prints what passing tests wrote, so
+# their SKIPPED lines reach the log. Doc tests are cargo test's.
+command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
+started=$(date +%s)
+cargo nextest run --locked --no-fail-fast --test-threads="${HACTL_TEST_THREADS:-4}" \
+  --success-output final --failure-output final 2>&1 | tee "$log"
+echo "test.sh: tests took $(( $(date +%s) - started )) s"
+cargo test --locked --doc 2>&1 | tee -a "$log"
 scripts/check-skips.sh "$log"
 if [ "$(id -u)" = 0 ] && grep -q 'SKIPPED .*HACTL_KUBE_BIN_DIR' "$log"; then
   echo "test.sh: a Kubernetes test was skipped for want of HACTL_KUBE_BIN_DIR although this run is root:" >&2
