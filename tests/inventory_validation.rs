@@ -804,10 +804,13 @@ fn a_release_source_keeps_its_url_and_lowercases_the_sha256() {
         }
     );
     // Over https:// the sha256 may be left out: the published one is fetched at download.
-    let text = edit(&[(
-        "version: 1.31.4\n",
-        "version: 1.31.4\n    source: release\n    releaseUrl: https://dl.k8s.io/v1.31.4/kubernetes-server-linux-amd64.tar.gz\n",
-    )]);
+    let text = edit(&[
+        (
+            "releaseUrl: https://example.com/kubernetes-server-linux-amd64.tar.gz",
+            "releaseUrl: https://dl.k8s.io/v1.31.4/kubernetes-server-linux-amd64.tar.gz",
+        ),
+        (&format!("    sha256: {}\n", "ab".repeat(32)), ""),
+    ]);
     let inv = inventory::load_str(Path::new("/srv/lab.yaml"), &text).unwrap();
     assert_eq!(
         inv.kubernetes.unwrap().source,
@@ -829,12 +832,6 @@ fn the_shipped_inventories_validate() {
             if name.starts_with("vagrant") {
                 // Their keyFile is the user's ~/.ssh/id_ed25519: checked with a HOME that has one
                 // by the_vagrant_inventories_match_the_vagrantfile.
-            } else if name == "example.yaml" || name == "five-members.yaml" {
-                // Refused for the one choice they leave to the user (see the next test).
-                assert_example_is_refused_for_its_kubernetes_source_only(
-                    &path,
-                    &fs_err::read_to_string(&path).unwrap(),
-                );
             } else {
                 inventory::load(&path).unwrap_or_else(|err| panic!("{err}"));
             }
@@ -937,24 +934,18 @@ fn the_vagrant_inventories_match_the_vagrantfile() {
 }
 
 #[test]
-fn the_init_example_is_the_shipped_example_and_asks_for_a_kubernetes_source() {
+fn the_init_example_is_the_shipped_example_and_validates_as_written() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let example = hactl::commands::init::example_inventory();
     assert_eq!(
         example,
         fs_err::read_to_string(root.join("inventories/example.yaml")).unwrap()
     );
-    assert_example_is_refused_for_its_kubernetes_source_only(Path::new("cluster.yaml"), example);
-}
-
-/// The example names `kubernetes.source: package` on purpose, so that the user chooses release or
-/// bundle: validate refuses that and nothing else.
-fn assert_example_is_refused_for_its_kubernetes_source_only(path: &Path, text: &str) {
-    let err = inventory::load_str(path, text).unwrap_err();
-    let problems: Vec<String> = err.problems.iter().map(ToString::to_string).collect();
-    assert_eq!(problems.len(), 1, "{problems:?}");
-    assert!(
-        problems[0].contains(": kubernetes.source: package is not available"),
-        "{problems:?}"
-    );
+    // `init` writes a Kubernetes source `plan` accepts, so a new user meets no refusal at the
+    // second step.
+    let inv = inventory::load_str(Path::new("cluster.yaml"), example).unwrap_or_else(|err| panic!("{err}"));
+    assert!(matches!(
+        inv.kubernetes.unwrap().source,
+        BinarySource::Release { .. }
+    ));
 }

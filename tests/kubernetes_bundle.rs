@@ -25,10 +25,15 @@ fn up_with_bundle(work: &Path, version: &str, dir: &Path) -> (Option<i32>, Strin
     let yaml = example
         .replace("    version: 1.31.4 ", &format!("    version: {version} "))
         .replace(
-            "    source: package\n",
+            "    source: release\n",
             &format!("    source: bundle\n    bundleDir: {}\n", dir.display()),
-        );
-    assert_ne!(yaml, example);
+        )
+        .lines()
+        .filter(|l| !l.starts_with("    releaseUrl:"))
+        .map(|l| format!("{l}\n"))
+        .collect::<String>();
+    assert!(yaml.contains("    source: bundle\n"), "{yaml}");
+    assert!(yaml.contains(&format!("    version: {version} ")), "{yaml}");
     let inv = work.join("inventory.yaml");
     std::fs::write(&inv, yaml).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_hactl"))
