@@ -49,13 +49,9 @@ fn rendered_units_pass_systemd_analyze_verify_on_a_lab_host() {
     };
     // The example inventory (3 control planes), with cp1 at the lab host's address: a 1-host lab
     // inventory would not validate (one etcd member, a VIP without load balancers).
-    // (The example leaves kubernetes.source to the user; the spec is replaced just below.)
+    // (Its kubernetes section is replaced just below.)
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("inventories/example.yaml");
-    let text = fs_err::read_to_string(&path).unwrap().replacen(
-        "    source: package\n    # bundleDir",
-        "    source: bundle\n    bundleDir: /\n    # bundleDir",
-        1,
-    );
+    let text = fs_err::read_to_string(&path).unwrap();
     let mut inv = inventory::load_str(&path, &text).unwrap();
     inv.kubernetes = Some(kubernetes_spec(
         "1.31.4",

@@ -27,15 +27,11 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `inventories/example.yaml` as the tests render it. The example leaves `kubernetes.source` to
-/// the user (`package`, which validate refuses), so it is loaded with a bundle, then set back.
+/// `inventories/example.yaml` as the tests render it, with `kubernetes.source` set to `package`
+/// after loading (validate refuses it; the rendered files do not depend on the source).
 fn example() -> Inventory {
     let path = root().join("inventories/example.yaml");
-    let text = fs_err::read_to_string(&path).unwrap().replacen(
-        "    source: package\n    # bundleDir",
-        "    source: bundle\n    bundleDir: /\n    # bundleDir",
-        1,
-    );
+    let text = fs_err::read_to_string(&path).unwrap();
     let mut inv = inventory::load_str(&path, &text).unwrap();
     inv.kubernetes.as_mut().unwrap().source = BinarySource::Package;
     inv

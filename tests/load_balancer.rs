@@ -470,13 +470,9 @@ fn rendered_example_configs_pass_haproxy_and_keepalived_checks() {
     let Some(lab) = TestLab::up(name, 1, 1, 0, "trixie") else {
         return;
     };
-    // The example with the one choice it leaves to the user (kubernetes.source) made.
+    // The example as written.
     let path = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/inventories/example.yaml"));
-    let text = fs_err::read_to_string(path).unwrap().replacen(
-        "    source: package\n    # bundleDir",
-        "    source: bundle\n    bundleDir: /\n    # bundleDir",
-        1,
-    );
+    let text = fs_err::read_to_string(path).unwrap();
     let inv = hactl::inventory::load_str(path, &text).unwrap();
     let lb1 = inv.host("lb1").unwrap();
     let cfg = hactl::phases::load_balancer::haproxy_cfg(lb1, &inv).unwrap();

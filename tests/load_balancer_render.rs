@@ -14,15 +14,10 @@ use hactl::plan::{Plan, Step};
 
 const PASSWORD: &str = "Xy12ab34";
 
-/// `inventories/example.yaml`, with the one choice it leaves to the user (kubernetes.source, which
-/// the load balancers do not depend on) made.
+/// `inventories/example.yaml` as written.
 fn example() -> Inventory {
     let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/inventories/example.yaml"));
-    let text = fs_err::read_to_string(path).unwrap().replacen(
-        "    source: package\n    # bundleDir",
-        "    source: bundle\n    bundleDir: /\n    # bundleDir",
-        1,
-    );
+    let text = fs_err::read_to_string(path).unwrap();
     hactl::inventory::load_str(path, &text).unwrap()
 }
 
