@@ -27,7 +27,8 @@ fn fixed_now() -> time::OffsetDateTime {
     time::macros::datetime!(2026-11-22 00:00 UTC)
 }
 
-/// Facts of hosts with the distribution's etcd installed and nothing of hactl's.
+/// Facts of hosts with the distribution's etcd (and curl, which hactl's probes run) installed and
+/// nothing of hactl's.
 fn fresh_facts(inv: &Inventory) -> BTreeMap<String, HostFacts> {
     inv.hosts
         .iter()
@@ -44,6 +45,7 @@ fn fresh_facts(inv: &Inventory) -> BTreeMap<String, HostFacts> {
             };
             f.binaries.insert("etcd".into(), "/usr/bin/etcd".into());
             f.binaries.insert("etcdctl".into(), "/usr/bin/etcdctl".into());
+            f.binaries.insert("curl".into(), "/usr/bin/curl".into());
             (h.name.clone(), f)
         })
         .collect()
