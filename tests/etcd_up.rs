@@ -333,16 +333,19 @@ fn a_power_cut_during_a_config_rollout_stops_it_and_quorum_holds() {
         .unwrap();
     // The roll restarts one member at a time (followers first, the leader last). Wait until the
     // first member restarted, then cut the power of another before its turn.
-    let mut first = None;
-    let restarted = lab_support::eventually(std::time::Duration::from_secs(60), || {
-        first = hosts.iter().zip(&before).position(|(h, old)| {
+    // Poll at a short fixed interval: between one member's restart and the next there is only
+    // its health wait and the gate (a second or two), and the cut must land inside that window.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let first = loop {
+        if let Some(i) = hosts.iter().zip(&before).position(|(h, old)| {
             let p = etcd_main_pid(&lab, h);
             p != *old && p != "0"
-        });
-        first.is_some()
-    });
-    assert!(restarted, "no member was restarted");
-    let first = first.unwrap();
+        }) {
+            break i;
+        }
+        assert!(std::time::Instant::now() < deadline, "no member was restarted");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
     let others: Vec<usize> = (0..hosts.len()).filter(|i| *i != first).collect();
     let (cut, kept) = (others[0], others[1]);
     lab.fault(hosts[cut], hactl::lab::Fault::PowerCut);
