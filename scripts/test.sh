@@ -32,13 +32,12 @@ log=$(mktemp "${TMPDIR:-/tmp}/hactl-test.XXXXXX")
 # cargo-nextest runs the tests of every test file side by side (cargo test runs the files one
 # after another, and the lab tests spend most of their time waiting on hosts); each test in its
 # own process, so each lab gets its own name. --success-output prints what passing tests wrote, so
-# their SKIPPED lines reach the log. Doc tests are cargo test's.
+# their SKIPPED lines reach the log. (The crate has no doc tests.)
 command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
 started=$(date +%s)
 cargo nextest run --locked --no-fail-fast --test-threads="${HACTL_TEST_THREADS:-4}" \
   --success-output final --failure-output final 2>&1 | tee "$log"
 echo "test.sh: tests took $(( $(date +%s) - started )) s"
-cargo test --locked --doc 2>&1 | tee -a "$log"
 scripts/check-skips.sh "$log"
 if [ "$(id -u)" = 0 ] && grep -q 'SKIPPED .*HACTL_KUBE_BIN_DIR' "$log"; then
   echo "test.sh: a Kubernetes test was skipped for want of HACTL_KUBE_BIN_DIR although this run is root:" >&2
@@ -54,6 +53,12 @@ scripts/release.sh --check
 # pass end to end here (README, Known gaps: emulated guests fail check's clock rule), so CI does not
 # run it; HACTL_VAGRANT=1 runs it alone, after the rest (it needs most of the machine for minutes).
 if [ "${HACTL_VAGRANT:-0}" = 1 ]; then
-  cargo test --locked --test vagrant -- --ignored --nocapture 2>&1 | tee "$log"
-  scripts/check-skips.sh "$log"
+  cargo test --locked --test vagrant -- --ignored --nocapture 2>&1 | tee "$log.vagrant"
+  scripts/check-skips.sh "$log.vagrant"
 fi
+# The suite's count again as the last line (the steps above print after nextest's summary).
+summary=$(grep -E 'Summary \[' "$log" | tail -1 || true)
+passed=$(sed -nE 's/.* ([0-9]+) passed.*/\1/p' <<<"$summary")
+failed=$(sed -nE 's/.* ([0-9]+) failed.*/\1/p' <<<"$summary")
+skipped=$(sed -nE 's/.* ([0-9]+) skipped.*/\1/p' <<<"$summary")
+echo "tests: ${passed:-0} passed, ${failed:-0} failed, ${skipped:-0} skipped"
