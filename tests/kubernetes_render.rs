@@ -426,6 +426,7 @@ fn converged(uploads: &[Upload], version: &str) -> HostFacts {
                 mode: u.mode,
                 owner: u.owner.clone(),
                 group: u.group.clone(),
+                mtime: 0,
             },
         );
     }
@@ -436,6 +437,7 @@ fn converged(uploads: &[Upload], version: &str) -> HostFacts {
                 active: "active".into(),
                 main_pid: 100,
                 enabled: "enabled".into(),
+                started_monotonic_us: 0,
             },
         );
         f.kube_versions

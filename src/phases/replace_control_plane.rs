@@ -188,6 +188,7 @@ mod tests {
                     mode: u.mode,
                     owner: u.owner.clone(),
                     group: u.group.clone(),
+                    mtime: 0,
                 },
             );
         }
@@ -198,6 +199,7 @@ mod tests {
                     active: "active".into(),
                     main_pid: 100,
                     enabled: "enabled".into(),
+                    started_monotonic_us: 0,
                 },
             );
             f.kube_versions
