@@ -103,6 +103,34 @@ pub enum CertsCommand {
     Check(CertsCheckArgs),
     /// Re-issue leaf certificates from the same CA and roll out what uses them, one host at a time.
     Renew(CertsRenewArgs),
+    /// Replace a CA with no downtime, as resumable journaled steps: trust old and new, re-issue
+    /// the leaves from the new CA, roll, trust only the new, roll again (run again to resume).
+    RotateCa(CertsRotateCaArgs),
+}
+
+/// Which CA `certs rotate-ca` replaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CaName {
+    Etcd,
+    Kubernetes,
+    FrontProxy,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CertsRotateCaArgs {
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The CA to replace.
+    #[arg(value_enum)]
+    pub ca: CaName,
+    /// Print the steps (and where a rotation in progress stands) and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not ask before restarting members and control-plane components.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
 }
 
 #[derive(Debug, Clone, Args)]

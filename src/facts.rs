@@ -86,7 +86,11 @@ impl HostFacts {
     /// Two seconds of slack: the boot time and the file times are whole seconds, and a restart
     /// follows its uploads within the same run, so a file newer by less than that is one the
     /// running process read at its start.
-    pub fn written_after_start<'a>(&self, unit: &str, paths: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    pub fn written_after_start<'a>(
+        &self,
+        unit: &str,
+        paths: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<&'a str> {
         let Some(started) = self.unit_started(unit) else {
             return vec![];
         };
@@ -410,7 +414,9 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
             "written before the start, or within the slack, does not count"
         );
         assert_eq!(f.unit_started("kube-apiserver.service"), None);
-        assert!(f.written_after_start("kube-apiserver.service", ["/peer.crt"]).is_empty());
+        assert!(f
+            .written_after_start("kube-apiserver.service", ["/peer.crt"])
+            .is_empty());
         assert!(f.written_after_start("absent.service", ["/peer.crt"]).is_empty());
     }
 

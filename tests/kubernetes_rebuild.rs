@@ -32,7 +32,10 @@ fn rebuilt(real: &Path, dir: &Path, tag: &str) {
         }
     }
     for b in SERVERS {
-        let mut f = std::fs::OpenOptions::new().append(true).open(dir.join(b)).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join(b))
+            .unwrap();
         f.write_all(tag.as_bytes()).unwrap();
     }
 }
@@ -47,7 +50,14 @@ fn started_us(k: &KubeLab, host: &str, unit: &str) -> u64 {
     k.lab
         .exec_ok(
             host,
-            &["systemctl", "show", unit, "-p", "ActiveEnterTimestampMonotonic", "--value"],
+            &[
+                "systemctl",
+                "show",
+                unit,
+                "-p",
+                "ActiveEnterTimestampMonotonic",
+                "--value",
+            ],
         )
         .trim()
         .parse()
@@ -89,12 +99,16 @@ fn a_rebuilt_kubernetes_binary_rolls_one_host_at_a_time_while_kubectl_answers_th
     assert!(apiservers < controllers, "apiservers roll first");
     for unit in SERVERS {
         assert_eq!(
-            plan.matches(&format!("run systemctl restart {unit}.service")).count(),
+            plan.matches(&format!("run systemctl restart {unit}.service"))
+                .count(),
             cps.len(),
             "{unit} restarts on every control-plane host:\n{plan}"
         );
     }
-    assert!(plan.contains("renewed within"), "the Lease gate is planned:\n{plan}");
+    assert!(
+        plan.contains("renewed within"),
+        "the Lease gate is planned:\n{plan}"
+    );
     let drains = plan[apiservers..controllers].matches("maint").count();
     assert!(drains >= cps.len(), "each apiserver is drained first:\n{plan}");
 
@@ -112,9 +126,16 @@ fn a_rebuilt_kubernetes_binary_rolls_one_host_at_a_time_while_kubectl_answers_th
     let took = t0.elapsed().as_secs_f64();
     std::thread::sleep(Duration::from_secs(3));
     let attempts = poller.stop();
-    assert!(out.status.success(), "the roll failed: {}", kube_support::text(&out));
+    assert!(
+        out.status.success(),
+        "the roll failed: {}",
+        kube_support::text(&out)
+    );
     let failed = report_failures(name, t0, &attempts);
-    println!("{name}: the roll of {} control-plane hosts took {took:.1} s", cps.len());
+    println!(
+        "{name}: the roll of {} control-plane hosts took {took:.1} s",
+        cps.len()
+    );
     assert!(attempts.len() > 20, "the poller barely ran: {}", attempts.len());
     assert_eq!(failed, 0, "kubectl through the VIP failed during the roll");
 
@@ -126,7 +147,11 @@ fn a_rebuilt_kubernetes_binary_rolls_one_host_at_a_time_while_kubectl_answers_th
         assert!(sha.starts_with(&new_sha), "{h}: {sha}");
         let exe = k.lab.exec_ok(
             h,
-            &["sh", "-c", "readlink /proc/$(systemctl show kube-apiserver -p MainPID --value)/exe"],
+            &[
+                "sh",
+                "-c",
+                "readlink /proc/$(systemctl show kube-apiserver -p MainPID --value)/exe",
+            ],
         );
         assert!(!exe.contains("deleted"), "{h} still runs the old binary: {exe}");
         let s = started_us(&k, h, "kube-apiserver.service");
@@ -157,14 +182,20 @@ fn a_rebuilt_kubernetes_binary_rolls_one_host_at_a_time_while_kubectl_answers_th
 
     // A binary written after its unit started (the upload of a run that stopped before the
     // restart): the next plan restarts that unit on that host alone.
-    k.lab.exec_ok(&cps[0], &["sh", "-c", "sleep 3; touch /usr/local/bin/kube-scheduler"]);
+    k.lab.exec_ok(
+        &cps[0],
+        &["sh", "-c", "sleep 3; touch /usr/local/bin/kube-scheduler"],
+    );
     let plan = k.hactl_ok(&["plan"]);
     assert_eq!(
         plan.matches("run systemctl restart").count(),
         1,
         "only the stale scheduler restarts:\n{plan}"
     );
-    assert!(plan.contains("run systemctl restart kube-scheduler.service"), "{plan}");
+    assert!(
+        plan.contains("run systemctl restart kube-scheduler.service"),
+        "{plan}"
+    );
     k.hactl_ok(&["up", "--yes"]);
     assert_eq!(k.hactl_ok(&["plan"]).trim(), "no changes");
 }

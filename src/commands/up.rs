@@ -303,9 +303,20 @@ pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
 
 /// [`up`], re-issuing the leaves named in `renew` first (`hactl certs renew`).
 pub async fn up_renewing(args: &UpArgs, renew: &[String]) -> anyhow::Result<i32> {
-    let started = Instant::now();
     let (inv, state) = super::load(&args.inventory)?;
     let _lock = state.lock("up").context("cannot start hactl up")?;
+    converge(inv, state, args, renew).await
+}
+
+/// Plans and runs `up` for an inventory loaded by a caller that holds the state's `up` lock
+/// (`up` itself, and each roll of `certs rotate-ca`).
+pub async fn converge(
+    inv: Inventory,
+    state: StateDir,
+    args: &UpArgs,
+    renew: &[String],
+) -> anyhow::Result<i32> {
+    let started = Instant::now();
     let prepared = prepare_loaded_renewing(inv, state, args, |t| t, renew).await?;
     if let Some(path) = write_admin_kubeconfig(&prepared.inv, &prepared.state, &prepared.pki)? {
         tracing::info!("admin kubeconfig: {}", path.display());

@@ -370,7 +370,7 @@ pub fn host_files(
             0o644,
             "root",
             "root",
-            pki.etcd_ca_pem().as_bytes().to_vec(),
+            pki.etcd_trust_pem().into_bytes(),
         ),
         cert(ETCD_CLIENT_CRT, etcd_client),
         key(ETCD_CLIENT_KEY, etcd_client),

@@ -57,7 +57,7 @@ pub fn member_files(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Upload>, PlanError
         0o644,
         "root",
         "root",
-        pki.etcd_ca_pem().as_bytes().to_vec(),
+        pki.etcd_trust_pem().into_bytes(),
     )];
     if let Some(server) = pki.etcd_server(&host.name) {
         files.push(Upload::new(

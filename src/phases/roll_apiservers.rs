@@ -57,9 +57,7 @@ pub fn restart_needed(
                 .iter()
                 .copied()
                 .chain([binary.as_str(), unit.as_str()]);
-            let stale = !f
-                .written_after_start(&component.unit(), read_at_start)
-                .is_empty();
+            let stale = !f.written_after_start(&component.unit(), read_at_start).is_empty();
             Ok((active && (binary_changed || reads_changed || stale || differs(f, &runner))).then_some(None))
         }
         // The manifest carries a hash of what the component reads, so it alone decides.

@@ -42,9 +42,7 @@ impl Phase for RollControllers {
         if restarts.is_empty() {
             return Ok(restarts);
         }
-        restarts.extend(
-            BOTH.map(|c| Step::Wait(probe::wait_lease_fresh(c, host, Duration::from_secs(90)))),
-        );
+        restarts.extend(BOTH.map(|c| Step::Wait(probe::wait_lease_fresh(c, host, Duration::from_secs(90)))));
         Ok(restarts)
     }
 }
