@@ -103,8 +103,9 @@ pub enum CertsCommand {
     Check(CertsCheckArgs),
     /// Re-issue leaf certificates from the same CA and roll out what uses them, one host at a time.
     Renew(CertsRenewArgs),
-    /// Replace a CA with no downtime, as resumable journaled steps: trust old and new, re-issue
-    /// the leaves from the new CA, roll, trust only the new, roll again (run again to resume).
+    /// Replace a CA with no downtime, as resumable journaled steps: trust old and new (roll),
+    /// re-issue the leaves from the new CA, roll, trust only the new, roll again (run it again
+    /// to resume). Only `etcd` is implemented.
     RotateCa(CertsRotateCaArgs),
 }
 
