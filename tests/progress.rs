@@ -37,6 +37,7 @@ fn up_on_a_terminal_shows_phase_and_host_counters_and_a_pipe_gets_plain_lines() 
         .expect("script");
     // script(1) puts the command's stdout and stderr, both on the terminal, on its stdout.
     let screen = String::from_utf8_lossy(&out.stdout);
+    eprintln!("the terminal showed:\n{screen}");
     assert!(out.status.success(), "{}", text(&out));
     assert!(screen.contains("up: done in"), "{screen}");
     assert!(screen.contains('\u{1b}'), "no bar drawn on a terminal: {screen}");
