@@ -362,6 +362,11 @@ pub struct RecoverArgs {
     /// Print the full plan with the exact commands per host; change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// With --dry-run, `json`: `{"decisions", "dataDir", "asideDataDir", "leftOutByMembers",
+    /// "steps": [{"id", "title", "host", "skipWhen", "checkFirst", "acts", "verify", "group",
+    /// "changesCluster"}]}`, the same content as the text.
+    #[arg(short, long, value_enum, default_value_t, requires = "dry_run")]
+    pub output: OutputFormat,
     /// Resume an interrupted run: every step's postcondition is checked again on the hosts.
     #[arg(long, value_name = "RUN")]
     pub resume: Option<String>,
