@@ -231,7 +231,8 @@ fn client_certs_have_the_expected_subjects_and_client_auth_only() {
             pki.kubernetes_client(KubernetesClient::ApiServerKubeletClient)
                 .unwrap(),
             "kube-apiserver-kubelet-client",
-            &["system:masters"],
+            // A group of its own, bound to system:kubelet-api-admin by RBAC (not system:masters).
+            &["hactl:apiserver-kubelet-client"],
             "hactl kubernetes CA lab",
         ),
         (

@@ -311,8 +311,17 @@ pub async fn up_renewing(args: &UpArgs, renew: &[String]) -> anyhow::Result<i32>
         tracing::info!("admin kubeconfig: {}", path.display());
     }
     if prepared.plan.is_empty() {
+        // Nothing to roll; the binding is checked anyway (someone may have deleted it).
+        if let Err(e) = ensure_rbac(&prepared).await {
+            tracing::warn!("{e:#}");
+        }
         println!("no changes");
         return Ok(crate::exit::OK);
+    }
+    // On a running cluster the binding goes in before the roll hands the apiservers a kubelet
+    // client certificate without system:masters; on a fresh one no apiserver answers yet.
+    if let Err(e) = ensure_rbac(&prepared).await {
+        tracing::debug!("before the run: {e:#}");
     }
     eprint!("{}", versions_summary(&prepared));
     eprint!("{}", plan_summary(&prepared.plan));
@@ -322,6 +331,10 @@ pub async fn up_renewing(args: &UpArgs, renew: &[String]) -> anyhow::Result<i32>
     exec::run::stop_between_steps_on_ctrl_c();
     match exec::run(&prepared.plan, Mode::Live, &prepared.transports).await {
         Ok(report) => {
+            ensure_rbac(&prepared).await.context(
+                "hactl up changed the hosts but could not create the kubelet client's \
+                 ClusterRoleBinding; run `hactl up` again once an apiserver answers",
+            )?;
             println!(
                 "up: done in {:.1}s: {} commands run, {} files written, {} unchanged",
                 started.elapsed().as_secs_f64(),
@@ -336,6 +349,58 @@ pub async fn up_renewing(args: &UpArgs, renew: &[String]) -> anyhow::Result<i32>
             Err(anyhow::Error::new(failed).context("hactl up stopped; nothing after the failed step ran; fix the cause and run `hactl up` again to continue"))
         }
     }
+}
+
+/// Creates the ClusterRoleBinding of the apiserver's kubelet client when it is missing
+/// ([`crate::kubernetes::rbac`]), through the first control-plane apiserver that answers
+/// `/readyz`. Nothing to do without a `kubernetes` section.
+async fn ensure_rbac(p: &Prepared) -> anyhow::Result<()> {
+    use crate::kubernetes::{api::ApiClient, rbac};
+    if p.inv.kubernetes.is_none() {
+        return Ok(());
+    }
+    let pki_dir = p.state.path.join("pki");
+    let mut errors = Vec::new();
+    for h in p.inv.with_role(Role::ControlPlane) {
+        let Some(t) = p.transports.get(&h.name) else {
+            continue;
+        };
+        let api = match ApiClient::through(t.as_ref(), &h.name, &h.address.to_string(), &pki_dir).await {
+            Ok(api) => api,
+            Err(e) => {
+                errors.push(format!("{}: {:#}", h.name, anyhow::Error::from(e)));
+                continue;
+            }
+        };
+        match api.request(reqwest::Method::GET, "/readyz", "", None).await {
+            Ok((200, _)) => {}
+            Ok((code, _)) => {
+                errors.push(format!("{}: /readyz answered {code}", h.name));
+                continue;
+            }
+            Err(e) => {
+                errors.push(format!("{}: {:#}", h.name, anyhow::Error::from(e)));
+                continue;
+            }
+        }
+        return match rbac::ensure_kubelet_client_binding(&api).await? {
+            rbac::Ensured::Created => {
+                tracing::info!(
+                    "{}: created ClusterRoleBinding {} (group {} -> ClusterRole {})",
+                    h.name,
+                    rbac::KUBELET_CLIENT_BINDING,
+                    rbac::KUBELET_CLIENT_GROUP,
+                    rbac::KUBELET_API_ROLE
+                );
+                Ok(())
+            }
+            rbac::Ensured::Present => Ok(()),
+        };
+    }
+    anyhow::bail!(
+        "no apiserver answered /readyz for the kubelet client's ClusterRoleBinding: {}",
+        errors.join("; ")
+    )
 }
 
 /// The etcd version installed on each etcd host before this run (`-` where none is), and the

@@ -20,6 +20,7 @@ pub mod inputs;
 pub mod lease;
 pub mod objects;
 pub mod probe;
+pub mod rbac;
 pub mod secrets;
 pub mod skew;
 pub mod status;

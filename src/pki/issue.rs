@@ -182,11 +182,13 @@ pub fn requests(inv: &Inventory) -> Vec<CertRequest> {
     }
     let k8s = |name: &str, cn: &str| CertRequest::new(name.into(), CaKind::Kubernetes, cn, CLIENT);
     out.push(
+        // Not system:masters: a group of its own, bound by RBAC to `system:kubelet-api-admin`
+        // (`up` creates the ClusterRoleBinding, see kubernetes::rbac).
         k8s(
             "kubernetes/apiserver-kubelet-client",
             "kube-apiserver-kubelet-client",
         )
-        .org(SYSTEM_MASTERS),
+        .org(crate::kubernetes::rbac::KUBELET_CLIENT_GROUP),
     );
     out.push(k8s("kubernetes/admin", "kubernetes-admin").org(SYSTEM_MASTERS));
     out.push(k8s(
