@@ -5,7 +5,8 @@
 //! (`system:kubelet-api-admin`), not `system:masters`; `up` recreates the binding when it is gone.
 //! No kubelet runs in the lab, so `kubectl logs`/`exec` through the kubelet client are not tried:
 //! the binding, the certificate's subject and what RBAC allows that subject are.
-//! In the same lab (point 11), `status` with only the operator's route to one member cut.
+//! In the same lab: `status` with only the operator's route to one member cut (point 11), and
+//! etcd's peer port refusing every certificate of the etcd CA but the members' peer ones (point 7).
 
 #[path = "support/kube.rs"]
 mod kube_support;
@@ -160,13 +161,7 @@ fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bo
     //    address are blackholed on cp3; its peers reach it as before). `status` says the member
     //    is unreachable from here but healthy to its peers, and still raises the high-water mark
     //    because a leader answered.
-    let gateway = k.lab.exec_ok("cp3", &["ip", "-4", "route", "show", "default"]);
-    let operator = gateway
-        .split_whitespace()
-        .skip_while(|w| *w != "via")
-        .nth(1)
-        .expect("cp3 has a default route via the bridge")
-        .to_string();
+    let operator = k.lab.lab().operator_address.to_string();
     let hwm_before = hwm_revision(&k);
     k.lab.exec_ok("cp3", &["ip", "route", "add", "blackhole", &format!("{operator}/32")]);
     let (code, doc) = k.status();
@@ -200,12 +195,49 @@ fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bo
         doc["revision"]
     );
     assert_eq!(hwm_after, doc["revision"].as_i64().unwrap());
+
+    // 6. Issue 13, point 7: etcd's peer port admits only the members' peer certificates (one
+    //    shared CN, `--peer-cert-allowed-cn`): hactl's client certificate, the apiserver's etcd
+    //    client and a member's server certificate (all of the same etcd CA) are refused on 2380.
+    let peer_port = format!("https://{}:2380/version", k.lab.ip("cp2"));
+    let curl_2380 = |cert: &str, key: &str| {
+        k.lab.exec(
+            "cp1",
+            &[
+                "curl", "-sS", "-m", "5", "--cacert", "/etc/hactl/pki/etcd/ca.crt", "--cert", cert,
+                "--key", key, &peer_port,
+            ],
+        )
+    };
+    let peer = curl_2380("/etc/hactl/pki/etcd/peer.crt", "/etc/hactl/pki/etcd/peer.key");
+    assert!(
+        peer.status.success() && text(&peer).contains("etcdserver"),
+        "a member's peer certificate was refused on 2380: {}",
+        text(&peer)
+    );
+    for (cert, key) in [
+        ("/etc/hactl/pki/etcd/client.crt", "/etc/hactl/pki/etcd/client.key"),
+        (files::ETCD_CLIENT_CRT, files::ETCD_CLIENT_KEY),
+        ("/etc/hactl/pki/etcd/server.crt", "/etc/hactl/pki/etcd/server.key"),
+    ] {
+        let out = curl_2380(cert, key);
+        assert!(
+            !(out.status.success() && text(&out).contains("etcdserver")),
+            "{cert} passed on the peer port 2380: {}",
+            text(&out)
+        );
+    }
+    // And the same client certificate still works on the client port.
+    k.lab.exec_ok("cp1", &["hactl-etcdctl", "get", "--prefix", "--keys-only", "--limit=1", "/registry/namespaces"]);
+    eprintln!("{name}: the peer port admits peer certificates only");
     println!("{name}: passed; first `hactl up` took {:.1} s", k.up_seconds);
 }
 
-/// The revision in the state directory's `hwm.json`.
+/// The revision in the state directory's `hwm.json`; 0 when none was recorded yet.
 fn hwm_revision(k: &KubeLab) -> i64 {
-    let text = std::fs::read_to_string(k.state.join("hwm.json")).unwrap();
+    let Ok(text) = std::fs::read_to_string(k.state.join("hwm.json")) else {
+        return 0;
+    };
     let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
     doc["revision"].as_i64().unwrap()
 }
