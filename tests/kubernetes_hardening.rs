@@ -204,7 +204,7 @@ fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bo
         k.lab.exec(
             "cp1",
             &[
-                "curl", "-sS", "-m", "5", "--cacert", "/etc/hactl/pki/etcd/ca.crt", "--cert", cert,
+                "curl", "-sS", "--http1.1", "-m", "5", "--cacert", "/etc/hactl/pki/etcd/ca.crt", "--cert", cert,
                 "--key", key, &peer_port,
             ],
         )
