@@ -52,22 +52,30 @@ fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bo
                 .unwrap_or_default()
         };
         assert_eq!(field("NoNewPrivs:"), "1", "{unit}: NoNewPrivs\n{status}");
-        assert_eq!(field("CapBnd:"), "0000000000000000", "{unit}: bounding set\n{status}");
-        assert_eq!(field("CapEff:"), "0000000000000000", "{unit}: effective set\n{status}");
+        assert_eq!(
+            field("CapBnd:"),
+            "0000000000000000",
+            "{unit}: bounding set\n{status}"
+        );
+        assert_eq!(
+            field("CapEff:"),
+            "0000000000000000",
+            "{unit}: effective set\n{status}"
+        );
         let mounts = k.lab.exec_ok("cp1", &["cat", &format!("/proc/{pid}/mountinfo")]);
         let options_of = |point: &str| {
             mounts
                 .lines()
-                .filter(|l| l.split(' ').nth(4) == Some(point))
-                .last()
+                .rfind(|l| l.split(' ').nth(4) == Some(point))
                 .map(|l| l.split(' ').nth(5).unwrap_or("").to_string())
                 .unwrap_or_default()
         };
         for point in ["/", "/usr", "/etc"] {
             let opts = options_of(point);
             // ProtectSystem=strict remounts the root (or each of these) read-only.
+            // (/usr and /etc are no mounts of their own on a lab host: then the root's count.)
             let ro = opts.split(',').any(|o| o == "ro")
-                || (options_of(point).is_empty() && options_of("/").split(',').any(|o| o == "ro"));
+                || (opts.is_empty() && options_of("/").split(',').any(|o| o == "ro"));
             assert!(ro, "{unit}: {point} is writable ({opts:?})\n{mounts}");
         }
         // PrivateTmp: the process's /tmp is not the host's.
@@ -89,12 +97,19 @@ fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bo
     );
     let (ok12, out12) = s_client(&k, "cp2", &api, &["-tls1_2"]);
     assert!(ok12, "TLS 1.2 was refused:\n{out12}");
-    assert!(out12.contains("GCM"), "TLS 1.2 did not use an AEAD suite:\n{out12}");
+    assert!(
+        out12.contains("GCM"),
+        "TLS 1.2 did not use an AEAD suite:\n{out12}"
+    );
     let (cbc, out_cbc) = s_client(
         &k,
         "cp2",
         &api,
-        &["-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-SHA:ECDHE-RSA-AES128-SHA"],
+        &[
+            "-tls1_2",
+            "-cipher",
+            "ECDHE-ECDSA-AES128-SHA:ECDHE-RSA-AES128-SHA",
+        ],
     );
     assert!(!cbc, "a CBC suite was accepted:\n{out_cbc}");
     // The controller-manager and scheduler serve on 127.0.0.1 with the same floor.
@@ -110,7 +125,14 @@ fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bo
     // 3. The kubelet client: its own group, bound by RBAC to system:kubelet-api-admin.
     let subject = k.lab.exec_ok(
         "cp1",
-        &["openssl", "x509", "-noout", "-subject", "-in", files::KUBELET_CLIENT_CRT],
+        &[
+            "openssl",
+            "x509",
+            "-noout",
+            "-subject",
+            "-in",
+            files::KUBELET_CLIENT_CRT,
+        ],
     );
     assert!(
         subject.contains(rbac::KUBELET_CLIENT_GROUP) && !subject.contains("system:masters"),
@@ -126,7 +148,10 @@ fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bo
         ])
     };
     assert_eq!(binding("{.roleRef.name}"), rbac::KUBELET_API_ROLE);
-    assert_eq!(binding("{.subjects[0].kind}/{.subjects[0].name}"), format!("Group/{}", rbac::KUBELET_CLIENT_GROUP));
+    assert_eq!(
+        binding("{.subjects[0].kind}/{.subjects[0].name}"),
+        format!("Group/{}", rbac::KUBELET_CLIENT_GROUP)
+    );
     // `RESOURCE --subresource=SUB` (kubectl reads `nodes/proxy` as the Node named proxy).
     let can = |verb: &str, what: &str| {
         let (resource, sub) = what.split_once('/').unwrap_or((what, ""));
@@ -140,8 +165,16 @@ fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bo
         let out = k.kubectl(&args);
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     };
-    assert_eq!(can("get", "nodes/proxy"), "yes", "the kubelet API (logs, exec) is allowed");
-    assert_eq!(can("create", "nodes/proxy"), "yes", "exec and port-forward are allowed");
+    assert_eq!(
+        can("get", "nodes/proxy"),
+        "yes",
+        "the kubelet API (logs, exec) is allowed"
+    );
+    assert_eq!(
+        can("create", "nodes/proxy"),
+        "yes",
+        "exec and port-forward are allowed"
+    );
     assert_eq!(can("get", "nodes/log"), "yes");
     assert_eq!(can("get", "secrets"), "no", "the kubelet client reads no Secret");
     assert_eq!(can("delete", "nodes"), "no");
@@ -155,7 +188,11 @@ fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bo
     let again = k.hactl(&["up", "--yes"]);
     assert!(again.status.success(), "{}", text(&again));
     assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), "no changes");
-    assert_eq!(binding("{.roleRef.name}"), rbac::KUBELET_API_ROLE, "up recreated the binding");
+    assert_eq!(
+        binding("{.roleRef.name}"),
+        rbac::KUBELET_API_ROLE,
+        "up recreated the binding"
+    );
 
     // 5. Issue 13, point 11: the operator alone loses cp3 (replies to this machine's bridge
     //    address are blackholed on cp3; its peers reach it as before). `status` says the member
@@ -163,9 +200,15 @@ fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bo
     //    because a leader answered.
     let operator = k.lab.lab().operator_address.to_string();
     let hwm_before = hwm_revision(&k);
-    k.lab.exec_ok("cp3", &["ip", "route", "add", "blackhole", &format!("{operator}/32")]);
+    k.lab.exec_ok(
+        "cp3",
+        &["ip", "route", "add", "blackhole", &format!("{operator}/32")],
+    );
     let (code, doc) = k.status();
-    k.lab.exec_ok("cp3", &["ip", "route", "del", "blackhole", &format!("{operator}/32")]);
+    k.lab.exec_ok(
+        "cp3",
+        &["ip", "route", "del", "blackhole", &format!("{operator}/32")],
+    );
     let cp3 = doc["members"]
         .as_array()
         .unwrap()
@@ -182,11 +225,16 @@ fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bo
         .map(|p| p.as_str().unwrap().to_string())
         .collect();
     assert!(
-        problems.iter().any(|p| p.starts_with("member cp3 does not answer hactl from this machine")
-            && p.contains("its peers see it healthy")),
+        problems.iter().any(
+            |p| p.starts_with("member cp3 does not answer hactl from this machine")
+                && p.contains("its peers see it healthy")
+        ),
         "{problems:#?}"
     );
-    assert!(!problems.iter().any(|p| p.starts_with("member cp3 is unhealthy")), "{problems:#?}");
+    assert!(
+        !problems.iter().any(|p| p.starts_with("member cp3 is unhealthy")),
+        "{problems:#?}"
+    );
     assert_eq!(code, 5, "the operator's partition is still reported (exit 5)");
     let hwm_after = hwm_revision(&k);
     assert!(
@@ -204,8 +252,18 @@ fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bo
         k.lab.exec(
             "cp1",
             &[
-                "curl", "-sS", "--http1.1", "-m", "5", "--cacert", "/etc/hactl/pki/etcd/ca.crt", "--cert", cert,
-                "--key", key, &peer_port,
+                "curl",
+                "-sS",
+                "--http1.1",
+                "-m",
+                "5",
+                "--cacert",
+                "/etc/hactl/pki/etcd/ca.crt",
+                "--cert",
+                cert,
+                "--key",
+                key,
+                &peer_port,
             ],
         )
     };
@@ -228,7 +286,17 @@ fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bo
         );
     }
     // And the same client certificate still works on the client port.
-    k.lab.exec_ok("cp1", &["hactl-etcdctl", "get", "--prefix", "--keys-only", "--limit=1", "/registry/namespaces"]);
+    k.lab.exec_ok(
+        "cp1",
+        &[
+            "hactl-etcdctl",
+            "get",
+            "--prefix",
+            "--keys-only",
+            "--limit=1",
+            "/registry/namespaces",
+        ],
+    );
     eprintln!("{name}: the peer port admits peer certificates only");
     println!("{name}: passed; first `hactl up` took {:.1} s", k.up_seconds);
 }

@@ -621,10 +621,21 @@ fn every_component_serves_tls_12_with_aead_ciphers_and_its_unit_is_sandboxed() {
         let unit = text(&up[&c.unit_path()]);
         let flags = flag_map(&unit);
         let name = c.binary();
-        assert_eq!(flags.get("tls-min-version").map(String::as_str), Some("VersionTLS12"), "{name}");
-        assert_eq!(flags.get("tls-cipher-suites").map(String::as_str), Some(aead), "{name}");
+        assert_eq!(
+            flags.get("tls-min-version").map(String::as_str),
+            Some("VersionTLS12"),
+            "{name}"
+        );
+        assert_eq!(
+            flags.get("tls-cipher-suites").map(String::as_str),
+            Some(aead),
+            "{name}"
+        );
         for suite in aead.split(',') {
-            assert!(suite.starts_with("TLS_ECDHE_") && suite.contains("_GCM_"), "{suite}");
+            assert!(
+                suite.starts_with("TLS_ECDHE_") && suite.contains("_GCM_"),
+                "{suite}"
+            );
         }
         let directives: BTreeMap<&str, &str> = unit
             .lines()
@@ -655,7 +666,10 @@ fn every_component_serves_tls_12_with_aead_ciphers_and_its_unit_is_sandboxed() {
     }
     let api = flag_map(&text(&up[&Component::ApiServer.unit_path()]));
     assert_eq!(api["kubelet-certificate-authority"], files::CA_CRT);
-    assert_eq!(api["anonymous-auth"], "true", "kept on for HAProxy's /readyz check (README)");
+    assert_eq!(
+        api["anonymous-auth"], "true",
+        "kept on for HAProxy's /readyz check (README)"
+    );
     let cm = flag_map(&text(&up[&Component::ControllerManager.unit_path()]));
     assert_eq!(cm["terminated-pod-gc-threshold"], "1000");
 }

@@ -536,7 +536,11 @@ mod tests {
             name: name.into(),
             healthy,
             healthy_from_peers: peers,
-            errors: if healthy { vec![] } else { vec!["ssh: connection timed out".into()] },
+            errors: if healthy {
+                vec![]
+            } else {
+                vec!["ssh: connection timed out".into()]
+            },
             ..MemberRow::default()
         }
     }
@@ -620,7 +624,9 @@ mod tests {
         assert_eq!(peers_verdict(&up, "https://10.0.0.13:2380"), Some(true));
         let down = crate::etcd::health::parse(
             "cp1",
-            &text(r#"{"endpoint":"https://10.0.0.13:2379","health":false,"error":"context deadline exceeded"}"#),
+            &text(
+                r#"{"endpoint":"https://10.0.0.13:2379","health":false,"error":"context deadline exceeded"}"#,
+            ),
         )
         .unwrap();
         assert_eq!(peers_verdict(&down, "https://10.0.0.13:2380"), Some(false));

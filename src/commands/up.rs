@@ -352,55 +352,23 @@ pub async fn up_renewing(args: &UpArgs, renew: &[String]) -> anyhow::Result<i32>
 }
 
 /// Creates the ClusterRoleBinding of the apiserver's kubelet client when it is missing
-/// ([`crate::kubernetes::rbac`]), through the first control-plane apiserver that answers
-/// `/readyz`. Nothing to do without a `kubernetes` section.
+/// ([`crate::kubernetes::rbac`]). Nothing to do without a `kubernetes` section.
 async fn ensure_rbac(p: &Prepared) -> anyhow::Result<()> {
-    use crate::kubernetes::{api::ApiClient, rbac};
+    use crate::kubernetes::rbac;
     if p.inv.kubernetes.is_none() {
         return Ok(());
     }
-    let pki_dir = p.state.path.join("pki");
-    let mut errors = Vec::new();
-    for h in p.inv.with_role(Role::ControlPlane) {
-        let Some(t) = p.transports.get(&h.name) else {
-            continue;
-        };
-        let api = match ApiClient::through(t.as_ref(), &h.name, &h.address.to_string(), &pki_dir).await {
-            Ok(api) => api,
-            Err(e) => {
-                errors.push(format!("{}: {:#}", h.name, anyhow::Error::from(e)));
-                continue;
-            }
-        };
-        match api.request(reqwest::Method::GET, "/readyz", "", None).await {
-            Ok((200, _)) => {}
-            Ok((code, _)) => {
-                errors.push(format!("{}: /readyz answered {code}", h.name));
-                continue;
-            }
-            Err(e) => {
-                errors.push(format!("{}: {:#}", h.name, anyhow::Error::from(e)));
-                continue;
-            }
-        }
-        return match rbac::ensure_kubelet_client_binding(&api).await? {
-            rbac::Ensured::Created => {
-                tracing::info!(
-                    "{}: created ClusterRoleBinding {} (group {} -> ClusterRole {})",
-                    h.name,
-                    rbac::KUBELET_CLIENT_BINDING,
-                    rbac::KUBELET_CLIENT_GROUP,
-                    rbac::KUBELET_API_ROLE
-                );
-                Ok(())
-            }
-            rbac::Ensured::Present => Ok(()),
-        };
+    let (host, ensured) =
+        rbac::ensure_through_first_ready(&p.inv, &p.transports, &p.state.path.join("pki")).await?;
+    if ensured == rbac::Ensured::Created {
+        tracing::info!(
+            "{host}: created ClusterRoleBinding {} (group {} -> ClusterRole {})",
+            rbac::KUBELET_CLIENT_BINDING,
+            rbac::KUBELET_CLIENT_GROUP,
+            rbac::KUBELET_API_ROLE
+        );
     }
-    anyhow::bail!(
-        "no apiserver answered /readyz for the kubelet client's ClusterRoleBinding: {}",
-        errors.join("; ")
-    )
+    Ok(())
 }
 
 /// The etcd version installed on each etcd host before this run (`-` where none is), and the

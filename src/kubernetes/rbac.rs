@@ -6,7 +6,19 @@
 //! Invariant: the object is built purely ([`kubelet_client_binding`]); [`ensure_kubelet_client_binding`]
 //! only creates it when missing and never changes or deletes one that differs (it reports it).
 
+use std::path::Path;
+
 use super::api::{ApiClient, ApiError};
+use crate::exec::Transports;
+use crate::inventory::{Inventory, Role};
+
+#[derive(Debug, thiserror::Error)]
+pub enum RbacError {
+    #[error("no apiserver answered /readyz for the kubelet client's ClusterRoleBinding: {0}")]
+    NoApiserver(String),
+    #[error(transparent)]
+    Api(#[from] ApiError),
+}
 
 /// The group (`O=`) of the apiserver's kubelet client certificate.
 pub const KUBELET_CLIENT_GROUP: &str = "hactl:apiserver-kubelet-client";
@@ -104,6 +116,56 @@ pub async fn ensure_kubelet_client_binding(api: &ApiClient) -> Result<Ensured, A
         }
         _ => Err(super::api::status_error(format!("GET {path}"), code, &body)),
     }
+}
+
+/// [`ensure_kubelet_client_binding`] through the first control-plane apiserver (in inventory
+/// order, over an SSH port forward on `transports`) that answers `/readyz`; the host it used.
+pub async fn ensure_through_first_ready(
+    inv: &Inventory,
+    transports: &Transports,
+    pki_dir: &Path,
+) -> Result<(String, Ensured), RbacError> {
+    let mut errors = Vec::new();
+    for h in inv.with_role(Role::ControlPlane) {
+        let Some(t) = transports.get(&h.name) else {
+            continue;
+        };
+        let api = match ApiClient::through(t.as_ref(), &h.name, &h.address.to_string(), pki_dir).await {
+            Ok(api) => api,
+            Err(e) => {
+                errors.push(format!("{}: {}", h.name, chain(&e)));
+                continue;
+            }
+        };
+        match api.request(reqwest::Method::GET, "/readyz", "", None).await {
+            Ok((200, _)) => {}
+            Ok((code, _)) => {
+                errors.push(format!("{}: /readyz answered {code}", h.name));
+                continue;
+            }
+            Err(e) => {
+                errors.push(format!("{}: {}", h.name, chain(&e)));
+                continue;
+            }
+        }
+        return Ok((h.name.clone(), ensure_kubelet_client_binding(&api).await?));
+    }
+    Err(RbacError::NoApiserver(if errors.is_empty() {
+        "no control-plane host".into()
+    } else {
+        errors.join("; ")
+    }))
+}
+
+/// `error: cause: cause …`, for the one-line summary of every host tried.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(&format!(": {s}"));
+        source = s.source();
+    }
+    out
 }
 
 #[cfg(test)]

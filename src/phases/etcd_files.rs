@@ -344,13 +344,17 @@ mod tests {
                 vrrp_password: None,
             };
             let host = inv.host("cp1").unwrap();
-            (peer_cn_enforced(&ctx), unit_of(&member_files(host, &ctx).unwrap()))
+            (
+                peer_cn_enforced(&ctx),
+                unit_of(&member_files(host, &ctx).unwrap()),
+            )
         };
         let flag = "--peer-cert-allowed-cn=etcd-peer";
 
         // A new cluster (nothing on the hosts), and recover (no facts read): enforced at once.
-        let fresh: BTreeMap<String, HostFacts> =
-            ["cp1", "cp2", "cp3"].map(|h| (h.to_string(), HostFacts::default())).into();
+        let fresh: BTreeMap<String, HostFacts> = ["cp1", "cp2", "cp3"]
+            .map(|h| (h.to_string(), HostFacts::default()))
+            .into();
         let (on, unit) = ctx_with(&fresh);
         assert!(on && unit.contains(flag), "{unit}");
         assert!(ctx_with(&BTreeMap::new()).0);
@@ -364,7 +368,10 @@ mod tests {
         }
         older.insert(
             "cp2".into(),
-            holding(&[(&peer_crt, "-----BEGIN CERTIFICATE----- CN=cp2 ..."), (etcd::UNIT_PATH, "old unit")]),
+            holding(&[
+                (&peer_crt, "-----BEGIN CERTIFICATE----- CN=cp2 ..."),
+                (etcd::UNIT_PATH, "old unit"),
+            ]),
         );
         let (on, unit) = ctx_with(&older);
         assert!(!on && !unit.contains("peer-cert-allowed-cn"), "{unit}");
@@ -392,7 +399,10 @@ mod tests {
         let mut renewed = rolled.clone();
         renewed.insert(
             "cp2".into(),
-            holding(&[(&peer_crt, "an older certificate of CN etcd-peer"), (etcd::UNIT_PATH, &cp2_unit)]),
+            holding(&[
+                (&peer_crt, "an older certificate of CN etcd-peer"),
+                (etcd::UNIT_PATH, &cp2_unit),
+            ]),
         );
         assert!(ctx_with(&renewed).0, "a renewal dropped the flag");
     }

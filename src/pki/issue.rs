@@ -132,7 +132,11 @@ pub fn requests(inv: &Inventory) -> Vec<CertRequest> {
             // Peer certificates share one CN, which the peer port admits alone
             // (`--peer-cert-allowed-cn`), so no client or server certificate of the same CA passes
             // there; the host is in the SANs.
-            let cn = if server { host.name.as_str() } else { crate::etcd::PEER_CN };
+            let cn = if server {
+                host.name.as_str()
+            } else {
+                crate::etcd::PEER_CN
+            };
             let mut r = CertRequest::new(name, CaKind::Etcd, cn, SERVER_AND_CLIENT)
                 .san(San::Ip(host.address))
                 .san(San::Dns(host.name.clone()));
