@@ -1310,6 +1310,7 @@ const ETCD_FLAGS_SET: &[(&str, Option<&str>)] = &[
     ("peer-key-file", None),
     ("peer-trusted-ca-file", None),
     ("peer-client-cert-auth", None),
+    ("peer-cert-allowed-cn", None),
     ("heartbeat-interval", Some("etcd.heartbeatInterval")),
     ("election-timeout", Some("etcd.electionTimeout")),
     ("quota-backend-bytes", Some("etcd.quotaBackendBytes")),
