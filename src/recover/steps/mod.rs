@@ -830,6 +830,19 @@ mod tests {
         assert!(text.find("! ours").unwrap() < text.find("snapshot save").unwrap());
     }
 
+    /// The data-directory rule guards every step that moves or replaces the data dir.
+    #[test]
+    fn moving_and_swapping_the_data_dir_run_the_data_dir_guard_first() {
+        let (steps, d) = build_for("systemd");
+        let aside = steps[position(&steps, "R1.4@cp2")].render(false);
+        let guard = aside.find("hactl_data_dir_guard \"$1\" \"move $1 aside\"").expect(&aside);
+        assert!(guard < aside.find("mv -T --").unwrap(), "{aside}");
+        assert!(aside.contains(&format!("hactl recover --resume {}", d.run)), "{aside}");
+        let swap = steps[position(&steps, "R2.5@cp1")].render(false);
+        let guard = swap.find("hactl_data_dir_guard \"$2\"").expect(&swap);
+        assert!(guard < swap.find("mv -T \"$work/staging\"").unwrap(), "{swap}");
+    }
+
     #[test]
     fn systemd_mode_plans_no_manifest_moves() {
         let (steps, _) = build_for("systemd");
