@@ -4,7 +4,8 @@
 //! come back through the VIP (the Secret decrypted with the cluster's encryption key) and the
 //! later ones are gone, the Leases are taken again, and `up` has nothing to do. The state
 //! directory is lost with the members and rebuilt from the snapshot's bundle first, so the
-//! Secret read through the VIP proves the bundle holds what decrypts it.
+//! Secret read through the VIP proves the bundle holds what decrypts it. Last, `reset` stops and
+//! removes the control plane, etcd and the load balancers.
 
 #[path = "support/kube.rs"]
 mod kube_support;
@@ -161,4 +162,29 @@ fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
     let again = k.hactl(&["up", "--yes"]);
     assert!(again.status.success(), "{}", text(&again));
     assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), "no changes");
+
+    // `reset` on every role (issue 13, point 5): the control plane stops and its secrets go.
+    k.hactl_ok(&["reset", "--yes"]);
+    let exists = |h: &str, p: &str| k.lab.exec(h, &["test", "-e", p]).status.success();
+    for h in k.control_planes() {
+        for unit in ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"] {
+            let active = k.lab.exec(&h, &["systemctl", "is-active", "--quiet", unit]);
+            assert!(!active.status.success(), "{h}: {unit} runs after reset");
+        }
+        for gone in [
+            hactl::kubernetes::files::CA_KEY,
+            hactl::kubernetes::files::SA_KEY,
+            hactl::kubernetes::files::ENCRYPTION_CONFIG,
+            hactl::kubernetes::files::ETCD_CLIENT_KEY,
+            "/etc/systemd/system/kube-apiserver.service",
+            "/usr/local/bin/kube-apiserver",
+        ] {
+            assert!(!exists(&h, gone), "{h}: {gone} is still there after reset");
+        }
+    }
+    for h in ["lb1", "lb2"] {
+        assert!(!exists(h, "/etc/keepalived/keepalived.conf"), "{h}: keepalived.conf stays");
+        let active = k.lab.exec(h, &["systemctl", "is-active", "--quiet", "haproxy"]);
+        assert!(!active.status.success(), "{h}: HAProxy runs after reset");
+    }
 }
