@@ -33,8 +33,9 @@ fn remove_present(facts: &HostFacts, paths: impl IntoIterator<Item = String>) ->
     })
 }
 
-/// `systemctl disable --now` of the `units` whose unit file hactl wrote (in `unit_files`) or
-/// that run, or nothing.
+/// `systemctl disable --now` of those `(unit, file)` pairs whose file (the unit file hactl
+/// wrote, or the config that makes the service hactl's) the facts show, or whose unit runs; or
+/// nothing.
 fn stop_units(facts: &HostFacts, units: &[(String, Option<String>)]) -> Option<Step> {
     let known: Vec<&str> = units
         .iter()
