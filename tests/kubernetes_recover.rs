@@ -92,7 +92,11 @@ fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
         k.lab.exec_ok(&h, &["rm", "-f", config]);
     }
     k.hactl_ok(&["up", "--yes"]);
-    assert_eq!(sha("cp1"), config_before, "the encryption config differs after the restore");
+    assert_eq!(
+        sha("cp1"),
+        config_before,
+        "the encryption config differs after the restore"
+    );
 
     // R1.2 (apiservers and controllers stopped) on every host before any R1.3 (etcd stopped);
     // R5.2 started every apiserver again.
@@ -167,7 +171,12 @@ fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
     k.hactl_ok(&["reset", "--yes"]);
     let exists = |h: &str, p: &str| k.lab.exec(h, &["test", "-e", p]).status.success();
     for h in k.control_planes() {
-        for unit in ["kube-apiserver", "kube-controller-manager", "kube-scheduler", "etcd"] {
+        for unit in [
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "etcd",
+        ] {
             let active = k.lab.exec(&h, &["systemctl", "is-active", "--quiet", unit]);
             assert!(!active.status.success(), "{h}: {unit} runs after reset");
         }
@@ -183,7 +192,10 @@ fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
         }
     }
     for h in ["lb1", "lb2"] {
-        assert!(!exists(h, "/etc/keepalived/keepalived.conf"), "{h}: keepalived.conf stays");
+        assert!(
+            !exists(h, "/etc/keepalived/keepalived.conf"),
+            "{h}: keepalived.conf stays"
+        );
         let active = k.lab.exec(h, &["systemctl", "is-active", "--quiet", "haproxy"]);
         assert!(!active.status.success(), "{h}: HAProxy runs after reset");
     }

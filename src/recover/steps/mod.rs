@@ -835,9 +835,14 @@ mod tests {
     fn moving_and_swapping_the_data_dir_run_the_data_dir_guard_first() {
         let (steps, d) = build_for("systemd");
         let aside = steps[position(&steps, "R1.4@cp2")].render(false);
-        let guard = aside.find("hactl_data_dir_guard \"$1\" \"move $1 aside\"").expect(&aside);
+        let guard = aside
+            .find("hactl_data_dir_guard \"$1\" \"move $1 aside\"")
+            .expect(&aside);
         assert!(guard < aside.find("mv -T --").unwrap(), "{aside}");
-        assert!(aside.contains(&format!("hactl recover --resume {}", d.run)), "{aside}");
+        assert!(
+            aside.contains(&format!("hactl recover --resume {}", d.run)),
+            "{aside}"
+        );
         let swap = steps[position(&steps, "R2.5@cp1")].render(false);
         let guard = swap.find("hactl_data_dir_guard \"$2\"").expect(&swap);
         assert!(guard < swap.find("mv -T \"$work/staging\"").unwrap(), "{swap}");
