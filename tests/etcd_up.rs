@@ -458,8 +458,22 @@ fn reset_stops_and_removes_what_hactl_installed_on_every_role() {
         "reset without --yes and no terminal must ask: {}",
         text(&no_tty)
     );
+    // A fence an interrupted operation left on cp3 goes with the rest.
+    let fence = "/etc/systemd/system/etcd.service.d/hactl-fence.conf";
+    lab.exec_ok(
+        "cp3",
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "mkdir -p {d} && printf '[Unit]\\nAssertPathExists=!{fence}\\n' > {fence}",
+                d = "/etc/systemd/system/etcd.service.d"
+            ),
+        ],
+    );
     let out = hactl(&["reset", "-i", &inv, "--yes"]);
     assert!(out.status.success(), "{}", text(&out));
+    assert!(!exists(&lab, "cp3", fence), "cp3: the fence stayed after reset");
     for h in ["cp1", "cp2", "cp3"] {
         assert!(!is_active(&lab, h, "etcd.service"), "{h}: etcd runs");
         for gone in [

@@ -34,8 +34,8 @@ fn remove_present(facts: &HostFacts, paths: impl IntoIterator<Item = String>) ->
 }
 
 /// `systemctl disable --now` of those `(unit, file)` pairs whose file (the unit file hactl
-/// wrote, or the config that makes the service hactl's) the facts show, or whose unit runs; or
-/// nothing.
+/// wrote, or the config that makes the service hactl's) the facts show, or whose unit runs, and
+/// their fences lifted; or nothing.
 fn stop_units(facts: &HostFacts, units: &[(String, Option<String>)]) -> Option<Step> {
     let known: Vec<&str> = units
         .iter()
@@ -46,8 +46,14 @@ fn stop_units(facts: &HostFacts, units: &[(String, Option<String>)]) -> Option<S
         .map(|(unit, _)| unit.as_str())
         .collect();
     (!known.is_empty()).then(|| {
-        let mut argv = vec!["systemctl", "disable", "--now"];
-        argv.extend(known);
+        // A fence an interrupted recover, replace or maintenance left goes too: reset gives the
+        // host back, and the data it guarded is moved aside.
+        let script = format!(
+            "systemctl disable --now \"$@\"\n{}",
+            crate::operations::fence::lift_all(&known)
+        );
+        let mut argv = vec!["sh", "-c", &script, "hactl-stop"];
+        argv.extend(known.iter().copied());
         Step::Run(RemoteCommand::new(argv))
     })
 }
@@ -397,9 +403,16 @@ mod tests {
             ]
         );
         let kube = lines(&plan, titles[0], "cp1");
+        assert!(kube.contains("systemctl disable --now"), "{kube}");
         assert!(
-            kube.contains("systemctl disable --now kube-apiserver.service kube-controller-manager.service kube-scheduler.service"),
+            kube.contains(
+                "hactl-stop kube-apiserver.service kube-controller-manager.service kube-scheduler.service"
+            ),
             "{kube}"
+        );
+        assert!(
+            kube.contains("/etc/systemd/system/kube-apiserver.service.d/hactl-fence.conf"),
+            "a fence left by an interrupted operation is lifted: {kube}"
         );
         for secret in [
             crate::kubernetes::files::CA_KEY,
@@ -423,7 +436,7 @@ mod tests {
         assert!(!etcd.contains("rm -rf"), "{etcd}");
         let lb = lines(&plan, titles[2], "lb1");
         assert!(
-            lb.contains("systemctl disable --now keepalived.service haproxy.service"),
+            lb.contains("hactl-stop keepalived.service haproxy.service"),
             "keepalived first, so the VIP leaves before HAProxy stops: {lb}"
         );
         for path in [
