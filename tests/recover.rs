@@ -624,6 +624,38 @@ fn recover_needs_attestation_for_an_unreachable_host() {
         is_active(&lab, "cp1"),
         "a service was stopped before the attestation gate"
     );
+    // Issue 13, point 3: a local user takes 127.0.0.1:23790 (where the scratch etcd of R0.4b
+    // listened) first, with an etcd of its own holding a different value. It must not seed the
+    // recovered cluster: the scratch etcd listens only on unix sockets in a 0700 dir.
+    lab.exec_ok(
+        "cp1",
+        &[
+            "sh",
+            "-c",
+            "install -d -o nobody /tmp/squat && cp /usr/bin/etcd /tmp/squat/listener \
+             && systemd-run --unit hactl-test-squatter -p User=nobody -p WorkingDirectory=/tmp/squat \
+             /tmp/squat/listener --name squat --data-dir /tmp/squat/data \
+             --listen-client-urls http://127.0.0.1:23790 --advertise-client-urls http://127.0.0.1:23790 \
+             --listen-peer-urls http://127.0.0.1:23850 --initial-advertise-peer-urls http://127.0.0.1:23850 \
+             --initial-cluster squat=http://127.0.0.1:23850",
+        ],
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || lab
+            .exec(
+                "cp1",
+                &[
+                    "etcdctl",
+                    "--endpoints=http://127.0.0.1:23790",
+                    "put",
+                    "/registry/last",
+                    "squatter"
+                ]
+            )
+            .status
+            .success()),
+        "the squatter etcd did not start"
+    );
     // Attested: recovered without it (A2 from the survivor's data).
     let out = hactl(
         &lab,
@@ -647,6 +679,19 @@ fn recover_needs_attestation_for_an_unreachable_host() {
     }
     let list = ctl_ok(&lab, "cp1", &["member", "list"]);
     assert_eq!(list.lines().count(), 2, "{list}");
+    // The squatter still holds its port and its own value; nothing of it reached the cluster.
+    let squatted = lab.exec_ok(
+        "cp1",
+        &[
+            "etcdctl",
+            "--endpoints=http://127.0.0.1:23790",
+            "get",
+            "/registry/last",
+            "--print-value-only",
+        ],
+    );
+    assert_eq!(squatted.trim(), "squatter");
+    lab.exec("cp1", &["systemctl", "stop", "hactl-test-squatter"]);
     lab.fault("cp3", hactl::lab::Fault::Rejoin);
 }
 

@@ -5,6 +5,7 @@
 //! restore or join never depends on name resolution.
 
 pub mod client;
+pub mod data_dir;
 pub mod errors;
 pub mod health;
 pub mod safety;

@@ -75,12 +75,16 @@ echo \"$out\" >&2; exit 1"
 }
 
 /// Moves the data dir of a removed member aside on its host, after checking etcd is not running
-/// there (never touch a running member's directory).
+/// there (never touch a running member's directory) and under the data-directory rule
+/// ([`crate::etcd::data_dir`]: a directory holding files but no `member/` is refused).
 pub fn move_aside_step(data_dir: &str, host: &str, old_id: Option<u64>, stamp: &str) -> Step {
     let aside = format!("{data_dir}.hactl-removed-{stamp}");
     let who = old_id.map(hex_id).unwrap_or_else(|| "(none)".into());
+    let guard = crate::etcd::data_dir::guard();
+    let guard_fn = crate::etcd::data_dir::GUARD_FN;
     Step::Run(RemoteCommand::script(format!(
-        "if systemctl is-active --quiet {UNIT} || pgrep -x etcd >/dev/null; then echo \"refusing: etcd runs on {host}; its data dir stays\" >&2; exit 1; fi\n\
+        "{guard}{guard_fn} {data_dir} \"move {data_dir} aside\" 'hactl replace'\n\
+if systemctl is-active --quiet {UNIT} || pgrep -x etcd >/dev/null; then echo \"refusing: etcd runs on {host}; its data dir stays\" >&2; exit 1; fi\n\
 if [ -e {data_dir} ] && [ -n \"$(ls -A {data_dir} 2>/dev/null)\" ]; then mv --no-clobber -- {data_dir} {aside} && echo \"{host}: data of removed member {who} moved to {aside}\"; fi\n\
 install -d -m 0700 -o etcd -g etcd {data_dir}"
     )))
@@ -665,6 +669,11 @@ mod tests {
             line.contains("mv --no-clobber -- /var/lib/etcd /var/lib/etcd.hactl-removed-20261122T000000Z")
         );
         assert!(!line.contains("rm "), "{line}");
+        // The data-directory rule runs first: a dir of the host's own is refused, not moved.
+        let guard = line
+            .find("hactl_data_dir_guard /var/lib/etcd")
+            .expect("the guard is called");
+        assert!(guard < line.find("mv --no-clobber").unwrap(), "{line}");
     }
 
     #[test]
