@@ -311,6 +311,7 @@ mod tests {
                     mode: 0o644,
                     owner: "root".into(),
                     group: "root".into(),
+                    mtime: 0,
                 },
             );
         }
