@@ -1,5 +1,5 @@
-//! `hactl recover`: the recipe. R0 reads the hosts ([`crate::recover::assess`]), picks the source
-//! ([`crate::recover::source`]) and decides ([`crate::recover::decide`], pure); the steps come from
+//! `hactl recover`: the recipe. R0 ([`crate::recover::start`]) reads the hosts, picks the source
+//! and decides ([`crate::recover::decide`], pure), or reloads a resumed run's decisions; the steps come from
 //! [`crate::recover::steps`] and the journaled runner executes them; [`crate::recover::report`]
 //! says what happened.
 
@@ -9,14 +9,11 @@ use anyhow::Context as _;
 
 use crate::cli::{OutputFormat, RecoverArgs};
 use crate::exec::journaled::{self, RunOptions};
-use crate::exec::Transports;
 use crate::exit::refuse;
-use crate::inventory::{Inventory, Role};
-use crate::operations::journal::{Journal, StepState};
+use crate::inventory::Inventory;
+use crate::operations::journal::Journal;
 use crate::operations::run_dir::RunDir;
-use crate::recover::decide::{self, Assessed, Options};
-use crate::recover::{self as rec, report, Decisions};
-use crate::state::StateDir;
+use crate::recover::{self as rec, report};
 
 /// `hactl recover`.
 pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
@@ -43,8 +40,8 @@ pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
         .context("failed to load the cluster's certificates")?;
     let tls = crate::etcd::client::client_tls(&state.file("pki"))?;
     let (decisions, transports) = match &args.resume {
-        Some(run) => resume_decisions(args, &inv, &state, run).await?,
-        None => decide(args, &inv, &state).await?,
+        Some(run) => rec::start::resume(args, &inv, &state, run).await?,
+        None => rec::start::assess_and_decide(args, &inv, &state).await?,
     };
     // R2.3: the members' certificates carry their addresses and come from the etcd CA (else they
     // are re-issued from the CA in the state directory), checked before anything changes.
@@ -116,28 +113,7 @@ pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
             format!("{json}\n").as_bytes(),
             0o600,
         )?;
-        let sha = hex::encode(sha2::Digest::finalize(sha2::Digest::chain_update(
-            <sha2::Sha256 as sha2::Digest>::new(),
-            json.as_bytes(),
-        )));
-        for (step, out) in [
-            (
-                "R0.1",
-                serde_json::json!({ "targets": decisions.targets, "confirmed_dead": decisions.confirmed_dead }),
-            ),
-            (
-                "R0.3",
-                serde_json::json!({ "gate": "no quorum, none restorable", "force_destructive": args.force_destructive }),
-            ),
-            ("R0.5", serde_json::to_value(decisions.bump)?),
-            (
-                "R0.6",
-                serde_json::json!({ "expected_cluster_id": decisions.expected_cluster_id, "token": decisions.token }),
-            ),
-        ] {
-            let e = j.append(step, StepState::Done, None, &sha, out)?;
-            crate::operations::journal::mirror(&transports, &decisions.targets, &e).await;
-        }
+        rec::start::journal_r0(&j, &decisions, &json, args.force_destructive, &transports).await?;
         j
     };
     eprintln!(
@@ -213,88 +189,4 @@ fn confirm(args: &RecoverArgs, inv: &Inventory) -> anyhow::Result<()> {
         return Ok(());
     }
     super::up::confirm("recover stops etcd (and the Kubernetes control plane) on every reachable host")
-}
-
-/// Connects to the etcd hosts: the reachable ones and why the others did not answer.
-async fn connect_all(inv: &Inventory, state: &StateDir, args: &RecoverArgs) -> crate::exec::connect::Reach {
-    crate::exec::connect::reach(state, &inv.with_role(Role::Etcd), &args.connect).await
-}
-
-async fn resume_decisions(
-    args: &RecoverArgs,
-    inv: &Inventory,
-    state: &StateDir,
-    run: &str,
-) -> anyhow::Result<(Decisions, Transports)> {
-    let path = RunDir::new(state, run).decisions();
-    let text = fs_err::read_to_string(&path).map_err(|e| {
-        refuse(
-            crate::exit::REFUSED,
-            format!("cannot resume run {run}: {e} (a run that stopped before its plan was confirmed changed nothing: start a new one)"),
-        )
-    })?;
-    let d: Decisions =
-        serde_json::from_str(&text).with_context(|| format!("{} is not a recover plan", path.display()))?;
-    if d.cluster != inv.name {
-        return Err(refuse(
-            crate::exit::REFUSED,
-            format!("run {run} belongs to cluster {}", d.cluster),
-        ));
-    }
-    let reach = connect_all(inv, state, args).await;
-    let (transports, down) = (reach.transports, reach.unreachable);
-    let missing: Vec<String> = down
-        .iter()
-        .filter(|(h, _)| !d.confirmed_dead.contains(h))
-        .map(|(h, e)| format!("{h}: {e}"))
-        .collect();
-    if !missing.is_empty() {
-        return Err(refuse(
-            crate::exit::NEEDS_INPUT,
-            format!("cannot reach hosts run {run} acts on:\n{}", missing.join("\n")),
-        ));
-    }
-    Ok((d, transports))
-}
-
-/// R0: read-only assessment, the source, and the decisions.
-async fn decide(
-    args: &RecoverArgs,
-    inv: &Inventory,
-    state: &StateDir,
-) -> anyhow::Result<(Decisions, Transports)> {
-    let reach = connect_all(inv, state, args).await;
-    let hosts = rec::assess::assess_hosts(inv, &reach.transports, args.connect.concurrency).await?;
-    eprintln!("assessment:");
-    for a in &hosts {
-        eprintln!("  {}", a.describe());
-    }
-    for (h, e) in &reach.unreachable {
-        eprintln!("  {h}: unreachable: {e}");
-    }
-    let assessed = Assessed {
-        hosts,
-        down: reach.unreachable,
-    };
-    let opts = Options {
-        run: crate::operations::journal::new_run_id(""),
-        now: time::OffsetDateTime::now_utc(),
-        mode: args.mode,
-        members: args.members.clone(),
-        confirm_dead: args.confirm_dead.clone(),
-        force_destructive: args.force_destructive,
-        accept_data_loss_window: args.accept_data_loss_window,
-        bump_revision: args.bump_revision.0,
-        accept_revision_rewind: args.accept_revision_rewind,
-    };
-    let targets = decide::targets(inv, &assessed, &opts).map_err(anyhow::Error::new)?;
-    for note in &targets.notes {
-        eprintln!("{note}");
-    }
-    let transports = reach.transports;
-    let source =
-        rec::source::choose(args, inv, state, &transports, &assessed.hosts, &targets.targets).await?;
-    let d =
-        decide::decide(inv, &assessed, &opts, crate::hwm::read(state), source).map_err(anyhow::Error::new)?;
-    Ok((d, transports))
 }

@@ -171,11 +171,16 @@ pub async fn prepare_loaded_renewing(
         }
         other => other?,
     };
-    // Member lists come from a quorum: raise the revision high-water mark from them.
+    // Raise the revision high-water mark from what the members answered. etcd 3.5 leaves the
+    // revision out of a member list's header, so each member's own `endpoint status` counts
+    // too: a revision a member has applied was committed by a quorum.
     if let Some(rev) = facts
         .values()
-        .filter_map(|f| f.members.as_ref())
-        .map(|m| m.header.revision)
+        .flat_map(|f| {
+            let listed = f.members.as_ref().map(|m| m.header.revision);
+            let own = f.etcd_status.as_ref().map(|s| s.header.revision);
+            listed.into_iter().chain(own)
+        })
         .max()
     {
         if rev > 0 {

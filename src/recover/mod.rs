@@ -18,6 +18,7 @@ pub mod certs;
 pub mod decide;
 pub mod report;
 pub mod source;
+pub mod start;
 pub mod steps;
 
 use serde::{Deserialize, Serialize};
