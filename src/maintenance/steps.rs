@@ -113,7 +113,13 @@ pub fn start_unfenced(id: &str, host: &str, unit: &str) -> JournaledStep {
             fence::is_unfenced(unit)
         )))
         .run(RemoteCommand::script(fence::lift_all(&[unit])))
-        .run(RemoteCommand::new(["systemctl", "start", unit]))
+        // etcd's start returns when it is ready, which needs quorum: not waited for here, the
+        // step's verification waits for its health.
+        .run(if unit == UNIT {
+            RemoteCommand::new(["systemctl", "start", "--no-block", unit])
+        } else {
+            RemoteCommand::new(["systemctl", "start", unit])
+        })
 }
 
 fn record(base: &StartFacts, stage: Stage, stopped: &[String]) -> MaintenanceRecord {
