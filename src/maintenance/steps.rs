@@ -367,3 +367,189 @@ pub fn to_json(s: &JournaledStep, sudo: bool) -> serde_json::Value {
         "verify": s.verify.as_ref().map(|c| c.to_string()),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::Transports;
+    use crate::operations::balancers::Balancers;
+    use crate::operations::Reach;
+    use std::collections::BTreeMap;
+    use std::sync::{Mutex, OnceLock};
+
+    const INV: &str = concat!(
+        "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: lab\nspec:\n  ssh:\n    agent: true\n",
+        "  hosts:\n",
+        "    - { name: cp1, address: 10.0.0.11, roles: [etcd, load-balancer] }\n",
+        "    - { name: cp2, address: 10.0.0.12, roles: [etcd, load-balancer] }\n",
+        "    - { name: cp3, address: 10.0.0.13, roles: [etcd] }\n",
+        "  vip:\n    address: 10.0.0.100\n",
+        "  stateDir: /tmp/hactl-maintenance-steps-test\n",
+    );
+
+    fn live() -> (tempfile::TempDir, Arc<Live>) {
+        let tmp = tempfile::tempdir().unwrap();
+        let inv = crate::inventory::load_str(std::path::Path::new("lab.yaml"), INV).unwrap();
+        let state = crate::state::StateDir::open(&tmp.path().join("s")).unwrap();
+        let live = Arc::new(Live {
+            inv,
+            state,
+            host: "cp1".into(),
+            connect: crate::cli::ConnectArgs {
+                concurrency: 1,
+                accept_new_host_key: vec![],
+                connect_timeout: None,
+            },
+            reach: Reach {
+                transports: Transports::new(),
+                facts: BTreeMap::new(),
+                unreachable: BTreeMap::new(),
+            },
+            kube: None,
+            balancers: Balancers {
+                transports: Transports::new(),
+                unreachable: BTreeMap::new(),
+            },
+            max_unavailable: 1,
+            drain_timeout: Duration::from_secs(60),
+            leases: Mutex::new(vec![]),
+            journal: OnceLock::new(),
+        });
+        (tmp, live)
+    }
+
+    fn facts() -> StartFacts {
+        StartFacts {
+            host: "cp1".into(),
+            since: "t".into(),
+            cordon_skip: Some("no kubernetes section in the inventory".into()),
+            drain_skip: Some("no kubernetes section in the inventory".into()),
+            moves_vip: true,
+            balancers: true,
+            etcd: true,
+            etcd_active: true,
+            observer: Some(("cp2".into(), "https://10.0.0.12:2379".into())),
+            ..StartFacts::default()
+        }
+    }
+
+    fn ids(steps: &[JournaledStep]) -> Vec<&str> {
+        steps.iter().map(|s| s.id.as_str()).collect()
+    }
+
+    #[test]
+    fn start_drains_the_balancers_before_etcd_stops_behind_a_fence() {
+        let (_t, live) = live();
+        let steps = start(&facts(), &live);
+        assert_eq!(
+            ids(&steps),
+            [
+                "stage-Cordon",
+                "cordon",
+                "stage-Drain",
+                "drain",
+                "stage-StopControlPlane",
+                "vip-move",
+                "lb-drain",
+                "move-leader",
+                "stop-etcd",
+                "others-healthy"
+            ]
+        );
+        let stop = steps.iter().find(|s| s.id == "stop-etcd").unwrap().render(false);
+        // The fence is written under /etc (it survives a reboot) before the unit stops, and the
+        // step is done only when the unit is fenced and stopped.
+        assert!(stop.contains("/etc/systemd/system/etcd.service.d/hactl-fence.conf"), "{stop}");
+        assert!(stop.contains("systemctl daemon-reload && systemctl stop etcd.service"), "{stop}");
+        assert!(stop.contains("skip when: sh -c"), "{stop}");
+        assert!(stop.contains("complete cp1"), "{stop}");
+        // The record at StopControlPlane marks everything the stage stops, before the first stop.
+        let rec = steps.iter().find(|s| s.id == "stage-StopControlPlane").unwrap().render(false);
+        assert!(rec.contains("marks: keepalived.service, haproxy-backends, etcd.service"), "{rec}");
+        // With Kubernetes units active: scheduler, controller-manager, Lease handover, then the
+        // apiserver after the balancers, each fenced.
+        let f = StartFacts {
+            kube: true,
+            kube_active: vec![
+                "kube-apiserver.service".into(),
+                "kube-controller-manager.service".into(),
+                "kube-scheduler.service".into(),
+            ],
+            moves_vip: false,
+            ..facts()
+        };
+        let steps = start(&f, &live);
+        let order = ids(&steps);
+        let at = |id: &str| order.iter().position(|x| *x == id).unwrap();
+        assert!(at("lease-read") < at("stop-kube-scheduler.service"));
+        assert!(at("stop-kube-scheduler.service") < at("stop-kube-controller-manager.service"));
+        assert!(at("stop-kube-controller-manager.service") < at("lease-handover"));
+        assert!(at("lease-handover") < at("lb-drain"));
+        assert!(at("lb-drain") < at("stop-kube-apiserver.service"));
+        assert!(at("stop-kube-apiserver.service") < at("stop-etcd"));
+    }
+
+    #[test]
+    fn complete_lifts_each_fence_before_the_start_and_gates_on_the_member_only() {
+        let (_t, live) = live();
+        let f = CompleteFacts {
+            record: MaintenanceRecord {
+                host: "cp1".into(),
+                stage: Stage::StopControlPlane,
+                since: "t".into(),
+                reason: String::new(),
+                stopped: vec![VIP_MARK.into(), DRAIN_MARK.into(), UNIT.into()],
+            },
+            etcd: true,
+            etcd_active: false,
+            balancers: true,
+            now: "t2".into(),
+        };
+        let steps = complete(&f, &live);
+        assert_eq!(
+            ids(&steps),
+            ["start-etcd", "lb-ready", "vip-restore", "uncordon", "stage-Complete"]
+        );
+        let start = steps[0].render(false);
+        let lift = start.find("hactl-fence.conf").unwrap();
+        let run = start.find("systemctl start --no-block etcd.service").unwrap();
+        assert!(lift < run, "{start}");
+        // The gate: this member healthy (a linearizable read through it), not `--cluster`.
+        assert!(start.contains("verify: etcd member cp1 is healthy"), "{start}");
+        assert!(!start.contains("--cluster"), "{start}");
+        // Not cordoned by hactl: uncordon is skipped with the reason.
+        assert!(steps[3].render(false).contains("skip when: hactl did not cordon Node cp1"));
+    }
+
+    #[test]
+    fn complete_during_drain_cancels_and_starts_nothing() {
+        let (_t, live) = live();
+        let f = CompleteFacts {
+            record: MaintenanceRecord {
+                host: "cp1".into(),
+                stage: Stage::Drain,
+                since: "t".into(),
+                reason: String::new(),
+                stopped: vec![CORDON_MARK.into()],
+            },
+            etcd: true,
+            etcd_active: true,
+            balancers: true,
+            now: "t2".into(),
+        };
+        let steps = complete(&f, &live);
+        assert_eq!(ids(&steps), ["cancel", "uncordon", "stage-Complete"]);
+    }
+
+    #[test]
+    fn a_step_as_json_carries_what_the_dry_run_prints() {
+        let s = stop_fenced("stop-etcd", "cp1", UNIT);
+        let v = to_json(&s, true);
+        assert_eq!(v["id"], "stop-etcd");
+        assert_eq!(v["host"], "cp1");
+        let run = v["act"][0]["run"].as_str().unwrap();
+        assert!(s.render(true).contains(run), "{run}");
+        assert!(run.starts_with("sudo -n -- sh -c"), "{run}");
+        assert!(v["skipWhen"]["run"].as_str().unwrap().contains("hactl-fence.conf"));
+    }
+}
