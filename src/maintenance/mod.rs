@@ -327,20 +327,27 @@ async fn run_steps(
     match journaled::run(steps, &live.reach.transports, &mut journal, &RunOptions { mirror_hosts }).await {
         Ok(_) => Ok(()),
         Err(failed) => {
-            let inner = failed
-                .source
-                .chain()
-                .find_map(|e| e.downcast_ref::<exit::Refusal>())
-                .map(|r| r.code);
-            let code = match inner {
-                Some(c) => c,
-                None if failed.changed => exit::FAILED_AFTER_CHANGES,
-                None => exit::FAILED,
-            };
+            let code = exit_code(&failed);
             let changed = if failed.changed { "changes were made" } else { "nothing was changed" };
             let detail = format!("{:#}", anyhow::Error::new(failed));
             Err(refuse(code, format!("{what} stopped ({changed}): {detail}")))
         }
+    }
+}
+
+/// The README's exit code for a failed step: a refusal inside keeps its code; otherwise 4
+/// ("failed after changes") once any step of the run changed something (a `complete` that
+/// started etcd and then failed its gate), else 1.
+pub fn exit_code(failed: &journaled::StepFailed) -> i32 {
+    let inner = failed
+        .source
+        .chain()
+        .find_map(|e| e.downcast_ref::<exit::Refusal>())
+        .map(|r| r.code);
+    match inner {
+        Some(c) => c,
+        None if failed.changed => exit::FAILED_AFTER_CHANGES,
+        None => exit::FAILED,
     }
 }
 
@@ -509,5 +516,40 @@ pub fn still_down_advice(member: &str, why: &str, unreachable: bool) -> String {
         format!(
             "still down: {member} ({why}). Next: `hactl heal --once` restarts or replaces it once it has been unhealthy for spec.heal.unhealthyTimeout (or `hactl replace {member} --reuse-host` now)"
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::journaled::{Stage as At, StepFailed};
+
+    fn failed(changed: bool, source: anyhow::Error) -> StepFailed {
+        StepFailed {
+            step: "start-etcd".into(),
+            host: Some("cp1".into()),
+            stage: At::Verify,
+            changed,
+            source,
+        }
+    }
+
+    #[test]
+    fn a_failure_after_a_change_exits_4_and_a_refusal_keeps_its_code() {
+        // complete started etcd, then its health gate timed out: failed after changes.
+        let f = failed(true, anyhow::anyhow!("etcd member cp1 is healthy: timed out"));
+        assert_eq!(exit_code(&f), exit::FAILED_AFTER_CHANGES);
+        assert_eq!(exit_code(&failed(false, anyhow::anyhow!("x"))), exit::FAILED);
+        let r = refuse(exit::REFUSED, "refused by R-maint");
+        assert_eq!(exit_code(&failed(true, r)), exit::REFUSED);
+    }
+
+    #[test]
+    fn still_down_names_the_next_command() {
+        let a = still_down_advice("cp2", "unreachable", true);
+        assert!(a.contains("still down: cp2") && a.contains("hactl heal --once"), "{a}");
+        assert!(a.contains("--confirm-dead cp2") && !a.contains("hactl up"), "{a}");
+        let b = still_down_advice("cp2", "connection refused", false);
+        assert!(b.contains("hactl replace cp2 --reuse-host"), "{b}");
     }
 }

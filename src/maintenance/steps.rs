@@ -515,7 +515,7 @@ mod tests {
         let run = start.find("systemctl start --no-block etcd.service").unwrap();
         assert!(lift < run, "{start}");
         // The gate: this member healthy (a linearizable read through it), not `--cluster`.
-        assert!(start.contains("verify: etcd member cp1 is healthy"), "{start}");
+        assert!(start.contains("verify: wait up to 120s: etcd member cp1 is healthy"), "{start}");
         assert!(!start.contains("--cluster"), "{start}");
         // Not cordoned by hactl: uncordon is skipped with the reason.
         assert!(steps[3].render(false).contains("skip when: hactl did not cordon Node cp1"));
