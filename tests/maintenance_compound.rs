@@ -67,7 +67,10 @@ fn maintenance_then_a_power_cut_leads_through_complete_to_heal() {
         .code()
         .is_some()));
     std::thread::sleep(Duration::from_secs(2));
-    assert!(!etcd_active(&lab, "cp1"), "etcd started on cp1 at boot during maintenance");
+    assert!(
+        !etcd_active(&lab, "cp1"),
+        "etcd started on cp1 at boot during maintenance"
+    );
 
     // cp2 loses power: cp3 runs alone, no quorum.
     lab.fault("cp2", Fault::PowerCut);
@@ -79,7 +82,11 @@ fn maintenance_then_a_power_cut_leads_through_complete_to_heal() {
         "heal: {}",
         text(&o)
     );
-    assert!(!text(&o).contains("with `hactl up`"), "heal advised up: {}", text(&o));
+    assert!(
+        !text(&o).contains("with `hactl up`"),
+        "heal advised up: {}",
+        text(&o)
+    );
 
     let o = hactl(&inv, &["recover", "--auto", "--dry-run"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
@@ -88,7 +95,11 @@ fn maintenance_then_a_power_cut_leads_through_complete_to_heal() {
         "recover: {}",
         text(&o)
     );
-    assert!(!text(&o).contains("(`hactl up` starts"), "recover advised up: {}", text(&o));
+    assert!(
+        !text(&o).contains("(`hactl up` starts"),
+        "recover advised up: {}",
+        text(&o)
+    );
 
     // complete: gates on quorum and cp1's health, finishes, names cp2 and the next command.
     let o = hactl(&inv, &["maintenance", "complete", "cp1"]);
@@ -115,7 +126,11 @@ fn maintenance_then_a_power_cut_leads_through_complete_to_heal() {
     let before = member_id(&lab, "cp1", "cp2").expect("cp2 is a member");
     lab.exec_ok(
         "cp2",
-        &["sh", "-c", "systemctl stop etcd; rm -rf /var/lib/etcd/member; systemctl start etcd || true"],
+        &[
+            "sh",
+            "-c",
+            "systemctl stop etcd; rm -rf /var/lib/etcd/member; systemctl start etcd || true",
+        ],
     );
     let mut last = String::new();
     let replaced = eventually(Duration::from_secs(120), || {
@@ -132,6 +147,10 @@ fn maintenance_then_a_power_cut_leads_through_complete_to_heal() {
         eventually(Duration::from_secs(60), || healthy_cluster(&lab, "cp1")),
         "not every member healthy after heal"
     );
-    assert_ne!(member_id(&lab, "cp1", "cp2").unwrap(), before, "cp2 was not re-created");
+    assert_ne!(
+        member_id(&lab, "cp1", "cp2").unwrap(),
+        before,
+        "cp2 was not re-created"
+    );
     lab.down().unwrap();
 }

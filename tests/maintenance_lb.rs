@@ -137,7 +137,10 @@ fn maintenance_drains_haproxy_before_etcd_stops_and_vip_clients_keep_writing() {
     let o = hactl(&inv, &["maintenance", "start", "cp1"]);
     assert_eq!(o.status.code(), Some(3), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--yes"));
-    assert!(!state.join("maintenance/cp1.json").exists(), "a refused start recorded a stage");
+    assert!(
+        !state.join("maintenance/cp1.json").exists(),
+        "a refused start recorded a stage"
+    );
 
     // --- C4: start. The order is journaled; HAProxy shows MAINT before etcd stops.
     let o = hactl(&inv, &["maintenance", "start", "--yes", "cp1"]);
@@ -160,7 +163,14 @@ fn maintenance_drains_haproxy_before_etcd_stops_and_vip_clients_keep_writing() {
         "etcd started on cp1 during maintenance"
     );
     assert!(lab
-        .exec("cp1", &["test", "-e", "/etc/systemd/system/etcd.service.d/hactl-fence.conf"])
+        .exec(
+            "cp1",
+            &[
+                "test",
+                "-e",
+                "/etc/systemd/system/etcd.service.d/hactl-fence.conf"
+            ]
+        )
         .status
         .success());
     std::thread::sleep(Duration::from_secs(3));
@@ -176,10 +186,19 @@ fn maintenance_drains_haproxy_before_etcd_stops_and_vip_clients_keep_writing() {
     for lb in ["lb1", "lb2"] {
         assert!(server_is(&lab, lb, "cp1", "UP"), "cp1 not UP on {lb}");
     }
-    assert!(!lab
-        .exec("cp1", &["test", "-e", "/etc/systemd/system/etcd.service.d/hactl-fence.conf"])
+    assert!(
+        !lab.exec(
+            "cp1",
+            &[
+                "test",
+                "-e",
+                "/etc/systemd/system/etcd.service.d/hactl-fence.conf"
+            ]
+        )
         .status
-        .success(), "complete left the fence");
+        .success(),
+        "complete left the fence"
+    );
 
     // --- C6: `complete` issued during Drain goes straight to Complete. The start dies right
     // after entering Drain, as a killed operator session would: the record says Drain and the

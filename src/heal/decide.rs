@@ -187,7 +187,10 @@ pub fn decide(
         if let Some(action) = complete_maintenance_first(counts.voters, running, &not_healthy) {
             return d(
                 action,
-                format!("a maintenance stopped a member that quorum now needs ({})", counts.numbers()),
+                format!(
+                    "a maintenance stopped a member that quorum now needs ({})",
+                    counts.numbers()
+                ),
             );
         }
     }
@@ -559,7 +562,10 @@ mod tests {
         match d.action {
             Action::Alert { message, code } => {
                 assert_eq!(code, exit::REFUSED);
-                assert!(message.contains("`hactl maintenance complete cp1` first"), "{message}");
+                assert!(
+                    message.contains("`hactl maintenance complete cp1` first"),
+                    "{message}"
+                );
                 assert!(!message.contains("hactl up"), "{message}");
             }
             other => panic!("{other:?}"),
@@ -592,7 +598,14 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // Without the record's member counted healthy, the same round read as quorum lost.
-        let d = decide(&c, &[sig("cp2", true, true)], &Records::default(), &[away("cp1", false)], &p, 0);
+        let d = decide(
+            &c,
+            &[sig("cp2", true, true)],
+            &Records::default(),
+            &[away("cp1", false)],
+            &p,
+            0,
+        );
         assert!(matches!(d.action, Action::Alert { ref message, .. } if message.contains("quorum lost")));
     }
 

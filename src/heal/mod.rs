@@ -123,7 +123,9 @@ async fn gather(
                 .iter()
                 .filter(|h| !records.contains_key(&h.name) && reach.etcd_active(&h.name))
                 .count();
-            if let Some(Action::Alert { message, code }) = complete_maintenance_first(hosts.len(), running, &away) {
+            if let Some(Action::Alert { message, code }) =
+                complete_maintenance_first(hosts.len(), running, &away)
+            {
                 return Err(refuse(code, format!("refused by quorum: {message}")));
             }
             return Err(e);
@@ -151,7 +153,10 @@ async fn gather(
             // Never remediated; counted healthy for quorum only when its etcd answers healthy.
             away.push(Away {
                 member: name.clone(),
-                stage: records.get(&name).map(|r| r.stage.to_string()).unwrap_or_default(),
+                stage: records
+                    .get(&name)
+                    .map(|r| r.stage.to_string())
+                    .unwrap_or_default(),
                 healthy: obs.is_healthy(m),
                 reachable: reach.transports.contains_key(&name),
             });

@@ -238,7 +238,15 @@ impl LocalAct for Schedulable {
             }
             Err(e) => return Err(e),
         };
-        node::set_unschedulable(k.get(), Mode::Live, self.live.journal(), step, &self.live.host, self.unschedulable).await?;
+        node::set_unschedulable(
+            k.get(),
+            Mode::Live,
+            self.live.journal(),
+            step,
+            &self.live.host,
+            self.unschedulable,
+        )
+        .await?;
         Ok(serde_json::json!({ "unschedulable": self.unschedulable }))
     }
 }
@@ -258,8 +266,19 @@ impl LocalAct for Drain {
         )
     }
     async fn act(&self, _transports: &Transports) -> anyhow::Result<serde_json::Value> {
-        let k = self.live.kube.as_ref().context("the drain needs the Kubernetes API")?;
-        node::drain(k, Mode::Live, self.live.journal(), &self.live.host, self.live.drain_timeout).await?;
+        let k = self
+            .live
+            .kube
+            .as_ref()
+            .context("the drain needs the Kubernetes API")?;
+        node::drain(
+            k,
+            Mode::Live,
+            self.live.journal(),
+            &self.live.host,
+            self.live.drain_timeout,
+        )
+        .await?;
         Ok(serde_json::Value::Null)
     }
 }
@@ -340,7 +359,10 @@ impl LocalAct for Backends {
             .iter()
             .map(|h| h.name.clone())
             .collect();
-        let backends: Vec<&str> = Balancers::backends(&self.live.inv).iter().map(|b| b.name()).collect();
+        let backends: Vec<&str> = Balancers::backends(&self.live.inv)
+            .iter()
+            .map(|b| b.name())
+            .collect();
         if self.ready {
             format!(
                 "put {} back in {} on the load balancers ({}) and wait until HAProxy's check passes",
@@ -361,10 +383,19 @@ impl LocalAct for Backends {
         let l = &self.live;
         if self.ready {
             l.balancers
-                .ready(Mode::Live, &l.inv, l.journal(), "lb-ready", &l.host, Duration::from_secs(60))
+                .ready(
+                    Mode::Live,
+                    &l.inv,
+                    l.journal(),
+                    "lb-ready",
+                    &l.host,
+                    Duration::from_secs(60),
+                )
                 .await?;
         } else {
-            l.balancers.drain(Mode::Live, &l.inv, l.journal(), "lb-drain", &l.host).await?;
+            l.balancers
+                .drain(Mode::Live, &l.inv, l.journal(), "lb-drain", &l.host)
+                .await?;
         }
         Ok(serde_json::json!({ "unreachable": l.balancers.unreachable.keys().collect::<Vec<_>>() }))
     }
@@ -391,7 +422,9 @@ impl LocalAct for GateAndMoveLeader {
         let obs = l.reach.observe(&l.inv, &[host]).await?;
         let mut others = maintenance_record::in_maintenance(&l.state);
         others.remove(host);
-        if let safety::Decision::Refused(r) = safety::r_maint(&obs.counts(&others, None), 1, l.max_unavailable) {
+        if let safety::Decision::Refused(r) =
+            safety::r_maint(&obs.counts(&others, None), 1, l.max_unavailable)
+        {
             return Err(refuse(
                 exit::REFUSED,
                 format!("{r}\n{host} stays at stage StopControlPlane with etcd running; `hactl maintenance complete {host}` brings the rest back"),
@@ -416,7 +449,12 @@ impl LocalAct for GateAndMoveLeader {
         ]);
         let out = t.run(&cmd).await?;
         if !out.success() {
-            anyhow::bail!("{} failed on {}: {}", cmd.line(t.sudo()), obs.observer, out.stderr_str().trim());
+            anyhow::bail!(
+                "{} failed on {}: {}",
+                cmd.line(t.sudo()),
+                obs.observer,
+                out.stderr_str().trim()
+            );
         }
         Ok(serde_json::json!({ "moved_to": next.name, "id": hex_id(next.id) }))
     }

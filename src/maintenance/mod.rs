@@ -138,7 +138,13 @@ async fn live(s: Setup, args: &MaintenanceArgs, kube: Option<Kube>) -> Arc<Live>
 }
 
 /// start's facts: what the steps follow from, read before anything changes.
-fn start_facts(s: &Setup, obs: &Observation, host: &Host, kube: Option<&Kube>, args: &MaintenanceArgs) -> StartFacts {
+fn start_facts(
+    s: &Setup,
+    obs: &Observation,
+    host: &Host,
+    kube: Option<&Kube>,
+    args: &MaintenanceArgs,
+) -> StartFacts {
     let not_applicable = node::not_applicable(&s.inv, kube, &host.name);
     let cordon_skip = match (kube, &not_applicable) {
         (Some(k), None) if k.node.as_ref().is_some_and(|n| n.spec.unschedulable) => Some(format!(
@@ -174,7 +180,10 @@ fn start_facts(s: &Setup, obs: &Observation, host: &Host, kube: Option<&Kube>, a
 }
 
 fn sudo_of(inv: &Inventory, s: &JournaledStep) -> bool {
-    s.host.as_deref().and_then(|h| inv.host(h)).is_some_and(|h| h.ssh.sudo)
+    s.host
+        .as_deref()
+        .and_then(|h| inv.host(h))
+        .is_some_and(|h| h.ssh.sudo)
 }
 
 /// `plan`: the order, what would block it, and the budget left; `-o json` gives the same as data
@@ -192,12 +201,19 @@ pub async fn plan(inv: Inventory, state: StateDir, args: &MaintenanceArgs) -> an
     let others = maintenance_record::maintenance_records(&s.state);
     for (h, r) in &others {
         if h != &args.host {
-            blockers.push(format!("{h} is in maintenance (stage {}, since {})", r.stage, r.since));
+            blockers.push(format!(
+                "{h} is in maintenance (stage {}, since {})",
+                r.stage, r.since
+            ));
         }
     }
     for m in obs.voters() {
         if !obs.is_healthy(m) && !others.contains_key(&m.name) {
-            blockers.push(format!("member {} is unhealthy ({})", m.name, obs.why_unhealthy(m)));
+            blockers.push(format!(
+                "member {} is unhealthy ({})",
+                m.name,
+                obs.why_unhealthy(m)
+            ));
         }
     }
     let lbs = s.inv.with_role(Role::LoadBalancer);
@@ -235,14 +251,22 @@ pub async fn plan(inv: Inventory, state: StateDir, args: &MaintenanceArgs) -> an
                     Ok(lines) => order.extend(lines.into_iter().map(|l| format!("   {l}"))),
                     Err(e) => {
                         blocked_by_kube = true;
-                        order.push(format!("   blocked: cannot list the pods of {}: {e:#}", args.host));
+                        order.push(format!(
+                            "   blocked: cannot list the pods of {}: {e:#}",
+                            args.host
+                        ));
                     }
                 }
             }
         },
     }
-    order.push("3. StopControlPlane: kube-scheduler, kube-controller-manager (when present), each fenced".into());
-    order.push(format!("   load-balancer backend drained on {} host(s)", lbs.len()));
+    order.push(
+        "3. StopControlPlane: kube-scheduler, kube-controller-manager (when present), each fenced".into(),
+    );
+    order.push(format!(
+        "   load-balancer backend drained on {} host(s)",
+        lbs.len()
+    ));
     order.push(format!("   kube-apiserver (when present); R-maint re-checked; etcd leadership moved if {} leads; etcd stopped and fenced (a reboot does not start it)", args.host));
     order.push("4. Complete (reverse): fences lifted, etcd started and caught up, apiserver, backend ready, controller-manager, scheduler, uncordon".into());
     let (verdict, code) = match decision {
@@ -307,28 +331,38 @@ pub async fn plan(inv: Inventory, state: StateDir, args: &MaintenanceArgs) -> an
 
 /// Runs `steps` journaled in a new run `maintenance-<host>-…`; a failure maps to the README's
 /// exit codes (a refusal inside keeps its code; after a change, 4 "failed after changes").
-async fn run_steps(
-    live: &Arc<Live>,
-    steps: &[JournaledStep],
-    what: &str,
-) -> anyhow::Result<()> {
+async fn run_steps(live: &Arc<Live>, steps: &[JournaledStep], what: &str) -> anyhow::Result<()> {
     let state = &live.state;
     let run = new_run_id(&format!("maintenance-{}", live.host));
     let mut journal = Journal::create(state, &run)?;
     let _ = live.journal.set(Journal::open(state, &run)?);
     eprintln!(
         "maintenance: run {run} (journal {})",
-        journal.path().map(|p| p.display().to_string()).unwrap_or_default()
+        journal
+            .path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
     );
     let mirror_hosts = vec![live.host.clone()]
         .into_iter()
         .filter(|h| live.reach.transports.contains_key(h))
         .collect();
-    match journaled::run(steps, &live.reach.transports, &mut journal, &RunOptions { mirror_hosts }).await {
+    match journaled::run(
+        steps,
+        &live.reach.transports,
+        &mut journal,
+        &RunOptions { mirror_hosts },
+    )
+    .await
+    {
         Ok(_) => Ok(()),
         Err(failed) => {
             let code = exit_code(&failed);
-            let changed = if failed.changed { "changes were made" } else { "nothing was changed" };
+            let changed = if failed.changed {
+                "changes were made"
+            } else {
+                "nothing was changed"
+            };
             let detail = format!("{:#}", anyhow::Error::new(failed));
             Err(refuse(code, format!("{what} stopped ({changed}): {detail}")))
         }
@@ -500,8 +534,16 @@ async fn still_down(live: &Live, host: &Host) -> Vec<String> {
     obs.voters()
         .filter(|m| m.name != host.name && !away.contains(&m.name) && !obs.is_healthy(m))
         .map(|m| {
-            let name = if m.name.is_empty() { crate::etcd::hex_id(m.id) } else { m.name.clone() };
-            still_down_advice(&name, &obs.why_unhealthy(m), live.reach.unreachable.contains_key(&name))
+            let name = if m.name.is_empty() {
+                crate::etcd::hex_id(m.id)
+            } else {
+                m.name.clone()
+            };
+            still_down_advice(
+                &name,
+                &obs.why_unhealthy(m),
+                live.reach.unreachable.contains_key(&name),
+            )
         })
         .collect()
 }
@@ -547,7 +589,10 @@ mod tests {
     #[test]
     fn still_down_names_the_next_command() {
         let a = still_down_advice("cp2", "unreachable", true);
-        assert!(a.contains("still down: cp2") && a.contains("hactl heal --once"), "{a}");
+        assert!(
+            a.contains("still down: cp2") && a.contains("hactl heal --once"),
+            "{a}"
+        );
         assert!(a.contains("--confirm-dead cp2") && !a.contains("hactl up"), "{a}");
         let b = still_down_advice("cp2", "connection refused", false);
         assert!(b.contains("hactl replace cp2 --reuse-host"), "{b}");

@@ -205,7 +205,9 @@ pub fn start(f: &StartFacts, live: &Arc<Live>) -> Vec<JournaledStep> {
     if f.moves_vip {
         steps.push(
             JournaledStep::new("vip-move", "stop keepalived: the VIP moves to a peer", Some(host))
-                .done_when(probe_script(format!("! systemctl is-active --quiet {KEEPALIVED_UNIT}")))
+                .done_when(probe_script(format!(
+                    "! systemctl is-active --quiet {KEEPALIVED_UNIT}"
+                )))
                 .run(RemoteCommand::new(["systemctl", "stop", KEEPALIVED_UNIT])),
         );
     }
@@ -217,7 +219,11 @@ pub fn start(f: &StartFacts, live: &Arc<Live>) -> Vec<JournaledStep> {
             }),
         )
     } else {
-        skip("lb-drain", "take the host out of the load balancers", "no load balancer in the inventory")
+        skip(
+            "lb-drain",
+            "take the host out of the load balancers",
+            "no load balancer in the inventory",
+        )
     });
     if f.kube_active.iter().any(|a| a == APISERVER) {
         steps.push(stop_fenced(&format!("stop-{APISERVER}"), host, APISERVER));
@@ -225,25 +231,33 @@ pub fn start(f: &StartFacts, live: &Arc<Live>) -> Vec<JournaledStep> {
     if f.etcd {
         if f.etcd_active {
             steps.push(
-                JournaledStep::new("move-leader", "R-maint again; move etcd leadership off the host", None)
-                    .local(Arc::new(acts::GateAndMoveLeader { live: live.clone() })),
+                JournaledStep::new(
+                    "move-leader",
+                    "R-maint again; move etcd leadership off the host",
+                    None,
+                )
+                .local(Arc::new(acts::GateAndMoveLeader { live: live.clone() })),
             );
         }
         steps.push(stop_fenced("stop-etcd", host, UNIT));
         if let Some((observer, endpoints)) = f.observer.as_ref().filter(|(_, e)| !e.is_empty()) {
             steps.push(
-                JournaledStep::new("others-healthy", "the rest of the cluster is healthy", Some(observer))
-                    .no_cluster_change()
-                    .verify(Check::command(
-                        format!("the members that were healthy still are ({endpoints})"),
-                        RemoteCommand::read_only([
-                            etcd::ETCDCTL_WRAPPER.to_string(),
-                            format!("--endpoints={endpoints}"),
-                            "endpoint".into(),
-                            "health".into(),
-                        ]),
-                        Duration::from_secs(30),
-                    )),
+                JournaledStep::new(
+                    "others-healthy",
+                    "the rest of the cluster is healthy",
+                    Some(observer),
+                )
+                .no_cluster_change()
+                .verify(Check::command(
+                    format!("the members that were healthy still are ({endpoints})"),
+                    RemoteCommand::read_only([
+                        etcd::ETCDCTL_WRAPPER.to_string(),
+                        format!("--endpoints={endpoints}"),
+                        "endpoint".into(),
+                        "health".into(),
+                    ]),
+                    Duration::from_secs(30),
+                )),
             );
         }
     }
@@ -273,7 +287,10 @@ pub fn complete(f: &CompleteFacts, live: &Arc<Live>) -> Vec<JournaledStep> {
     if cancels(r) {
         steps.push(
             JournaledStep::new("cancel", "cancel: nothing was stopped", None).local(Arc::new(acts::Note(
-                format!("cancelled during {}: nothing was stopped, straight to Complete", r.stage),
+                format!(
+                    "cancelled during {}: nothing was stopped, straight to Complete",
+                    r.stage
+                ),
             ))),
         );
     } else {
@@ -301,7 +318,9 @@ pub fn complete(f: &CompleteFacts, live: &Arc<Live>) -> Vec<JournaledStep> {
         if was(VIP_MARK) {
             steps.push(
                 JournaledStep::new("vip-restore", "start keepalived again", Some(host))
-                    .done_when(probe_script(format!("systemctl is-active --quiet {KEEPALIVED_UNIT}")))
+                    .done_when(probe_script(format!(
+                        "systemctl is-active --quiet {KEEPALIVED_UNIT}"
+                    )))
                     .run(RemoteCommand::new(["systemctl", "start", KEEPALIVED_UNIT])),
             );
         }
@@ -326,15 +345,17 @@ pub fn complete(f: &CompleteFacts, live: &Arc<Live>) -> Vec<JournaledStep> {
         )
     });
     steps.push(
-        JournaledStep::new("stage-Complete", "enter stage Complete", None).local(Arc::new(acts::EnterStage {
-            live: live.clone(),
-            record: MaintenanceRecord {
-                stage: Stage::Complete,
-                since: f.now.clone(),
-                stopped: vec![],
-                ..r.clone()
+        JournaledStep::new("stage-Complete", "enter stage Complete", None).local(Arc::new(
+            acts::EnterStage {
+                live: live.clone(),
+                record: MaintenanceRecord {
+                    stage: Stage::Complete,
+                    since: f.now.clone(),
+                    stopped: vec![],
+                    ..r.clone()
+                },
             },
-        })),
+        )),
     );
     steps
 }
@@ -459,13 +480,26 @@ mod tests {
         let stop = steps.iter().find(|s| s.id == "stop-etcd").unwrap().render(false);
         // The fence is written under /etc (it survives a reboot) before the unit stops, and the
         // step is done only when the unit is fenced and stopped.
-        assert!(stop.contains("/etc/systemd/system/etcd.service.d/hactl-fence.conf"), "{stop}");
-        assert!(stop.contains("systemctl daemon-reload && systemctl stop etcd.service"), "{stop}");
+        assert!(
+            stop.contains("/etc/systemd/system/etcd.service.d/hactl-fence.conf"),
+            "{stop}"
+        );
+        assert!(
+            stop.contains("systemctl daemon-reload && systemctl stop etcd.service"),
+            "{stop}"
+        );
         assert!(stop.contains("skip when: sh -c"), "{stop}");
         assert!(stop.contains("complete cp1"), "{stop}");
         // The record at StopControlPlane marks everything the stage stops, before the first stop.
-        let rec = steps.iter().find(|s| s.id == "stage-StopControlPlane").unwrap().render(false);
-        assert!(rec.contains("marks: keepalived.service, haproxy-backends, etcd.service"), "{rec}");
+        let rec = steps
+            .iter()
+            .find(|s| s.id == "stage-StopControlPlane")
+            .unwrap()
+            .render(false);
+        assert!(
+            rec.contains("marks: keepalived.service, haproxy-backends, etcd.service"),
+            "{rec}"
+        );
         // With Kubernetes units active: scheduler, controller-manager, Lease handover, then the
         // apiserver after the balancers, each fenced.
         let f = StartFacts {
@@ -508,17 +542,28 @@ mod tests {
         let steps = complete(&f, &live);
         assert_eq!(
             ids(&steps),
-            ["start-etcd", "lb-ready", "vip-restore", "uncordon", "stage-Complete"]
+            [
+                "start-etcd",
+                "lb-ready",
+                "vip-restore",
+                "uncordon",
+                "stage-Complete"
+            ]
         );
         let start = steps[0].render(false);
         let lift = start.find("hactl-fence.conf").unwrap();
         let run = start.find("systemctl start --no-block etcd.service").unwrap();
         assert!(lift < run, "{start}");
         // The gate: this member healthy (a linearizable read through it), not `--cluster`.
-        assert!(start.contains("verify: wait up to 120s: etcd member cp1 is healthy"), "{start}");
+        assert!(
+            start.contains("verify: wait up to 120s: etcd member cp1 is healthy"),
+            "{start}"
+        );
         assert!(!start.contains("--cluster"), "{start}");
         // Not cordoned by hactl: uncordon is skipped with the reason.
-        assert!(steps[3].render(false).contains("skip when: hactl did not cordon Node cp1"));
+        assert!(steps[3]
+            .render(false)
+            .contains("skip when: hactl did not cordon Node cp1"));
     }
 
     #[test]
@@ -550,6 +595,9 @@ mod tests {
         let run = v["act"][0]["run"].as_str().unwrap();
         assert!(s.render(true).contains(run), "{run}");
         assert!(run.starts_with("sudo -n -- sh -c"), "{run}");
-        assert!(v["skipWhen"]["run"].as_str().unwrap().contains("hactl-fence.conf"));
+        assert!(v["skipWhen"]["run"]
+            .as_str()
+            .unwrap()
+            .contains("hactl-fence.conf"));
     }
 }

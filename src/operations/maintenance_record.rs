@@ -141,7 +141,10 @@ mod tests {
         assert_eq!(completing_restores_quorum(5, 1, &away), None);
         let two = vec!["cp1".to_string(), "cp2".to_string()];
         assert_eq!(completing_restores_quorum(5, 1, &two), Some(two.clone()));
-        assert_eq!(completing_restores_quorum(5, 2, &two), Some(vec!["cp1".to_string()]));
+        assert_eq!(
+            completing_restores_quorum(5, 2, &two),
+            Some(vec!["cp1".to_string()])
+        );
         assert!(complete_first_advice(&away).contains("`hactl maintenance complete cp1` first"));
     }
 

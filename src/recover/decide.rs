@@ -431,7 +431,11 @@ mod tests {
         };
         let r = targets(&inv, &a, &o).unwrap_err();
         assert_eq!(r.code, exit::REFUSED);
-        assert!(r.message.contains("`hactl maintenance complete cp1` first"), "{}", r.message);
+        assert!(
+            r.message.contains("`hactl maintenance complete cp1` first"),
+            "{}",
+            r.message
+        );
         assert!(!r.message.contains("`hactl up`"), "{}", r.message);
         // Without the maintenance, and cp2 unreachable: still no `hactl up` (it would refuse).
         let r = targets(&inv, &a, &opts()).unwrap_err();
