@@ -56,6 +56,28 @@ fn maintenance_then_a_power_cut_leads_through_complete_to_heal() {
     let o = hactl(&inv, &["up", "--yes"]);
     assert!(o.status.success(), "{}", text(&o));
 
+    // The plan as data: the verdict and start's steps, each as `--dry-run` prints it.
+    let o = hactl(&inv, &["maintenance", "plan", "cp1", "-o", "json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let plan: serde_json::Value = serde_json::from_slice(&o.stdout).expect("plan -o json is JSON");
+    assert!(plan["verdict"].as_str().unwrap().starts_with("allowed"), "{plan}");
+    let stop = plan["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"] == "stop-etcd")
+        .unwrap_or_else(|| panic!("no stop-etcd step: {plan}"));
+    let run = stop["act"][0]["run"].as_str().unwrap();
+    assert!(run.contains("hactl-fence.conf"), "{run}");
+    let dry = hactl(&inv, &["maintenance", "start", "cp1", "--dry-run"]);
+    assert_eq!(dry.status.code(), Some(0), "{}", text(&dry));
+    assert!(
+        String::from_utf8_lossy(&dry.stdout).contains(run),
+        "the dry run prints another command than the plan: {}",
+        text(&dry)
+    );
+    assert!(etcd_active(&lab, "cp1"), "the dry run stopped etcd");
+
     let o = hactl(&inv, &["maintenance", "start", "--yes", "cp1"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     // The fence survives a reboot: cp1 comes back without etcd.
