@@ -60,7 +60,7 @@ impl Live {
         if let Some(k) = &self.kube {
             return Ok(Some(KubeRef::Borrowed(k)));
         }
-        Ok(self.connect_kube().await?.map(KubeRef::Owned))
+        Ok(self.connect_kube().await?.map(|k| KubeRef::Owned(Box::new(k))))
     }
 
     /// [`node::kube_for`] over the connections this run already holds (the control-plane hosts,
@@ -103,7 +103,7 @@ impl Live {
 
 enum KubeRef<'a> {
     Borrowed(&'a Kube),
-    Owned(Kube),
+    Owned(Box<Kube>),
 }
 
 impl KubeRef<'_> {
