@@ -470,6 +470,12 @@ pub struct MaintenanceArgs {
     /// Print the steps; change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// `start`: proceed without asking (without it, a terminal is needed to confirm).
+    #[arg(long)]
+    pub yes: bool,
+    /// `plan`: `json` gives the budget, blockers, verdict and start's journaled steps as data.
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: OutputFormat,
 }
 
 #[derive(Debug, Clone, Args)]

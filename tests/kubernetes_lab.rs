@@ -336,7 +336,7 @@ fn maintenance_cordons_drains_and_uncordons_with_a_real_apiserver() {
     );
 
     // The budget holds the drain until --drain-timeout; the stage fails naming pod and budget.
-    let out = run(&["maintenance", "start", "cp1", "--drain-timeout", "15s"]);
+    let out = run(&["maintenance", "start", "--yes", "cp1", "--drain-timeout", "15s"]);
     assert_eq!(out.status.code(), Some(4));
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(
@@ -377,7 +377,7 @@ fn maintenance_cordons_drains_and_uncordons_with_a_real_apiserver() {
         serde_json::Value::Null,
     );
     assert_eq!(code, 200);
-    assert!(run(&["maintenance", "start", "cp1"]).status.success());
+    assert!(run(&["maintenance", "start", "--yes", "cp1"]).status.success());
     assert!(!exists("drain-test", "guarded"));
     assert!(!exists("kube-system", "hactl-drain-critical"));
     let n = node(&rt);

@@ -56,7 +56,7 @@ fn maintenance_on_the_lease_holder_hands_both_leases_over_first() {
     let cm_before = transitions(&k, "kube-controller-manager");
     let sched_before = transitions(&k, "kube-scheduler");
 
-    let out = k.hactl(&["maintenance", "start", &holder]);
+    let out = k.hactl(&["maintenance", "start", "--yes", &holder]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let j = k.journal(&format!("maintenance-{holder}"));
     let handed = position(&j, "lease-handover", "done")

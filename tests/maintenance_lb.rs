@@ -91,8 +91,17 @@ fn maintenance_drains_haproxy_before_etcd_stops_and_vip_clients_keep_writing() {
     let writer = VipWriter::start(lab.clone(), "cp2", "vip-writer");
     std::thread::sleep(Duration::from_secs(2));
 
-    // --- C4: start. The order is journaled; HAProxy shows MAINT before etcd stops.
+    // Without --yes and without a terminal, start refuses before anything changes, naming the flag.
     let o = hactl(&inv, &["maintenance", "start", "cp1"]);
+    assert_eq!(o.status.code(), Some(3), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--yes"));
+    assert!(
+        !state.join("maintenance/cp1.json").exists(),
+        "a refused start recorded a stage"
+    );
+
+    // --- C4: start. The order is journaled; HAProxy shows MAINT before etcd stops.
+    let o = hactl(&inv, &["maintenance", "start", "--yes", "cp1"]);
     assert!(o.status.success());
     let j = journal(&state, "maintenance-cp1");
     assert!(
@@ -104,6 +113,22 @@ fn maintenance_drains_haproxy_before_etcd_stops_and_vip_clients_keep_writing() {
     }
     assert!(!lab
         .exec("cp1", &["systemctl", "is-active", "--quiet", "etcd"])
+        .status
+        .success());
+    // etcd is fenced: a start (by hand, or at boot) fails its assertion.
+    assert!(
+        !lab.exec("cp1", &["systemctl", "start", "etcd"]).status.success(),
+        "etcd started on cp1 during maintenance"
+    );
+    assert!(lab
+        .exec(
+            "cp1",
+            &[
+                "test",
+                "-e",
+                "/etc/systemd/system/etcd.service.d/hactl-fence.conf"
+            ]
+        )
         .status
         .success());
     std::thread::sleep(Duration::from_secs(3));
@@ -119,13 +144,26 @@ fn maintenance_drains_haproxy_before_etcd_stops_and_vip_clients_keep_writing() {
     for lb in ["lb1", "lb2"] {
         assert!(server_is(&lab, lb, "cp1", "UP"), "cp1 not UP on {lb}");
     }
+    assert!(
+        !lab.exec(
+            "cp1",
+            &[
+                "test",
+                "-e",
+                "/etc/systemd/system/etcd.service.d/hactl-fence.conf"
+            ]
+        )
+        .status
+        .success(),
+        "complete left the fence"
+    );
 
     // --- C6: `complete` issued during Drain goes straight to Complete. The start dies right
     // after entering Drain, as a killed operator session would: the record says Drain and the
     // dead process's operation lock is left behind.
     let o = hactl_env(
         &inv,
-        &["maintenance", "start", "cp1"],
+        &["maintenance", "start", "--yes", "cp1"],
         &[("HACTL_CRASH_AFTER", "stage-Drain")],
     );
     assert_eq!(o.status.code(), Some(137), "C6: start did not stop at Drain");

@@ -284,14 +284,14 @@ fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
     );
 
     // --- C1, C2, C4: maintenance within the budget.
-    let o = hactl(&inv, &["maintenance", "start", "cp1"]);
+    let o = hactl(&inv, &["maintenance", "start", "--yes", "cp1"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     let j = journal(&state, "maintenance-cp1");
     let stop_etcd = done_ts(&j, "stop-etcd").expect("etcd stopped");
     if let Some(ml) = done_ts(&j, "move-leader") {
         assert!(ml < stop_etcd, "leadership moved after etcd stopped");
     }
-    let o = hactl(&inv, &["maintenance", "start", "cp2"]);
+    let o = hactl(&inv, &["maintenance", "start", "--yes", "cp2"]);
     assert_eq!(o.status.code(), Some(2), "C1: a second host while B=0");
     assert!(
         text(&o).contains("R-maint") && text(&o).contains("B=0"),
@@ -307,7 +307,7 @@ fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_cluster(&lab, "cp2", &["cp1", "cp2", "cp3"]);
     lab.exec_ok("cp3", &["systemctl", "stop", "etcd"]);
-    let o = hactl(&inv, &["maintenance", "start", "cp1"]);
+    let o = hactl(&inv, &["maintenance", "start", "--yes", "cp1"]);
     assert_eq!(o.status.code(), Some(2), "C2: maintenance with a member down");
     let o = hactl(&inv, &["maintenance", "plan", "cp1"]);
     assert!(

@@ -70,19 +70,24 @@ fn five_members_crash_resume_nospace_budget_and_cancel() {
 
     // --- C3: N=5, budget 2. Default concurrency 1; --max-unavailable 2 lets a second host in
     // only while every member is healthy (U=0); a third is refused.
-    assert!(
-        hactl(&inv, &["maintenance", "start", "cp1", "--max-unavailable", "2"])
-            .status
-            .success()
-    );
-    let o = hactl(&inv, &["maintenance", "start", "cp2"]);
+    assert!(hactl(
+        &inv,
+        &["maintenance", "start", "--yes", "cp1", "--max-unavailable", "2"]
+    )
+    .status
+    .success());
+    let o = hactl(&inv, &["maintenance", "start", "--yes", "cp2"]);
     assert_eq!(o.status.code(), Some(2), "C3: default concurrency is 1");
-    assert!(
-        hactl(&inv, &["maintenance", "start", "cp2", "--max-unavailable", "2"])
-            .status
-            .success()
+    assert!(hactl(
+        &inv,
+        &["maintenance", "start", "--yes", "cp2", "--max-unavailable", "2"]
+    )
+    .status
+    .success());
+    let o = hactl(
+        &inv,
+        &["maintenance", "start", "--yes", "cp3", "--max-unavailable", "2"],
     );
-    let o = hactl(&inv, &["maintenance", "start", "cp3", "--max-unavailable", "2"]);
     assert_eq!(o.status.code(), Some(2), "C3: a third host");
     assert!(text(&o).contains("R-maint"), "{}", text(&o));
     assert!(hactl(&inv, &["maintenance", "complete", "cp2"]).status.success());
@@ -91,12 +96,16 @@ fn five_members_crash_resume_nospace_budget_and_cancel() {
     // U=1 (cp5's etcd stopped by hand): one host still fits, a second does not.
     lab.exec_ok("cp5", &["systemctl", "stop", "etcd"]);
     std::thread::sleep(Duration::from_secs(2));
-    assert!(
-        hactl(&inv, &["maintenance", "start", "cp1", "--max-unavailable", "2"])
-            .status
-            .success()
+    assert!(hactl(
+        &inv,
+        &["maintenance", "start", "--yes", "cp1", "--max-unavailable", "2"]
+    )
+    .status
+    .success());
+    let o = hactl(
+        &inv,
+        &["maintenance", "start", "--yes", "cp2", "--max-unavailable", "2"],
     );
-    let o = hactl(&inv, &["maintenance", "start", "cp2", "--max-unavailable", "2"]);
     assert_eq!(o.status.code(), Some(2), "C3: --max-unavailable 2 with U=1");
 
     // --- C6: complete right after start goes straight to Complete; nothing left stopped.

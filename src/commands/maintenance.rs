@@ -12,7 +12,9 @@ pub async fn run(cmd: &MaintenanceCommand) -> anyhow::Result<i32> {
         }
         MaintenanceCommand::Start(a) => {
             let (inv, state) = super::load(&a.inventory)?;
-            maintenance::start(inv, state, a).await
+            // Confirmed like `reset` and `recover`: `--yes` skips it; no terminal and no `--yes`
+            // refuses, naming the flag.
+            maintenance::start(inv, state, a, &super::up::confirm).await
         }
         MaintenanceCommand::Complete(a) => {
             let (inv, state) = super::load(&a.inventory)?;

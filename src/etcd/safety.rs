@@ -194,7 +194,7 @@ fn always(c: &Counts) -> Option<Decision> {
                 c.voters,
                 c.quorum()
             ),
-            "bring stopped members back (`hactl up` starts members whose data is intact); if fewer than Q members have intact data, run `hactl recover`",
+            "start the stopped members whose data is intact: `hactl maintenance complete HOST` for a host in maintenance, `hactl up` when every host answers (else `systemctl start etcd` on each); if fewer than Q members have intact data, run `hactl recover`",
         ));
     }
     if !c.alarms.is_empty() {
@@ -370,7 +370,7 @@ pub fn r_heal(c: &Counts, max_unhealthy: usize) -> Decision {
         return Decision::Allowed;
     }
     let instead = if u > c.fault_tolerance() {
-        "too many members down to change membership safely: bring members back by hand (`hactl up`), or `hactl recover`"
+        "too many members down to change membership safely: bring members back by hand (`hactl maintenance complete HOST` for a host in maintenance, `hactl up` when every host answers), or `hactl recover`"
     } else {
         "more members are unhealthy than maxUnhealthy allows automatic repair of: look at `hactl status`, then `hactl replace MEMBER` one at a time, or raise spec.heal.maxUnhealthy"
     };

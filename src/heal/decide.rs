@@ -72,6 +72,18 @@ pub fn due_annotations(records: &Records) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A member whose host has a maintenance record (heal never remediates it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Away {
+    pub member: String,
+    /// The record's stage, for messages.
+    pub stage: String,
+    /// Its etcd answers healthy (a `complete` that started it and then failed left the record).
+    pub healthy: bool,
+    /// Its etcd runs, or could be started by `hactl maintenance complete` (the host answers).
+    pub reachable: bool,
+}
+
 /// The one thing heal does this round.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
@@ -99,7 +111,16 @@ pub struct Decision {
 
 /// Updates `records` with what was seen at `now` (first-unhealthy times; a member healthy for
 /// `minHealthyPeriod` gets its retry count reset).
+///
+/// A member heal did not look at this round (in maintenance, or no longer a voter) loses its
+/// unhealthy-since time: an outage heal did not follow to its end must not carry over into the
+/// next one, which starts at its own first observation.
 pub fn observe_records(records: &mut Records, signals: &[Signals], policy: &HealSpec, now: u64) {
+    for (m, r) in records.members.iter_mut() {
+        if !signals.iter().any(|s| &s.member == m) {
+            r.first_unhealthy = None;
+        }
+    }
     for s in signals {
         let r = records.members.entry(s.member.clone()).or_default();
         if s.failing() {
@@ -114,15 +135,65 @@ pub fn observe_records(records: &mut Records, signals: &[Signals], policy: &Heal
     }
 }
 
-/// Decides the one action of this round (pure).
+/// A restart that made the member healthy ends its outage: the next one starts afresh.
+pub fn restarted_ok(records: &mut Records, member: &str) {
+    if let Some(r) = records.members.get_mut(member) {
+        r.first_unhealthy = None;
+    }
+}
+
+/// Quorum is lost and completing maintenance brings it back: the alert that says so, naming
+/// `hactl maintenance complete HOST` first. `running` counts members outside maintenance whose
+/// etcd runs.
+pub fn complete_maintenance_first(voters: usize, running: usize, away: &[Away]) -> Option<Action> {
+    let stopped: Vec<String> = away
+        .iter()
+        .filter(|a| a.reachable)
+        .map(|a| a.member.clone())
+        .collect();
+    let hosts = crate::operations::maintenance_record::completing_restores_quorum(voters, running, &stopped)?;
+    Some(Action::Alert {
+        message: format!(
+            "quorum lost: {running} of {voters} members run outside maintenance, {} needed; {}; heal then repairs the member still down (after spec.heal.unhealthyTimeout)",
+            safety::quorum(voters),
+            crate::operations::maintenance_record::complete_first_advice(&hosts)
+        ),
+        code: exit::REFUSED,
+    })
+}
+
+/// Decides the one action of this round (pure). `away` are the members in maintenance: never
+/// remediated, counted unhealthy in the budget unless their etcd answers healthy (a record left
+/// by a `complete` that failed after starting etcd must not read as a lost quorum while a leader
+/// exists).
 pub fn decide(
     counts: &Counts,
     signals: &[Signals],
     records: &Records,
+    away: &[Away],
     policy: &HealSpec,
     now: u64,
 ) -> Decision {
     let d = |action, reason: String| Decision { action, reason };
+    let healthy_away = away.iter().filter(|a| a.healthy).count();
+    let counts = &Counts {
+        healthy: counts.healthy + healthy_away,
+        in_maintenance: counts.in_maintenance.saturating_sub(healthy_away),
+        ..counts.clone()
+    };
+    if !counts.has_quorum() {
+        let running = signals.iter().filter(|s| s.process_down == Some(false)).count() + healthy_away;
+        let not_healthy: Vec<Away> = away.iter().filter(|a| !a.healthy).cloned().collect();
+        if let Some(action) = complete_maintenance_first(counts.voters, running, &not_healthy) {
+            return d(
+                action,
+                format!(
+                    "a maintenance stopped a member that quorum now needs ({})",
+                    counts.numbers()
+                ),
+            );
+        }
+    }
     if counts.alarms.iter().any(|a| a == "NOSPACE") {
         return d(
             Action::Alert {
@@ -347,7 +418,7 @@ mod tests {
     #[test]
     fn one_vantage_point_is_not_enough() {
         let s = [sig("cp1", false, false), sig("cp3", true, false)];
-        let d = decide(&Counts::healthy(3), &s, &Records::default(), &policy(), 1000);
+        let d = decide(&Counts::healthy(3), &s, &Records::default(), &[], &policy(), 1000);
         assert_eq!(d.action, Action::Nothing);
         assert!(d.reason.contains("one vantage point"), "{}", d.reason);
     }
@@ -357,12 +428,12 @@ mod tests {
         let s = [sig("cp1", false, false), sig("cp3", true, true)];
         let mut rec = Records::default();
         observe_records(&mut rec, &s, &policy(), 1000);
-        let d = decide(&three_one_down(), &s, &rec, &policy(), 1030);
+        let d = decide(&three_one_down(), &s, &rec, &[], &policy(), 1030);
         assert_eq!(d.action, Action::Nothing, "{}", d.reason);
-        let d = decide(&three_one_down(), &s, &rec, &policy(), 1061);
+        let d = decide(&three_one_down(), &s, &rec, &[], &policy(), 1061);
         assert_eq!(d.action, Action::Restart { member: "cp3".into() });
         rec.members.get_mut("cp3").unwrap().last_restart = Some(1061);
-        let d = decide(&three_one_down(), &s, &rec, &policy(), 1200);
+        let d = decide(&three_one_down(), &s, &rec, &[], &policy(), 1200);
         assert_eq!(d.action, Action::Replace { member: "cp3".into() });
     }
 
@@ -374,7 +445,7 @@ mod tests {
             unhealthy_timeout: Duration::ZERO,
             ..HealSpec::default()
         };
-        let d = decide(&three_one_down(), &[s], &Records::default(), &p, 5);
+        let d = decide(&three_one_down(), &[s], &Records::default(), &[], &p, 5);
         assert_eq!(d.action, Action::Replace { member: "cp3".into() });
         assert!(d.reason.contains("already been bootstrapped"));
     }
@@ -389,6 +460,7 @@ mod tests {
             &c,
             &[sig("cp3", true, true)],
             &Records::default(),
+            &[],
             &HealSpec::default(),
             0,
         );
@@ -414,7 +486,7 @@ mod tests {
             ..HealSpec::default()
         };
         let s = [sig("cp2", true, true), sig("cp3", true, true)];
-        let d = decide(&c, &s, &Records::default(), &p, 0);
+        let d = decide(&c, &s, &Records::default(), &[], &p, 0);
         match d.action {
             Action::Alert { message, code } => {
                 assert_eq!(code, exit::REFUSED);
@@ -440,7 +512,7 @@ mod tests {
         a.process_down = Some(false);
         let mut b = sig("cp4", true, true);
         b.identity_error = Some("tocommit(16) is out of range".into());
-        let d = decide(&c, &[a.clone(), b.clone()], &Records::default(), &p, 0);
+        let d = decide(&c, &[a.clone(), b.clone()], &Records::default(), &[], &p, 0);
         assert_eq!(d.action, Action::Replace { member: "cp4".into() });
         let mut rec = Records::default();
         rec.members.insert(
@@ -451,7 +523,7 @@ mod tests {
                 ..Record::default()
             },
         );
-        let d = decide(&c, &[a, b], &rec, &p, 200);
+        let d = decide(&c, &[a, b], &rec, &[], &p, 200);
         match d.action {
             Action::Alert { message, code } => {
                 assert_eq!(code, exit::REFUSED);
@@ -459,5 +531,107 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    fn away(member: &str, healthy: bool) -> Away {
+        Away {
+            member: member.into(),
+            stage: "StopControlPlane".into(),
+            healthy,
+            reachable: true,
+        }
+    }
+
+    #[test]
+    fn quorum_lost_with_a_member_in_maintenance_names_maintenance_complete_first() {
+        // maintenance start cp1, then a power cut of cp2: cp3 runs alone, no leader.
+        let c = Counts {
+            healthy: 0,
+            in_maintenance: 1,
+            ..Counts::healthy(3)
+        };
+        let mut cp2 = sig("cp2", true, true);
+        cp2.process_down = None;
+        let mut cp3 = sig("cp3", true, true);
+        cp3.process_down = Some(false);
+        let p = HealSpec {
+            unhealthy_timeout: Duration::ZERO,
+            ..HealSpec::default()
+        };
+        let d = decide(&c, &[cp2, cp3], &Records::default(), &[away("cp1", false)], &p, 0);
+        match d.action {
+            Action::Alert { message, code } => {
+                assert_eq!(code, exit::REFUSED);
+                assert!(
+                    message.contains("`hactl maintenance complete cp1` first"),
+                    "{message}"
+                );
+                assert!(!message.contains("hactl up"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_healthy_member_left_in_maintenance_is_not_counted_down_while_a_leader_exists() {
+        // complete started etcd on cp1, then failed: the record still says StopControlPlane, but
+        // cp1 and cp3 make quorum. cp2 is dead.
+        let c = Counts {
+            healthy: 1,
+            in_maintenance: 1,
+            foreign_operation: Some("maintenance of cp1 (stage StopControlPlane)".into()),
+            ..Counts::healthy(3)
+        };
+        let mut cp2 = sig("cp2", true, true);
+        cp2.process_down = None;
+        let p = HealSpec {
+            unhealthy_timeout: Duration::ZERO,
+            ..HealSpec::default()
+        };
+        let d = decide(&c, &[cp2], &Records::default(), &[away("cp1", true)], &p, 0);
+        match d.action {
+            Action::Alert { message, .. } => {
+                assert!(!message.contains("quorum lost"), "{message}");
+                assert!(message.contains("H=2"), "{message}");
+                assert!(message.contains("maintenance complete"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Without the record's member counted healthy, the same round read as quorum lost.
+        let d = decide(
+            &c,
+            &[sig("cp2", true, true)],
+            &Records::default(),
+            &[away("cp1", false)],
+            &p,
+            0,
+        );
+        assert!(matches!(d.action, Action::Alert { ref message, .. } if message.contains("quorum lost")));
+    }
+
+    #[test]
+    fn a_new_outage_starts_its_own_unhealthy_timeout() {
+        let p = HealSpec {
+            unhealthy_timeout: Duration::from_secs(10),
+            ..HealSpec::default()
+        };
+        let down = [sig("cp1", false, false), sig("cp2", true, true)];
+        let mut rec = Records::default();
+        // Outage 1, seen at 1000; then cp2 went into maintenance (heal does not look at it) and
+        // came back healthy without a heal round in between.
+        observe_records(&mut rec, &down, &p, 1000);
+        observe_records(&mut rec, &[sig("cp1", false, false)], &p, 1100);
+        // Outage 2 starts at 1200: 5 s later heal still waits.
+        observe_records(&mut rec, &down, &p, 1200);
+        let d = decide(&three_one_down(), &down, &rec, &[], &p, 1205);
+        assert_eq!(d.action, Action::Nothing, "{}", d.reason);
+        assert!(d.reason.contains("5s of the 10s"), "{}", d.reason);
+        // A restart that helped ends outage 2; outage 3 waits its own 10 s.
+        restarted_ok(&mut rec, "cp2");
+        observe_records(&mut rec, &down, &p, 1300);
+        let d = decide(&three_one_down(), &down, &rec, &[], &p, 1305);
+        assert_eq!(d.action, Action::Nothing, "{}", d.reason);
+        let d = decide(&three_one_down(), &down, &rec, &[], &p, 1311);
+        assert_eq!(d.action, Action::Restart { member: "cp2".into() });
     }
 }

@@ -41,7 +41,8 @@ pub use crate::operations::remediation::{
     load_records, record_failure, record_success, save_records, unix_now, Record, Records,
 };
 pub use decide::{
-    decide, due_annotations, observe_records, remediation_annotation, Action, Decision, Signals,
+    complete_maintenance_first, decide, due_annotations, observe_records, remediation_annotation,
+    restarted_ok, Action, Away, Decision, Signals,
 };
 
 /// Mirrors the records that changed since they were last written onto the members' Nodes. The
@@ -100,10 +101,36 @@ async fn gather(
     inv: &Inventory,
     state: &StateDir,
     args: &HealArgs,
-) -> anyhow::Result<(Counts, Vec<Signals>, Reach)> {
+) -> anyhow::Result<(Counts, Vec<Signals>, Vec<Away>, Reach)> {
     let hosts = inv.with_role(Role::Etcd);
     let reach = operations::reach::reach(inv, state, &hosts, &args.connect).await;
-    let obs = reach.observe(inv, &[]).await?;
+    let records = maintenance_record::maintenance_records(state);
+    let obs = match reach.observe(inv, &[]).await {
+        Ok(obs) => obs,
+        Err(e) => {
+            // No running member could even list the members: quorum is lost. When a
+            // maintenance stopped a member quorum needs, completing it comes first.
+            let away: Vec<Away> = records
+                .iter()
+                .map(|(h, r)| Away {
+                    member: h.clone(),
+                    stage: r.stage.to_string(),
+                    healthy: false,
+                    reachable: reach.transports.contains_key(h),
+                })
+                .collect();
+            let running = hosts
+                .iter()
+                .filter(|h| !records.contains_key(&h.name) && reach.etcd_active(&h.name))
+                .count();
+            if let Some(Action::Alert { message, code }) =
+                complete_maintenance_first(hosts.len(), running, &away)
+            {
+                return Err(refuse(code, format!("refused by quorum: {message}")));
+            }
+            return Err(e);
+        }
+    };
     let mut counts = obs.counts(&maintenance_record::in_maintenance(state), None);
     if let Some((h, r)) = maintenance_record::maintenance_records(state).iter().next() {
         counts.foreign_operation = Some(format!("maintenance of {h} (stage {})", r.stage));
@@ -111,6 +138,7 @@ async fn gather(
     let tls = crate::etcd::client::client_tls(&state.path.join("pki"))?;
     let maint = maintenance_record::in_maintenance(state);
     let mut signals = Vec::new();
+    let mut away = Vec::new();
     for m in obs.voters() {
         let name = if m.is_started() {
             m.name.clone()
@@ -122,7 +150,17 @@ async fn gather(
                 .unwrap_or_else(|| etcd_paths::hex_id(m.id))
         };
         if maint.contains(&name) {
-            continue; // never remediate a member in maintenance
+            // Never remediated; counted healthy for quorum only when its etcd answers healthy.
+            away.push(Away {
+                member: name.clone(),
+                stage: records
+                    .get(&name)
+                    .map(|r| r.stage.to_string())
+                    .unwrap_or_default(),
+                healthy: obs.is_healthy(m),
+                reachable: reach.transports.contains_key(&name),
+            });
+            continue;
         }
         let peer_unhealthy = !obs.is_healthy(m);
         let t = reach.transports.get(&name);
@@ -171,7 +209,7 @@ async fn gather(
             },
         });
     }
-    Ok((counts, signals, reach))
+    Ok((counts, signals, away, reach))
 }
 
 /// One round: look, decide, act (or print), then mirror changed retry records onto the Nodes.
@@ -182,14 +220,14 @@ pub async fn round(inv: &Inventory, state: &StateDir, args: &HealArgs) -> anyhow
 }
 
 async fn act(inv: &Inventory, state: &StateDir, args: &HealArgs) -> anyhow::Result<i32> {
-    let (counts, signals, reach) = gather(inv, state, args).await?;
+    let (counts, signals, away, reach) = gather(inv, state, args).await?;
     let now = unix_now();
     let mut records = load_records(state);
     observe_records(&mut records, &signals, &inv.heal, now);
     if !args.dry_run {
         save_records(state, &records)?;
     }
-    let decision = decide(&counts, &signals, &records, &inv.heal, now);
+    let decision = decide(&counts, &signals, &records, &away, &inv.heal, now);
     let stamp = now_rfc3339();
     let verb = if args.dry_run { "would" } else { "will" };
     match &decision.action {
@@ -245,6 +283,9 @@ async fn act(inv: &Inventory, state: &StateDir, args: &HealArgs) -> anyhow::Resu
             {
                 Ok(()) => {
                     println!("{} heal: {member} is healthy after a restart", now_rfc3339());
+                    let mut r = load_records(state);
+                    restarted_ok(&mut r, member);
+                    save_records(state, &r)?;
                     Ok(exit::OK)
                 }
                 Err(e) => {

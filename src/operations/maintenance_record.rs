@@ -100,9 +100,53 @@ pub fn in_maintenance(state: &StateDir) -> BTreeSet<String> {
     maintenance_records(state).into_keys().collect()
 }
 
+/// The hosts in maintenance to complete, in the order given, so that quorum returns: with
+/// `running` members whose etcd runs (and are not in maintenance) of `voters`, and `away` the
+/// hosts whose etcd the maintenance stopped (intact data, fenced). `None` when quorum needs no
+/// maintenance completed, or completing all of them would not be enough.
+pub fn completing_restores_quorum(voters: usize, running: usize, away: &[String]) -> Option<Vec<String>> {
+    let quorum = crate::etcd::safety::quorum(voters);
+    if voters == 0 || running >= quorum || running + away.len() < quorum {
+        return None;
+    }
+    Some(away[..quorum - running].to_vec())
+}
+
+/// The advice when quorum is lost and completing a maintenance brings it back (heal and recover
+/// print it first, before anything about `hactl up` or `hactl recover`).
+pub fn complete_first_advice(hosts: &[String]) -> String {
+    let cmds: Vec<String> = hosts
+        .iter()
+        .map(|h| format!("`hactl maintenance complete {h}`"))
+        .collect();
+    format!(
+        "completing the maintenance of {} restores quorum (its etcd data is intact, stopped and fenced by the maintenance): run {} first; it ends by naming the members still down and what to run for them",
+        hosts.join(", "),
+        cmds.join(", then ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn completing_a_maintenance_restores_quorum_only_when_it_is_enough() {
+        let away = vec!["cp1".to_string()];
+        // 3 members: cp1 in maintenance, cp2 dead, cp3 runs: completing cp1 makes 2 of 3.
+        assert_eq!(completing_restores_quorum(3, 1, &away), Some(away.clone()));
+        // Quorum without it: nothing to complete first.
+        assert_eq!(completing_restores_quorum(3, 2, &away), None);
+        // 5 members, one running: one maintenance is not enough.
+        assert_eq!(completing_restores_quorum(5, 1, &away), None);
+        let two = vec!["cp1".to_string(), "cp2".to_string()];
+        assert_eq!(completing_restores_quorum(5, 1, &two), Some(two.clone()));
+        assert_eq!(
+            completing_restores_quorum(5, 2, &two),
+            Some(vec!["cp1".to_string()])
+        );
+        assert!(complete_first_advice(&away).contains("`hactl maintenance complete cp1` first"));
+    }
 
     #[test]
     fn stages_read_and_write_as_their_names() {

@@ -72,7 +72,7 @@ impl Reach {
             crate::exit::refuse(
                 crate::exit::REFUSED,
                 format!(
-                    "refused by quorum: no running member could list the cluster's members ({e}); quorum lost → run `hactl recover` (or bring stopped members back with `hactl up` if their data is intact)"
+                    "refused by quorum: no running member could list the cluster's members ({e}); quorum lost → start the stopped members whose data is intact (`hactl maintenance complete HOST` for a host in maintenance, `hactl up` when every host answers), else run `hactl recover`"
                 ),
             )
         })

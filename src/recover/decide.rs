@@ -41,6 +41,9 @@ pub struct Options {
     pub accept_data_loss_window: Option<std::time::Duration>,
     pub bump_revision: Option<u64>,
     pub accept_revision_rewind: bool,
+    /// Hosts with a maintenance record not yet at Complete: their etcd was stopped on purpose,
+    /// data intact, and `hactl maintenance complete HOST` starts it.
+    pub in_maintenance: Vec<String>,
 }
 
 /// The members of the new cluster and the hosts left out, with lines to show the operator.
@@ -49,6 +52,41 @@ pub struct Targets {
     pub targets: Vec<String>,
     pub confirmed_dead: Vec<String>,
     pub notes: Vec<String>,
+}
+
+/// What starts the stopped members whose data is intact: `hactl maintenance complete` for a host
+/// in maintenance (first), and `hactl up` only when every host answers (it refuses otherwise).
+fn restorable_advice(intact: &[String], down: &[String], in_maintenance: &[String]) -> String {
+    let maint: Vec<String> = intact
+        .iter()
+        .filter(|h| in_maintenance.contains(h))
+        .cloned()
+        .collect();
+    let mut out = String::new();
+    if !maint.is_empty() {
+        out.push_str(&format!(
+            "Start the stopped members instead: {}.",
+            crate::operations::maintenance_record::complete_first_advice(&maint)
+        ));
+        if down.is_empty() {
+            out.push_str(" Any other stopped member: `hactl up`.");
+        } else {
+            out.push_str(&format!(
+                " {} does not answer: heal or replace it once quorum is back.",
+                down.join(", ")
+            ));
+        }
+    } else if down.is_empty() {
+        out.push_str("Start the stopped members instead (`hactl up` starts members whose data is intact).");
+    } else {
+        out.push_str(&format!(
+            "Start the stopped members instead: `systemctl start etcd` on each of {} (`hactl up` needs every host to answer and {} does not); then replace {} (`hactl replace MEMBER --host SPARE --confirm-dead MEMBER`).",
+            intact.join(", "),
+            down.join(", "),
+            down.join(", ")
+        ));
+    }
+    out
 }
 
 fn refused(code: i32, message: impl Into<String>) -> Refusal {
@@ -78,11 +116,11 @@ pub fn targets(inv: &Inventory, assessed: &Assessed, opts: &Options) -> Result<T
             return Err(refused(
                 exit::REFUSED,
                 format!(
-                    "quorum restorable: {} hold intact data ({} ≥ quorum {quorum}); nothing was changed. Start the stopped \
-                     members instead (`hactl up` starts members whose data is intact). To roll the cluster back to an \
-                     older state anyway, pass --force-destructive (you will be asked to type the cluster name)",
+                    "quorum restorable: {} hold intact data ({} ≥ quorum {quorum}); nothing was changed. {} To roll the \
+                     cluster back to an older state anyway, pass --force-destructive (you will be asked to type the cluster name)",
                     intact.join(", "),
-                    intact.len()
+                    intact.len(),
+                    restorable_advice(&intact, &assessed.down.keys().cloned().collect::<Vec<_>>(), &opts.in_maintenance)
                 ),
             ))
         }
@@ -378,7 +416,31 @@ mod tests {
             accept_data_loss_window: None,
             bump_revision: None,
             accept_revision_rewind: false,
+            in_maintenance: vec![],
         }
+    }
+
+    #[test]
+    fn quorum_restorable_through_a_maintenance_names_maintenance_complete_not_up() {
+        let inv = inv();
+        // maintenance start cp1, then cp2 lost power: cp1 stopped (fenced), cp3 runs alone.
+        let a = assessed(vec![stopped("cp1"), stopped("cp3")], &["cp2"]);
+        let o = Options {
+            in_maintenance: vec!["cp1".into()],
+            ..opts()
+        };
+        let r = targets(&inv, &a, &o).unwrap_err();
+        assert_eq!(r.code, exit::REFUSED);
+        assert!(
+            r.message.contains("`hactl maintenance complete cp1` first"),
+            "{}",
+            r.message
+        );
+        assert!(!r.message.contains("`hactl up`"), "{}", r.message);
+        // Without the maintenance, and cp2 unreachable: still no `hactl up` (it would refuse).
+        let r = targets(&inv, &a, &opts()).unwrap_err();
+        assert!(r.message.contains("systemctl start etcd"), "{}", r.message);
+        assert!(!r.message.contains("(`hactl up` starts"), "{}", r.message);
     }
 
     fn assessed(hosts: Vec<HostAssessment>, down: &[&str]) -> Assessed {

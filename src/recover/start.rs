@@ -87,6 +87,9 @@ pub async fn assess_and_decide(
         accept_data_loss_window: args.accept_data_loss_window,
         bump_revision: args.bump_revision.0,
         accept_revision_rewind: args.accept_revision_rewind,
+        in_maintenance: crate::operations::maintenance_record::in_maintenance(state)
+            .into_iter()
+            .collect(),
     };
     let targets = decide::targets(inv, &assessed, &opts).map_err(anyhow::Error::new)?;
     for note in &targets.notes {
