@@ -47,6 +47,7 @@ pub mod phases;
 pub mod pki;
 pub mod plan;
 pub mod recover;
+pub mod remove;
 pub mod render;
 pub mod replace;
 pub mod snapshot;

@@ -220,7 +220,7 @@ pub async fn gather(
         for m in list {
             if !rows.iter().any(|r| r.id == format!("{:x}", m.id())) {
                 status.problems.push(format!(
-                    "member {:x} ({}) is not in the inventory: add its host back, or remove it with `hactl replace`",
+                    "member {:x} ({}) is not in the inventory: add its host back, or remove it with `hactl remove NAME`",
                     m.id(),
                     if m.name().is_empty() { "unstarted" } else { m.name() }
                 ));

@@ -129,7 +129,10 @@ pub async fn prepare_loaded_renewing(
         .map(|(name, t)| (name, wrap(t)))
         .collect();
     let facts = gather_facts(&inv, &hosts, &transports, args.connect.concurrency).await?;
-    let mut view = EtcdView::from_facts(&inv, &facts)?;
+    let mut view = match EtcdView::from_facts(&inv, &facts) {
+        Err(e) if e.is_refusal() => return Err(crate::exit::refuse(crate::exit::REFUSED, e.to_string())),
+        other => other?,
+    };
     view.token = fs_err::read_to_string(state.file(crate::etcd::TOKEN_FILE))
         .ok()
         .map(|t| t.trim().to_string())
