@@ -24,19 +24,15 @@ pub fn fence_steps(member: &str, id: Option<u64>) -> Vec<Step> {
         Some(id) => format!("member {member} ({})", hex_id(id)),
         None => format!("member {member}"),
     };
-    let path = fence::dropin_path(UNIT);
-    let dropin = fence::dropin_text(
-        &path,
+    let script = fence::fence_and_stop(
+        &[UNIT],
         &[
             &format!("Written by hactl: {who} is being replaced; it must not start on its old data."),
-            "hactl removes this file when the replacement starts. A reboot removes it too (it lives in /run).",
+            "hactl removes this file when the replacement starts; it stays across reboots.",
         ],
     );
-    let dir = path.rsplit_once('/').map(|(d, _)| d).unwrap_or("/run");
     vec![
-        Step::Run(RemoteCommand::script(format!(
-            "mkdir -p {dir} && printf '%s' '{dropin}' > {path} && systemctl daemon-reload && systemctl stop {UNIT}"
-        ))),
+        Step::Run(RemoteCommand::script(script)),
         Step::Wait(Check::command(
             format!("{who} is stopped: no etcd process, nothing on the peer port"),
             RemoteCommand::script(format!(
@@ -54,27 +50,13 @@ pub fn fence_kube_steps(active: &[&str]) -> Vec<Step> {
     if active.is_empty() {
         return vec![];
     }
-    let mut script = String::new();
-    for unit in active {
-        let dropin = fence::dropin_path(unit);
-        let dir = dropin.rsplit_once('/').map(|(d, _)| d).unwrap_or("/run");
-        script.push_str(&format!(
-            "mkdir -p {dir} && printf '%s\\n' '[Unit]' '# Written by hactl: this host is being replaced.' 'AssertPathExists=!{dropin}' > {dropin}\n"
-        ));
-    }
-    script.push_str(&format!(
-        "systemctl daemon-reload && systemctl stop {}",
-        active.join(" ")
-    ));
+    let script = fence::fence_and_stop(active, &["Written by hactl: this host is being replaced."]);
     vec![Step::Run(RemoteCommand::script(script))]
 }
 
 /// Lifts the fence (before the replacement starts).
 pub fn unfence_step() -> Step {
-    let path = fence::dropin_path(UNIT);
-    Step::Run(RemoteCommand::script(format!(
-        "if [ -e {path} ]; then rm -f {path} && systemctl daemon-reload; fi"
-    )))
+    Step::Run(RemoteCommand::script(fence::lift_all(&[UNIT])))
 }
 
 /// `member remove ID` on a healthy member, after re-checking on that host that ID is still the
@@ -662,7 +644,7 @@ mod tests {
         let Step::Run(cmd) = &steps[0] else { panic!() };
         let script = &cmd.argv[2];
         assert!(
-            script.contains("printf '%s\\n' '[Unit]' '# Written by hactl: this host is being replaced.' 'AssertPathExists=!/run/systemd/system/kube-apiserver.service.d/hactl-fence.conf' > /run/systemd/system/kube-apiserver.service.d/hactl-fence.conf"),
+            script.contains("printf '[Unit]\\n# Written by hactl: this host is being replaced.\\nAssertPathExists=!%s\\n' \"/etc/systemd/system/kube-apiserver.service.d/hactl-fence.conf\" > \"/etc/systemd/system/kube-apiserver.service.d/hactl-fence.conf\""),
             "{script}"
         );
         assert!(

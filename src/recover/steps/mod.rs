@@ -35,7 +35,7 @@ use crate::cli::RecoverMode;
 use crate::etcd::client::ClientTls;
 use crate::exec::journaled::JournaledStep;
 use crate::inventory::{Host, Inventory};
-use crate::operations::fence::DROPIN_NAME as FENCE_DROPIN;
+use crate::operations::fence as unit_fence;
 use crate::phases::{Ctx, EtcdView};
 use crate::pki::Pki;
 use crate::plan::{Check, RemoteCommand, Step, Upload};
@@ -69,14 +69,17 @@ fn sh(script: &str, name: &str, args: &[&str]) -> RemoteCommand {
 /// Fences units with the one fence ([`crate::operations::fence`]: a runtime drop-in whose start
 /// assertion fails while it exists), then stops them.
 fn fence(run: &str, units: &[String]) -> RemoteCommand {
-    let mut args = vec![run];
-    args.extend(units.iter().map(String::as_str));
+    let args: Vec<&str> = units.iter().map(String::as_str).collect();
+    let write = unit_fence::write(
+        "$u",
+        &[&format!(
+            "fenced by hactl recover {run}: starts fail until it finishes (hactl recover --resume {run})"
+        )],
+    );
     sh(
         &format!(
-            r#"run=$1; shift
-for u in "$@"; do
-  mkdir -p "/run/systemd/system/$u.d"
-  printf '[Unit]\n# fenced by hactl recover %s: starts fail until it finishes (hactl recover --resume %s)\nAssertPathExists=!%s\n' "$run" "$run" "/run/systemd/system/$u.d/{FENCE_DROPIN}" > "/run/systemd/system/$u.d/{FENCE_DROPIN}"
+            r#"for u in "$@"; do
+  {write}
 done
 systemctl daemon-reload
 systemctl stop "$@""#
@@ -98,10 +101,11 @@ fn unfence_start(units: &[String], block: bool, marker: &str) -> RemoteCommand {
     } else {
         "systemctl start --no-block \"$@\""
     };
+    let lift = unit_fence::lift("$u");
     sh(
         &format!(
             r#"mkdir -p "$(dirname "$1")" && touch "$1"; shift
-for u in "$@"; do rm -f "/run/systemd/system/$u.d/{FENCE_DROPIN}"; done
+for u in "$@"; do {lift}; done
 systemctl daemon-reload
 systemctl reset-failed "$@" 2>/dev/null || true
 for u in "$@"; do systemctl is-enabled -q "$u" 2>/dev/null || systemctl enable "$u" 2>/dev/null || true; done
@@ -146,12 +150,13 @@ fn fenced_inner(units: &[String], ports: &[u16], process: Option<&str>) -> Remot
         .map(|p| format!("! pgrep -x {p} >/dev/null || exit 1\n"))
         .unwrap_or_default();
     let args: Vec<&str> = units.iter().map(String::as_str).collect();
+    let fenced = unit_fence::is_fenced("$u");
     RemoteCommand {
         read_only: true,
         ..sh(
             &format!(
                 r#"for u in "$@"; do
-  [ -e "/run/systemd/system/$u.d/{FENCE_DROPIN}" ] || exit 1
+  {fenced} || exit 1
   case "$(systemctl is-active "$u")" in active|activating|deactivating|reloading) exit 1 ;; esac
 done
 {proc_check}[ -z "$(ss -Hltn '( {filter} )')" ]"#
@@ -165,12 +170,13 @@ done
 /// Read-only: units active and not fenced.
 fn started(units: &[String]) -> RemoteCommand {
     let args: Vec<&str> = units.iter().map(String::as_str).collect();
+    let unfenced = unit_fence::is_unfenced("$u");
     RemoteCommand {
         read_only: true,
         ..sh(
             &format!(
                 r#"for u in "$@"; do
-  [ ! -e "/run/systemd/system/$u.d/{FENCE_DROPIN}" ] && [ "$(systemctl is-active "$u")" = active ] || exit 1
+  {unfenced} && [ "$(systemctl is-active "$u")" = active ] || exit 1
 done"#
             ),
             "hactl-started",
