@@ -109,7 +109,7 @@ fn remove_takes_five_members_to_three_under_a_vip_writer_and_refuses_two() {
             &[
                 "test",
                 "-e",
-                "/run/systemd/system/etcd.service.d/hactl-fence.conf",
+                "/etc/systemd/system/etcd.service.d/hactl-fence.conf",
             ],
         );
         lab.exec_ok(host, &["test", "!", "-e", "/var/lib/etcd"]);

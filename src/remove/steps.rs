@@ -44,50 +44,47 @@ fn read_only(cmd: RemoteCommand) -> RemoteCommand {
     }
 }
 
-/// Fences (the one fence, [`crate::operations::fence`]) each present unit of `$@`, disables it
-/// (so a reboot does not start it either; the runtime fence lives in /run), then stops it.
-/// `$1` is the run. A unit the host does not have is skipped.
+/// Why a fence of `hactl remove` is there (the drop-in's comment lines).
+fn why(run: &str) -> [String; 2] {
+    [
+        format!("Written by hactl remove {run}: the etcd member of this host left the cluster; the unit must not start here again."),
+        "Lifted by deleting this file and systemctl daemon-reload (the unit is disabled too).".to_string(),
+    ]
+}
+
+/// Fences (the one fence, [`crate::operations::fence`], which survives reboots) each present
+/// unit of `$@`, disables it, then stops it. A unit the host does not have is skipped.
 fn fence_units(run: &str, units: &[&str]) -> RemoteCommand {
-    let text = quotable(fence::dropin_text(
-        "@PATH@",
-        &[
-            "Written by hactl remove @RUN@: the etcd member of this host left the cluster; the unit must not start here again.",
-            "Lifted by deleting this file and `systemctl daemon-reload` (a reboot removes it too; the unit is disabled).",
-        ],
-    ));
-    let dropin = fence::dropin_path("$u");
-    let mut args = vec![run];
-    args.extend_from_slice(units);
+    let why = why(run);
+    let why: Vec<&str> = why.iter().map(String::as_str).collect();
     sh(
         &format!(
-            r#"run=$1; shift
-fenced=
+            r#"fenced=
 for u in "$@"; do
   systemctl cat "$u" >/dev/null 2>&1 || continue
-  f="{dropin}"
-  mkdir -p "${{f%/*}}"
-  printf '%s' '{text}' | sed -e "s|@PATH@|$f|" -e "s|@RUN@|$run|" > "$f"
+  {write}
   fenced="$fenced $u"
 done
 [ -n "$fenced" ] || exit 0
 systemctl daemon-reload
 systemctl disable --quiet $fenced 2>/dev/null || true
-systemctl stop $fenced"#
+systemctl stop $fenced"#,
+            write = fence::write("$u", &why)
         ),
         "hactl-remove-fence",
-        &args,
+        units,
     )
 }
 
 /// Every present unit of `$@` is fenced and not running (a script body).
 fn units_fenced_script() -> String {
-    let dropin = fence::dropin_path("$u");
     format!(
         r#"for u in "$@"; do
   systemctl cat "$u" >/dev/null 2>&1 || continue
-  [ -e "{dropin}" ] || exit 1
+  {fenced} || exit 1
   case "$(systemctl is-active "$u")" in active|activating|deactivating|reloading) exit 1 ;; esac
-done"#
+done"#,
+        fenced = fence::is_fenced("$u")
     )
 }
 
@@ -169,12 +166,6 @@ fn etcd_stopped() -> RemoteCommand {
             etcd::UNIT
         ),
     ])
-}
-
-/// `text` goes between single quotes in a script: it must hold none.
-fn quotable(text: String) -> String {
-    assert!(!text.contains('\''), "a fence text holds a single quote: {text}");
-    text
 }
 
 /// Every step of a removal, in order.
@@ -283,25 +274,15 @@ pub fn build(d: &Decisions, inputs: &Arc<Inputs>) -> Vec<JournaledStep> {
     // RM6: etcd fenced on the target before it leaves (a removed member exits; the fence keeps
     // systemd from starting it again on its old data).
     if let Some(h) = target {
-        let path = fence::dropin_path(etcd::UNIT);
+        let why = why(run);
+        let why: Vec<&str> = why.iter().map(String::as_str).collect();
         steps.push(
             JournaledStep::new(format!("RM6@{h}"), "fence etcd and disable it and the backup timer", Some(h))
-                .done_when(RemoteCommand::read_only(["test", "-e", &path]))
+                .done_when(read_only(sh(&fence::is_fenced(etcd::UNIT), "hactl-remove-etcd-fenced", &[])))
                 .run(sh(
                     &format!(
-                        r#"f={path}
-mkdir -p "${{f%/*}}"
-printf '%s' '{text}' > "$f"
-systemctl daemon-reload
-systemctl disable --quiet {unit} 2>/dev/null || true
-systemctl disable --now --quiet {timer} 2>/dev/null || true"#,
-                        text = quotable(fence::dropin_text(
-                            &path,
-                            &[
-                                &format!("Written by hactl remove {run}: member {} left the cluster; it must not start on its old data.", d.member),
-                                "Lifted by deleting this file and `systemctl daemon-reload` (a reboot removes it too; the unit is disabled).",
-                            ]
-                        )),
+                        "{write}\nsystemctl daemon-reload\nsystemctl disable --quiet {unit} 2>/dev/null || true\nsystemctl disable --now --quiet {timer} 2>/dev/null || true",
+                        write = fence::write(etcd::UNIT, &why),
                         unit = etcd::UNIT,
                         timer = crate::backup::TIMER,
                     ),
@@ -417,6 +398,7 @@ mod tests {
     fn every_script_parses() {
         for cmd in [
             fence_units("remove-1", &BALANCER_UNITS),
+            read_only(sh(&fence::is_fenced(etcd::UNIT), "x", &[])),
             units_fenced(&BALANCER_UNITS),
             servers_drained("cp4"),
             drain_servers("cp4"),
