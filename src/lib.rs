@@ -23,6 +23,7 @@
 //! See ARCHITECTURE.md for the code map and the invariants.
 
 pub mod backup;
+pub mod backup_remote;
 pub mod binaries;
 pub mod bolt;
 pub mod certs;

@@ -268,6 +268,9 @@ pub struct Pki {
     pub report: Vec<Change>,
     /// Things a human should act on (a CA about to expire, loosened permissions that were fixed …).
     pub warnings: Vec<String>,
+    /// The push key and the remote's host key for `spec.backup.remote`, filled in by `up`/`plan`
+    /// once the remote was reached (`None` from [`ensure`]).
+    pub backup_remote: Option<crate::backup_remote::HostFiles>,
 }
 
 impl Pki {
@@ -429,6 +432,7 @@ pub fn ensure_renewing(
         service_account,
         report: ledger.report,
         warnings: ledger.warnings,
+        backup_remote: None,
     })
 }
 
