@@ -152,11 +152,16 @@ done"#;
     ])
 }
 
-/// Write probe on the remote (what `check` runs): the directory exists or can be created, and a
-/// file can be written in it and removed again.
+/// Write probe on the remote (what `check` runs): a file can be written in the directory and
+/// removed again; a directory that does not exist yet is not created (`up` creates it): its
+/// nearest existing parent must be writable instead.
 pub fn write_probe(remote: &BackupRemote) -> RemoteCommand {
     const SCRIPT: &str = r#"dir=$1
-mkdir -p "$dir" 2>/dev/null || { echo "cannot create $dir" >&2; exit 1; }
+if [ ! -d "$dir" ]; then
+  p=$dir; while [ ! -d "$p" ]; do p=$(dirname "$p"); done
+  [ -w "$p" ] || { echo "cannot create $dir: $p is not writable" >&2; exit 1; }
+  exit 0
+fi
 t="$dir/.hactl-check-$$"
 ( umask 077; echo ok > "$t" ) 2>/dev/null || { echo "cannot write in $dir" >&2; exit 1; }
 rm -f "$t""#;
@@ -390,6 +395,14 @@ mod tests {
             (Some(42), None, None)
         );
         assert!(list_command(&remote(), "c").read_only);
+        let probe = write_probe(&remote());
+        let out = std::process::Command::new("sh")
+            .arg("-n")
+            .arg("-c")
+            .arg(&probe.argv[2])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
         assert_eq!(remote().describe(), "backup@10.0.0.30:/srv/etcd");
     }
 
