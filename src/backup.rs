@@ -19,9 +19,16 @@ pub const TIMER_PATH: &str = "/etc/systemd/system/hactl-etcd-backup.timer";
 
 /// Every file the phase manages on an etcd host, for the facts probe.
 pub fn managed_paths() -> Vec<String> {
-    [crate::snapshot::HELPER, SCRIPT, SERVICE_PATH, TIMER_PATH]
-        .map(String::from)
-        .to_vec()
+    [
+        crate::snapshot::HELPER,
+        SCRIPT,
+        SERVICE_PATH,
+        TIMER_PATH,
+        crate::backup_remote::HOST_KEY,
+        crate::backup_remote::HOST_KNOWN_HOSTS,
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 /// `<dir>/latest.json`, written by the script after a verified snapshot.

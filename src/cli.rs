@@ -47,6 +47,8 @@ pub enum Command {
     Status(StatusArgs),
     /// Replace one etcd member, quorum-safely: remove, then add as a learner, then promote.
     Replace(ReplaceArgs),
+    /// Remove one etcd member for good (the inventory no longer lists it), quorum-safely.
+    Remove(RemoveArgs),
     /// Watch etcd members and repair a failed one within the safety budget (restart, then replace).
     Heal(HealArgs),
     /// Take one control-plane host out of service and back, within the quorum budget.
@@ -419,6 +421,28 @@ pub struct ReplaceArgs {
     /// The operator attests this host is powered off (it cannot be fenced over SSH).
     #[arg(long, value_name = "HOST")]
     pub confirm_dead: Vec<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RemoveArgs {
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The etcd member (its name, which was its host's inventory name).
+    pub member: String,
+    /// The member's host is gone for good: no SSH to it, so nothing is fenced or moved there.
+    #[arg(long)]
+    pub confirm_dead: bool,
+    /// Print the steps; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Continue run RUN after a failure or crash (every step re-checks its postcondition).
+    #[arg(long, value_name = "RUN")]
+    pub resume: Option<String>,
+    /// Do not ask for confirmation (the steps are still printed).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -23,6 +23,7 @@
 //! See ARCHITECTURE.md for the code map and the invariants.
 
 pub mod backup;
+pub mod backup_remote;
 pub mod binaries;
 pub mod bolt;
 pub mod certs;
@@ -47,6 +48,7 @@ pub mod phases;
 pub mod pki;
 pub mod plan;
 pub mod recover;
+pub mod remove;
 pub mod render;
 pub mod replace;
 pub mod rotate_ca;

@@ -367,7 +367,50 @@ pub async fn check_hosts(
             Err(e) => rows.extend(evaluate(inv, host, Err(&format!("{e:#}")), 0)),
         }
     }
+    if let Some(remote) = &inv.backup.remote {
+        rows.push(check_backup_remote(state, remote, connect).await);
+    }
     rows
+}
+
+/// `spec.backup.remote` can be reached (host key verified) and its path written: fails naming
+/// the host and the path.
+async fn check_backup_remote(
+    state: &crate::state::StateDir,
+    remote: &crate::inventory::BackupRemote,
+    connect: &crate::cli::ConnectArgs,
+) -> CheckRow {
+    let row = |verdict, detail: String| CheckRow {
+        host: crate::inventory::REMOTE_HOST_NAME.to_string(),
+        check: "remote",
+        verdict,
+        detail,
+    };
+    let host = remote.host();
+    let conns = crate::exec::connect::connect(state, &[&host], connect).await;
+    let t = match conns.get(crate::inventory::REMOTE_HOST_NAME) {
+        Some(Ok(t)) => t.clone(),
+        Some(Err(e)) => return row(Verdict::Fail, format!("cannot reach {}: {e}", remote.describe())),
+        None => return row(Verdict::Fail, format!("cannot reach {}", remote.describe())),
+    };
+    match t.run(&crate::backup_remote::write_probe(remote)).await {
+        Ok(out) if out.success() => row(
+            Verdict::Pass,
+            format!("{} reachable and writable", remote.describe()),
+        ),
+        Ok(out) => row(
+            Verdict::Fail,
+            format!(
+                "{} is not writable: {}",
+                remote.describe(),
+                out.stderr_str().trim()
+            ),
+        ),
+        Err(e) => row(
+            Verdict::Fail,
+            format!("cannot write in {}: {e}", remote.describe()),
+        ),
+    }
 }
 
 #[cfg(test)]

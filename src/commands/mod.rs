@@ -14,6 +14,7 @@ pub mod kubeconfig;
 pub mod lab;
 pub mod maintenance;
 pub mod recover;
+pub mod remove;
 pub mod replace;
 pub mod reset;
 pub mod status;
@@ -41,6 +42,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Reset(args) => reset::run(&args).await,
         Command::Status(args) => status::run(&args).await,
         Command::Replace(args) => replace::run(&args).await,
+        Command::Remove(args) => remove::run(&args).await,
         Command::Heal(args) => heal::run(&args).await,
         Command::Maintenance(cmd) => maintenance::run(&cmd).await,
         Command::Etcd(crate::cli::EtcdCommand::Snapshot(cmd)) => match cmd {

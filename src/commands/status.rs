@@ -39,6 +39,9 @@ pub struct ClusterStatus {
     /// Per etcd host, the newest good scheduled backup (`spec.backup`; empty when disabled).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub backups: Vec<crate::backup::BackupRow>,
+    /// `spec.backup.remote`: the newest copy there and its age.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backup_remote: Option<crate::backup_remote::RemoteStatus>,
 }
 
 #[derive(Debug, Clone, Serialize, Default)]
@@ -275,7 +278,7 @@ pub async fn gather(
         for m in list {
             if !rows.iter().any(|r| r.id == format!("{:x}", m.id())) {
                 status.problems.push(format!(
-                    "member {:x} ({}) is not in the inventory: add its host back, or remove it with `hactl replace`",
+                    "member {:x} ({}) is not in the inventory: add its host back, or remove it with `hactl remove NAME`",
                     m.id(),
                     if m.name().is_empty() { "unstarted" } else { m.name() }
                 ));
@@ -350,6 +353,13 @@ pub async fn gather(
         status
             .problems
             .extend(crate::backup::stale_problem(&status.backups, inv.backup.interval));
+        if let Some(remote) = &inv.backup.remote {
+            let r = crate::backup_remote::status(state, remote, &inv.name, connect).await;
+            if let Some(e) = &r.error {
+                status.problems.push(format!("backup remote: {e}"));
+            }
+            status.backup_remote = Some(r);
+        }
     }
     if inv.kubernetes.is_some() {
         let cps = inv.with_role(Role::ControlPlane);
@@ -509,6 +519,9 @@ pub fn table(s: &ClusterStatus) -> String {
     }
     if !s.backups.is_empty() {
         out.push_str(&crate::backup::table(&s.backups));
+        if let Some(r) = &s.backup_remote {
+            out.push_str(&crate::backup_remote::table(r));
+        }
     }
     if let Some(lb) = &s.load_balancers {
         out.push_str(&crate::load_balancer::status::table(lb));

@@ -122,14 +122,38 @@ pub async fn prepare_loaded_renewing(
         tracing::warn!("pki: {warning}");
     }
     let hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
-    let transports: Transports = crate::exec::connect::reach(&state, &hosts, &args.connect)
+    let mut transports: Transports = crate::exec::connect::reach(&state, &hosts, &args.connect)
         .await
         .require_all()?
         .into_iter()
         .map(|(name, t)| (name, wrap(t)))
         .collect();
+    let mut pki = pki;
+    if let Some(remote) = &inv.backup.remote {
+        // spec.backup.remote: the push key, and the remote's host key pinned by reaching it.
+        let key = crate::backup_remote::ensure_key(&state, &inv.name)?;
+        let t = crate::exec::connect::reach(&state, &[&remote.host()], &args.connect)
+            .await
+            .require_all()
+            .with_context(|| {
+                format!(
+                    "cannot reach backup.remote {}: fix spec.backup.remote or the remote host",
+                    remote.describe()
+                )
+            })?;
+        for (name, t) in t {
+            transports.insert(name, wrap(t));
+        }
+        pki.backup_remote = Some(crate::backup_remote::HostFiles {
+            key,
+            known_hosts: crate::backup_remote::known_hosts_lines(&state, remote),
+        });
+    }
     let facts = gather_facts(&inv, &hosts, &transports, args.connect.concurrency).await?;
-    let mut view = EtcdView::from_facts(&inv, &facts)?;
+    let mut view = match EtcdView::from_facts(&inv, &facts) {
+        Err(e) if e.is_refusal() => return Err(crate::exit::refuse(crate::exit::REFUSED, e.to_string())),
+        other => other?,
+    };
     view.token = fs_err::read_to_string(state.file(crate::etcd::TOKEN_FILE))
         .ok()
         .map(|t| t.trim().to_string())
@@ -326,6 +350,9 @@ pub async fn converge(
     if let Some(path) = write_admin_kubeconfig(&prepared.inv, &prepared.state, &prepared.pki)? {
         tracing::info!("admin kubeconfig: {}", path.display());
     }
+    if let Some(remote) = &prepared.inv.backup.remote {
+        authorize_backup_remote(&prepared, remote).await?;
+    }
     if prepared.plan.is_empty() {
         // Nothing to roll; the binding is checked anyway (someone may have deleted it).
         if let Err(e) = ensure_rbac(&prepared).await {
@@ -382,6 +409,41 @@ async fn ensure_rbac(p: &Prepared) -> anyhow::Result<()> {
             rbac::KUBELET_CLIENT_BINDING,
             rbac::KUBELET_CLIENT_GROUP,
             rbac::KUBELET_API_ROLE
+        );
+    }
+    Ok(())
+}
+
+/// `spec.backup.remote`: the push key authorized on the remote (as its user) and the directory
+/// there; says so when it changed anything.
+async fn authorize_backup_remote(
+    p: &Prepared,
+    remote: &crate::inventory::BackupRemote,
+) -> anyhow::Result<()> {
+    let (Some(t), Some(files)) = (
+        p.transports.get(crate::inventory::REMOTE_HOST_NAME),
+        p.pki.backup_remote.as_ref(),
+    ) else {
+        return Ok(());
+    };
+    let out = t
+        .run(&crate::backup_remote::authorize_command(
+            remote,
+            &files.key.public_line,
+        ))
+        .await
+        .with_context(|| format!("failed to authorize the push key on {}", remote.describe()))?;
+    if !out.success() {
+        bail!(
+            "failed to authorize the push key on {}: {}",
+            remote.describe(),
+            out.stderr_str().trim()
+        );
+    }
+    if out.stdout_str().contains("changed") {
+        println!(
+            "backup remote {}: push key authorized, directory ready",
+            remote.describe()
         );
     }
     Ok(())

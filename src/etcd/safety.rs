@@ -310,6 +310,30 @@ pub fn r_remove(c: &Counts, target_healthy: bool) -> Decision {
     refuse(Rule::Remove, c, why, instead)
 }
 
+/// The fewest voters a declared removal (`hactl remove`) may leave: with fewer than 3 a single
+/// failure stops the cluster.
+pub const MIN_VOTERS_AFTER_REMOVE: usize = 3;
+
+/// R-remove for a declared removal (`hactl remove`): R-remove, and the voters left are at least
+/// [`MIN_VOTERS_AFTER_REMOVE`]. A replace removes only to add again, so it asks [`r_remove`].
+pub fn r_remove_declared(c: &Counts, target_healthy: bool) -> Decision {
+    if let Some(d) = always(c).or_else(|| transition(c)) {
+        return d;
+    }
+    let v_after = c.voters.saturating_sub(1);
+    if v_after < MIN_VOTERS_AFTER_REMOVE {
+        return refuse(
+            Rule::Remove,
+            c,
+            format!(
+                "removing a member would leave V′={v_after} voting member(s), fewer than {MIN_VOTERS_AFTER_REMOVE}: one failure would then stop the cluster"
+            ),
+            "keep at least 3 members: add a host first (give it the etcd role and run `hactl up`), or move the member to another host with `hactl replace MEMBER --host NEW`",
+        );
+    }
+    r_remove(c, target_healthy)
+}
+
 /// R-add: add a learner only when every current voter is healthy and no learner or unstarted
 /// member exists (stricter than etcd ≥ 3.5.30, equal to etcd ≤ 3.5.29 and 3.4).
 pub fn r_add(c: &Counts) -> Decision {
@@ -548,6 +572,17 @@ mod tests {
             prop_assert_eq!(d.is_allowed(), formula);
             if d.is_allowed() {
                 prop_assert!(h_after >= quorum(v_after));
+            }
+        }
+
+        /// R-remove for `hactl remove`: R-remove, and at least 3 voters left.
+        #[test]
+        fn r_remove_declared_is_r_remove_with_three_left(c in counts(), target_healthy in any::<bool>()) {
+            let d = r_remove_declared(&c, target_healthy);
+            let expected = r_remove(&c, target_healthy).is_allowed() && c.voters >= 4;
+            prop_assert_eq!(d.is_allowed(), expected);
+            if let Some(r) = d.refused() {
+                prop_assert!(!r.instead.is_empty());
             }
         }
 

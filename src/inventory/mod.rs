@@ -37,7 +37,7 @@ pub struct Inventory {
 }
 
 /// `spec.backup`, validated (see `raw::RawBackup`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct BackupSpec {
     pub enabled: bool,
     pub interval: std::time::Duration,
@@ -45,7 +45,44 @@ pub struct BackupSpec {
     pub interval_text: String,
     pub retention: u32,
     pub dir: String,
+    /// `spec.backup.remote`, validated.
+    pub remote: Option<BackupRemote>,
 }
+
+/// Where the leader's backup timer pushes each new snapshot (`spec.backup.remote`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackupRemote {
+    /// Reached by hactl as a host is (key verified against the cluster's known_hosts).
+    pub ssh: SshSpec,
+    /// Absolute directory on the remote host.
+    pub path: String,
+    pub retention: u32,
+}
+
+impl BackupRemote {
+    /// `user@address:path`, as messages name it.
+    pub fn describe(&self) -> String {
+        let host = match self.ssh.address {
+            IpAddr::V6(a) => format!("[{a}]"),
+            a => a.to_string(),
+        };
+        format!("{}@{host}:{}", self.ssh.user, self.path)
+    }
+    /// The remote as a host hactl connects to (no roles; named `backup-remote`).
+    pub fn host(&self) -> Host {
+        Host {
+            name: REMOTE_HOST_NAME.into(),
+            address: self.ssh.address,
+            prefix_length: if self.ssh.address.is_ipv4() { 32 } else { 128 },
+            roles: vec![],
+            interface: None,
+            ssh: self.ssh.clone(),
+        }
+    }
+}
+
+/// The name the backup remote goes by in connections and messages.
+pub const REMOTE_HOST_NAME: &str = "backup-remote";
 
 impl Default for BackupSpec {
     fn default() -> Self {
@@ -55,6 +92,7 @@ impl Default for BackupSpec {
             interval_text: "1h".into(),
             retention: 24,
             dir: "/var/lib/etcd-backups".into(),
+            remote: None,
         }
     }
 }

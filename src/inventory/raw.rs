@@ -67,6 +67,28 @@ pub struct RawBackup {
     pub retention: Option<u32>,
     /// Absolute directory on the hosts (default `/var/lib/etcd-backups`).
     pub dir: Option<String>,
+    /// An SSH/SFTP destination the leader pushes each new snapshot (and its checksum) to.
+    #[serde(default)]
+    pub remote: Option<RawBackupRemote>,
+}
+
+/// `spec.backup.remote`: reached like an inventory host (an IP literal, a pinned host key), with
+/// the operator's key for setting it up and a key of its own for the hosts' pushes.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawBackupRemote {
+    /// An IPv4 or IPv6 literal.
+    pub address: String,
+    /// SSH port (default 22).
+    pub port: Option<u16>,
+    /// The account the snapshots are written as (default: `spec.ssh.user`, else root).
+    pub user: Option<String>,
+    /// The operator's private key for that account (default: `spec.ssh.keyFile`).
+    pub key_file: Option<PathBuf>,
+    /// Absolute directory on the remote host.
+    pub path: String,
+    /// Snapshots kept there, newest first (default: `backup.retention`).
+    pub retention: Option<u32>,
 }
 
 /// `spec.heal`: limits of automatic remediation; durations like `30s`, `10m`, `1h`.

@@ -257,7 +257,10 @@ impl Checker {
         let kubernetes = self.kubernetes(&spec.kubernetes, &drafts, vip.as_ref());
         let pki = self.pki(&spec.pki);
         let heal = self.heal(&spec.heal);
-        let backup = self.backup(&spec.backup);
+        let mut backup = self.backup(&spec.backup);
+        if let Some(raw) = &spec.backup.remote {
+            backup.remote = self.backup_remote(raw, &spec_ssh, backup.retention);
+        }
         if let Some(etcd) = &etcd {
             let nested = |inner: &str, outer: &str| {
                 inner == outer
@@ -353,6 +356,68 @@ impl Checker {
             }
         }
         b
+    }
+
+    /// `backup.remote`: an IP literal, a port, a user and a key as for a host (inheriting
+    /// `spec.ssh`), an absolute path that is no system directory, a retention of at least 1.
+    fn backup_remote(
+        &mut self,
+        raw: &super::raw::RawBackupRemote,
+        spec: &SshLevel,
+        retention: u32,
+    ) -> Option<super::BackupRemote> {
+        let place = "backup.remote";
+        let before = self.problems.len();
+        let address = match raw.address.parse::<IpAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                self.report(
+                    format!("{place}.address"),
+                    format!(
+                        "{:?} is not an IP address: write the remote's IPv4 or IPv6 address (hactl does not resolve names, as for hosts)",
+                        raw.address
+                    ),
+                );
+                None
+            }
+        };
+        let own = self.ssh_level(
+            &RawSsh {
+                user: raw.user.clone(),
+                port: raw.port,
+                key_file: raw.key_file.clone(),
+                ..RawSsh::default()
+            },
+            place,
+        );
+        let path = match host_dir(&raw.path, "/srv/etcd-backups") {
+            Ok(p) => Some(p),
+            Err(message) => {
+                self.report(format!("{place}.path"), message);
+                None
+            }
+        };
+        if raw.retention == Some(0) {
+            self.report(
+                format!("{place}.retention"),
+                "0 would delete every remote snapshot: keep at least 1 (default: backup.retention)",
+            );
+        }
+        let ssh = self.host_ssh(spec, &own, address?, place);
+        if self.problems.len() != before {
+            return None;
+        }
+        Some(super::BackupRemote {
+            ssh: SshSpec {
+                // The remote is reached directly, never through the hosts' bastion, and hactl
+                // acts there as the remote's user (its home, its directory), never through sudo.
+                bastion: None,
+                sudo: false,
+                ..ssh?
+            },
+            path: path?,
+            retention: raw.retention.unwrap_or(retention),
+        })
     }
 
     fn heal(&mut self, raw: &super::raw::RawHeal) -> super::HealSpec {
@@ -1580,6 +1645,50 @@ mod tests {
                 refused,
                 "{mode:?} {source:?}"
             );
+        }
+    }
+
+    fn with_remote(remote: &str) -> Result<Inventory, InventoryError> {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("id");
+        std::fs::write(&key, "k").unwrap();
+        let mut hosts = String::new();
+        for i in 1..=3 {
+            hosts.push_str(&format!(
+                "    - {{ name: cp{i}, address: 10.0.0.1{i}, roles: [etcd] }}\n"
+            ));
+        }
+        let text = format!(
+            "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: c\nspec:\n  ssh:\n    user: admin\n    keyFile: {}\n  hosts:\n{hosts}  backup:\n    retention: 7\n    remote:\n{remote}",
+            key.display()
+        );
+        load_str(&dir.path().join("c.yaml"), &text)
+    }
+
+    #[test]
+    fn a_backup_remote_is_validated_like_a_host() {
+        let inv = with_remote("      address: 10.0.0.30\n      path: /srv/etcd\n").unwrap();
+        let r = inv.backup.remote.unwrap();
+        assert_eq!(
+            (r.ssh.user.as_str(), r.ssh.port, r.ssh.sudo),
+            ("admin", 22, false)
+        );
+        assert_eq!((r.path.as_str(), r.retention), ("/srv/etcd", 7));
+        assert_eq!(r.describe(), "admin@10.0.0.30:/srv/etcd");
+        let err = with_remote(
+            "      address: backup.example\n      port: 0\n      user: \"-x\"\n      path: relative\n      retention: 0\n      keyFile: /no/such/key\n",
+        )
+        .unwrap_err()
+        .to_string();
+        for place in [
+            "backup.remote.address",
+            "backup.remote.port",
+            "backup.remote.user",
+            "backup.remote.path",
+            "backup.remote.retention",
+            "backup.remote.keyFile",
+        ] {
+            assert!(err.contains(place), "no {place} in:\n{err}");
         }
     }
 

@@ -61,6 +61,12 @@ impl Ctx<'_> {
 pub enum PlanError {
     #[error("etcd member {host} is in the cluster but its data dir {data_dir} holds no data: run `hactl replace {host} --reuse-host` to re-add it")]
     MemberLostData { host: String, data_dir: String },
+    #[error("etcd member {name} ({id}, {peer_url}) is in the cluster but not an etcd host of the inventory: run `hactl remove {name}` to remove it quorum-safely (keep its host in hosts with `roles: []` so hactl can fence it, or add --confirm-dead when the machine is gone), or give the host back its etcd role")]
+    MemberNotInInventory {
+        name: String,
+        id: String,
+        peer_url: String,
+    },
     #[error("no etcd member is running, so new members ({hosts}) cannot be joined: start the existing members first (`hactl up` starts stopped members whose data is intact) and run again")]
     NoRunningMember { hosts: String },
     #[error("etcd hosts disagree about the cluster: {0}; run `hactl status` and resolve it before changing membership")]
@@ -89,7 +95,7 @@ impl PlanError {
     pub fn is_refusal(&self) -> bool {
         match self {
             PlanError::Kubernetes(e) => e.is_refusal(),
-            PlanError::EtcdUpgrade(_) => true,
+            PlanError::EtcdUpgrade(_) | PlanError::MemberNotInInventory { .. } => true,
             _ => false,
         }
     }
@@ -237,6 +243,19 @@ impl EtcdView {
         if view.is_fresh() {
             return Ok(view);
         }
+        if let Some(list) = &view.members {
+            if let Some(m) = members_not_in_inventory(inv, list).into_iter().next() {
+                return Err(PlanError::MemberNotInInventory {
+                    name: if m.name.is_empty() {
+                        crate::etcd::hex_id(m.id)
+                    } else {
+                        m.name.clone()
+                    },
+                    id: crate::etcd::hex_id(m.id),
+                    peer_url: m.peer_urls.join(","),
+                });
+            }
+        }
         let mut waiting = Vec::new();
         for host in &etcd_hosts {
             if view.has_data.contains(&host.name) {
@@ -265,6 +284,23 @@ impl EtcdView {
         }
         Ok(view)
     }
+}
+
+/// Voting members whose peer URLs match no etcd host of the inventory: removed from the
+/// inventory, so `up` refuses and names `hactl remove` (learners are a join's business).
+pub fn members_not_in_inventory<'a>(
+    inv: &Inventory,
+    list: &'a crate::etcd::MemberList,
+) -> Vec<&'a crate::etcd::Member> {
+    let urls: Vec<String> = inv
+        .with_role(Role::Etcd)
+        .into_iter()
+        .map(|h| crate::etcd::peer_url(inv, h))
+        .collect();
+    list.members
+        .iter()
+        .filter(|m| !m.is_learner && !m.peer_urls.iter().any(|u| urls.contains(u)))
+        .collect()
 }
 
 /// Where Debian's invoke-rc.d asks whether a package may start its service.

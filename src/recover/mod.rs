@@ -448,6 +448,11 @@ pub enum AutoSource {
     },
     /// A snapshot file with a sidecar in the state directory's `backups/`.
     LocalFile { path: std::path::PathBuf },
+    /// A snapshot the leader pushed to `spec.backup.remote` (with its checksum beside it).
+    Remote {
+        snapshot: crate::backup_remote::RemoteSnapshot,
+        remote: String,
+    },
 }
 
 /// One source `--auto` may choose (R0.4c).
@@ -468,6 +473,7 @@ impl AutoCandidate {
             AutoSource::Survivor { host } => format!("survivor {host}"),
             AutoSource::HostBackup { host, file, .. } => format!("scheduled backup {host}:{file}"),
             AutoSource::LocalFile { path } => format!("snapshot {}", path.display()),
+            AutoSource::Remote { snapshot, remote } => format!("remote backup {remote}: {}", snapshot.path),
         };
         let rev = self
             .revision

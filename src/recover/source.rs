@@ -46,7 +46,7 @@ pub async fn choose(
         }
         return Ok(Source::Member { host: m.clone() });
     }
-    auto_source(inv, state, transports, hosts, targets).await
+    auto_source(inv, state, transports, hosts, targets, &args.connect).await
 }
 
 /// A snapshot file on the operator machine: its hash checked, its sidecar (when there is one)
@@ -99,6 +99,7 @@ async fn auto_source(
     transports: &Transports,
     hosts: &[HostAssessment],
     targets: &[String],
+    connect: &crate::cli::ConnectArgs,
 ) -> anyhow::Result<Source> {
     let mut candidates: Vec<rec::AutoCandidate> = Vec::new();
     // Survivors: a running member reports its revision; a stopped one's db is read on a copy.
@@ -169,6 +170,21 @@ async fn auto_source(
     }
     // Snapshot files of this cluster in the state directory.
     candidates.extend(local_candidates(state, &inv.name));
+    // The copies the leader pushed to spec.backup.remote (the newest few: older ones rank lower).
+    if let Some(remote) = &inv.backup.remote {
+        match crate::backup_remote::list(state, remote, &inv.name, connect).await {
+            Ok(list) => candidates.extend(list.into_iter().take(3).map(|s| rec::AutoCandidate {
+                revision: s.revision,
+                raft_index: 0,
+                age: Some(std::time::Duration::from_secs(s.age_seconds.max(0) as u64)),
+                source: rec::AutoSource::Remote {
+                    snapshot: s,
+                    remote: remote.describe(),
+                },
+            })),
+            Err(e) => eprintln!("backup remote: {e}"),
+        }
+    }
     eprintln!("--auto: candidates (the highest revision wins):");
     for c in &candidates {
         eprintln!("  {}", c.describe());
@@ -178,7 +194,7 @@ async fn auto_source(
             crate::exit::REFUSED,
             format!(
                 "no source: no reachable member holds intact data, no reachable host has a verified backup in {} \
-                 and {} holds no snapshot with a sidecar; nothing was changed. Pass --from-snapshot FILE",
+                 and {} holds no snapshot with a sidecar (nor does backup.remote, when set); nothing was changed. Pass --from-snapshot FILE",
                 inv.backup.dir,
                 state.file("backups").display()
             ),
@@ -188,6 +204,47 @@ async fn auto_source(
     let source = match &c.source {
         rec::AutoSource::Survivor { host } => Source::Member { host: host.clone() },
         rec::AutoSource::LocalFile { path } => file_source(path, false)?,
+        rec::AutoSource::Remote {
+            snapshot,
+            remote: name,
+        } => {
+            let remote = inv
+                .backup
+                .remote
+                .as_ref()
+                .expect("a remote candidate comes from spec.backup.remote");
+            let local = crate::backup_remote::fetch(state, remote, snapshot, connect)
+                .await
+                .map_err(|e| {
+                    refuse(
+                        crate::exit::REFUSED,
+                        format!("{e:#}: nothing was changed; pass --from-snapshot FILE"),
+                    )
+                })?;
+            eprintln!("--auto: fetched {name}: {} to {}", snapshot.path, local.display());
+            match file_source(&local, false)? {
+                Source::File {
+                    path,
+                    sha256,
+                    size,
+                    skip_hash_check,
+                    revision,
+                    time,
+                } => Source::File {
+                    path,
+                    sha256,
+                    size,
+                    skip_hash_check,
+                    revision: revision.or(c.revision),
+                    time: time.or_else(|| {
+                        c.age.map(|a| {
+                            crate::operations::journal::timestamp(time::OffsetDateTime::now_utc() - a)
+                        })
+                    }),
+                },
+                other => other,
+            }
+        }
         rec::AutoSource::HostBackup { host, file, sha256 } => {
             let local = fetch_host_backup(state, transports, host, file, sha256).await?;
             eprintln!("--auto: fetched {host}:{file} to {}", local.display());

@@ -1,0 +1,441 @@
+//! Backups that leave the cluster (`spec.backup.remote`): an SSH/SFTP destination the leader's
+//! backup timer pushes each new snapshot and its checksum to.
+//!
+//! The pieces: a key pair of its own for the pushes (`<state>/backup-remote/id_ed25519`, 0600,
+//! generated once), installed on every etcd host at [`HOST_KEY`] (0600, root only) beside the
+//! remote's pinned host key ([`HOST_KNOWN_HOSTS`], copied from the cluster's known_hosts, so the
+//! hosts verify the remote as hactl does); the public key authorized on the remote by `hactl up`
+//! (through hactl's own SSH to it, as the remote's user); the read-only listing `status` and
+//! `recover --auto` use; the write probe `check` runs.
+//!
+//! Invariants: the private key never leaves the state directory except to the etcd hosts' 0600
+//! file, and is never printed; the remote is reached only at the address the inventory gives,
+//! with its key verified; a listing only reads.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use serde::Serialize;
+
+use crate::inventory::BackupRemote;
+use crate::plan::RemoteCommand;
+use crate::state::StateDir;
+
+/// The push key on an etcd host.
+pub const HOST_DIR: &str = "/etc/hactl/backup-remote";
+pub const HOST_KEY: &str = "/etc/hactl/backup-remote/id_ed25519";
+pub const HOST_KNOWN_HOSTS: &str = "/etc/hactl/backup-remote/known_hosts";
+/// The key pair in the state directory.
+pub const STATE_KEY: &str = "backup-remote/id_ed25519";
+
+/// The push key pair: the private key (OpenSSH format) and the public key line.
+#[derive(Clone)]
+pub struct PushKey {
+    pub private_openssh: String,
+    pub public_line: String,
+}
+
+impl std::fmt::Debug for PushKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PushKey")
+            .field("public_line", &self.public_line)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the backup phase installs on the etcd hosts for the pushes.
+#[derive(Debug, Clone)]
+pub struct HostFiles {
+    pub key: PushKey,
+    /// known_hosts lines for the remote, from the cluster's known_hosts.
+    pub known_hosts: String,
+}
+
+/// Loads the push key pair from the state directory, generating it on first use.
+pub fn ensure_key(state: &StateDir, cluster: &str) -> anyhow::Result<PushKey> {
+    use russh::keys::ssh_key::{private::Ed25519Keypair, LineEnding, PrivateKey};
+    let path = state.file(STATE_KEY);
+    let key = if path.exists() {
+        let text = fs_err::read_to_string(&path)?;
+        PrivateKey::from_openssh(&text)
+            .with_context(|| format!("{} is not an OpenSSH private key", path.display()))?
+    } else {
+        let mut seed = [0u8; 32];
+        rand::RngCore::fill_bytes(&mut rand::rng(), &mut seed);
+        let mut key = PrivateKey::from(Ed25519Keypair::from_seed(&seed));
+        key.set_comment(format!("hactl backup push {cluster}"));
+        let text = key
+            .to_openssh(LineEnding::LF)
+            .context("failed to encode the push key")?;
+        state.write_secret(STATE_KEY, text.as_bytes())?;
+        key
+    };
+    let private_openssh = key
+        .to_openssh(LineEnding::LF)
+        .context("failed to encode the push key")?
+        .to_string();
+    let public_line = key
+        .public_key()
+        .to_openssh()
+        .context("failed to encode the push key")?;
+    Ok(PushKey {
+        private_openssh,
+        public_line,
+    })
+}
+
+/// The remote's lines of the cluster's known_hosts (OpenSSH format: `addr` for port 22,
+/// `[addr]:port` otherwise); empty when hactl has not connected to it yet.
+pub fn known_hosts_lines(state: &StateDir, remote: &BackupRemote) -> String {
+    let token = host_token(remote);
+    fs_err::read_to_string(state.known_hosts_path())
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| {
+            l.split_whitespace()
+                .next()
+                .is_some_and(|h| h.split(',').any(|h| h == token))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+fn host_token(remote: &BackupRemote) -> String {
+    if remote.ssh.port == 22 {
+        remote.ssh.address.to_string()
+    } else {
+        format!("[{}]:{}", remote.ssh.address, remote.ssh.port)
+    }
+}
+
+/// On the remote, as its user: the push key authorized (restricted: no pty, no forwarding) and
+/// the directory there, 0700. Prints `changed` when it changed anything.
+pub fn authorize_command(remote: &BackupRemote, public_line: &str) -> RemoteCommand {
+    const SCRIPT: &str = r#"set -eu
+line="restrict $1"; dir=$2; changed=
+umask 077
+mkdir -p "$HOME/.ssh"
+touch "$HOME/.ssh/authorized_keys"
+if ! grep -qxF "$line" "$HOME/.ssh/authorized_keys"; then printf '%s\n' "$line" >> "$HOME/.ssh/authorized_keys"; changed=1; fi
+if [ ! -d "$dir" ]; then mkdir -p "$dir"; changed=1; fi
+chmod 700 "$dir"
+[ -z "$changed" ] || echo changed"#;
+    RemoteCommand::new([
+        "sh",
+        "-c",
+        SCRIPT,
+        "hactl-backup-remote-authorize",
+        public_line,
+        remote.path.as_str(),
+    ])
+}
+
+/// Read-only on the remote: the cluster's snapshots there, newest first, one per line:
+/// `file <name> <size> <mtime> <sha256 or -> <revision or ->` (the checksum from
+/// `<name>.sha256`, the revision from `<name>.json`, both pushed beside the file).
+pub fn list_command(remote: &BackupRemote, cluster: &str) -> RemoteCommand {
+    const SCRIPT: &str = r#"dir=$1; cluster=$2
+echo "now $(date +%s)"
+[ -d "$dir" ] || exit 0
+ls -1 "$dir" | grep -E "^$cluster-[0-9]{8}T[0-9]{6}Z\.db\$" | sort -r | while read -r f; do
+  sha=-; [ -f "$dir/$f.sha256" ] && sha=$(cut -d' ' -f1 < "$dir/$f.sha256")
+  rev=-; [ -f "$dir/$f.json" ] && rev=$(sed -n 's/.*"revision":\([0-9]*\).*/\1/p' "$dir/$f.json")
+  echo "file $f $(stat -c '%s %Y' "$dir/$f") $sha ${rev:--}"
+done"#;
+    RemoteCommand::read_only([
+        "sh",
+        "-c",
+        SCRIPT,
+        "hactl-backup-remote-list",
+        remote.path.as_str(),
+        cluster,
+    ])
+}
+
+/// Write probe on the remote (what `check` runs): a file can be written in the directory and
+/// removed again; a directory that does not exist yet is not created (`up` creates it): its
+/// nearest existing parent must be writable instead.
+pub fn write_probe(remote: &BackupRemote) -> RemoteCommand {
+    const SCRIPT: &str = r#"dir=$1
+if [ ! -d "$dir" ]; then
+  p=$dir; while [ ! -d "$p" ]; do p=$(dirname "$p"); done
+  [ -w "$p" ] || { echo "cannot create $dir: $p is not writable" >&2; exit 1; }
+  exit 0
+fi
+t="$dir/.hactl-check-$$"
+( umask 077; echo ok > "$t" ) 2>/dev/null || { echo "cannot write in $dir" >&2; exit 1; }
+rm -f "$t""#;
+    RemoteCommand::new([
+        "sh",
+        "-c",
+        SCRIPT,
+        "hactl-backup-remote-check",
+        remote.path.as_str(),
+    ])
+}
+
+/// One snapshot on the remote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RemoteSnapshot {
+    /// Absolute path on the remote.
+    pub path: String,
+    pub size: u64,
+    /// Age by the remote's clock (its mtime to its now), seconds.
+    pub age_seconds: i64,
+    /// From `<file>.sha256`; None when the checksum file is missing (a push cut short).
+    pub sha256: Option<String>,
+    /// From `<file>.json` (the leader's `latest.json` of that snapshot).
+    pub revision: Option<i64>,
+}
+
+/// Parses [`list_command`]'s output, newest first; only files with their checksum count.
+pub fn parse_list(remote: &BackupRemote, text: &str) -> Vec<RemoteSnapshot> {
+    let mut now = None;
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let mut f = line.split_whitespace();
+        match f.next() {
+            Some("now") => now = f.next().and_then(|n| n.parse::<i64>().ok()),
+            Some("file") => {
+                let (Some(name), Some(size), Some(mtime), Some(sha)) =
+                    (f.next(), f.next(), f.next(), f.next())
+                else {
+                    continue;
+                };
+                let (Ok(size), Ok(mtime)) = (size.parse::<u64>(), mtime.parse::<i64>()) else {
+                    continue;
+                };
+                out.push(RemoteSnapshot {
+                    path: format!("{}/{name}", remote.path),
+                    size,
+                    age_seconds: now.map(|n| (n - mtime).max(0)).unwrap_or(0),
+                    sha256: (sha != "-").then(|| sha.to_string()),
+                    revision: f.next().and_then(|r| r.parse().ok()),
+                });
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The remote as `hactl status` shows it: the newest copy there and its age, or why it could not
+/// be read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RemoteStatus {
+    /// `user@address:path`.
+    pub remote: String,
+    pub newest: Option<RemoteSnapshot>,
+    /// Copies of this cluster there (with their checksum).
+    pub copies: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Connects to the remote and lists it (read-only).
+pub async fn list(
+    state: &StateDir,
+    remote: &BackupRemote,
+    cluster: &str,
+    args: &crate::cli::ConnectArgs,
+) -> Result<Vec<RemoteSnapshot>, String> {
+    let host = remote.host();
+    let conns = crate::exec::connect::connect(state, &[&host], args).await;
+    let t = match conns.get(crate::inventory::REMOTE_HOST_NAME) {
+        Some(Ok(t)) => t.clone(),
+        Some(Err(e)) => return Err(format!("cannot reach {}: {e}", remote.describe())),
+        None => return Err(format!("cannot reach {}", remote.describe())),
+    };
+    let out = t
+        .run(&list_command(remote, cluster))
+        .await
+        .map_err(|e| format!("cannot list {}: {e}", remote.describe()))?;
+    if !out.success() {
+        return Err(format!(
+            "cannot list {}: {}",
+            remote.describe(),
+            out.stderr_str().trim()
+        ));
+    }
+    Ok(parse_list(remote, &out.stdout_str())
+        .into_iter()
+        .filter(|s| s.sha256.is_some())
+        .collect())
+}
+
+/// [`list`] as `status` shows it.
+pub async fn status(
+    state: &StateDir,
+    remote: &BackupRemote,
+    cluster: &str,
+    args: &crate::cli::ConnectArgs,
+) -> RemoteStatus {
+    match list(state, remote, cluster, args).await {
+        Ok(l) => RemoteStatus {
+            remote: remote.describe(),
+            copies: l.len(),
+            newest: l.into_iter().next(),
+            error: None,
+        },
+        Err(e) => RemoteStatus {
+            remote: remote.describe(),
+            newest: None,
+            copies: 0,
+            error: Some(e),
+        },
+    }
+}
+
+/// The status table's line for the remote.
+pub fn table(s: &RemoteStatus) -> String {
+    let what = match (&s.newest, &s.error) {
+        (_, Some(e)) => e.clone(),
+        (Some(n), None) => format!("{} ({} s old; {} copies)", n.path, n.age_seconds, s.copies),
+        (None, None) => "no copy yet (the leader pushes after its next snapshot)".into(),
+    };
+    format!("  {:<10} {what}\n", "remote")
+}
+
+/// Where `recover --auto` copies a remote snapshot: `<state>/backups/fetched/backup-remote/`.
+pub fn fetched_dir(state: &StateDir) -> PathBuf {
+    state.file(
+        std::path::Path::new("backups")
+            .join("fetched")
+            .join(crate::inventory::REMOTE_HOST_NAME),
+    )
+}
+
+/// Copies a remote snapshot to [`fetched_dir`] (kept when it is already there with the same
+/// sha256) and checks it against the sha256 pushed beside it.
+pub async fn fetch(
+    state: &StateDir,
+    remote: &BackupRemote,
+    snap: &RemoteSnapshot,
+    args: &crate::cli::ConnectArgs,
+) -> anyhow::Result<PathBuf> {
+    let sha256 = snap
+        .sha256
+        .as_deref()
+        .with_context(|| format!("{} has no checksum beside it", snap.path))?;
+    let name = std::path::Path::new(&snap.path)
+        .file_name()
+        .with_context(|| format!("{} names no file", snap.path))?;
+    let dir = fetched_dir(state);
+    let local = dir.join(name);
+    if local.exists() && crate::snapshot::check_file(&local).is_ok_and(|c| c.sha256 == sha256) {
+        return Ok(local);
+    }
+    let host = remote.host();
+    let conns = crate::exec::connect::connect(state, &[&host], args).await;
+    let t = match conns.get(crate::inventory::REMOTE_HOST_NAME) {
+        Some(Ok(t)) => t.clone(),
+        Some(Err(e)) => anyhow::bail!("cannot reach {}: {e}", remote.describe()),
+        None => anyhow::bail!("cannot reach {}", remote.describe()),
+    };
+    let out = t
+        .run(
+            &RemoteCommand::read_only(["cat", snap.path.as_str()])
+                .with_timeout(std::time::Duration::from_secs(900)),
+        )
+        .await
+        .with_context(|| format!("cannot read {} on {}", snap.path, remote.describe()))?;
+    if !out.success() {
+        anyhow::bail!(
+            "cannot read {} on {}: {}",
+            snap.path,
+            remote.describe(),
+            out.stderr_str().trim()
+        );
+    }
+    fs_err::create_dir_all(&dir)?;
+    crate::snapshot::write_atomically(&local, &out.stdout)?;
+    let got = crate::snapshot::check_file(&local)?;
+    if got.sha256 != sha256 {
+        anyhow::bail!(
+            "{} on {} arrived with sha256 {} but its checksum file names {sha256}",
+            snap.path,
+            remote.describe(),
+            got.sha256
+        );
+    }
+    Ok(local)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn remote() -> BackupRemote {
+        BackupRemote {
+            ssh: crate::inventory::SshSpec {
+                address: "10.0.0.30".parse().unwrap(),
+                port: 22,
+                user: "backup".into(),
+                auth: crate::inventory::SshAuth::Agent,
+                sudo: false,
+                bastion: None,
+                connect_timeout_secs: 10,
+            },
+            path: "/srv/etcd".into(),
+            retention: 3,
+        }
+    }
+
+    #[test]
+    fn the_listing_keeps_only_checksummed_files_newest_first() {
+        let text = "now 1000\nfile c-20261122T100000Z.db 4128 900 ab12 42\nfile c-20261122T090000Z.db 4128 400 - -\n";
+        let l = parse_list(&remote(), text);
+        assert_eq!(l.len(), 2);
+        assert_eq!(l[0].path, "/srv/etcd/c-20261122T100000Z.db");
+        assert_eq!((l[0].age_seconds, l[0].sha256.as_deref()), (100, Some("ab12")));
+        assert_eq!(
+            (l[0].revision, l[1].sha256.as_deref(), l[1].revision),
+            (Some(42), None, None)
+        );
+        assert!(list_command(&remote(), "c").read_only);
+        let probe = write_probe(&remote());
+        let out = std::process::Command::new("sh")
+            .arg("-n")
+            .arg("-c")
+            .arg(&probe.argv[2])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        assert_eq!(remote().describe(), "backup@10.0.0.30:/srv/etcd");
+    }
+
+    #[test]
+    fn the_push_key_is_made_once_and_kept_private() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir::open(&tmp.path().join("s")).unwrap();
+        let a = ensure_key(&state, "c").unwrap();
+        let b = ensure_key(&state, "c").unwrap();
+        assert_eq!(a.public_line, b.public_line);
+        assert!(a.public_line.starts_with("ssh-ed25519 "), "{}", a.public_line);
+        assert!(a.private_openssh.contains("BEGIN OPENSSH PRIVATE KEY"));
+        assert!(!format!("{a:?}").contains("PRIVATE"));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(state.file(STATE_KEY))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn known_hosts_lines_are_the_remotes_only() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir::open(&tmp.path().join("s")).unwrap();
+        fs_err::write(
+            state.known_hosts_path(),
+            "10.0.0.11 ssh-ed25519 AAAA1\n10.0.0.30 ssh-ed25519 AAAA2\n[10.0.0.30]:2222 ssh-ed25519 AAAA3\n",
+        )
+        .unwrap();
+        assert_eq!(
+            known_hosts_lines(&state, &remote()),
+            "10.0.0.30 ssh-ed25519 AAAA2\n"
+        );
+    }
+}
