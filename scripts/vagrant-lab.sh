@@ -60,6 +60,9 @@ export VAGRANT_CHECKPOINT_DISABLE=1 VAGRANT_NO_COLOR=1
 export HACTL_VAGRANT_NODES=3
 export HACTL_VAGRANT_LIBVIRT_DRIVER=${HACTL_VAGRANT_LIBVIRT_DRIVER:-qemu}
 export HACTL_VAGRANT_MEMORY=${HACTL_VAGRANT_MEMORY:-768}
+# Under emulation on a saturated machine a guest took over 15 minutes to get its first DHCP lease
+# (each guest had about 6% of a core); Vagrant waits this long for the IP and for SSH.
+export HACTL_VAGRANT_BOOT_TIMEOUT=${HACTL_VAGRANT_BOOT_TIMEOUT:-2400}
 export HACTL_VAGRANT_POOL=hactl-vagrant-lab
 export LIBVIRT_DEFAULT_URI=qemu:///system
 # The lab's own SSH key and hactl state: the Vagrantfile's default key is ~/.ssh/id_ed25519.pub
@@ -142,6 +145,9 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
+# Killed (kill -- -PGID, Ctrl-C): exit, so that the cleanup above runs once the child is gone.
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 # ── libvirt without systemd ─────────────────────────────────────────────────────────────────
 # Its default network is not wanted (and would take 192.168.122.0/24): no autostart.
@@ -179,8 +185,9 @@ export HACTL_VAGRANT_PREFIX=hactl-lab-
 
 vagrant_started=1
 say "vagrant up: 3 VMs in parallel under ${HACTL_VAGRANT_LIBVIRT_DRIVER} (several minutes under emulation)"
-if ! timed "vagrant up" timeout 1800 vagrant up --provider=libvirt --parallel >"$work/up.log" 2>&1; then
-  tail -n 40 "$work/up.log" >&2
+if ! timed "vagrant up" timeout 3600 vagrant up --provider=libvirt --parallel >"$work/up.log" 2>&1; then
+  # Vagrant's message, without the Ruby stack traces that follow an exception.
+  grep -v '^/.*:in `' "$work/up.log" | tail -n 40 >&2
   fail "vagrant up"
 fi
 grep -h "hactl: clock\|hactl: could not set" "$work/up.log" >&2 || true
