@@ -1,6 +1,8 @@
 //! `hactl check`: read-only preflight of every host, one row per host and check.
 //!
-//! Invariant: sends only the read-only facts probe; a failed check makes the exit code non-zero.
+//! Invariant: sends only read-only commands (the facts probe, then [`CLOCK_SAMPLES`] readings of
+//! `date +%s.%N`, each bracketed by this machine's clock, for the clock rule); a failed check
+//! makes the exit code non-zero.
 
 use std::collections::BTreeSet;
 use std::time::{SystemTime, UNIX_EPOCH};
