@@ -60,8 +60,9 @@ export VAGRANT_CHECKPOINT_DISABLE=1 VAGRANT_NO_COLOR=1
 export HACTL_VAGRANT_NODES=3
 export HACTL_VAGRANT_LIBVIRT_DRIVER=${HACTL_VAGRANT_LIBVIRT_DRIVER:-qemu}
 export HACTL_VAGRANT_MEMORY=${HACTL_VAGRANT_MEMORY:-768}
-# Under emulation on a saturated machine a guest took over 15 minutes to get its first DHCP lease
-# (each guest had about 6% of a core); Vagrant waits this long for the IP and for SSH.
+# Under emulation on a saturated machine a guest took over 15 minutes to boot (each guest had
+# about 6% of a core); Vagrant waits this long for its SSH (vagrant-libvirt's wait for the first
+# DHCP lease before that is fixed: see the retry below).
 export HACTL_VAGRANT_BOOT_TIMEOUT=${HACTL_VAGRANT_BOOT_TIMEOUT:-2400}
 export HACTL_VAGRANT_POOL=hactl-vagrant-lab
 export LIBVIRT_DEFAULT_URI=qemu:///system
