@@ -43,5 +43,13 @@ else
 fi
 
 echo "install-deps: installing ${missing[*]}"
-"${as_root[@]}" apt-get update -qq
-"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install() {
+  "${as_root[@]}" apt-get update -qq &&
+    "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+if ! install; then
+  # e.g. sudo refused this user (not in sudoers, no terminal for the password) or apt failed.
+  how=${as_root[*]:-as root}
+  echo "install-deps: installing failed ($how: see above); as root run: apt-get update && apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi

@@ -103,6 +103,35 @@ pub enum CertsCommand {
     Check(CertsCheckArgs),
     /// Re-issue leaf certificates from the same CA and roll out what uses them, one host at a time.
     Renew(CertsRenewArgs),
+    /// Replace a CA with no downtime, as resumable journaled steps: trust old and new (roll),
+    /// re-issue the leaves from the new CA, roll, trust only the new, roll again (run it again
+    /// to resume). Only `etcd` is implemented.
+    RotateCa(CertsRotateCaArgs),
+}
+
+/// Which CA `certs rotate-ca` replaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CaName {
+    Etcd,
+    Kubernetes,
+    FrontProxy,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CertsRotateCaArgs {
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    /// The CA to replace.
+    #[arg(value_enum)]
+    pub ca: CaName,
+    /// Print the steps (and where a rotation in progress stands) and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not ask before restarting members and control-plane components.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -333,6 +362,11 @@ pub struct RecoverArgs {
     /// Print the full plan with the exact commands per host; change nothing.
     #[arg(long)]
     pub dry_run: bool,
+    /// With --dry-run, `json`: `{"decisions", "dataDir", "asideDataDir", "leftOutByMembers",
+    /// "steps": [{"id", "title", "host", "skipWhen", "checkFirst", "acts", "verify", "group",
+    /// "changesCluster"}]}`, the same content as the text.
+    #[arg(short, long, value_enum, default_value_t, requires = "dry_run")]
+    pub output: OutputFormat,
     /// Resume an interrupted run: every step's postcondition is checked again on the hosts.
     #[arg(long, value_name = "RUN")]
     pub resume: Option<String>,

@@ -18,6 +18,9 @@ pub struct HostFacts {
     pub init: String,
     /// Host clock at the probe, nanoseconds since the epoch.
     pub time_ns: i128,
+    /// When the host booted, seconds since the epoch (`btime` in /proc/stat): turns a unit's
+    /// monotonic start time into wall-clock time.
+    pub boot_time: i64,
     /// Whether `sudo -n true` worked (or the user is root).
     pub privileged: bool,
     pub arch: String,
@@ -67,7 +70,43 @@ impl HostFacts {
             .find(|a| a.address == address)
             .map(|a| a.interface.as_str())
     }
+
+    /// When `unit`'s main process started, seconds since the epoch; `None` when it is not
+    /// active or the host did not say.
+    pub fn unit_started(&self, unit: &str) -> Option<i64> {
+        let u = self.units.get(unit).filter(|u| u.active == "active")?;
+        (u.started_monotonic_us > 0 && self.boot_time > 0)
+            .then(|| self.boot_time + (u.started_monotonic_us / 1_000_000) as i64)
+    }
+
+    /// The files among `paths` written after active `unit` started: it still runs what was
+    /// there before, so it must restart even though the files already match (a run that
+    /// uploaded them stopped before the restart). Empty when the unit is not active.
+    ///
+    /// Two seconds of slack: the boot time and the file times are whole seconds, and a restart
+    /// follows its uploads within the same run, so a file newer by less than that is one the
+    /// running process read at its start.
+    pub fn written_after_start<'a>(
+        &self,
+        unit: &str,
+        paths: impl IntoIterator<Item = &'a str>,
+    ) -> Vec<&'a str> {
+        let Some(started) = self.unit_started(unit) else {
+            return vec![];
+        };
+        paths
+            .into_iter()
+            .filter(|p| {
+                self.files
+                    .get(*p)
+                    .is_some_and(|f| f.mtime > started + STALE_SLACK_SECS)
+            })
+            .collect()
+    }
 }
+
+/// See [`HostFacts::written_after_start`].
+pub const STALE_SLACK_SECS: i64 = 2;
 
 /// One address on one interface.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +123,9 @@ pub struct UnitState {
     pub main_pid: u32,
     /// `enabled`, `disabled`, `masked`, … (UnitFileState).
     pub enabled: String,
+    /// When the main process started, microseconds after boot (ExecMainStartTimestampMonotonic;
+    /// 0 when it never started).
+    pub started_monotonic_us: u64,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -92,6 +134,8 @@ pub struct FileState {
     pub mode: u32,
     pub owner: String,
     pub group: String,
+    /// Last modification, seconds since the epoch (0 when unknown).
+    pub mtime: i64,
 }
 
 /// What to ask a host about, besides the fixed facts.
@@ -110,6 +154,7 @@ dd=$1; shift
 echo "os $ID $VERSION_ID"
 echo "init $(cat /proc/1/comm 2>/dev/null)"
 echo "time $(date +%s%N)"
+echo "boot $(awk '/^btime/ {print $2}' /proc/stat 2>/dev/null)"
 echo "arch $(uname -m)"
 if [ "$(id -u)" = 0 ]; then echo "privileged yes"; else echo "privileged no"; fi
 command -v apt-get >/dev/null 2>&1 && echo "apt yes"
@@ -137,11 +182,11 @@ done
 for a in "$@"; do
   case $a in
   u:*) u=${a#u:}
-       s=$(systemctl show "$u" -p ActiveState -p MainPID -p UnitFileState 2>/dev/null | tr '\n' ' ')
+       s=$(systemctl show "$u" -p ActiveState -p MainPID -p UnitFileState -p ExecMainStartTimestampMonotonic 2>/dev/null | tr '\n' ' ')
        echo "unit $u $s" ;;
   f:*) p=${a#f:}
        if [ -f "$p" ]; then
-         echo "file $p $(sha256sum "$p" | cut -d' ' -f1) $(stat -c '%a %U %G' "$p")"
+         echo "file $p $(sha256sum "$p" | cut -d' ' -f1) $(stat -c '%a %U %G %Y' "$p")"
          head -n 3 "$p" | grep -q 'Managed by hactl' || echo "foreign $p"
        fi ;;
   b:*) b=${a#b:}; w=$(command -v "$b" 2>/dev/null) && echo "bin $b $w" ;;
@@ -207,6 +252,7 @@ pub fn parse(text: &str) -> HostFacts {
             }
             "init" => f.init = rest.join(" "),
             "time" => f.time_ns = rest.first().and_then(|t| t.parse().ok()).unwrap_or(0),
+            "boot" => f.boot_time = rest.first().and_then(|t| t.parse().ok()).unwrap_or(0),
             "arch" => f.arch = rest.join(" "),
             "privileged" => f.privileged = rest.first() == Some(&"yes"),
             "apt" => f.apt = true,
@@ -227,6 +273,7 @@ pub fn parse(text: &str) -> HostFacts {
                         mode: u32::from_str_radix(mode, 8).unwrap_or(0),
                         owner: owner.to_string(),
                         group: group.to_string(),
+                        mtime: 0,
                     });
                 }
             }
@@ -263,6 +310,9 @@ pub fn parse(text: &str) -> HostFacts {
                             Some(("ActiveState", v)) => u.active = v.to_string(),
                             Some(("MainPID", v)) => u.main_pid = v.parse().unwrap_or(0),
                             Some(("UnitFileState", v)) => u.enabled = v.to_string(),
+                            Some(("ExecMainStartTimestampMonotonic", v)) => {
+                                u.started_monotonic_us = v.parse().unwrap_or(0)
+                            }
                             _ => {}
                         }
                     }
@@ -275,7 +325,7 @@ pub fn parse(text: &str) -> HostFacts {
                 }
             }
             "file" => {
-                if let [path, sha, mode, owner, group] = rest.as_slice() {
+                if let [path, sha, mode, owner, group, mtime @ ..] = rest.as_slice() {
                     f.files.insert(
                         path.to_string(),
                         FileState {
@@ -283,6 +333,7 @@ pub fn parse(text: &str) -> HostFacts {
                             mode: u32::from_str_radix(mode, 8).unwrap_or(0),
                             owner: owner.to_string(),
                             group: group.to_string(),
+                            mtime: mtime.first().and_then(|m| m.parse().ok()).unwrap_or(0),
                         },
                     );
                 }
@@ -344,6 +395,29 @@ kubeversion kube-apiserver Kubernetes v1.31.4\naddr lo 127.0.0.1/8\naddr host0 1
             (status.version.as_str(), status.header.member_id, status.leader),
             ("3.4.23", 7, 7)
         );
+    }
+
+    #[test]
+    fn files_written_after_a_unit_started_are_reported_beyond_the_slack() {
+        // Booted at 1000; etcd started 500 s after boot (1500); kube-apiserver is stopped.
+        let text = "boot 1000\n\
+unit etcd.service ActiveState=active MainPID=412 UnitFileState=enabled ExecMainStartTimestampMonotonic=500000000\n\
+unit kube-apiserver.service ActiveState=inactive MainPID=0 UnitFileState=enabled ExecMainStartTimestampMonotonic=0\n\
+file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /peer.crt cc 644 root root 1503\n";
+        let f = parse(text);
+        assert_eq!(f.boot_time, 1000);
+        assert_eq!(f.unit_started("etcd.service"), Some(1500));
+        assert_eq!(f.files["/bin/etcd"].mtime, 1400);
+        assert_eq!(
+            f.written_after_start("etcd.service", ["/bin/etcd", "/ca.crt", "/peer.crt", "/missing"]),
+            ["/peer.crt"],
+            "written before the start, or within the slack, does not count"
+        );
+        assert_eq!(f.unit_started("kube-apiserver.service"), None);
+        assert!(f
+            .written_after_start("kube-apiserver.service", ["/peer.crt"])
+            .is_empty());
+        assert!(f.written_after_start("absent.service", ["/peer.crt"]).is_empty());
     }
 
     #[test]

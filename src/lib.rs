@@ -49,6 +49,7 @@ pub mod plan;
 pub mod recover;
 pub mod render;
 pub mod replace;
+pub mod rotate_ca;
 pub mod snapshot;
 pub mod ssh;
 pub mod state;

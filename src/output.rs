@@ -1,12 +1,117 @@
 //! Logs and progress on stderr; data on stdout.
 //!
-//! Invariant: nothing here prints to stdout, so `-o json` output stays parseable.
+//! Invariants: nothing here prints to stdout, so `-o json` output stays parseable. Progress bars
+//! exist only when stderr is a terminal; everywhere else (files, pipes, CI logs, journald) no bar
+//! is created, so stderr carries the plain log lines alone, byte for byte as without bars, and no
+//! escape code. On a terminal every bar belongs to one [`MultiProgress`] and each log line is
+//! written with the bars hidden, so a line never lands inside a bar.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tracing_subscriber::EnvFilter;
+
+/// A bar or spinner for counted work: `⠋  12s <message>` where the message comes from
+/// [`counter_line`].
+pub const COUNTER_TEMPLATE: &str = "{spinner} {elapsed:>4} {wide_msg}";
+/// A byte transfer of known size.
+pub const TRANSFER_TEMPLATE: &str = "{msg} {wide_bar} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}";
+/// A byte transfer of unknown size (an etcd snapshot stream).
+pub const STREAM_TEMPLATE: &str = "{spinner} {msg} {bytes} {binary_bytes_per_sec} {elapsed}";
+
+/// Whether progress bars are drawn: only when stderr is a terminal.
+pub fn bars_allowed() -> bool {
+    std::io::stderr().is_terminal()
+}
+
+/// The one set of bars on a terminal; `None` elsewhere.
+fn bars() -> Option<&'static MultiProgress> {
+    static BARS: OnceLock<Option<MultiProgress>> = OnceLock::new();
+    BARS.get_or_init(|| bars_allowed().then(|| MultiProgress::with_draw_target(ProgressDrawTarget::stderr())))
+        .as_ref()
+}
+
+/// Adds a bar to the set with its template; `None` off a terminal.
+fn new_bar(bar: ProgressBar, template: &str) -> Option<ProgressBar> {
+    let bars = bars()?;
+    bar.set_style(ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()));
+    Some(bars.add(bar))
+}
+
+/// `<prefix> [pos/len] <what>`: the message of a counted bar (a host's steps in `up`, a
+/// recover's steps, the phases of a plan). `pos` is the step under way, counted from 1.
+pub fn counter_line(prefix: &str, pos: u64, len: u64, what: &str) -> String {
+    let width = len.to_string().len();
+    let head = format!("[{pos:>width$}/{len}] {what}");
+    if prefix.is_empty() {
+        head
+    } else {
+        format!("{prefix} {head}")
+    }
+}
+
+/// Counted work on a terminal: a spinner with the elapsed time and `<prefix> [n/len] <what>`.
+/// Off a terminal it does nothing at all (the log lines say the same). Cheap to clone: clones
+/// share the bar.
+#[derive(Clone)]
+pub struct Counter {
+    bar: Option<ProgressBar>,
+    prefix: String,
+    len: u64,
+}
+
+impl Counter {
+    pub fn new(prefix: impl Into<String>, len: usize) -> Counter {
+        let len = len as u64;
+        let prefix = prefix.into();
+        let bar = new_bar(ProgressBar::new(len), COUNTER_TEMPLATE);
+        if let Some(bar) = &bar {
+            bar.enable_steady_tick(Duration::from_millis(120));
+            bar.set_message(counter_line(&prefix, 0, len, "waiting"));
+        }
+        Counter { bar, prefix, len }
+    }
+    /// Shows `what` as the step under way (the next one after those finished).
+    pub fn start(&self, what: &str) {
+        if let Some(bar) = &self.bar {
+            let pos = (bar.position() + 1).min(self.len);
+            bar.set_message(counter_line(&self.prefix, pos, self.len, what));
+        }
+    }
+    /// One step finished.
+    pub fn inc(&self) {
+        if let Some(bar) = &self.bar {
+            bar.inc(1);
+        }
+    }
+    /// Removes the bar from the terminal.
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+            if let Some(bars) = bars() {
+                bars.remove(bar);
+            }
+        }
+    }
+}
+
+/// The log's writer: stderr, with the bars hidden while a line is written on a terminal.
+struct LogWriter;
+
+impl Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match bars() {
+            Some(bars) => bars.suspend(|| std::io::stderr().write_all(buf))?,
+            None => std::io::stderr().write_all(buf)?,
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
 
 /// Whether stderr may carry colour and other escape codes: only on a terminal, and never when
 /// `NO_COLOR` is set to anything non-empty (no-color.org). Files, pipes, CI logs and journald
@@ -38,7 +143,7 @@ pub fn init_logging(verbose: u8, quiet: bool) {
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(format!("hactl={level},warn")));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| LogWriter)
         .with_ansi(stderr_colour())
         .with_target(false)
         .without_time()
@@ -53,18 +158,16 @@ pub struct Progress {
 impl Progress {
     pub fn new(message: impl Into<String>) -> Progress {
         let message = message.into();
-        if std::io::stderr().is_terminal() {
-            let bar = ProgressBar::new_spinner();
-            bar.set_style(
-                ProgressStyle::with_template("{spinner} {elapsed:>4} {msg}")
-                    .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-            );
-            bar.enable_steady_tick(Duration::from_millis(120));
-            bar.set_message(message);
-            Progress { bar: Some(bar) }
-        } else {
-            eprintln!("{message}");
-            Progress { bar: None }
+        match new_bar(ProgressBar::new_spinner(), "{spinner} {elapsed:>4} {msg}") {
+            Some(bar) => {
+                bar.enable_steady_tick(Duration::from_millis(120));
+                bar.set_message(message);
+                Progress { bar: Some(bar) }
+            }
+            None => {
+                eprintln!("{message}");
+                Progress { bar: None }
+            }
         }
     }
     /// A line above the spinner (or a plain line).
@@ -96,36 +199,40 @@ pub struct Transfer {
     label: String,
     started: std::time::Instant,
     bytes: u64,
+    /// Print the summary line at the end (false for [`Transfer::bar_only`]).
+    summary: bool,
 }
 
 impl Transfer {
+    /// Prints `label` off a terminal, and its summary at [`Transfer::finish`].
     pub fn new(label: impl Into<String>, total: Option<u64>) -> Transfer {
+        let mut t = Transfer::bar_only(label, total);
+        t.summary = true;
+        if t.bar.is_none() {
+            eprintln!("{}", t.label);
+        }
+        t
+    }
+    /// A bar on a terminal and nothing at all elsewhere, not even at [`Transfer::finish`] (for
+    /// callers that log the transfer themselves: `etcd snapshot save`).
+    pub fn bar_only(label: impl Into<String>, total: Option<u64>) -> Transfer {
         let label = label.into();
-        let bar = if std::io::stderr().is_terminal() {
-            let (bar, template) = match total {
-                Some(n) => (
-                    ProgressBar::new(n),
-                    "{msg} {wide_bar} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}",
-                ),
-                None => (
-                    ProgressBar::new_spinner(),
-                    "{spinner} {msg} {bytes} {binary_bytes_per_sec}",
-                ),
-            };
-            bar.set_style(
-                ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar()),
-            );
-            bar.set_message(label.clone());
-            Some(bar)
-        } else {
-            eprintln!("{label}");
-            None
+        let bar = match total {
+            Some(n) => new_bar(ProgressBar::new(n), TRANSFER_TEMPLATE),
+            None => new_bar(ProgressBar::new_spinner(), STREAM_TEMPLATE),
         };
+        if let Some(bar) = &bar {
+            bar.set_message(label.clone());
+            if total.is_none() {
+                bar.enable_steady_tick(Duration::from_millis(120));
+            }
+        }
         Transfer {
             bar,
             label,
             started: std::time::Instant::now(),
             bytes: 0,
+            summary: false,
         }
     }
     pub fn inc(&mut self, n: u64) {
@@ -139,10 +246,12 @@ impl Transfer {
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }
-        eprintln!(
-            "{}",
-            transfer_summary(&self.label, self.bytes, self.started.elapsed())
-        );
+        if self.summary {
+            eprintln!(
+                "{}",
+                transfer_summary(&self.label, self.bytes, self.started.elapsed())
+            );
+        }
     }
 }
 
@@ -166,6 +275,46 @@ mod tests {
         assert!(!colour_allowed(true, Some(OsStr::new("1"))));
         assert!(!colour_allowed(false, None));
         assert!(!colour_allowed(false, Some(OsStr::new("1"))));
+    }
+
+    #[test]
+    fn a_counter_line_names_the_step_under_way_of_how_many() {
+        assert_eq!(
+            counter_line("cp1", 3, 12, "run systemctl restart etcd"),
+            "cp1 [ 3/12] run systemctl restart etcd"
+        );
+        assert_eq!(
+            counter_line("", 2, 7, "phase Start etcd"),
+            "[2/7] phase Start etcd"
+        );
+        assert_eq!(
+            counter_line("recover", 0, 140, "waiting"),
+            "recover [  0/140] waiting"
+        );
+    }
+
+    #[test]
+    fn the_bar_templates_parse() {
+        for t in [COUNTER_TEMPLATE, TRANSFER_TEMPLATE, STREAM_TEMPLATE] {
+            assert!(ProgressStyle::with_template(t).is_ok(), "{t}");
+        }
+    }
+
+    #[test]
+    fn off_a_terminal_a_counter_and_a_bar_only_transfer_draw_nothing() {
+        // `cargo test` captures stderr through a pipe: no terminal.
+        if bars_allowed() {
+            println!("SKIPPED off_a_terminal_...: stderr is a terminal here");
+            return;
+        }
+        let c = Counter::new("cp1", 3);
+        c.start("x");
+        c.inc();
+        c.finish();
+        assert!(c.bar.is_none());
+        let mut t = Transfer::bar_only("snapshot", None);
+        t.inc(10);
+        assert!(t.bar.is_none() && !t.summary);
     }
 
     #[test]

@@ -163,9 +163,11 @@ pub fn part_path(path: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Creates a new 0600 file exclusively (`O_CREAT|O_EXCL|O_NOFOLLOW`): a symlink planted at
-/// `path` (to make hactl write a snapshot through it, or truncate what it points to) is refused,
-/// never followed, and nothing that exists is truncated. A leftover regular file (the `.part` of
+/// Creates a new 0600 file exclusively (`O_CREAT|O_EXCL`): a symlink planted at `path` (to make
+/// hactl write a snapshot through it, or truncate what it points to) is refused, never followed,
+/// and nothing that exists is truncated. With `O_CREAT|O_EXCL` a symlink in the last component
+/// counts as existing, dangling or not (POSIX `open`), so `O_NOFOLLOW` would add nothing (and
+/// needs the `libc` crate for its value). A leftover regular file (the `.part` of
 /// a crashed run) is removed first; removing a name never follows a link either.
 pub fn create_private(path: &Path) -> std::io::Result<fs_err::File> {
     use fs_err::os::unix::fs::OpenOptionsExt;
@@ -177,7 +179,6 @@ pub fn create_private(path: &Path) -> std::io::Result<fs_err::File> {
     fs_err::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .custom_flags(libc::O_NOFOLLOW)
         .mode(0o600)
         .open(path)
 }

@@ -17,6 +17,8 @@ fn usage_errors_exit_64_and_help_and_version_exit_0() {
         &["no-such-command"],
         &["status", "--no-such-flag"],
         &["recover", "--auto", "--accept-data-loss-window", "1w"],
+        // `-o json` is for the dry run's plan only.
+        &["recover", "--auto", "-o", "json"],
         &[],
     ] {
         let out = hactl(args);

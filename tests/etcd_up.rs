@@ -373,14 +373,84 @@ fn a_power_cut_during_a_config_rollout_stops_it_and_quorum_holds() {
     assert_eq!(got.trim(), "ok");
 }
 
+/// Sets `spec.etcd.dataDir` in the lab's inventory (which has an `etcd` section already).
+fn set_data_dir(inventory: &Path, dir: &str) {
+    let text = std::fs::read_to_string(inventory).unwrap();
+    let after = text.split_once("\nspec:\n").expect("a spec section").1;
+    let indent: String = after.chars().take_while(|c| *c == ' ').collect();
+    let section = format!("\n{indent}etcd:\n");
+    assert!(text.contains(&section), "no etcd section in:\n{text}");
+    let block = format!("{section}{indent}{indent}dataDir: {dir}\n");
+    std::fs::write(inventory, text.replacen(&section, &block, 1)).unwrap();
+}
+
+fn exists(lab: &TestLab, host: &str, path: &str) -> bool {
+    lab.exec(host, &["test", "-e", path]).status.success()
+}
+
+fn is_active(lab: &TestLab, host: &str, unit: &str) -> bool {
+    lab.exec(host, &["systemctl", "is-active", "--quiet", unit])
+        .status
+        .success()
+}
+
+/// Issue 13: the data-directory rule on the hosts (points 1 and 5) and `reset` on every role.
 #[test]
-fn reset_stops_etcd_and_moves_the_data_dir_aside() {
-    let Some(lab) = TestLab::up("reset_stops_etcd_and_moves_the_data_dir_aside", 3, 0, 0, "trixie") else {
+fn reset_stops_and_removes_what_hactl_installed_on_every_role() {
+    let Some(lab) = TestLab::up("reset_every_role", 3, 2, 0, "trixie") else {
         return;
     };
     let inv = lab.inventory().to_str().unwrap().to_string();
+    // cp2's data dir holds a file that is not etcd's: `up` refuses it and leaves it.
+    lab.exec_ok(
+        "cp2",
+        &[
+            "sh",
+            "-c",
+            "mkdir -p -m 755 /srv/etcd && echo keep > /srv/etcd/precious",
+        ],
+    );
+    set_data_dir(lab.inventory(), "/srv/etcd");
+    let out = hactl(&["up", "-i", &inv, "--yes"]);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains(
+            "refusing to take /srv/etcd as etcd's data dir: it holds files but no etcd member/ (precious)"
+        ),
+        "{}",
+        text(&out)
+    );
+    // `reset` refuses too, before it changes anything on any host, and names the directory.
+    let out = hactl(&["reset", "-i", &inv, "--yes"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    for want in [
+        "refusing to move /srv/etcd aside: it holds files but no etcd member/ (precious)",
+        "rule: hactl creates, chmods or moves a data dir only when it is missing, empty or holds etcd's member/",
+        "then run hactl reset again",
+        "nothing was changed on any host",
+    ] {
+        assert!(text(&out).contains(want), "lacks {want}: {}", text(&out));
+    }
+    assert_eq!(lab.exec_ok("cp2", &["cat", "/srv/etcd/precious"]).trim(), "keep");
+    assert_eq!(
+        lab.exec_ok("cp2", &["stat", "-c", "%a %U", "/srv/etcd"]).trim(),
+        "755 root"
+    );
+    for h in ["cp1", "cp3"] {
+        assert!(
+            exists(&lab, h, "/srv/etcd"),
+            "{h}: reset moved a data dir after refusing"
+        );
+    }
+
+    // Emptied, the directory is taken; the whole cluster comes up, load balancers included.
+    lab.exec_ok("cp2", &["mv", "/srv/etcd/precious", "/root/precious"]);
     up_ok(lab.inventory());
     lab.exec_ok("cp1", &["hactl-etcdctl", "put", "/keep", "me"]);
+    for h in ["lb1", "lb2"] {
+        assert!(is_active(&lab, h, "keepalived.service") && is_active(&lab, h, "haproxy.service"));
+        assert!(exists(&lab, h, "/etc/haproxy/haproxy.cfg.hactl-orig"), "{h}");
+    }
     let no_tty = hactl(&["reset", "-i", &inv]);
     assert_eq!(
         no_tty.status.code(),
@@ -388,32 +458,63 @@ fn reset_stops_etcd_and_moves_the_data_dir_aside() {
         "reset without --yes and no terminal must ask: {}",
         text(&no_tty)
     );
+    // A fence an interrupted operation left on cp3 goes with the rest.
+    let fence = "/etc/systemd/system/etcd.service.d/hactl-fence.conf";
+    lab.exec_ok(
+        "cp3",
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "mkdir -p {d} && printf '[Unit]\\nAssertPathExists=!{fence}\\n' > {fence}",
+                d = "/etc/systemd/system/etcd.service.d"
+            ),
+        ],
+    );
     let out = hactl(&["reset", "-i", &inv, "--yes"]);
     assert!(out.status.success(), "{}", text(&out));
+    assert!(!exists(&lab, "cp3", fence), "cp3: the fence stayed after reset");
     for h in ["cp1", "cp2", "cp3"] {
+        assert!(!is_active(&lab, h, "etcd.service"), "{h}: etcd runs");
+        for gone in [
+            "/etc/systemd/system/etcd.service",
+            "/etc/hactl/pki/etcd/server.key",
+            "/etc/hactl/pki/etcd/client.key",
+            "/srv/etcd",
+        ] {
+            assert!(!exists(&lab, h, gone), "{h}: {gone} is still there");
+        }
+        let aside = lab.exec_ok(h, &["sh", "-c", "ls -d /srv/etcd.hactl-reset-*/member"]);
         assert!(
-            !lab.exec(h, &["systemctl", "is-active", "etcd.service"])
-                .status
-                .success(),
-            "{h}: etcd runs"
-        );
-        assert!(!lab
-            .exec(h, &["test", "-e", "/etc/systemd/system/etcd.service"])
-            .status
-            .success());
-        assert!(
-            !lab.exec(h, &["test", "-e", "/var/lib/etcd"]).status.success(),
-            "{h}: data dir still in place"
-        );
-        let aside = lab.exec_ok(h, &["sh", "-c", "ls -d /var/lib/etcd.hactl-reset-*/member"]);
-        assert!(
-            aside.contains("/var/lib/etcd.hactl-reset-"),
+            aside.contains("/srv/etcd.hactl-reset-"),
             "{h}: data not kept: {aside}"
         );
     }
+    for h in ["lb1", "lb2"] {
+        for unit in ["keepalived.service", "haproxy.service"] {
+            assert!(!is_active(&lab, h, unit), "{h}: {unit} runs");
+        }
+        for gone in [
+            "/etc/keepalived/keepalived.conf",
+            "/etc/haproxy/haproxy.cfg.hactl-orig",
+            "/usr/local/sbin/hactl-haproxy",
+            "/usr/local/sbin/hactl-check-haproxy",
+            "/etc/sysctl.d/90-hactl-load-balancer.conf",
+        ] {
+            assert!(!exists(&lab, h, gone), "{h}: {gone} is still there");
+        }
+        // The distribution's haproxy.cfg is back in place of hactl's.
+        let cfg = lab.exec_ok(h, &["cat", "/etc/haproxy/haproxy.cfg"]);
+        assert!(!cfg.contains("hactl"), "{h}: hactl's haproxy.cfg stayed:\n{cfg}");
+        assert!(cfg.contains("global"), "{h}: {cfg}");
+    }
     let again = hactl(&["reset", "-i", &inv, "--yes"]);
     assert!(again.status.success(), "{}", text(&again));
-    assert!(String::from_utf8_lossy(&again.stdout).contains("no changes"));
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("no changes"),
+        "{}",
+        text(&again)
+    );
 }
 
 #[test]

@@ -10,15 +10,17 @@
 
 #[path = "support/lab.rs"]
 mod lab_support;
+#[path = "support/writer.rs"]
+mod writer_support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hactl::inventory::raw::{RawInventory, RawSourceKind};
 use lab_support::{eventually, TestLab};
+use writer_support::VipWriter;
 
 const TARGET: &str = "3.5.16";
 
@@ -157,53 +159,16 @@ fn a_bookworm_cluster_upgrades_from_etcd_3_4_to_3_5_under_a_writer_through_the_v
     );
 
     // A writer through VIP:2379 from lb1 would need etcdctl there; cp3's etcdctl speaks to the VIP.
-    let vip = lab.lab().vip.to_string();
     let lab = Arc::new(lab);
-    let stop = Arc::new(AtomicBool::new(false));
-    let (writes, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let writer = {
-        let (lab, stop, writes, failed) = (lab.clone(), stop.clone(), writes.clone(), failed.clone());
-        std::thread::spawn(move || {
-            let endpoint = format!("--endpoints=https://{vip}:2379");
-            let mut i = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                i += 1;
-                let o = lab.exec(
-                    "cp3",
-                    &[
-                        "/usr/local/sbin/hactl-etcdctl",
-                        &endpoint,
-                        "--command-timeout=3s",
-                        "put",
-                        &format!("upgrade-writer/{}", i % 64),
-                        &i.to_string(),
-                    ],
-                );
-                writes.fetch_add(1, Ordering::Relaxed);
-                if !o.status.success() {
-                    failed.fetch_add(1, Ordering::Relaxed);
-                    eprintln!("writer: {}", String::from_utf8_lossy(&o.stderr));
-                }
-            }
-        })
-    };
-    struct StopOnDrop(Arc<AtomicBool>);
-    impl Drop for StopOnDrop {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Relaxed);
-        }
-    }
-    let _guard = StopOnDrop(stop.clone());
+    let writer = VipWriter::start(lab.clone(), "cp3", "upgrade-writer");
     std::thread::sleep(Duration::from_secs(2));
 
     let started = Instant::now();
     let o = hactl(&inv, &["up", "--yes"]);
     let took = started.elapsed();
     std::thread::sleep(Duration::from_secs(2));
-    stop.store(true, Ordering::Relaxed);
-    writer.join().unwrap();
+    let (w, f) = writer.stop();
     assert!(o.status.success(), "the upgrade failed");
-    let (w, f) = (writes.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
     eprintln!(
         "etcd 3.4.23 -> {TARGET} on 3 members: hactl up took {:.1} s; writer through the VIP: {w} writes, {f} failed",
         took.as_secs_f64()

@@ -144,7 +144,12 @@ fn bad_inventories_report_every_problem_with_its_place() {
         (
             "vip not an address",
             edit(&[("address: 192.168.56.100", "address: vip.lan")]),
-            vec!["lab.yaml: vip.address: \"vip.lan\" is not an IP address: write a free IPv4 or IPv6 address in the load balancers' subnet".into()],
+            vec!["lab.yaml: vip.address: \"vip.lan\" is not an IP address: write a free IPv4 or IPv6 address in the load balancers' subnet (keepalived holds an address, not a name, and the apiserver certificates carry it as an IP SAN); `getent hosts vip.lan` prints what it resolves to here".into()],
+        ),
+        (
+            "vip with a prefix length",
+            edit(&[("address: 192.168.56.100", "address: 192.168.56.100/24")]),
+            vec!["lab.yaml: vip.address: \"192.168.56.100/24\" is not an IP address: write a free IPv4 or IPv6 address in the load balancers' subnet (keepalived holds an address, not a name, and the apiserver certificates carry it as an IP SAN)".into()],
         ),
         (
             "router id 0",
@@ -192,7 +197,7 @@ fn bad_inventories_report_every_problem_with_its_place() {
         (
             "bastion by host name",
             edit(&[("    agent: true\n", "    agent: true\n    bastion: { address: jump.example.com }\n")]),
-            vec!["lab.yaml: ssh.bastion.address: \"jump.example.com\" is not an IP address: write the bastion's IPv4 or IPv6 address (hactl does not resolve names: every address it connects to is written in the inventory, so a DNS change cannot redirect it)".into()],
+            vec!["lab.yaml: ssh.bastion.address: \"jump.example.com\" is not an IP address: write the bastion's IPv4 or IPv6 address (hactl does not resolve names: every address it connects to is written in the inventory, so a DNS change cannot redirect it); `getent hosts jump.example.com` prints what it resolves to here".into()],
         ),
         (
             "bad etcd version",
@@ -242,7 +247,12 @@ fn bad_inventories_report_every_problem_with_its_place() {
         (
             "address is a host name",
             edit(&[("address: 192.168.56.11", "address: cp1.lan")]),
-            vec!["lab.yaml: hosts[0].address: \"cp1.lan\" is not an IP address: write the host's IPv4 or IPv6 address (hactl does not resolve names: etcd's URLs, the certificates' IP SANs, HAProxy's backends and keepalived's peers are written with it, and a name that later resolved elsewhere would break them)".into()],
+            vec!["lab.yaml: hosts[0].address: \"cp1.lan\" is not an IP address: write the host's IPv4 or IPv6 address (hactl does not resolve names: etcd's URLs, the certificates' IP SANs, HAProxy's backends and keepalived's peers are written with it, and a name that later resolved elsewhere would break them); `getent hosts cp1.lan` prints what it resolves to here".into()],
+        ),
+        (
+            "address is not a valid IP",
+            edit(&[("address: 192.168.56.11", "address: 192.168.56.311")]),
+            vec!["lab.yaml: hosts[0].address: \"192.168.56.311\" is not an IP address: write the host's IPv4 or IPv6 address (hactl does not resolve names: etcd's URLs, the certificates' IP SANs, HAProxy's backends and keepalived's peers are written with it, and a name that later resolved elsewhere would break them)".into()],
         ),
         (
             "bad role and duplicate role",

@@ -2,7 +2,10 @@
 //! `HACTL_KUBE_BIN_DIR`, or of the cache `scripts/kube-binaries.sh` builds; never skipped as
 //! root): R1 stops the apiservers before etcd, R5 starts them again, the objects of the snapshot
 //! come back through the VIP (the Secret decrypted with the cluster's encryption key) and the
-//! later ones are gone, the Leases are taken again, and `up` has nothing to do.
+//! later ones are gone, the Leases are taken again, and `up` has nothing to do. The state
+//! directory is lost with the members and rebuilt from the snapshot's bundle first, so the
+//! Secret read through the VIP proves the bundle holds what decrypts it. Last, `reset` stops and
+//! removes the control plane, etcd and the load balancers.
 
 #[path = "support/kube.rs"]
 mod kube_support;
@@ -59,8 +62,41 @@ fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
         "cp1 did not notice the lost quorum"
     );
 
+    // The state directory is lost too (issue 13, point 2): it is rebuilt from the bundle written
+    // beside the snapshot and the identity kept apart, and the recover runs from that.
+    let bundle = snap.with_extension("bundle.age");
+    assert!(bundle.is_file(), "no bundle beside {}", snap.display());
+    let identity = tmp.path().join("identity.txt");
+    std::fs::copy(k.state.join("backup-identity.txt"), &identity).unwrap();
+    let config = hactl::kubernetes::files::ENCRYPTION_CONFIG;
+    let sha = |h: &str| k.lab.exec_ok(h, &["sha256sum", config]);
+    let config_before = sha("cp1");
+    let lost = k.state.with_extension("lost");
+    std::fs::rename(&k.state, &lost).unwrap();
+    let restored = k.hactl_ok(&[
+        "etcd",
+        "snapshot",
+        "restore-bundle",
+        bundle.to_str().unwrap(),
+        "--identity",
+        identity.to_str().unwrap(),
+    ]);
+    assert!(restored.contains("encryption-key"), "{restored}");
+
     let out = k.hactl(&["recover", "--from-snapshot", snap.to_str().unwrap(), "--yes"]);
     assert!(out.status.success(), "recover failed: {}", text(&out));
+    // As on new hosts, the control planes lose their encryption config: `up` writes it again
+    // from the restored key (it re-issues the leaves the lost state held, from the same CAs, and
+    // writes the admin kubeconfig), and it must be the same file.
+    for h in k.control_planes() {
+        k.lab.exec_ok(&h, &["rm", "-f", config]);
+    }
+    k.hactl_ok(&["up", "--yes"]);
+    assert_eq!(
+        sha("cp1"),
+        config_before,
+        "the encryption config differs after the restore"
+    );
 
     // R1.2 (apiservers and controllers stopped) on every host before any R1.3 (etcd stopped);
     // R5.2 started every apiserver again.
@@ -130,4 +166,37 @@ fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
     let again = k.hactl(&["up", "--yes"]);
     assert!(again.status.success(), "{}", text(&again));
     assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), "no changes");
+
+    // `reset` on every role (issue 13, point 5): the control plane stops and its secrets go.
+    k.hactl_ok(&["reset", "--yes"]);
+    let exists = |h: &str, p: &str| k.lab.exec(h, &["test", "-e", p]).status.success();
+    for h in k.control_planes() {
+        for unit in [
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "etcd",
+        ] {
+            let active = k.lab.exec(&h, &["systemctl", "is-active", "--quiet", unit]);
+            assert!(!active.status.success(), "{h}: {unit} runs after reset");
+        }
+        for gone in [
+            hactl::kubernetes::files::CA_KEY,
+            hactl::kubernetes::files::SA_KEY,
+            hactl::kubernetes::files::ENCRYPTION_CONFIG,
+            hactl::kubernetes::files::ETCD_CLIENT_KEY,
+            "/etc/systemd/system/kube-apiserver.service",
+            "/usr/local/bin/kube-apiserver",
+        ] {
+            assert!(!exists(&h, gone), "{h}: {gone} is still there after reset");
+        }
+    }
+    for h in ["lb1", "lb2"] {
+        assert!(
+            !exists(h, "/etc/keepalived/keepalived.conf"),
+            "{h}: keepalived.conf stays"
+        );
+        let active = k.lab.exec(h, &["systemctl", "is-active", "--quiet", "haproxy"]);
+        assert!(!active.status.success(), "{h}: HAProxy runs after reset");
+    }
 }

@@ -302,7 +302,8 @@ fn every_certificate_a_flag_or_kubeconfig_names_is_uploaded_and_fits() {
                     );
                     assert_eq!(
                         cert(f("kubelet-client-certificate")).subject_organizations,
-                        ["system:masters"]
+                        [hactl::kubernetes::rbac::KUBELET_CLIENT_GROUP],
+                        "the kubelet client is bound by RBAC, not system:masters"
                     );
                     // Service-account keys are one pair.
                     assert_eq!(
@@ -426,6 +427,7 @@ fn converged(uploads: &[Upload], version: &str) -> HostFacts {
                 mode: u.mode,
                 owner: u.owner.clone(),
                 group: u.group.clone(),
+                mtime: 0,
             },
         );
     }
@@ -436,6 +438,7 @@ fn converged(uploads: &[Upload], version: &str) -> HostFacts {
                 active: "active".into(),
                 main_pid: 100,
                 enabled: "enabled".into(),
+                started_monotonic_us: 0,
             },
         );
         f.kube_versions
@@ -603,4 +606,72 @@ fn package_source_and_version_skew_are_refused_with_the_fix() {
         err.contains("etcd 3.4.23 on cp3 is not supported with Kubernetes 1.31.4"),
         "{err}"
     );
+}
+
+/// CIS hardening (issue 13, point 6): the TLS floor and cipher list on every component that
+/// serves TLS, the kubelet CA and anonymous auth on the apiserver, the terminated-pod threshold
+/// on the controller-manager; and every unit sandboxed. The lab test
+/// `kubernetes_hardening.rs` proves the same on a real apiserver.
+#[test]
+fn every_component_serves_tls_12_with_aead_ciphers_and_its_unit_is_sandboxed() {
+    let inv = example();
+    let (_tmp, pki) = fixture_pki(&inv);
+    let up = host_uploads(&inv, &pki, "cp1");
+    let aead = "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,\
+                TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384";
+    for c in Component::ALL {
+        let unit = text(&up[&c.unit_path()]);
+        let flags = flag_map(&unit);
+        let name = c.binary();
+        assert_eq!(
+            flags.get("tls-min-version").map(String::as_str),
+            Some("VersionTLS12"),
+            "{name}"
+        );
+        assert_eq!(
+            flags.get("tls-cipher-suites").map(String::as_str),
+            Some(aead),
+            "{name}"
+        );
+        for suite in aead.split(',') {
+            assert!(
+                suite.starts_with("TLS_ECDHE_") && suite.contains("_GCM_"),
+                "{suite}"
+            );
+        }
+        let directives: BTreeMap<&str, &str> = unit
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .filter(|(k, _)| !k.starts_with(' ') && !k.starts_with('#'))
+            .collect();
+        for (key, want) in [
+            ("NoNewPrivileges", "yes"),
+            ("ProtectSystem", "strict"),
+            ("ProtectHome", "yes"),
+            ("PrivateTmp", "yes"),
+            ("PrivateDevices", "yes"),
+            ("ProtectKernelTunables", "yes"),
+            ("ProtectKernelModules", "yes"),
+            ("ProtectControlGroups", "yes"),
+            ("RestrictSUIDSGID", "yes"),
+            ("CapabilityBoundingSet", ""),
+        ] {
+            assert_eq!(directives.get(key).copied(), Some(want), "{name}: {key}");
+        }
+        // Nothing is writable but the apiserver's audit log (LogsDirectory=).
+        assert!(!unit.contains("ReadWritePaths="), "{name}");
+        assert_eq!(
+            unit.contains("LogsDirectory=kubernetes"),
+            c == Component::ApiServer,
+            "{name}"
+        );
+    }
+    let api = flag_map(&text(&up[&Component::ApiServer.unit_path()]));
+    assert_eq!(api["kubelet-certificate-authority"], files::CA_CRT);
+    assert_eq!(
+        api["anonymous-auth"], "true",
+        "kept on for HAProxy's /readyz check (README)"
+    );
+    let cm = flag_map(&text(&up[&Component::ControllerManager.unit_path()]));
+    assert_eq!(cm["terminated-pod-gc-threshold"], "1000");
 }

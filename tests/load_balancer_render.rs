@@ -127,6 +127,7 @@ fn converged(fx: &Fixture) -> BTreeMap<String, HostFacts> {
                             mode: u.mode,
                             owner: u.owner.clone(),
                             group: u.group.clone(),
+                            mtime: 0,
                         },
                     );
                 }
@@ -141,6 +142,7 @@ fn converged(fx: &Fixture) -> BTreeMap<String, HostFacts> {
                     active: "active".into(),
                     main_pid: 100,
                     enabled: "enabled".into(),
+                    started_monotonic_us: 0,
                 },
             );
         }

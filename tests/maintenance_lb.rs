@@ -11,14 +11,16 @@
 mod cli_support;
 #[path = "support/lab.rs"]
 mod lab_support;
+#[path = "support/writer.rs"]
+mod writer_support;
 
 use std::process::Output;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use cli_support::hactl_env;
 use lab_support::{eventually, TestLab};
+use writer_support::VipWriter;
 
 fn hactl(inv: &std::path::Path, args: &[&str]) -> Output {
     cli_support::hactl_in(inv, args)
@@ -84,53 +86,9 @@ fn maintenance_drains_haproxy_before_etcd_stops_and_vip_clients_keep_writing() {
         )));
     }
 
-    // A writer through VIP:2379 from cp2 with the health-check client certificate.
-    let vip = lab.lab().vip.to_string();
+    // A writer through VIP:2379 from cp2 with hactl's client certificate.
     let lab = Arc::new(lab);
-    let stop = Arc::new(AtomicBool::new(false));
-    let (writes, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let writer = {
-        let (lab, stop, writes, failed, vip) = (
-            lab.clone(),
-            stop.clone(),
-            writes.clone(),
-            failed.clone(),
-            vip.clone(),
-        );
-        std::thread::spawn(move || {
-            let endpoint = format!("--endpoints=https://{vip}:2379");
-            let mut i = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                i += 1;
-                let o = lab.exec(
-                    "cp2",
-                    &[
-                        "/usr/local/sbin/hactl-etcdctl",
-                        &endpoint,
-                        "--command-timeout=3s",
-                        "put",
-                        &format!("vip-writer/{}", i % 64),
-                        &i.to_string(),
-                    ],
-                );
-                writes.fetch_add(1, Ordering::Relaxed);
-                if !o.status.success() {
-                    failed.fetch_add(1, Ordering::Relaxed);
-                    eprintln!("writer: {}", String::from_utf8_lossy(&o.stderr));
-                }
-            }
-        })
-    };
-    let finish = |stop: &AtomicBool| {
-        stop.store(true, Ordering::Relaxed);
-    };
-    struct StopOnDrop(Arc<AtomicBool>);
-    impl Drop for StopOnDrop {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Relaxed);
-        }
-    }
-    let _guard = StopOnDrop(stop.clone());
+    let writer = VipWriter::start(lab.clone(), "cp2", "vip-writer");
     std::thread::sleep(Duration::from_secs(2));
 
     // --- C4: start. The order is journaled; HAProxy shows MAINT before etcd stops.
@@ -219,13 +177,10 @@ fn maintenance_drains_haproxy_before_etcd_stops_and_vip_clients_keep_writing() {
     let o = hactl(&inv, &["maintenance", "plan", "cp2"]);
     assert_eq!(o.status.code(), Some(0), "C6: cp1 still holds the budget");
     std::thread::sleep(Duration::from_secs(2));
-    finish(&stop);
-    writer.join().unwrap();
-    let (w, f) = (writes.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    let (w, f) = writer.stop();
     eprintln!("writer through the VIP: {w} writes, {f} failed");
     assert!(w > 5, "the writer barely ran: {w}");
     assert_eq!(f, 0, "writes through the VIP failed during maintenance");
-    drop(_guard);
     if let Ok(lab) = Arc::try_unwrap(lab) {
         lab.down().unwrap();
     }

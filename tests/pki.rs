@@ -193,13 +193,14 @@ fn etcd_server_and_peer_certs_name_their_host_and_serve_and_dial() {
         let peer = strings(&[&address, h, "localhost", "127.0.0.1", "::1"]);
         // Clients dial the VIP's etcd frontend: server certificates carry the VIP, peer ones not.
         let server = strings(&[&address, h, "localhost", "127.0.0.1", "::1", "10.0.0.100"]);
-        for (files, want) in [
-            (pki.etcd_server(h).unwrap(), server),
-            (pki.etcd_peer(h).unwrap(), peer),
+        // Peer certificates share one CN, the only one etcd's peer port admits.
+        for (files, want, cn) in [
+            (pki.etcd_server(h).unwrap(), server, *h),
+            (pki.etcd_peer(h).unwrap(), peer, hactl::etcd::PEER_CN),
         ] {
             let info = info(files);
             assert_eq!(sorted(&info.sans), sorted(&want), "{}", files.cert_path.display());
-            assert_eq!(info.subject_cn, *h);
+            assert_eq!(info.subject_cn, cn);
             assert_eq!(info.ext_key_usages, ["server_auth", "client_auth"]);
             // ECDSA: no Key Encipherment (RFC 5480).
             assert_eq!(info.key_usages, ["digital_signature"]);
@@ -231,7 +232,8 @@ fn client_certs_have_the_expected_subjects_and_client_auth_only() {
             pki.kubernetes_client(KubernetesClient::ApiServerKubeletClient)
                 .unwrap(),
             "kube-apiserver-kubelet-client",
-            &["system:masters"],
+            // A group of its own, bound to system:kubelet-api-admin by RBAC (not system:masters).
+            &["hactl:apiserver-kubelet-client"],
             "hactl kubernetes CA lab",
         ),
         (

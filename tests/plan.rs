@@ -40,6 +40,7 @@ fn fresh_facts(inv: &Inventory) -> BTreeMap<String, HostFacts> {
                     mode: 0o700,
                     owner: "etcd".into(),
                     group: "etcd".into(),
+                    mtime: 0,
                 }),
                 ..HostFacts::default()
             };
@@ -69,6 +70,7 @@ fn converged(
                             mode: u.mode,
                             owner: u.owner.clone(),
                             group: u.group.clone(),
+                            mtime: 0,
                         },
                     );
                 }
@@ -83,6 +85,7 @@ fn converged(
                 active: "active".into(),
                 main_pid: 42,
                 enabled: "enabled".into(),
+                started_monotonic_us: 0,
             },
         );
         f.units.insert(
@@ -91,6 +94,7 @@ fn converged(
                 active: "active".into(),
                 main_pid: 0,
                 enabled: "enabled".into(),
+                started_monotonic_us: 0,
             },
         );
         f.members = Some(members.clone());

@@ -624,6 +624,38 @@ fn recover_needs_attestation_for_an_unreachable_host() {
         is_active(&lab, "cp1"),
         "a service was stopped before the attestation gate"
     );
+    // Issue 13, point 3: a local user takes 127.0.0.1:23790 (where the scratch etcd of R0.4b
+    // listened) first, with an etcd of its own holding a different value. It must not seed the
+    // recovered cluster: the scratch etcd listens only on unix sockets in a 0700 dir.
+    lab.exec_ok(
+        "cp1",
+        &[
+            "sh",
+            "-c",
+            "install -d -o nobody /tmp/squat && cp /usr/bin/etcd /tmp/squat/listener \
+             && systemd-run --unit hactl-test-squatter -p User=nobody -p WorkingDirectory=/tmp/squat \
+             /tmp/squat/listener --name squat --data-dir /tmp/squat/data \
+             --listen-client-urls http://127.0.0.1:23790 --advertise-client-urls http://127.0.0.1:23790 \
+             --listen-peer-urls http://127.0.0.1:23850 --initial-advertise-peer-urls http://127.0.0.1:23850 \
+             --initial-cluster squat=http://127.0.0.1:23850",
+        ],
+    );
+    assert!(
+        eventually(Duration::from_secs(30), || lab
+            .exec(
+                "cp1",
+                &[
+                    "etcdctl",
+                    "--endpoints=http://127.0.0.1:23790",
+                    "put",
+                    "/registry/last",
+                    "squatter"
+                ]
+            )
+            .status
+            .success()),
+        "the squatter etcd did not start"
+    );
     // Attested: recovered without it (A2 from the survivor's data).
     let out = hactl(
         &lab,
@@ -647,6 +679,19 @@ fn recover_needs_attestation_for_an_unreachable_host() {
     }
     let list = ctl_ok(&lab, "cp1", &["member", "list"]);
     assert_eq!(list.lines().count(), 2, "{list}");
+    // The squatter still holds its port and its own value; nothing of it reached the cluster.
+    let squatted = lab.exec_ok(
+        "cp1",
+        &[
+            "etcdctl",
+            "--endpoints=http://127.0.0.1:23790",
+            "get",
+            "/registry/last",
+            "--print-value-only",
+        ],
+    );
+    assert_eq!(squatted.trim(), "squatter");
+    lab.exec("cp1", &["systemctl", "stop", "hactl-test-squatter"]);
     lab.fault("cp3", hactl::lab::Fault::Rejoin);
 }
 
@@ -789,6 +834,108 @@ fn recover_refuses_a_source_older_than_the_accepted_data_loss_window() {
     );
     assert!(out.status.success(), "{}", text(&out));
     assert!(is_active(&lab, "cp1"));
+    // `-o json`: the same plan as data. Two runs differ only in their run ID (and the token and
+    // cluster ID made from it), so with those replaced the JSON's steps are the text's.
+    let table = String::from_utf8_lossy(&out.stdout).to_string();
+    let args = [
+        "recover",
+        "--from-snapshot",
+        snap,
+        "--dry-run",
+        "--accept-data-loss-window",
+        "2d",
+    ];
+    let out = hactl(&lab, &[&args[..], &["-o", "json"]].concat(), &[], None);
+    assert!(out.status.success(), "{}", text(&out));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("recover -o json");
+    let d = &json["decisions"];
+    let run_of = |t: &str| t.split_whitespace().nth(2).unwrap().to_string();
+    let table_run = run_of(table.lines().next().unwrap());
+    let cid_of = |t: &str| {
+        t.split("cluster ID ")
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    // Files that carry the token (etcd-initial.env) hash differently in each run: sha256s too.
+    // The cluster ID is printed in hex and, in the health probes, in decimal.
+    let decimal = |hex: &str| u64::from_str_radix(hex, 16).unwrap().to_string();
+    let table_cid = cid_of(&table);
+    let table = unhash(
+        &table
+            .replace(&table_cid, "CID")
+            .replace(&decimal(&table_cid), "CID")
+            .replace(&table_run, "RUN"),
+    );
+    let json_cid = d["expectedClusterId"].as_str().unwrap();
+    let norm = |v: &serde_json::Value| {
+        unhash(
+            &v.as_str()
+                .unwrap()
+                .replace(json_cid, "CID")
+                .replace(&decimal(json_cid), "CID")
+                .replace(d["run"].as_str().unwrap(), "RUN"),
+        )
+    };
+    assert_eq!(norm(&d["run"]), "RUN");
+    assert!(table.contains(&format!("seed {}", norm(&d["seed"]))), "{table}");
+    assert!(table.contains(&format!("token {}", norm(&d["token"]))), "{table}");
+    assert!(
+        table.contains(&format!("moved aside to {}", norm(&json["asideDataDir"]))),
+        "{table}"
+    );
+    let steps = json["steps"].as_array().unwrap();
+    let ids: Vec<String> = table
+        .lines()
+        .filter_map(|l| l.strip_prefix("[R").and_then(|l| l.split(']').next()))
+        .map(|id| format!("R{id}"))
+        .collect();
+    let json_ids: Vec<String> = steps
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(ids.len() > 10, "{table}");
+    assert_eq!(json_ids, ids);
+    let mut commands = 0;
+    for step in steps {
+        let mut parts: Vec<&serde_json::Value> =
+            vec![&step["skipWhen"], &step["checkFirst"], &step["verify"]];
+        parts.extend(step["acts"].as_array().unwrap());
+        for p in parts {
+            for key in ["command", "description", "path"] {
+                if p[key].is_string() {
+                    commands += 1;
+                    let want = norm(&p[key]);
+                    assert!(
+                        table.contains(&want),
+                        "{want:?} is not in the text plan:\n{table}"
+                    );
+                }
+            }
+        }
+    }
+    assert!(commands > 30, "{commands} commands in {json}");
+    assert!(is_active(&lab, "cp1"));
+}
+
+/// `s` with every run of 64 hex digits (a sha256) replaced by `SHA`.
+fn unhash(s: &str) -> String {
+    let mut out = String::new();
+    let mut run = String::new();
+    for c in s.chars().chain(std::iter::once(' ')) {
+        if c.is_ascii_hexdigit() {
+            run.push(c);
+            continue;
+        }
+        out.push_str(if run.len() == 64 { "SHA" } else { &run });
+        run.clear();
+        out.push(c);
+    }
+    out.pop();
+    out
 }
 
 /// The address of `host` in the lab's inventory.

@@ -1,11 +1,14 @@
-//! `hactl certs check` and `hactl certs renew`: wiring only; the report is `crate::certs`, the
-//! renewal is `pki::ensure_renewing` followed by `up`'s own plan (a re-issued certificate makes
-//! `up` upload it and restart what reads it, one host at a time).
+//! `hactl certs check`, `hactl certs renew` and `hactl certs rotate-ca`: wiring only; the report
+//! is `crate::certs`, the renewal is `pki::ensure_renewing` followed by `up`'s own plan (a
+//! re-issued certificate makes `up` upload it and restart what reads it, one host at a time),
+//! the rotation is `crate::rotate_ca`'s journaled steps with `up`'s plan as each roll.
 
 use anyhow::Context as _;
 use futures::StreamExt;
 
-use crate::cli::{CertsCheckArgs, CertsRenewArgs, OutputFormat, UpArgs};
+use std::sync::Arc;
+
+use crate::cli::{CaName, CertsCheckArgs, CertsRenewArgs, CertsRotateCaArgs, OutputFormat, UpArgs};
 use crate::inventory::Host;
 
 /// One host's certificate files (path, PEM), or why they could not be read.
@@ -116,4 +119,143 @@ pub async fn renew(args: &CertsRenewArgs) -> anyhow::Result<i32> {
     super::up::up_renewing(&up, &names)
         .await
         .context("hactl certs renew stopped; the re-issued certificates are in the state directory, so `hactl up` finishes rolling them out")
+}
+
+/// One roll of a CA rotation: `up`'s plan, built from the state directory as it is now and run.
+struct Roll {
+    args: UpArgs,
+}
+
+#[async_trait::async_trait]
+impl crate::exec::journaled::LocalAct for Roll {
+    fn describe(&self) -> String {
+        "`hactl up`'s plan, built afresh: upload the changed trust files and certificates, restart \
+etcd members one at a time (leader last, each HAProxy backend drained, health gates before and \
+after), then apiservers one at a time (drained, /readyz), then controllers (Lease gate); a \
+converged cluster plans nothing"
+            .into()
+    }
+    async fn act(&self, _: &crate::exec::Transports) -> anyhow::Result<serde_json::Value> {
+        let started = std::time::Instant::now();
+        let args = self.args.clone();
+        // `up`'s future is not `Send` (it borrows across awaits in ways the trait's boxed future
+        // cannot name), so it runs on a runtime of its own on a blocking thread.
+        tokio::task::spawn_blocking(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(async {
+                let (inv, state) = super::load(&args.inventory)?;
+                super::up::converge(inv, state, &args, &[]).await
+            })
+        })
+        .await??;
+        Ok(serde_json::json!({ "seconds": started.elapsed().as_secs_f64() }))
+    }
+}
+
+/// `hactl certs rotate-ca`: the etcd CA as journaled steps; the others refused by name.
+pub async fn rotate_ca(args: &CertsRotateCaArgs) -> anyhow::Result<i32> {
+    let kind = match args.ca {
+        CaName::Etcd => crate::pki::CaKind::Etcd,
+        other => {
+            let name = if other == CaName::Kubernetes {
+                "kubernetes"
+            } else {
+                "front-proxy"
+            };
+            return Err(anyhow::Error::new(super::Refusal {
+                code: super::exit::REFUSED,
+                message: format!(
+                    "refused: rotating the {name} CA is not implemented yet (its certificate is also in every kubeconfig, \
+and the kubernetes CA in every ServiceAccount token's ca.crt, which need steps the etcd rotation does not have); \
+nothing was changed. `hactl certs rotate-ca etcd` is implemented; for {name} leaves that are due, run `hactl certs renew --all`"
+                ),
+            }));
+        }
+    };
+    let (inv, state) = super::load(&args.inventory)?;
+    let pki_dir = state.path.join("pki");
+    if !pki_dir.join(kind.name()).with_extension("crt").exists() {
+        anyhow::bail!(
+            "no {} CA in {}: run `hactl up` first (or point --state-dir at the cluster's state)",
+            kind.dir(),
+            pki_dir.display()
+        );
+    }
+    let stage = crate::pki::rotate::stage(&pki_dir, kind)?;
+    let run = match &stage {
+        crate::pki::rotate::Stage::Idle => crate::operations::journal::new_run_id("rotate-ca"),
+        crate::pki::rotate::Stage::Started { run }
+        | crate::pki::rotate::Stage::Trusting { run }
+        | crate::pki::rotate::Stage::Promoted { run }
+        | crate::pki::rotate::Stage::Retired { run } => run.clone(),
+    };
+    let up = UpArgs {
+        inventory: args.inventory.clone(),
+        connect: args.connect.clone(),
+        yes: true,
+    };
+    let steps = crate::rotate_ca::steps(
+        pki_dir.clone(),
+        Arc::new(inv.clone()),
+        kind,
+        &run,
+        Arc::new(Roll { args: up }),
+    );
+    let header = match &stage {
+        crate::pki::rotate::Stage::Idle => format!("rotate the {} CA: run {run}\n", kind.dir()),
+        s => format!(
+            "rotate the {} CA: resuming run {run} (state directory: {s:?}); steps already done are skipped\n",
+            kind.dir()
+        ),
+    };
+    if args.dry_run {
+        print!("{header}");
+        for s in &steps {
+            print!("{}", s.render(false));
+        }
+        return Ok(super::exit::OK);
+    }
+    eprint!("{header}");
+    for s in &steps {
+        eprintln!("  [{}] {}", s.id, s.title);
+    }
+    if !args.yes {
+        super::up::confirm(
+            "this rotation restarts every etcd member and apiserver one at a time, three times",
+        )?;
+    }
+    let _lock = state.lock("up").context("cannot start hactl certs rotate-ca")?;
+    let mut journal =
+        crate::operations::journal::Journal::open_or_create(&state, &run, crate::exec::Mode::Live)?;
+    crate::exec::run::stop_between_steps_on_ctrl_c();
+    let started = std::time::Instant::now();
+    let transports = crate::exec::Transports::new();
+    match crate::exec::journaled::run(
+        &steps,
+        &transports,
+        &mut journal,
+        &crate::exec::journaled::RunOptions::default(),
+    )
+    .await
+    {
+        Ok(outcome) => {
+            println!(
+                "rotate-ca {}: run {run} done in {:.1}s ({} steps done, {} already done)",
+                kind.dir(),
+                started.elapsed().as_secs_f64(),
+                outcome.done.len(),
+                outcome.skipped.len()
+            );
+            Ok(super::exit::OK)
+        }
+        Err(failed) => Err(anyhow::Error::new(failed).context(format!(
+            "hactl certs rotate-ca {} stopped (run {run}, journal {}); the state directory records how far it got: fix the cause and run `hactl certs rotate-ca {} -i {}` again to resume",
+            kind.dir(),
+            journal.path().map(|p| p.display().to_string()).unwrap_or_default(),
+            kind.dir(),
+            args.inventory.inventory.display()
+        ))),
+    }
 }

@@ -55,6 +55,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Man { out } => completion::man(out.as_deref()),
         Command::Certs(crate::cli::CertsCommand::Check(args)) => certs::check(&args).await,
         Command::Certs(crate::cli::CertsCommand::Renew(args)) => certs::renew(&args).await,
+        Command::Certs(crate::cli::CertsCommand::RotateCa(args)) => certs::rotate_ca(&args).await,
         Command::Lab(cmd) => {
             let Some(inventory) = lab::run(cmd).await? else {
                 return Ok(exit::OK);

@@ -7,7 +7,7 @@ use std::io::{BufRead, Write};
 
 use anyhow::Context as _;
 
-use crate::cli::RecoverArgs;
+use crate::cli::{OutputFormat, RecoverArgs};
 use crate::exec::journaled::{self, RunOptions};
 use crate::exec::Transports;
 use crate::exit::refuse;
@@ -75,14 +75,24 @@ pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
     let steps = rec::steps::build(&decisions, &inputs);
     let summary = report::plan_header(&decisions, &inv);
     if args.dry_run {
-        print!("{summary}");
-        for s in &steps {
-            let sudo = s
-                .host
+        let sudo = |s: &journaled::JournaledStep| {
+            s.host
                 .as_deref()
                 .and_then(|h| inv.host(h))
-                .is_some_and(|h| h.ssh.sudo);
-            print!("{}", s.render(sudo));
+                .is_some_and(|h| h.ssh.sudo)
+        };
+        match args.output {
+            OutputFormat::Table => {
+                print!("{summary}");
+                for s in &steps {
+                    print!("{}", s.render(sudo(s)));
+                }
+            }
+            OutputFormat::Json => {
+                let steps = steps.iter().map(|s| s.to_json(sudo(s))).collect();
+                let json = report::plan_json(&decisions, &inv, steps);
+                println!("{}", serde_json::to_string_pretty(&json)?);
+            }
         }
         return Ok(crate::exit::OK);
     }

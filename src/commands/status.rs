@@ -60,6 +60,59 @@ pub struct MemberRow {
     pub raft_index: u64,
     pub raft_applied_index: u64,
     pub errors: Vec<String>,
+    /// Whether the other members see it healthy (their own health check, run on a healthy
+    /// member host); absent when hactl reached it itself or no peer could be asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub healthy_from_peers: Option<bool>,
+}
+
+/// How `status` judges a member from its two vantage points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberVerdict {
+    /// hactl reached it and it answered a linearizable read.
+    Healthy,
+    /// hactl cannot reach it from this machine, but its peers see it healthy: the problem is
+    /// between the operator and the member, not in the cluster.
+    UnreachableFromOperatorOnly,
+    /// Unhealthy as far as anyone can tell (the peers agree, or none could be asked).
+    Unhealthy,
+}
+
+/// The verdict on one member: `operator_healthy` from hactl's own tunnel, `peers` from a
+/// healthy member host's health check (`None` when no peer answered).
+pub fn classify(operator_healthy: bool, peers: Option<bool>) -> MemberVerdict {
+    match (operator_healthy, peers) {
+        (true, _) => MemberVerdict::Healthy,
+        (false, Some(true)) => MemberVerdict::UnreachableFromOperatorOnly,
+        (false, _) => MemberVerdict::Unhealthy,
+    }
+}
+
+/// The problem line for a member that is not [`MemberVerdict::Healthy`].
+pub fn member_problem(row: &MemberRow) -> Option<String> {
+    match classify(row.healthy, row.healthy_from_peers) {
+        MemberVerdict::Healthy => None,
+        MemberVerdict::UnreachableFromOperatorOnly => Some(format!(
+            "member {} does not answer hactl from this machine ({}), but its peers see it healthy: \
+             check the network between this machine and {} (SSH, then etcd's client port through \
+             the tunnel); the cluster itself is not degraded by it",
+            row.name,
+            row.errors.join("; "),
+            row.name
+        )),
+        MemberVerdict::Unhealthy => Some(format!(
+            "member {} is unhealthy: {}",
+            row.name,
+            row.errors.join("; ")
+        )),
+    }
+}
+
+/// The revision to raise the high-water mark to: whenever one leader answered (a degraded
+/// cluster with a leader still commits writes, and recover's estimate needs them), never
+/// without one.
+pub fn hwm_revision(status: &ClusterStatus) -> Option<i64> {
+    (!status.leader.is_empty() && status.revision > 0).then_some(status.revision)
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -84,9 +137,10 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 pub async fn run(args: &StatusArgs) -> anyhow::Result<i32> {
     let (inv, state) = super::load(&args.inventory)?;
     let status = gather(&inv, &state, &args.connect).await?;
-    if status.problems.is_empty() && status.revision > 0 {
-        // A healthy cluster: raise the revision high-water mark (recover sizes its bump from it).
-        let seen = crate::hwm::Hwm::now(status.revision, &status.cluster_id, "status");
+    if let Some(revision) = hwm_revision(&status) {
+        // A leader answered: raise the revision high-water mark (recover sizes its bump and
+        // its data-loss estimate from it).
+        let seen = crate::hwm::Hwm::now(revision, &status.cluster_id, "status");
         if let Err(e) = crate::hwm::record(&state, seen) {
             tracing::warn!("could not record the high-water mark: {e}");
         }
@@ -208,6 +262,7 @@ pub async fn gather(
             raft_index: s.raft_index,
             raft_applied_index: s.raft_applied_index,
             errors: s.errors.clone(),
+            healthy_from_peers: None,
         });
         if list.is_some() && m.is_none() {
             status.problems.push(format!(
@@ -254,10 +309,33 @@ pub async fn gather(
             leaders.into_iter().collect::<Vec<_>>().join(", ")
         )),
     }
-    for r in rows.iter().filter(|r| r.in_inventory && !r.healthy) {
-        status
-            .problems
-            .push(format!("member {} is unhealthy: {}", r.name, r.errors.join("; ")));
+    // A member hactl cannot reach is asked about from a healthy member host (the peer vantage
+    // point), so that the operator's own partition is not reported as the member's failure.
+    if rows.iter().any(|r| r.in_inventory && !r.healthy) {
+        let observers: Vec<(String, std::sync::Arc<dyn crate::exec::Transport>)> = hosts
+            .iter()
+            .zip(&per_host)
+            .filter(|(_, s)| s.healthy && !s.is_learner)
+            .filter_map(|(h, _)| match conns.get(&h.name) {
+                Some(Ok(t)) => Some((h.name.clone(), t.clone())),
+                _ => None,
+            })
+            .collect();
+        if !observers.is_empty() {
+            match crate::etcd::health::observe(&observers).await {
+                Ok(obs) => {
+                    for (host, r) in hosts.iter().zip(rows.iter_mut()) {
+                        if !r.healthy {
+                            r.healthy_from_peers = peers_verdict(&obs, &etcd_paths::peer_url(inv, host));
+                        }
+                    }
+                }
+                Err(e) => tracing::debug!("no peer view of the unhealthy members: {e}"),
+            }
+        }
+    }
+    for r in rows.iter().filter(|r| r.in_inventory) {
+        status.problems.extend(member_problem(r));
     }
     for a in &alarms {
         status
@@ -300,6 +378,16 @@ pub async fn gather(
         status.load_balancers = Some(lb);
     }
     Ok(status)
+}
+
+/// Whether the peers of `obs` see the member with `peer_url` healthy; `None` when it is not in
+/// their member list.
+pub fn peers_verdict(obs: &crate::etcd::health::Observation, peer_url: &str) -> Option<bool> {
+    obs.members
+        .members
+        .iter()
+        .find(|m| m.peer_urls.iter().any(|u| u == peer_url))
+        .map(|m| obs.is_healthy(m))
 }
 
 /// Every certificate under `pki/`, soonest expiry first.
@@ -377,7 +465,12 @@ pub fn table(s: &ClusterStatus) -> String {
             m.id,
             if m.is_learner { "learner" } else { "voter" },
             if m.started { "yes" } else { "no" },
-            if m.healthy { "healthy" } else { "UNHEALTHY" },
+            match classify(m.healthy, m.healthy_from_peers) {
+                MemberVerdict::Healthy => "healthy",
+                // Healthy to its peers; only this machine cannot reach it.
+                MemberVerdict::UnreachableFromOperatorOnly => "NO-ROUTE",
+                MemberVerdict::Unhealthy => "UNHEALTHY",
+            },
             if m.healthy && !m.is_learner {
                 format!("{:.1} ms", m.latency_ms)
             } else {
@@ -432,4 +525,111 @@ pub fn table(s: &ClusterStatus) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(name: &str, healthy: bool, peers: Option<bool>) -> MemberRow {
+        MemberRow {
+            name: name.into(),
+            healthy,
+            healthy_from_peers: peers,
+            errors: if healthy {
+                vec![]
+            } else {
+                vec!["ssh: connection timed out".into()]
+            },
+            ..MemberRow::default()
+        }
+    }
+
+    #[test]
+    fn a_member_only_the_operator_cannot_reach_is_not_called_unhealthy() {
+        // (hactl's own view, the peers' view) -> verdict
+        let table = [
+            (true, None, MemberVerdict::Healthy),
+            (true, Some(false), MemberVerdict::Healthy),
+            (false, Some(true), MemberVerdict::UnreachableFromOperatorOnly),
+            (false, Some(false), MemberVerdict::Unhealthy),
+            (false, None, MemberVerdict::Unhealthy),
+        ];
+        for (operator, peers, want) in table {
+            assert_eq!(classify(operator, peers), want, "{operator} {peers:?}");
+        }
+        assert_eq!(member_problem(&row("cp1", true, None)), None);
+        let only_here = member_problem(&row("cp3", false, Some(true))).unwrap();
+        assert!(
+            only_here.starts_with("member cp3 does not answer hactl from this machine (ssh: connection timed out), but its peers see it healthy"),
+            "{only_here}"
+        );
+        assert!(!only_here.contains("unhealthy"), "{only_here}");
+        assert_eq!(
+            member_problem(&row("cp3", false, Some(false))).unwrap(),
+            "member cp3 is unhealthy: ssh: connection timed out"
+        );
+        assert_eq!(
+            member_problem(&row("cp3", false, None)).unwrap(),
+            "member cp3 is unhealthy: ssh: connection timed out"
+        );
+    }
+
+    #[test]
+    fn the_high_water_mark_is_recorded_whenever_a_leader_answered() {
+        let healthy = ClusterStatus {
+            leader: "cp1".into(),
+            revision: 1200,
+            ..ClusterStatus::default()
+        };
+        assert_eq!(hwm_revision(&healthy), Some(1200));
+        // Degraded (a member down, an alarm) but with a leader: still recorded.
+        let degraded = ClusterStatus {
+            problems: vec!["member cp3 is unhealthy: ssh: connection timed out".into()],
+            ..healthy.clone()
+        };
+        assert_eq!(hwm_revision(&degraded), Some(1200));
+        // No leader (lost quorum, or members disagree): nothing to trust.
+        let no_leader = ClusterStatus {
+            leader: String::new(),
+            ..degraded.clone()
+        };
+        assert_eq!(hwm_revision(&no_leader), None);
+        let nothing = ClusterStatus {
+            revision: 0,
+            ..healthy
+        };
+        assert_eq!(hwm_revision(&nothing), None);
+    }
+
+    /// A peer observation (the probe's format, as in `etcd::health`'s recorded tests) from cp1,
+    /// with cp3's health check passing, then failing.
+    #[test]
+    fn the_peers_verdict_is_read_from_a_healthy_member_hosts_observation() {
+        let text = |cp3_health: &str| {
+            format!(
+                r#"== members
+{{"header":{{"cluster_id":1,"member_id":11,"raft_term":2}},"members":[{{"ID":11,"name":"cp1","peerURLs":["https://10.0.0.11:2380"],"clientURLs":["https://10.0.0.11:2379"]}},{{"ID":13,"name":"cp3","peerURLs":["https://10.0.0.13:2380"],"clientURLs":["https://10.0.0.13:2379"]}}]}}
+
+== health
+[{{"endpoint":"https://10.0.0.11:2379","health":true}},{cp3_health}]
+"#
+            )
+        };
+        let up = crate::etcd::health::parse(
+            "cp1",
+            &text(r#"{"endpoint":"https://10.0.0.13:2379","health":true}"#),
+        )
+        .unwrap();
+        assert_eq!(peers_verdict(&up, "https://10.0.0.13:2380"), Some(true));
+        let down = crate::etcd::health::parse(
+            "cp1",
+            &text(
+                r#"{"endpoint":"https://10.0.0.13:2379","health":false,"error":"context deadline exceeded"}"#,
+            ),
+        )
+        .unwrap();
+        assert_eq!(peers_verdict(&down, "https://10.0.0.13:2380"), Some(false));
+        assert_eq!(peers_verdict(&up, "https://10.0.0.99:2380"), None, "not a member");
+    }
 }

@@ -303,16 +303,36 @@ pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
 
 /// [`up`], re-issuing the leaves named in `renew` first (`hactl certs renew`).
 pub async fn up_renewing(args: &UpArgs, renew: &[String]) -> anyhow::Result<i32> {
-    let started = Instant::now();
     let (inv, state) = super::load(&args.inventory)?;
     let _lock = state.lock("up").context("cannot start hactl up")?;
+    converge(inv, state, args, renew).await
+}
+
+/// Plans and runs `up` for an inventory loaded by a caller that holds the state's `up` lock
+/// (`up` itself, and each roll of `certs rotate-ca`).
+pub async fn converge(
+    inv: Inventory,
+    state: StateDir,
+    args: &UpArgs,
+    renew: &[String],
+) -> anyhow::Result<i32> {
+    let started = Instant::now();
     let prepared = prepare_loaded_renewing(inv, state, args, |t| t, renew).await?;
     if let Some(path) = write_admin_kubeconfig(&prepared.inv, &prepared.state, &prepared.pki)? {
         tracing::info!("admin kubeconfig: {}", path.display());
     }
     if prepared.plan.is_empty() {
+        // Nothing to roll; the binding is checked anyway (someone may have deleted it).
+        if let Err(e) = ensure_rbac(&prepared).await {
+            tracing::warn!("{e:#}");
+        }
         println!("no changes");
         return Ok(crate::exit::OK);
+    }
+    // On a running cluster the binding goes in before the roll hands the apiservers a kubelet
+    // client certificate without system:masters; on a fresh one no apiserver answers yet.
+    if let Err(e) = ensure_rbac(&prepared).await {
+        tracing::debug!("before the run: {e:#}");
     }
     eprint!("{}", versions_summary(&prepared));
     eprint!("{}", plan_summary(&prepared.plan));
@@ -322,6 +342,10 @@ pub async fn up_renewing(args: &UpArgs, renew: &[String]) -> anyhow::Result<i32>
     exec::run::stop_between_steps_on_ctrl_c();
     match exec::run(&prepared.plan, Mode::Live, &prepared.transports).await {
         Ok(report) => {
+            ensure_rbac(&prepared).await.context(
+                "hactl up changed the hosts but could not create the kubelet client's \
+                 ClusterRoleBinding; run `hactl up` again once an apiserver answers",
+            )?;
             println!(
                 "up: done in {:.1}s: {} commands run, {} files written, {} unchanged",
                 started.elapsed().as_secs_f64(),
@@ -336,6 +360,26 @@ pub async fn up_renewing(args: &UpArgs, renew: &[String]) -> anyhow::Result<i32>
             Err(anyhow::Error::new(failed).context("hactl up stopped; nothing after the failed step ran; fix the cause and run `hactl up` again to continue"))
         }
     }
+}
+
+/// Creates the ClusterRoleBinding of the apiserver's kubelet client when it is missing
+/// ([`crate::kubernetes::rbac`]). Nothing to do without a `kubernetes` section.
+async fn ensure_rbac(p: &Prepared) -> anyhow::Result<()> {
+    use crate::kubernetes::rbac;
+    if p.inv.kubernetes.is_none() {
+        return Ok(());
+    }
+    let (host, ensured) =
+        rbac::ensure_through_first_ready(&p.inv, &p.transports, &p.state.path.join("pki")).await?;
+    if ensured == rbac::Ensured::Created {
+        tracing::info!(
+            "{host}: created ClusterRoleBinding {} (group {} -> ClusterRole {})",
+            rbac::KUBELET_CLIENT_BINDING,
+            rbac::KUBELET_CLIENT_GROUP,
+            rbac::KUBELET_API_ROLE
+        );
+    }
+    Ok(())
 }
 
 /// The etcd version installed on each etcd host before this run (`-` where none is), and the

@@ -33,8 +33,13 @@ pub fn client_tls(pki_dir: &std::path::Path) -> anyhow::Result<ClientTls> {
         fs_err::read_to_string(pki_dir.join(rel))
             .context("the cluster's PKI is missing; run `hactl up` first (or point --state-dir at the cluster's state)")
     };
+    // During a rotation the members may serve either CA's certificate: trust both.
+    let mut ca_pem = read("etcd/ca.crt")?;
+    for extra in crate::pki::rotate::extra_trust(pki_dir, crate::pki::CaKind::Etcd)? {
+        ca_pem.push_str(&extra);
+    }
     Ok(ClientTls {
-        ca_pem: read("etcd/ca.crt")?,
+        ca_pem,
         cert_pem: read("etcd/hactl-client.crt")?,
         key_pem: read("etcd/hactl-client.key")?,
     })
@@ -44,7 +49,7 @@ impl ClientTls {
     pub fn from_pki(pki: &Pki) -> ClientTls {
         let client: &CertFiles = pki.etcd_client(crate::pki::EtcdClient::Hactl);
         ClientTls {
-            ca_pem: pki.etcd_ca_pem().to_string(),
+            ca_pem: pki.etcd_trust_pem(),
             cert_pem: client.cert_pem.clone(),
             key_pem: client.key_pem.expose().to_string(),
         }

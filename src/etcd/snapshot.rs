@@ -137,12 +137,15 @@ pub async fn take(
         file.into_inner().map_err(|e| e.into_error())?.sync_all()?;
         Ok(hashes)
     });
+    // On a terminal: bytes so far and the rate (the stream's size is not known ahead).
+    let mut progress = crate::output::Transfer::bar_only(format!("snapshot from {leader_host}"), None);
     let received: anyhow::Result<()> = async {
         while let Some(resp) = stream
             .message()
             .await
             .with_context(|| format!("the snapshot stream from {leader_host} broke"))?
         {
+            progress.inc(resp.blob().len() as u64);
             if tx.send(resp.blob().to_vec()).await.is_err() {
                 break;
             }
@@ -150,6 +153,7 @@ pub async fn take(
         Ok(())
     }
     .await;
+    progress.finish();
     drop(tx);
     let written = writer.await?;
     let hashes = match (received, written) {

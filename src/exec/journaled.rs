@@ -153,12 +153,12 @@ impl JournaledStep {
             match act {
                 Act::Remote(Step::Run(c)) => out.push_str(&format!("    run: {}\n", c.line(sudo))),
                 Act::Remote(Step::Upload(u)) => out.push_str(&format!("    write: {u}\n")),
-                Act::Remote(Step::Wait(c)) => out.push_str(&format!("    {c}\n")),
+                Act::Remote(Step::Wait(c)) => out.push_str(&format!("    {}\n", c.line(sudo))),
                 Act::Local(a) => out.push_str(&format!("    operator: {}\n", a.describe())),
             }
         }
         if let Some(c) = &self.verify {
-            out.push_str(&format!("    verify: {c}\n"));
+            out.push_str(&format!("    verify: {}\n", c.line(sudo)));
         }
         if let Some((g, lane)) = &self.group {
             out.push_str(&format!(
@@ -166,6 +166,43 @@ impl JournaledStep {
             ));
         }
         out
+    }
+
+    /// The step as data, with the same content as [`JournaledStep::render`]: what `recover
+    /// --dry-run -o json` prints per step. Field names are stable:
+    /// `{"id", "title", "host" (null: the operator machine), "skipWhen", "checkFirst", "acts",
+    /// "verify", "group" ({"name", "lane"} or null), "changesCluster"}`. A condition or act is
+    /// `{"kind": "run"|"upload"|"wait"|"operator", ...}` as in `plan -o json`; an operator act
+    /// is `{"kind": "operator", "description"}`.
+    pub fn to_json(&self, sudo: bool) -> serde_json::Value {
+        let run = |c: &RemoteCommand| Step::Run(c.clone()).to_json(sudo);
+        let operator =
+            |a: &Arc<dyn LocalAct>| serde_json::json!({ "kind": "operator", "description": a.describe() });
+        serde_json::json!({
+            "id": self.id,
+            "title": self.title,
+            "host": self.host,
+            "skipWhen": match &self.postcondition {
+                Some(Condition::Remote(c)) => run(c),
+                Some(Condition::Local(a)) => operator(a),
+                None => serde_json::Value::Null,
+            },
+            "checkFirst": self.precheck.as_ref().map(run),
+            "acts": self
+                .act
+                .iter()
+                .map(|a| match a {
+                    Act::Remote(step) => step.to_json(sudo),
+                    Act::Local(a) => operator(a),
+                })
+                .collect::<Vec<_>>(),
+            "verify": self.verify.as_ref().map(|c| c.to_json(sudo)),
+            "group": self
+                .group
+                .as_ref()
+                .map(|(name, lane)| serde_json::json!({ "name": name, "lane": lane })),
+            "changesCluster": self.changes_cluster,
+        })
     }
 
     /// sha256 of the rendered step: the `inputs_sha` of its journal lines.
@@ -247,6 +284,7 @@ pub async fn run(
         journal: std::sync::Mutex::new(journal),
         options,
         changed: std::sync::atomic::AtomicBool::new(changed),
+        counter: crate::output::Counter::new("", steps.len()),
     };
     let mut outcome = Outcome::default();
     let mut i = 0;
@@ -273,7 +311,10 @@ pub async fn run(
             async move {
                 let mut done = Vec::new();
                 for s in lane {
-                    done.push((s.id.as_str(), one(s, shared).await?));
+                    shared.counter.start(&format!("{} {}", s.id, s.title));
+                    let acted = one(s, shared).await;
+                    shared.counter.inc();
+                    done.push((s.id.as_str(), acted?));
                 }
                 Ok::<_, StepFailed>(done)
             }
@@ -301,6 +342,7 @@ pub async fn run(
             for f in &failures[1..] {
                 tracing::error!("{f:#}");
             }
+            shared.counter.finish();
             return Err(failures.remove(0));
         }
         for (id, _) in &finished {
@@ -308,6 +350,7 @@ pub async fn run(
         }
         i = end;
     }
+    shared.counter.finish();
     Ok(outcome)
 }
 
@@ -318,6 +361,8 @@ struct Shared<'a, 'j> {
     options: &'a RunOptions,
     /// Some step of this run is journaled `done` (here or by an earlier process).
     changed: std::sync::atomic::AtomicBool,
+    /// On a terminal, the step under way of how many.
+    counter: crate::output::Counter,
 }
 
 /// Runs one step: `Ok(true)` when it acted, `Ok(false)` when its postcondition held.
@@ -705,5 +750,78 @@ mod tests {
             text,
             "[R1.3@cp1] stop etcd (on cp1)\n    skip when: sudo -n -- pgrep -x etcd\n    check first: sudo -n -- true\n    run: sudo -n -- systemctl stop etcd.service\n"
         );
+    }
+
+    struct Stream;
+
+    #[async_trait]
+    impl LocalAct for Stream {
+        fn describe(&self) -> String {
+            "stream the snapshot to cp1".into()
+        }
+        async fn act(&self, _t: &Transports) -> anyhow::Result<serde_json::Value> {
+            Ok(serde_json::Value::Null)
+        }
+    }
+
+    #[test]
+    fn a_steps_json_carries_what_its_text_says() {
+        let wait = Check::command(
+            "etcd is healthy",
+            RemoteCommand::read_only(["etcdctl", "endpoint", "health"]),
+            std::time::Duration::from_secs(30),
+        );
+        let s = JournaledStep::new("R2.4@cp1", "restore", Some("cp1"))
+            .done_when_local(Arc::new(Stream))
+            .precheck(RemoteCommand::read_only(["true"]))
+            .step(Step::Upload(Upload::new(
+                "/etc/x",
+                0o600,
+                "etcd",
+                "etcd",
+                b"KEY".to_vec(),
+            )))
+            .run(RemoteCommand::new(["systemctl", "start", "etcd.service"]))
+            .step(Step::Wait(wait.clone()))
+            .local(Arc::new(Stream))
+            .verify(wait)
+            .group("R4", "cp1")
+            .no_cluster_change();
+        let text = s.render(true);
+        let json = s.to_json(true);
+        assert!(!json.to_string().contains("KEY"), "{json}");
+        assert_eq!(json["id"], "R2.4@cp1");
+        assert_eq!(json["title"], "restore");
+        assert_eq!(json["host"], "cp1");
+        assert_eq!(json["skipWhen"]["kind"], "operator");
+        assert_eq!(json["changesCluster"], false);
+        assert_eq!(json["group"], serde_json::json!({"name": "R4", "lane": "cp1"}));
+        let kinds: Vec<&str> = json["acts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds, ["upload", "run", "wait", "operator"]);
+        // Every command and description of the JSON is in the text, sudo prefix included.
+        let mut strings = vec![
+            json["skipWhen"]["description"].clone(),
+            json["checkFirst"]["command"].clone(),
+            json["verify"]["command"].clone(),
+            json["verify"]["description"].clone(),
+        ];
+        for a in json["acts"].as_array().unwrap() {
+            strings.extend(["command", "description", "path", "sha256"].map(|k| a[k].clone()));
+        }
+        let strings: Vec<&str> = strings.iter().filter_map(|v| v.as_str()).collect();
+        assert_eq!(strings.len(), 10, "{strings:?}");
+        for want in strings {
+            assert!(text.contains(want), "{want:?} is not in\n{text}");
+        }
+        assert!(text.contains("(sudo -n -- etcdctl endpoint health)"), "{text}");
+        // A step on the operator machine has a null host.
+        let local = JournaledStep::new("R0.2", "check the snapshot", None).local(Arc::new(Stream));
+        assert_eq!(local.to_json(false)["host"], serde_json::Value::Null);
+        assert_eq!(local.to_json(false)["skipWhen"], serde_json::Value::Null);
     }
 }

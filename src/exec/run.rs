@@ -94,24 +94,48 @@ pub async fn run(plan: &Plan, mode: Mode, transports: &Transports) -> Result<Rep
         return Ok(Report::default());
     }
     let mut report = Report::default();
+    // On a terminal: the phase under way of how many, and below it each host's step counter.
+    let phases = crate::output::Counter::new("", plan.phases.len());
     for phase in &plan.phases {
         tracing::info!("== {}", phase.title);
-        let phase_report = run_phase(phase, transports).await.map_err(|mut failed| {
+        phases.start(&phase.title);
+        let result = run_phase(phase, transports).await;
+        phases.inc();
+        let phase_report = result.map_err(|mut failed| {
+            phases.finish();
             failed.report.add(&report);
             failed
         })?;
         report.add(&phase_report);
     }
+    phases.finish();
     Ok(report)
 }
 
 async fn run_phase(phase: &PlannedPhase, transports: &Transports) -> Result<Report, PhaseFailed> {
+    let bars: Vec<crate::output::Counter> = phase
+        .hosts
+        .iter()
+        .map(|h| crate::output::Counter::new(format!("  {}", h.host), h.steps.len()))
+        .collect();
+    let result = run_phase_hosts(phase, transports, &bars).await;
+    for bar in &bars {
+        bar.finish();
+    }
+    result
+}
+
+async fn run_phase_hosts(
+    phase: &PlannedPhase,
+    transports: &Transports,
+    bars: &[crate::output::Counter],
+) -> Result<Report, PhaseFailed> {
     let mut report = Report::default();
     let mut failures = Vec::new();
     match phase.parallelism {
         Parallelism::OneAtATime => {
-            for host in &phase.hosts {
-                match run_host(&host.host, &host.steps, transports).await {
+            for (host, bar) in phase.hosts.iter().zip(bars) {
+                match run_host(&host.host, &host.steps, transports, bar).await {
                     Ok(r) => report.add(&r),
                     Err((r, e)) => {
                         report.add(&r);
@@ -123,11 +147,12 @@ async fn run_phase(phase: &PlannedPhase, transports: &Transports) -> Result<Repo
         }
         Parallelism::All => {
             let mut set = tokio::task::JoinSet::new();
-            for (i, host) in phase.hosts.iter().enumerate() {
+            for (i, (host, bar)) in phase.hosts.iter().zip(bars).enumerate() {
                 let transports = transports.clone();
                 let name = host.host.clone();
                 let steps = host.steps.clone();
-                set.spawn(async move { (i, run_host(&name, &steps, &transports).await) });
+                let bar = bar.clone();
+                set.spawn(async move { (i, run_host(&name, &steps, &transports, &bar).await) });
             }
             let mut results = Vec::new();
             while let Some(joined) = set.join_next().await {
@@ -163,6 +188,7 @@ async fn run_host(
     host: &str,
     steps: &[Step],
     transports: &Transports,
+    bar: &crate::output::Counter,
 ) -> Result<Report, (Report, anyhow::Error)> {
     let mut report = Report::default();
     let Some(t) = transports.get(host) else {
@@ -175,9 +201,14 @@ async fn run_host(
                 anyhow!("interrupted before: {}", describe(step, t.sudo())),
             ));
         }
+        bar.start(&match step {
+            Step::Upload(u) => format!("write {}", u.path),
+            _ => describe(step, t.sudo()),
+        });
         if let Err(e) = run_step(t.as_ref(), step, &mut report).await {
             return Err((report, e));
         }
+        bar.inc();
     }
     Ok(report)
 }

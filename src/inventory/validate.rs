@@ -486,8 +486,9 @@ impl Checker {
                 format!(
                     "{:?} is not an IP address: write the bastion's IPv4 or IPv6 address \
                      (hactl does not resolve names: every address it connects to is written in \
-                     the inventory, so a DNS change cannot redirect it)",
-                    raw.address
+                     the inventory, so a DNS change cannot redirect it){}",
+                    raw.address,
+                    resolve_hint(&raw.address)
                 ),
             );
         }
@@ -615,8 +616,9 @@ impl Checker {
                             "{:?} is not an IP address: write the host's IPv4 or IPv6 address \
                              (hactl does not resolve names: etcd's URLs, the certificates' IP SANs, \
                              HAProxy's backends and keepalived's peers are written with it, and a \
-                             name that later resolved elsewhere would break them)",
-                            host.address
+                             name that later resolved elsewhere would break them){}",
+                            host.address,
+                            resolve_hint(&host.address)
                         ),
                     );
                     None
@@ -774,8 +776,10 @@ impl Checker {
                     "vip.address",
                     format!(
                         "{:?} is not an IP address: write a free IPv4 or IPv6 address in the \
-                         load balancers' subnet",
-                        raw.address
+                         load balancers' subnet (keepalived holds an address, not a name, and the \
+                         apiserver certificates carry it as an IP SAN){}",
+                        raw.address,
+                        resolve_hint(&raw.address)
                     ),
                 );
                 None
@@ -1306,6 +1310,7 @@ const ETCD_FLAGS_SET: &[(&str, Option<&str>)] = &[
     ("peer-key-file", None),
     ("peer-trusted-ca-file", None),
     ("peer-client-cert-auth", None),
+    ("peer-cert-allowed-cn", None),
     ("heartbeat-interval", Some("etcd.heartbeatInterval")),
     ("election-timeout", Some("etcd.electionTimeout")),
     ("quota-backend-bytes", Some("etcd.quotaBackendBytes")),
@@ -1473,6 +1478,21 @@ fn is_dns_label(s: &str, max: usize) -> bool {
         && !s.ends_with('-')
 }
 
+/// For an address field given a host name: `; `getent hosts NAME` prints what it resolves to
+/// here`, so the user can write the address. Empty for a value that is no host name (a typo'd
+/// IP, text with spaces), where the hint would mislead.
+fn resolve_hint(value: &str) -> String {
+    let name = value.trim_end_matches('.').to_ascii_lowercase();
+    let is_name = name.split('.').all(|l| is_dns_label(l, 63))
+        && name.len() <= 253
+        && name.bytes().any(|b| b.is_ascii_lowercase());
+    if is_name {
+        format!("; `getent hosts {value}` prints what it resolves to here")
+    } else {
+        String::new()
+    }
+}
+
 /// `MAJOR.MINOR.PATCH` with an optional leading `v` (and semver pre-release/build parts).
 fn parse_version(s: &str) -> Option<semver::Version> {
     semver::Version::parse(s.strip_prefix('v').unwrap_or(s)).ok()
@@ -1515,6 +1535,29 @@ fn is_retention(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_host_name_in_an_address_field_gets_the_command_that_resolves_it() {
+        assert_eq!(
+            resolve_hint("cp1.lan"),
+            "; `getent hosts cp1.lan` prints what it resolves to here"
+        );
+        assert_eq!(
+            resolve_hint("Jump.Example.com."),
+            "; `getent hosts Jump.Example.com.` prints what it resolves to here"
+        );
+        for not_a_name in [
+            "10.0.0.300",
+            "10.0.0.1/24",
+            "a b",
+            "",
+            "-x.lan",
+            "cp1;reboot",
+            "fe80::1%eth0",
+        ] {
+            assert_eq!(resolve_hint(not_a_name), "", "{not_a_name:?}");
+        }
+    }
 
     #[test]
     fn kubernetes_package_source_is_refused_in_systemd_mode_only() {

@@ -45,6 +45,18 @@ pub const ENCRYPTION_CONFIG: &str = "/etc/hactl/kubernetes/encryption-config.yam
 pub const AUDIT_POLICY: &str = "/etc/hactl/kubernetes/audit-policy.yaml";
 pub const AUDIT_LOG: &str = "/var/log/kubernetes/audit.log";
 
+/// The lowest TLS version the apiserver, controller-manager and scheduler accept (CIS 1.2.x,
+/// 1.3.x, 1.4.x): TLS 1.0 and 1.1 are refused.
+pub const TLS_MIN_VERSION: &str = "VersionTLS12";
+/// The TLS 1.2 cipher suites they accept: ECDHE key exchange with AEAD only (TLS 1.3's suites
+/// are not configurable and all AEAD). These four names are spelt the same in every supported
+/// minor (the ChaCha20 suites changed names in 1.22, so they are left out).
+pub const TLS_CIPHER_SUITES: &str = "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,\
+TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,\
+TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384";
+/// The controller-manager's `--terminated-pod-gc-threshold` (CIS 1.3.1).
+pub const TERMINATED_POD_GC_THRESHOLD: u32 = 1000;
+
 /// Every file [`host_files`] writes, in its order (units, manifests and binaries come on top).
 pub const REMOTE_FILES: &[&str] = &[
     CA_CRT,
@@ -161,6 +173,14 @@ fn common_flags(
                 f("tls-private-key-file", &APISERVER_KEY),
                 f("kubelet-client-certificate", &KUBELET_CLIENT_CRT),
                 f("kubelet-client-key", &KUBELET_CLIENT_KEY),
+                // Kubelets' serving certificates are checked against the cluster CA (their
+                // `serverTLSBootstrap` CSRs are signed by the controller-manager with it).
+                f("kubelet-certificate-authority", &CA_CRT),
+                // On: HAProxy's `/readyz` health check and hactl's own probes ask without a
+                // credential, which only `system:public-info-viewer` (health, version) allows.
+                f("anonymous-auth", &true),
+                f("tls-min-version", &TLS_MIN_VERSION),
+                f("tls-cipher-suites", &TLS_CIPHER_SUITES),
                 f(
                     "kubelet-preferred-address-types",
                     &"InternalIP,ExternalIP,Hostname",
@@ -213,6 +233,10 @@ fn common_flags(
             f("allocate-node-cidrs", &true),
             f("cluster-cidr", &kube.pod_cidr),
             f("service-cluster-ip-range", &kube.service_cidr),
+            // Terminated pods are collected past this many (the default, 12500, lets them pile up).
+            f("terminated-pod-gc-threshold", &TERMINATED_POD_GC_THRESHOLD),
+            f("tls-min-version", &TLS_MIN_VERSION),
+            f("tls-cipher-suites", &TLS_CIPHER_SUITES),
             f("profiling", &false),
         ],
         Component::Scheduler => vec![
@@ -222,6 +246,8 @@ fn common_flags(
             f("authentication-kubeconfig", &SCHEDULER_KUBECONFIG),
             f("authorization-kubeconfig", &SCHEDULER_KUBECONFIG),
             f("leader-elect", &true),
+            f("tls-min-version", &TLS_MIN_VERSION),
+            f("tls-cipher-suites", &TLS_CIPHER_SUITES),
             f("profiling", &false),
         ],
     }
@@ -370,7 +396,7 @@ pub fn host_files(
             0o644,
             "root",
             "root",
-            pki.etcd_ca_pem().as_bytes().to_vec(),
+            pki.etcd_trust_pem().into_bytes(),
         ),
         cert(ETCD_CLIENT_CRT, etcd_client),
         key(ETCD_CLIENT_KEY, etcd_client),

@@ -7,8 +7,9 @@
 //!   prints exactly what a live run writes);
 //! - the flags of a component are built once ([`files::flags`]) and rendered into both the unit and
 //!   the static-pod manifest, so the two modes cannot drift apart;
-//! - nothing here opens a connection, except [`status`], which only reads, and [`api`], the
-//!   client maintenance and heal drive the API with ([`drain`] decides what it does, purely).
+//! - nothing here opens a connection, except [`status`], which only reads, [`api`], the
+//!   client maintenance and heal drive the API with ([`drain`] decides what it does, purely), and
+//!   [`rbac`], which creates the one ClusterRoleBinding `up` keeps.
 
 pub mod api;
 pub mod bundle;
@@ -20,6 +21,7 @@ pub mod inputs;
 pub mod lease;
 pub mod objects;
 pub mod probe;
+pub mod rbac;
 pub mod secrets;
 pub mod skew;
 pub mod status;

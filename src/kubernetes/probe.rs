@@ -79,6 +79,61 @@ pub fn wait_healthy(component: Component, host: &Host, timeout: Duration) -> Che
     .diagnose_with(journal_tail(component))
 }
 
+/// The longest a live leader goes without renewing its Lease: client-go renews every retry
+/// period (2 s by default), so a renewal older than this means nobody leads right now (the old
+/// holder stopped and its Lease has not expired yet).
+pub const LEASE_FRESH_SECS: u32 = 6;
+
+/// Holds when `component`'s leader-election Lease in kube-system has a holder that renewed it
+/// within [`LEASE_FRESH_SECS`] (host clock), read from `host`'s own apiserver with the
+/// component's own client certificate (its RBAC role may read its Lease).
+pub fn lease_fresh(component: Component, host: &Host) -> RemoteCommand {
+    let (name, cert, key) = match component {
+        Component::ControllerManager => (
+            "kube-controller-manager",
+            super::files::CONTROLLER_MANAGER_CRT,
+            super::files::CONTROLLER_MANAGER_KEY,
+        ),
+        _ => (
+            "kube-scheduler",
+            super::files::SCHEDULER_CRT,
+            super::files::SCHEDULER_KEY,
+        ),
+    };
+    let script = "j=$(curl -fsS --max-time 5 --cacert \"$1\" --cert \"$2\" --key \"$3\" \"$4\") || exit 1; \
+h=$(printf '%s' \"$j\" | sed -n 's/.*\"holderIdentity\": *\"\\([^\"]*\\)\".*/\\1/p'); \
+r=$(printf '%s' \"$j\" | sed -n 's/.*\"renewTime\": *\"\\([^\"]*\\)\".*/\\1/p'); \
+[ -n \"$h\" ] && [ -n \"$r\" ] && [ $(( $(date +%s) - $(date -d \"$r\" +%s) )) -le \"$5\" ]";
+    RemoteCommand::read_only([
+        "sh".to_string(),
+        "-c".to_string(),
+        script.to_string(),
+        "hactl-lease".to_string(),
+        CA_CRT.to_string(),
+        cert.to_string(),
+        key.to_string(),
+        format!(
+            "{}/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{name}",
+            super::files::local_apiserver_url(host)
+        ),
+        LEASE_FRESH_SECS.to_string(),
+    ])
+    .with_timeout(Duration::from_secs(10))
+}
+
+/// Waits until `component`'s Lease is held and freshly renewed (see [`lease_fresh`]).
+pub fn wait_lease_fresh(component: Component, host: &Host, timeout: Duration) -> Check {
+    Check::command(
+        format!(
+            "a {} leads (its Lease renewed within {LEASE_FRESH_SECS} s, read on {})",
+            component.binary(),
+            host.name
+        ),
+        lease_fresh(component, host),
+        timeout,
+    )
+}
+
 /// Holds when a process named `component` started after `file` was last written, and the
 /// component answers its health endpoint: in static-pod mode, the kubelet has replaced the pod
 /// after its manifest changed. (The start time is read from /proc: field 22 of /proc/PID/stat is

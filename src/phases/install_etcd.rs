@@ -9,26 +9,15 @@ use crate::plan::{HostSteps, PlannedPhase, RemoteCommand, Step, Upload};
 pub struct InstallEtcd;
 
 /// Creates etcd's data dir, or fixes its mode and owner (`install -d` never touches contents),
-/// but only when the directory is missing, empty (a fresh file system's `lost+found` aside) or
-/// holds etcd's `member/`. Anything else is a directory of the host's own that `install -d`
-/// would hand to the etcd user with mode 0700, so the script refuses and names it.
-pub const ENSURE_DATA_DIR: &str = r#"d=$1
-if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then
-  echo "hactl: refusing to take $d as etcd's data dir: it exists and is not a plain directory; move it away or set etcd.dataDir to a directory of etcd's own" >&2
-  exit 2
-fi
-if [ -d "$d" ] && [ ! -d "$d/member" ]; then
-  other=$(ls -A "$d" | grep -vx 'lost+found' | head -n 3 | tr '\n' ' ')
-  if [ -n "$other" ]; then
-    echo "hactl: refusing to take $d as etcd's data dir: it holds files but no etcd member/ (${other% }); empty it or set etcd.dataDir to a directory of etcd's own" >&2
-    exit 2
-  fi
-fi
-install -d -m 0700 -o etcd -g etcd "$d""#;
-
-/// The step that runs [`ENSURE_DATA_DIR`] for `data_dir`.
+/// under the data-directory rule ([`crate::etcd::data_dir`]): only when the directory is
+/// missing, empty or holds etcd's `member/`; anything else is refused and named.
 pub fn ensure_data_dir(data_dir: &str) -> RemoteCommand {
-    RemoteCommand::new(["sh", "-c", ENSURE_DATA_DIR, "hactl-etcd-data-dir", data_dir])
+    let script = crate::etcd::data_dir::guarded(
+        "take $1 as etcd's data dir",
+        "hactl up",
+        "install -d -m 0700 -o etcd -g etcd \"$1\"",
+    );
+    RemoteCommand::new(["sh", "-c", &script, "hactl-etcd-data-dir", data_dir])
 }
 
 impl Phase for InstallEtcd {

@@ -408,6 +408,7 @@ mod tests {
                 mode: 0o644,
                 owner: "root".into(),
                 group: "root".into(),
+                mtime: 0,
             },
         );
         // hactl's own file (no `foreign` mark): nothing kept.

@@ -25,11 +25,6 @@ use crate::inventory::{Host, Inventory, KubernetesMode, Role};
 use crate::kubernetes::{files, probe, Component};
 use crate::plan::{HostSteps, RemoteCommand, Step};
 
-/// Where P2 leaves a runtime drop-in that keeps a fenced host's Kubernetes unit from starting.
-pub fn fence_dropin(unit: &str) -> String {
-    crate::operations::fence::dropin_path(unit)
-}
-
 /// Whether replace runs Kubernetes components on `host` (a kubernetes section and the
 /// control-plane role).
 pub fn runs_kubernetes(inv: &Inventory, host: &Host) -> bool {
@@ -68,11 +63,11 @@ pub fn start_on_replacement(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, Pla
         return Ok(vec![]);
     }
     super::install_kubernetes::refuse(ctx)?;
-    let dropins: Vec<String> = Component::ALL.iter().map(|c| fence_dropin(&c.unit())).collect();
-    let mut steps = vec![Step::Run(RemoteCommand::script(format!(
-        "for f in {}; do if [ -e \"$f\" ]; then rm -f \"$f\"; r=1; fi; done; if [ -n \"${{r:-}}\" ]; then systemctl daemon-reload; fi",
-        dropins.join(" ")
-    )))];
+    let units: Vec<String> = Component::ALL.iter().map(|c| c.unit()).collect();
+    let units: Vec<&str> = units.iter().map(String::as_str).collect();
+    let mut steps = vec![Step::Run(RemoteCommand::script(
+        crate::operations::fence::lift_all(&units),
+    ))];
     steps.extend(InstallKubernetes.steps(host, ctx)?);
     steps.extend(ConfigureKubernetes.steps(host, ctx)?);
     // Its backend is out of rotation (drained in P2, or not rendered yet): restart in place.
@@ -188,6 +183,7 @@ mod tests {
                     mode: u.mode,
                     owner: u.owner.clone(),
                     group: u.group.clone(),
+                    mtime: 0,
                 },
             );
         }
@@ -198,6 +194,7 @@ mod tests {
                     active: "active".into(),
                     main_pid: 100,
                     enabled: "enabled".into(),
+                    started_monotonic_us: 0,
                 },
             );
             f.kube_versions

@@ -50,7 +50,15 @@ pub fn restart_needed(
             let reads_changed = host_files
                 .iter()
                 .any(|u| files::reads(component).contains(&u.path.as_str()) && differs(f, u));
-            Ok((active && (binary_changed || reads_changed || differs(f, &runner))).then_some(None))
+            // Written after the unit started (a run uploaded them and stopped before this
+            // restart): the process still runs what was there before.
+            let (binary, unit) = (component.binary_path(), component.unit_path());
+            let read_at_start = files::reads(component)
+                .iter()
+                .copied()
+                .chain([binary.as_str(), unit.as_str()]);
+            let stale = !f.written_after_start(&component.unit(), read_at_start).is_empty();
+            Ok((active && (binary_changed || reads_changed || stale || differs(f, &runner))).then_some(None))
         }
         // The manifest carries a hash of what the component reads, so it alone decides.
         KubernetesMode::StaticPod => {

@@ -1,12 +1,15 @@
 //! Restart running controller-managers and schedulers whose binary, unit, manifest, kubeconfig or
 //! certificates changed, one host at a time, each waiting for `/healthz` before the next. Leader
-//! election moves the Lease to another host while one restarts.
+//! election moves the Lease to another host while one restarts; a Lease gate after each host
+//! (both Leases freshly renewed) keeps the roll from moving on while nobody leads.
+
+use std::time::Duration;
 
 use super::install_kubernetes::control_plane_hosts;
 use super::roll_apiservers::{restart_needed, restart_steps};
 use super::{Ctx, Phase, PlanError};
 use crate::inventory::{Host, Inventory};
-use crate::kubernetes::Component;
+use crate::kubernetes::{probe, Component};
 use crate::plan::{Parallelism, Step};
 
 pub struct RollControllers;
@@ -25,13 +28,21 @@ impl Phase for RollControllers {
     fn disruptive(&self) -> bool {
         true
     }
+    /// A Lease gate after the restarts: both Leases are freshly renewed (someone leads again)
+    /// before the next host restarts. (No gate before the first host: a change that repairs
+    /// controllers that lead nowhere must not wait for a leader.)
     fn steps(&self, host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
-        let mut steps = Vec::new();
-        for component in [Component::ControllerManager, Component::Scheduler] {
+        const BOTH: [Component; 2] = [Component::ControllerManager, Component::Scheduler];
+        let mut restarts = Vec::new();
+        for component in BOTH {
             if let Some(manifest) = restart_needed(component, host, ctx)? {
-                steps.extend(restart_steps(component, host, manifest));
+                restarts.extend(restart_steps(component, host, manifest));
             }
         }
-        Ok(steps)
+        if restarts.is_empty() {
+            return Ok(restarts);
+        }
+        restarts.extend(BOTH.map(|c| Step::Wait(probe::wait_lease_fresh(c, host, Duration::from_secs(90)))));
+        Ok(restarts)
     }
 }

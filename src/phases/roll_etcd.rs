@@ -109,10 +109,19 @@ fn decide(ctx: &Ctx<'_>) -> Result<BTreeMap<String, MemberRoll>, PlanError> {
         let binary_changed = binary_sha256
             .as_ref()
             .is_some_and(|sha| f.files.get(&binary_path).is_none_or(|have| have.sha256 != *sha));
+        let member_files = member_files(host, ctx)?;
+        let read_at_start = member_files
+            .iter()
+            .map(|u| u.path.as_str())
+            .chain([binary_path.as_str()])
+            .filter(|p| needs_restart(p));
+        // A file that already matches but was written after etcd started: a run uploaded it and
+        // stopped before this member's restart, which is still due.
         let files_changed = binary_changed
-            || member_files(host, ctx)?
+            || member_files
                 .iter()
-                .any(|u| needs_restart(&u.path) && differs(f, u));
+                .any(|u| needs_restart(&u.path) && differs(f, u))
+            || !f.written_after_start(UNIT, read_at_start).is_empty();
         rolls.insert(
             m.host.clone(),
             MemberRoll {

@@ -145,9 +145,20 @@ pub(crate) fn ensure(ledger: &mut Ledger<'_>, kind: CaKind, cluster: &str) -> Re
 }
 
 fn self_signed(ledger: &Ledger<'_>, kind: CaKind, cluster: &str, key: &KeyPair) -> Result<String, PkiError> {
+    self_signed_named(ledger, kind, &kind.common_name(cluster), key)
+}
+
+/// A self-signed CA certificate of `kind` with subject CN `cn` (a rotation's new CA carries
+/// its run in the CN), valid for the inventory's CA lifetime.
+pub(crate) fn self_signed_named(
+    ledger: &Ledger<'_>,
+    kind: CaKind,
+    cn: &str,
+    key: &KeyPair,
+) -> Result<String, PkiError> {
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, kind.common_name(cluster));
+    dn.push(DnType::CommonName, cn);
     params.distinguished_name = dn;
     // pathLenConstraint 0: a CA of hactl's signs leaves only, never another CA (so a leaked leaf
     // key with a CA bit slipped in could not mint certificates either).

@@ -129,7 +129,15 @@ pub fn requests(inv: &Inventory) -> Vec<CertRequest> {
             (etcd_peer_name(&host.name), false),
         ] {
             // etcd members also dial each other and themselves as clients with these certs.
-            let mut r = CertRequest::new(name, CaKind::Etcd, &host.name, SERVER_AND_CLIENT)
+            // Peer certificates share one CN, which the peer port admits alone
+            // (`--peer-cert-allowed-cn`), so no client or server certificate of the same CA passes
+            // there; the host is in the SANs.
+            let cn = if server {
+                host.name.as_str()
+            } else {
+                crate::etcd::PEER_CN
+            };
+            let mut r = CertRequest::new(name, CaKind::Etcd, cn, SERVER_AND_CLIENT)
                 .san(San::Ip(host.address))
                 .san(San::Dns(host.name.clone()));
             if let (true, Some(vip)) = (server, vip) {
@@ -182,11 +190,13 @@ pub fn requests(inv: &Inventory) -> Vec<CertRequest> {
     }
     let k8s = |name: &str, cn: &str| CertRequest::new(name.into(), CaKind::Kubernetes, cn, CLIENT);
     out.push(
+        // Not system:masters: a group of its own, bound by RBAC to `system:kubelet-api-admin`
+        // (`up` creates the ClusterRoleBinding, see kubernetes::rbac).
         k8s(
             "kubernetes/apiserver-kubelet-client",
             "kube-apiserver-kubelet-client",
         )
-        .org(SYSTEM_MASTERS),
+        .org(crate::kubernetes::rbac::KUBELET_CLIENT_GROUP),
     );
     out.push(k8s("kubernetes/admin", "kubernetes-admin").org(SYSTEM_MASTERS));
     out.push(k8s(

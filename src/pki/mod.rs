@@ -32,6 +32,7 @@
 
 mod ca;
 mod issue;
+pub mod rotate;
 mod store;
 
 use std::fmt;
@@ -268,6 +269,8 @@ pub struct Pki {
     pub report: Vec<Change>,
     /// Things a human should act on (a CA about to expire, loosened permissions that were fixed …).
     pub warnings: Vec<String>,
+    /// CAs trusted beside a signing CA during its rotation (`ca-next`, then `ca-previous`).
+    pub extra_trust: Vec<(CaKind, String)>,
 }
 
 impl Pki {
@@ -286,6 +289,20 @@ impl Pki {
     }
     pub fn etcd_ca_pem(&self) -> &str {
         &self.etcd_ca().cert_pem
+    }
+    /// What etcd's trust files hold: the signing CA, then during a rotation the other CA.
+    pub fn etcd_trust_pem(&self) -> String {
+        self.trust_pem(CaKind::Etcd, self.etcd_ca_pem())
+    }
+    fn trust_pem(&self, kind: CaKind, signing: &str) -> String {
+        let mut out = signing.to_string();
+        for (_, pem) in self.extra_trust.iter().filter(|(k, _)| *k == kind) {
+            if !out.ends_with('\n') {
+                out.push('\n');
+            }
+            out.push_str(pem);
+        }
+        out
     }
     /// `None` when `host` is not an etcd host of the inventory `ensure` ran with.
     pub fn etcd_server(&self, host: &str) -> Option<&CertFiles> {
@@ -406,9 +423,11 @@ pub fn ensure_renewing(
         &[CaKind::Etcd]
     };
     let mut cas = Vec::new();
+    let mut extra_trust = Vec::new();
     for &kind in kinds {
         ensure_dir(&mut ledger, &dir.join(kind.dir()), kind.dir())?;
         cas.push(ca::ensure(&mut ledger, kind, &inv.name)?);
+        extra_trust.extend(rotate::extra_trust(dir, kind)?.into_iter().map(|pem| (kind, pem)));
     }
     for request in issue::requests(inv) {
         let ca = cas
@@ -429,6 +448,7 @@ pub fn ensure_renewing(
         service_account,
         report: ledger.report,
         warnings: ledger.warnings,
+        extra_trust,
     })
 }
 

@@ -25,6 +25,23 @@ pub enum Step {
     Wait(Check),
 }
 
+impl Step {
+    /// The step as data, commands as a host with this `sudo` setting is sent them: what `plan -o
+    /// json` and `recover --dry-run -o json` print. `kind` is `upload`, `run` or `wait`.
+    pub fn to_json(&self, sudo: bool) -> serde_json::Value {
+        match self {
+            Step::Upload(u) => u.to_json(),
+            Step::Run(c) => serde_json::json!({
+                "kind": "run",
+                "command": c.line(sudo),
+                "readOnly": c.read_only,
+                "timeoutSecs": c.timeout.as_secs(),
+            }),
+            Step::Wait(c) => c.to_json(sudo),
+        }
+    }
+}
+
 /// A command given as an exact argv; quoted once, in [`quote`], when it is sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RemoteCommand {
@@ -126,6 +143,22 @@ impl fmt::Debug for Upload {
     }
 }
 
+impl Upload {
+    /// Path, mode, owner, group, size and sha256 as data, never the content; `sha256` is null
+    /// where the text says "withheld" (a short secret's hash could be reversed by trying values).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "kind": "upload",
+            "path": self.path,
+            "mode": format!("{:04o}", self.mode),
+            "owner": self.owner,
+            "group": self.group,
+            "size": self.size(),
+            "sha256": (!self.short_secret).then_some(&self.sha256),
+        })
+    }
+}
+
 impl fmt::Display for Upload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let sha256 = if self.short_secret {
@@ -169,6 +202,28 @@ impl Check {
             diagnose: None,
         }
     }
+    /// `wait up to Ns: <description> (<probe as sent with this sudo setting>)`.
+    pub fn line(&self, sudo: bool) -> String {
+        match &self.probe {
+            Probe::Command(c) => format!(
+                "wait up to {}s: {} ({})",
+                self.timeout.as_secs(),
+                self.description,
+                c.line(sudo)
+            ),
+        }
+    }
+    /// The check as data: `{"kind": "wait", "description", "command", "timeoutSecs"}`.
+    pub fn to_json(&self, sudo: bool) -> serde_json::Value {
+        match &self.probe {
+            Probe::Command(cmd) => serde_json::json!({
+                "kind": "wait",
+                "description": self.description,
+                "command": cmd.line(sudo),
+                "timeoutSecs": self.timeout.as_secs(),
+            }),
+        }
+    }
     pub fn diagnose_with(mut self, cmd: RemoteCommand) -> Check {
         self.diagnose = Some(RemoteCommand {
             read_only: true,
@@ -185,16 +240,9 @@ pub enum Probe {
 }
 
 impl fmt::Display for Check {
+    /// Without sudo, like [`RemoteCommand`]'s Display; see [`Check::line`].
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.probe {
-            Probe::Command(c) => write!(
-                f,
-                "wait up to {}s: {} ({})",
-                self.timeout.as_secs(),
-                self.description,
-                c
-            ),
-        }
+        f.write_str(&self.line(false))
     }
 }
 
@@ -262,35 +310,8 @@ impl Plan {
                     .hosts
                     .iter()
                     .map(|h| {
-                        let steps: Vec<serde_json::Value> = h
-                            .steps
-                            .iter()
-                            .map(|step| match step {
-                                Step::Upload(u) => serde_json::json!({
-                                    "kind": "upload",
-                                    "path": u.path,
-                                    "mode": format!("{:04o}", u.mode),
-                                    "owner": u.owner,
-                                    "group": u.group,
-                                    "size": u.size(),
-                                    "sha256": u.sha256,
-                                }),
-                                Step::Run(c) => serde_json::json!({
-                                    "kind": "run",
-                                    "command": c.line(h.sudo),
-                                    "readOnly": c.read_only,
-                                    "timeoutSecs": c.timeout.as_secs(),
-                                }),
-                                Step::Wait(c) => match &c.probe {
-                                    Probe::Command(cmd) => serde_json::json!({
-                                        "kind": "wait",
-                                        "description": c.description,
-                                        "command": cmd.line(h.sudo),
-                                        "timeoutSecs": c.timeout.as_secs(),
-                                    }),
-                                },
-                            })
-                            .collect();
+                        let steps: Vec<serde_json::Value> =
+                            h.steps.iter().map(|step| step.to_json(h.sudo)).collect();
                         serde_json::json!({ "host": h.host, "steps": steps })
                     })
                     .collect();
@@ -398,5 +419,14 @@ mod tests {
             Plan::default().to_json(),
             serde_json::json!({"changes": false, "phases": []})
         );
+    }
+
+    #[test]
+    fn a_short_secrets_hash_is_withheld_in_json_as_in_text() {
+        let u = Upload::new("/etc/keepalived/pass", 0o600, "root", "root", b"pw".to_vec()).short_secret();
+        assert_eq!(u.to_json()["sha256"], serde_json::Value::Null);
+        assert!(!u.to_string().contains(&u.sha256));
+        let plain = Upload::new("/etc/a", 0o644, "root", "root", b"pw".to_vec());
+        assert_eq!(plain.to_json()["sha256"], plain.sha256.as_str());
     }
 }

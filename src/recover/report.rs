@@ -61,6 +61,21 @@ pub fn plan_header(d: &Decisions, inv: &Inventory) -> String {
     s
 }
 
+/// `recover --dry-run -o json`: what [`plan_header`] and the steps' text say, as data.
+/// `decisions` is the run's `recover.json` as a live run saves it (camelCase fields); `dataDir`
+/// and `asideDataDir` are where the data dirs of `decisions.dataDirs` are moved; `leftOutByMembers`
+/// the hosts `--members` leaves out; `steps` the steps in order, each as
+/// [`crate::exec::journaled::JournaledStep::to_json`] gives it.
+pub fn plan_json(d: &Decisions, inv: &Inventory, steps: Vec<serde_json::Value>) -> serde_json::Value {
+    serde_json::json!({
+        "decisions": d,
+        "dataDir": inv.etcd.data_dir,
+        "asideDataDir": d.aside(&inv.etcd.data_dir),
+        "leftOutByMembers": left_out_by_members(d, inv),
+        "steps": steps,
+    })
+}
+
 /// Reachable etcd hosts of the inventory that `--members` leaves out of the new cluster.
 fn left_out_by_members(d: &Decisions, inv: &Inventory) -> Vec<String> {
     inv.with_role(Role::Etcd)

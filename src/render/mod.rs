@@ -147,6 +147,8 @@ pub struct EtcdUnit {
     pub election_timeout: u32,
     pub quota_backend_bytes: u64,
     pub auto_compaction_retention: String,
+    /// `--peer-cert-allowed-cn`: the peer port admits only certificates with this CN.
+    pub peer_allowed_cn: Option<String>,
     pub extra_args: Vec<String>,
 }
 
@@ -197,6 +199,7 @@ mod tests {
                 election_timeout: 1000,
                 quota_backend_bytes: 8 * 1024 * 1024 * 1024,
                 auto_compaction_retention: "8h".into(),
+                peer_allowed_cn: Some("etcd-peer".into()),
                 extra_args: vec!["--log-level=warn".into()],
             },
         )

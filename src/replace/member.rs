@@ -24,19 +24,15 @@ pub fn fence_steps(member: &str, id: Option<u64>) -> Vec<Step> {
         Some(id) => format!("member {member} ({})", hex_id(id)),
         None => format!("member {member}"),
     };
-    let path = fence::dropin_path(UNIT);
-    let dropin = fence::dropin_text(
-        &path,
+    let script = fence::fence_and_stop(
+        &[UNIT],
         &[
             &format!("Written by hactl: {who} is being replaced; it must not start on its old data."),
-            "hactl removes this file when the replacement starts. A reboot removes it too (it lives in /run).",
+            "hactl removes this file when the replacement starts; it stays across reboots.",
         ],
     );
-    let dir = path.rsplit_once('/').map(|(d, _)| d).unwrap_or("/run");
     vec![
-        Step::Run(RemoteCommand::script(format!(
-            "mkdir -p {dir} && printf '%s' '{dropin}' > {path} && systemctl daemon-reload && systemctl stop {UNIT}"
-        ))),
+        Step::Run(RemoteCommand::script(script)),
         Step::Wait(Check::command(
             format!("{who} is stopped: no etcd process, nothing on the peer port"),
             RemoteCommand::script(format!(
@@ -54,27 +50,13 @@ pub fn fence_kube_steps(active: &[&str]) -> Vec<Step> {
     if active.is_empty() {
         return vec![];
     }
-    let mut script = String::new();
-    for unit in active {
-        let dropin = fence::dropin_path(unit);
-        let dir = dropin.rsplit_once('/').map(|(d, _)| d).unwrap_or("/run");
-        script.push_str(&format!(
-            "mkdir -p {dir} && printf '%s\\n' '[Unit]' '# Written by hactl: this host is being replaced.' 'AssertPathExists=!{dropin}' > {dropin}\n"
-        ));
-    }
-    script.push_str(&format!(
-        "systemctl daemon-reload && systemctl stop {}",
-        active.join(" ")
-    ));
+    let script = fence::fence_and_stop(active, &["Written by hactl: this host is being replaced."]);
     vec![Step::Run(RemoteCommand::script(script))]
 }
 
 /// Lifts the fence (before the replacement starts).
 pub fn unfence_step() -> Step {
-    let path = fence::dropin_path(UNIT);
-    Step::Run(RemoteCommand::script(format!(
-        "if [ -e {path} ]; then rm -f {path} && systemctl daemon-reload; fi"
-    )))
+    Step::Run(RemoteCommand::script(fence::lift_all(&[UNIT])))
 }
 
 /// `member remove ID` on a healthy member, after re-checking on that host that ID is still the
@@ -93,12 +75,16 @@ echo \"$out\" >&2; exit 1"
 }
 
 /// Moves the data dir of a removed member aside on its host, after checking etcd is not running
-/// there (never touch a running member's directory).
+/// there (never touch a running member's directory) and under the data-directory rule
+/// ([`crate::etcd::data_dir`]: a directory holding files but no `member/` is refused).
 pub fn move_aside_step(data_dir: &str, host: &str, old_id: Option<u64>, stamp: &str) -> Step {
     let aside = format!("{data_dir}.hactl-removed-{stamp}");
     let who = old_id.map(hex_id).unwrap_or_else(|| "(none)".into());
+    let guard = crate::etcd::data_dir::guard();
+    let guard_fn = crate::etcd::data_dir::GUARD_FN;
     Step::Run(RemoteCommand::script(format!(
-        "if systemctl is-active --quiet {UNIT} || pgrep -x etcd >/dev/null; then echo \"refusing: etcd runs on {host}; its data dir stays\" >&2; exit 1; fi\n\
+        "{guard}{guard_fn} {data_dir} \"move {data_dir} aside\" 'hactl replace'\n\
+if systemctl is-active --quiet {UNIT} || pgrep -x etcd >/dev/null; then echo \"refusing: etcd runs on {host}; its data dir stays\" >&2; exit 1; fi\n\
 if [ -e {data_dir} ] && [ -n \"$(ls -A {data_dir} 2>/dev/null)\" ]; then mv --no-clobber -- {data_dir} {aside} && echo \"{host}: data of removed member {who} moved to {aside}\"; fi\n\
 install -d -m 0700 -o etcd -g etcd {data_dir}"
     )))
@@ -662,7 +648,7 @@ mod tests {
         let Step::Run(cmd) = &steps[0] else { panic!() };
         let script = &cmd.argv[2];
         assert!(
-            script.contains("printf '%s\\n' '[Unit]' '# Written by hactl: this host is being replaced.' 'AssertPathExists=!/run/systemd/system/kube-apiserver.service.d/hactl-fence.conf' > /run/systemd/system/kube-apiserver.service.d/hactl-fence.conf"),
+            script.contains("printf '[Unit]\\n# Written by hactl: this host is being replaced.\\nAssertPathExists=!%s\\n' \"/etc/systemd/system/kube-apiserver.service.d/hactl-fence.conf\" > \"/etc/systemd/system/kube-apiserver.service.d/hactl-fence.conf\""),
             "{script}"
         );
         assert!(
@@ -683,6 +669,11 @@ mod tests {
             line.contains("mv --no-clobber -- /var/lib/etcd /var/lib/etcd.hactl-removed-20261122T000000Z")
         );
         assert!(!line.contains("rm "), "{line}");
+        // The data-directory rule runs first: a dir of the host's own is refused, not moved.
+        let guard = line
+            .find("hactl_data_dir_guard /var/lib/etcd")
+            .expect("the guard is called");
+        assert!(guard < line.find("mv --no-clobber").unwrap(), "{line}");
     }
 
     #[test]

@@ -40,6 +40,12 @@ pub fn run(inv: Option<&Path>, args: &[&str], env: &[(&str, &str)], stdin: Optio
     }
     let out = child.wait_with_output().expect("wait for hactl");
     eprintln!("hactl {args:?} {env:?} -> {}", text(&out));
+    // stderr is a pipe here, never a terminal: plain lines, no progress bar, no colour.
+    assert!(
+        !out.stderr.contains(&0x1b),
+        "hactl {args:?} wrote escape codes to a pipe: {:?}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out
 }
 

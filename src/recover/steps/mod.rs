@@ -35,7 +35,7 @@ use crate::cli::RecoverMode;
 use crate::etcd::client::ClientTls;
 use crate::exec::journaled::JournaledStep;
 use crate::inventory::{Host, Inventory};
-use crate::operations::fence::DROPIN_NAME as FENCE_DROPIN;
+use crate::operations::fence as unit_fence;
 use crate::phases::{Ctx, EtcdView};
 use crate::pki::Pki;
 use crate::plan::{Check, RemoteCommand, Step, Upload};
@@ -69,14 +69,17 @@ fn sh(script: &str, name: &str, args: &[&str]) -> RemoteCommand {
 /// Fences units with the one fence ([`crate::operations::fence`]: a runtime drop-in whose start
 /// assertion fails while it exists), then stops them.
 fn fence(run: &str, units: &[String]) -> RemoteCommand {
-    let mut args = vec![run];
-    args.extend(units.iter().map(String::as_str));
+    let args: Vec<&str> = units.iter().map(String::as_str).collect();
+    let write = unit_fence::write(
+        "$u",
+        &[&format!(
+            "fenced by hactl recover {run}: starts fail until it finishes (hactl recover --resume {run})"
+        )],
+    );
     sh(
         &format!(
-            r#"run=$1; shift
-for u in "$@"; do
-  mkdir -p "/run/systemd/system/$u.d"
-  printf '[Unit]\n# fenced by hactl recover %s: starts fail until it finishes (hactl recover --resume %s)\nAssertPathExists=!%s\n' "$run" "$run" "/run/systemd/system/$u.d/{FENCE_DROPIN}" > "/run/systemd/system/$u.d/{FENCE_DROPIN}"
+            r#"for u in "$@"; do
+  {write}
 done
 systemctl daemon-reload
 systemctl stop "$@""#
@@ -98,10 +101,11 @@ fn unfence_start(units: &[String], block: bool, marker: &str) -> RemoteCommand {
     } else {
         "systemctl start --no-block \"$@\""
     };
+    let lift = unit_fence::lift("$u");
     sh(
         &format!(
             r#"mkdir -p "$(dirname "$1")" && touch "$1"; shift
-for u in "$@"; do rm -f "/run/systemd/system/$u.d/{FENCE_DROPIN}"; done
+for u in "$@"; do {lift}; done
 systemctl daemon-reload
 systemctl reset-failed "$@" 2>/dev/null || true
 for u in "$@"; do systemctl is-enabled -q "$u" 2>/dev/null || systemctl enable "$u" 2>/dev/null || true; done
@@ -146,12 +150,13 @@ fn fenced_inner(units: &[String], ports: &[u16], process: Option<&str>) -> Remot
         .map(|p| format!("! pgrep -x {p} >/dev/null || exit 1\n"))
         .unwrap_or_default();
     let args: Vec<&str> = units.iter().map(String::as_str).collect();
+    let fenced = unit_fence::is_fenced("$u");
     RemoteCommand {
         read_only: true,
         ..sh(
             &format!(
                 r#"for u in "$@"; do
-  [ -e "/run/systemd/system/$u.d/{FENCE_DROPIN}" ] || exit 1
+  {fenced} || exit 1
   case "$(systemctl is-active "$u")" in active|activating|deactivating|reloading) exit 1 ;; esac
 done
 {proc_check}[ -z "$(ss -Hltn '( {filter} )')" ]"#
@@ -165,12 +170,13 @@ done
 /// Read-only: units active and not fenced.
 fn started(units: &[String]) -> RemoteCommand {
     let args: Vec<&str> = units.iter().map(String::as_str).collect();
+    let unfenced = unit_fence::is_unfenced("$u");
     RemoteCommand {
         read_only: true,
         ..sh(
             &format!(
                 r#"for u in "$@"; do
-  [ ! -e "/run/systemd/system/$u.d/{FENCE_DROPIN}" ] && [ "$(systemctl is-active "$u")" = active ] || exit 1
+  {unfenced} && [ "$(systemctl is-active "$u")" = active ] || exit 1
 done"#
             ),
             "hactl-started",
@@ -248,6 +254,7 @@ fi
 echo "$cid" > "$work/restored"
 printf '{"cluster_id":"%s"}\n' "$cid""#;
 
+/// R2.5, after [`swap_script`]'s guard: the restored staging dir becomes the data dir.
 const SWAP: &str = r#"set -eu
 work=$1 dd=$2
 if [ -d "$work/staging" ]; then mv -T "$work/staging" "$dd"; fi
@@ -255,6 +262,16 @@ if [ -d "$work/staging" ]; then mv -T "$work/staging" "$dd"; fi
 chown -R etcd:etcd "$dd"
 chmod 700 "$dd"
 cp "$work/restored" "$work/swapped""#;
+
+/// R2.5: [`SWAP`] under the data-directory rule ([`crate::etcd::data_dir`]) for the data dir
+/// (`$2`), which R1.4 moved aside: it must be missing, or hold this run's `member/` on a resume.
+fn swap_script(run: &str) -> String {
+    format!(
+        "{}{} \"$2\" \"rename the restored data to $2\" 'hactl recover --resume {run}'\n{SWAP}",
+        crate::etcd::data_dir::guard(),
+        crate::etcd::data_dir::GUARD_FN
+    )
+}
 
 const TRIAL: &str = r#"set -eu
 work=$1 want=$2 skip=$3; shift 3
@@ -277,29 +294,54 @@ printf '%s\n' "$rev" > "$work/snapshot.revision"
 echo "$cid" > "$work/trial.ok"
 printf '{"cluster_id":"%s","revision":%s,"check":%s}\n' "$cid" "${rev:-0}" "$c""#;
 
+/// R0.4b: a throw-away etcd on a copy of the survivor's data dir, reachable only by root.
+///
+/// Its client and peer listeners are unix sockets in `$work/probe/sock`, a directory made fresh
+/// here with mode 0700 (`mkdir` without `-p`: one that someone made first is refused), so no
+/// other local user can take its address first or talk to it (a loopback TCP port could be
+/// taken by anyone, who would then seed the recovered cluster). etcd wants `host:port` in its
+/// URLs and binds a unix URL's `host:port` as a path relative to its working directory, so it
+/// runs inside that directory. Before the snapshot is saved, the listener is checked to belong
+/// to the process started here (its socket inode among that process's descriptors).
 const EXTRACT: &str = r#"set -eu
 work=$1 dd=$2 name=$3 port=$4 pport=$5
 systemctl stop etcd.service 2>/dev/null || true
 if pgrep -x etcd >/dev/null; then echo "etcd still runs: refusing to copy its data dir" >&2; exit 1; fi
 [ -d "$dd/member/wal" ] || { echo "$dd holds no member data" >&2; exit 1; }
 mkdir -p "$work/probe"
-rm -rf "$work/probe/copy" "$work/snapshot.db" "$work/snapshot.db.part"
+chmod 700 "$work/probe"
+rm -rf "$work/probe/copy" "$work/probe/sock" "$work/snapshot.db" "$work/snapshot.db.part"
+mkdir -m 0700 "$work/probe/sock" || { echo "refusing to start the scratch etcd (rule: its sockets live in a directory only root can enter): $work/probe/sock could not be made fresh; remove what is there and resume" >&2; exit 1; }
+sock=$(cd "$work/probe/sock" && pwd -P)
+[ "$(stat -c '%u %a' "$sock")" = "0 700" ] || { echo "refusing to start the scratch etcd (rule: its sockets live in a directory only root can enter): $sock is $(stat -c '%U %a' "$sock"); remove it and resume" >&2; exit 1; }
 cp -a "$dd" "$work/probe/copy"
-etcd --name "$name" --data-dir "$work/probe/copy" --force-new-cluster \
-  --listen-client-urls "http://127.0.0.1:$port" --advertise-client-urls "http://127.0.0.1:$port" \
-  --listen-peer-urls "http://127.0.0.1:$pport" --initial-advertise-peer-urls "http://127.0.0.1:$pport" \
-  --listen-metrics-urls "http://127.0.0.1:$((port + 2))" > "$work/probe/etcd.log" 2>&1 &
+(cd "$sock" && exec etcd --name "$name" --data-dir "$work/probe/copy" --force-new-cluster \
+  --listen-client-urls "unix://localhost:$port" --advertise-client-urls "unix://localhost:$port" \
+  --listen-peer-urls "unix://localhost:$pport" --initial-advertise-peer-urls "unix://localhost:$pport") > "$work/probe/etcd.log" 2>&1 &
 pid=$!
-ctl() { ETCDCTL_API=3 etcdctl --endpoints="http://127.0.0.1:$port" --dial-timeout=2s --command-timeout=60s "$@"; }
+ctl() { ETCDCTL_API=3 etcdctl --endpoints="unix://$sock/localhost:$port" --dial-timeout=2s --command-timeout=60s "$@"; }
+# The listener at $sock/localhost:$port is this run's etcd: its working directory is $sock and
+# one of its descriptors is the listening socket of that name.
+ours() {
+  [ "$(readlink "/proc/$pid/cwd")" = "$sock" ] || return 1
+  for ino in $(awk -v n="localhost:$port" '$6 == "01" && $8 == n { print $7 }' /proc/net/unix); do
+    ls -l "/proc/$pid/fd" 2>/dev/null | grep -q "socket:\[$ino\]" && return 0
+  done
+  return 1
+}
 ok=no
 for i in $(seq 1 100); do
   if s=$(ctl endpoint status -w json 2>/dev/null) && ! printf '%s' "$s" | grep -q '"leader":0,'; then ok=yes; break; fi
   sleep 0.2
 done
+if [ $ok = yes ] && ! ours; then
+  ok=no
+  echo "refusing the scratch etcd's snapshot (rule: the listener must belong to the process hactl started): $sock/localhost:$port is not held by pid $pid" >&2
+fi
 if [ $ok = yes ]; then ctl snapshot save "$work/snapshot.db" >/dev/null 2>&1 || ok=no; fi
 kill "$pid" 2>/dev/null || true
 wait "$pid" 2>/dev/null || true
-rm -rf "$work/probe/copy"
+rm -rf "$work/probe/copy" "$sock"
 [ $ok = yes ] || { tail -n 20 "$work/probe/etcd.log" >&2; echo "the scratch etcd on a copy of $dd did not yield a snapshot" >&2; exit 1; }
 size=$(stat -c %s "$work/snapshot.db")
 [ $((size % 512)) -eq 32 ] || { echo "the extracted snapshot has no hash (size $size)" >&2; exit 1; }
@@ -692,6 +734,11 @@ mod tests {
 
     /// Builds the steps a dry run prints for `mode` (`systemd` / `static-pod`).
     fn build_for(mode: &str) -> (Vec<JournaledStep>, Decisions) {
+        build_with(mode, |_| {})
+    }
+
+    /// As [`build_for`], with the decisions changed by `edit` first.
+    fn build_with(mode: &str, edit: impl FnOnce(&mut Decisions)) -> (Vec<JournaledStep>, Decisions) {
         let dir = tempfile::tempdir().unwrap();
         let inv = inventory(dir.path(), mode);
         let pki = crate::pki::ensure(&dir.path().join("pki"), &inv, time::OffsetDateTime::now_utc()).unwrap();
@@ -701,7 +748,8 @@ mod tests {
             cert_pem: String::new(),
             key_pem: String::new(),
         };
-        let d = decisions(&inv);
+        let mut d = decisions(&inv);
+        edit(&mut d);
         let inputs = Inputs {
             inv: &inv,
             pki: &pki,
@@ -760,6 +808,50 @@ mod tests {
         let back = steps[api[0]].render(false);
         assert!(back.contains(&aside) && back.contains("kube-apiserver"), "{back}");
         assert!(!back.contains("kube-scheduler"), "one component per step: {back}");
+    }
+
+    /// Point 3 of issue 13: the scratch etcd of R0.4b listens on nothing another local user can
+    /// reach (it used plain HTTP on 127.0.0.1:23790, which anyone could take first and so seed
+    /// the recovered cluster), and its snapshot is taken only from the process hactl started.
+    #[test]
+    fn the_scratch_etcd_of_a_survivor_listens_only_on_unix_sockets_in_a_0700_dir() {
+        let (steps, _) = build_with("systemd", |d| {
+            d.source = Source::Member { host: "cp1".into() };
+        });
+        let text = steps[position(&steps, "R0.4b@cp1")].render(false);
+        assert!(!text.contains("http://127.0.0.1"), "{text}");
+        assert!(!text.contains("--listen-metrics-urls"), "{text}");
+        for want in [
+            "mkdir -m 0700 \"$work/probe/sock\"",
+            "(cd \"$sock\" && exec etcd",
+            "--listen-client-urls \"unix://localhost:$port\"",
+            "--listen-peer-urls \"unix://localhost:$pport\"",
+            "--endpoints=\"unix://$sock/localhost:$port\"",
+            "the listener must belong to the process hactl started",
+            "/proc/$pid/fd",
+        ] {
+            assert!(text.contains(want), "R0.4b lacks {want}: {text}");
+        }
+        // The ownership check comes before the snapshot is saved.
+        assert!(text.find("! ours").unwrap() < text.find("snapshot save").unwrap());
+    }
+
+    /// The data-directory rule guards every step that moves or replaces the data dir.
+    #[test]
+    fn moving_and_swapping_the_data_dir_run_the_data_dir_guard_first() {
+        let (steps, d) = build_for("systemd");
+        let aside = steps[position(&steps, "R1.4@cp2")].render(false);
+        let guard = aside
+            .find("hactl_data_dir_guard \"$1\" \"move $1 aside\"")
+            .expect(&aside);
+        assert!(guard < aside.find("mv -T --").unwrap(), "{aside}");
+        assert!(
+            aside.contains(&format!("hactl recover --resume {}", d.run)),
+            "{aside}"
+        );
+        let swap = steps[position(&steps, "R2.5@cp1")].render(false);
+        let guard = swap.find("hactl_data_dir_guard \"$2\"").expect(&swap);
+        assert!(guard < swap.find("mv -T \"$work/staging\"").unwrap(), "{swap}");
     }
 
     #[test]

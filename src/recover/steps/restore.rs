@@ -44,7 +44,7 @@ pub(super) fn r0_4b_extract(s: &Shared<'_>, steps: &mut Vec<JournaledStep>) {
         steps.push(
             JournaledStep::new(
                 format!("R0.4b@{survivor}"),
-                "copy the data dir, open the copy with a loopback-only --force-new-cluster etcd, save a snapshot",
+                "copy the data dir, open the copy with a --force-new-cluster etcd on unix sockets in a 0700 dir, save a snapshot",
                 Some(survivor),
             )
             .done_when(RemoteCommand::read_only([
@@ -143,7 +143,7 @@ pub(super) fn r2_restore(s: &Shared<'_>, steps: &mut Vec<JournaledStep>) {
             work,
             dd,
         ]))
-        .run(sh(SWAP, "hactl-swap", &[work, dd]))
+        .run(sh(&swap_script(&d.run), "hactl-swap", &[work, dd]))
     };
     let config = |h: &str, members: &[(String, String)], state: &str, record_token: bool| -> JournaledStep {
         let env = initial_env(h, members, state, &d.token);

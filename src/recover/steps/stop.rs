@@ -92,7 +92,8 @@ pub(super) fn r1_lock_and_fence(s: &Shared<'_>, steps: &mut Vec<JournaledStep>) 
     }
 }
 
-/// R1.4: every data dir moved aside (never deleted).
+/// R1.4: every data dir moved aside (never deleted), under the data-directory rule
+/// ([`crate::etcd::data_dir`]).
 pub(super) fn r1_4_move_aside(s: &Shared<'_>, steps: &mut Vec<JournaledStep>) {
     let d = s.d;
     let dd = s.dd;
@@ -111,7 +112,15 @@ pub(super) fn r1_4_move_aside(s: &Shared<'_>, steps: &mut Vec<JournaledStep>) {
                     dd,
                     &aside,
                 ]))
-                .run(RemoteCommand::new(["mv", "-T", "--", dd, &aside])),
+                .run(sh(
+                    &crate::etcd::data_dir::guarded(
+                        "move $1 aside",
+                        &format!("hactl recover --resume {}", d.run),
+                        "mv -T -- \"$1\" \"$2\"",
+                    ),
+                    "hactl-aside",
+                    &[dd, &aside],
+                )),
         );
     }
 }

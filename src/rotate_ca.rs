@@ -1,0 +1,284 @@
+//! `hactl certs rotate-ca`: replacing a CA with no downtime, as journaled steps (data, so
+//! `--dry-run` prints them; each re-checks its postcondition in the state directory, so running
+//! the command again resumes a rotation wherever it stopped).
+//!
+//! | step | what | postcondition |
+//! |---|---|---|
+//! | C1 | trust old and new: the new CA is created (`ca-next`); the trust files carry both | the new CA exists |
+//! | C1.roll | roll: `up`'s plan uploads the trust files and restarts what reads them, one host at a time | — (a converged cluster plans nothing) |
+//! | C2 | re-issue the leaves from the new CA (the old CA stays trusted as `ca-previous`) | the new CA signs, every leaf is its |
+//! | C3 | roll: the new leaves go out and each member (then each apiserver) restarts with them | — |
+//! | C4 | trust only the new: the old CA is retired (`ca-retired-<run>`, kept) | no `ca-previous` |
+//! | C5 | roll again: the trust files hold the new CA alone, and each reader restarts | — |
+//! | C6 | done: the rotation's marker is closed | no marker |
+//!
+//! Why a roll after C1 as well as after C2: etcd reads its trusted CAs only at start, so every
+//! member must run with both CAs trusted before any member presents a leaf from the new one.
+//! (etcd re-reads its own certificate and key on every handshake, so members present the new
+//! leaves as soon as C3 uploads them: the C1 roll is what makes that safe.)
+//!
+//! The rolls are `hactl up`'s own phases (`RollEtcd`: one member at a time, leader last, its
+//! HAProxy backend drained, health gates before and after; `RollApiservers` likewise), so a
+//! rotation restarts nothing `up` would not. Only the etcd CA is rotated so far.
+//!
+//! Invariant: the state directory decides what is done; the journal records it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use crate::exec::journaled::{JournaledStep, LocalAct};
+use crate::exec::Transports;
+use crate::inventory::Inventory;
+use crate::pki::rotate::{self, Stage};
+use crate::pki::CaKind;
+
+/// A change to the state directory's PKI, as a step's act and postcondition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// C1: the marker and the new CA.
+    CreateNext,
+    /// C2: the new CA signs; every leaf of the CA re-issued from it.
+    Promote,
+    /// C4: the old CA retired.
+    Retire,
+    /// C6: the marker closed.
+    Finish,
+}
+
+/// One [`Change`] against the PKI directory `dir`.
+pub struct StateChange {
+    pub change: Change,
+    pub kind: CaKind,
+    pub dir: PathBuf,
+    pub run: String,
+    pub inv: Arc<Inventory>,
+}
+
+impl StateChange {
+    fn stage(&self) -> anyhow::Result<Stage> {
+        Ok(rotate::stage(&self.dir, self.kind)?)
+    }
+
+    /// Every leaf of this CA in the state directory is signed by its signing CA.
+    fn leaves_signed(&self) -> anyhow::Result<bool> {
+        let ca = fs_err::read_to_string(self.dir.join(format!("{}.crt", self.kind.name())))?;
+        for request in crate::pki::requests(&self.inv)
+            .into_iter()
+            .filter(|r| r.ca == self.kind)
+        {
+            let Ok(leaf) = fs_err::read_to_string(self.dir.join(format!("{}.crt", request.name))) else {
+                return Ok(false);
+            };
+            if !crate::pki::is_signed_by(&leaf, &ca)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+#[async_trait]
+impl LocalAct for StateChange {
+    fn describe(&self) -> String {
+        let d = self.kind.dir();
+        let pki = self.dir.display();
+        match self.change {
+            Change::CreateNext => format!(
+                "create the new {d} CA as {pki}/{d}/ca-next.{{crt,key}} (rotation marker {pki}/{d}/rotation = {}); trust files carry the signing CA and ca-next",
+                self.run
+            ),
+            Change::Promote => format!(
+                "keep the old {d} CA as {pki}/{d}/ca-previous.{{crt,key}} (still trusted), make ca-next the signing CA, re-issue every {d} leaf from it"
+            ),
+            Change::Retire => format!(
+                "rename {pki}/{d}/ca-previous.{{crt,key}} to ca-retired-{}.{{crt,key}}: the trust files hold the new CA alone",
+                self.run
+            ),
+            Change::Finish => format!(
+                "close the rotation: {pki}/{d}/rotation becomes rotation-{}.done",
+                self.run
+            ),
+        }
+    }
+
+    async fn act(&self, _: &Transports) -> anyhow::Result<serde_json::Value> {
+        let now = time::OffsetDateTime::now_utc();
+        match self.change {
+            Change::CreateNext => {
+                rotate::start(&self.dir, self.kind, &self.run)?;
+                rotate::create_next(&self.dir, &self.inv, self.kind, now)?;
+            }
+            Change::Promote => {
+                rotate::promote(&self.dir, self.kind)?;
+                let pki = crate::pki::ensure(&self.dir, &self.inv, now)?;
+                let reissued: Vec<String> = pki
+                    .changes()
+                    .filter(|c| c.file.starts_with(&format!("{}/", self.kind.dir())))
+                    .map(|c| c.file.clone())
+                    .collect();
+                return Ok(serde_json::json!({ "reissued": reissued }));
+            }
+            Change::Retire => rotate::retire(&self.dir, self.kind)?,
+            Change::Finish => rotate::finish(&self.dir, self.kind)?,
+        }
+        Ok(serde_json::json!({ "stage": format!("{:?}", self.stage()?) }))
+    }
+
+    async fn holds(&self, _: &Transports) -> anyhow::Result<bool> {
+        let stage = self.stage()?;
+        Ok(match self.change {
+            Change::CreateNext => {
+                matches!(stage, Stage::Promoted { .. } | Stage::Retired { .. })
+                    || (matches!(stage, Stage::Trusting { .. })
+                        && self.dir.join(format!("{}/ca-next.crt", self.kind.dir())).exists())
+            }
+            Change::Promote => {
+                matches!(stage, Stage::Promoted { .. } | Stage::Retired { .. }) && self.leaves_signed()?
+            }
+            Change::Retire => matches!(stage, Stage::Retired { .. }),
+            Change::Finish => stage == Stage::Idle,
+        })
+    }
+}
+
+/// A [`StateChange`]'s postcondition, described as what holds (for the dry run's `skip when`).
+struct Done(Arc<StateChange>);
+
+#[async_trait]
+impl LocalAct for Done {
+    fn describe(&self) -> String {
+        let d = self.0.kind.dir();
+        match self.0.change {
+            Change::CreateNext => format!("the new {d} CA exists (ca-next, or already signing)"),
+            Change::Promote => format!(
+                "the new {d} CA signs (ca-previous or retired beside it) and every {d} leaf is signed by it"
+            ),
+            Change::Retire => format!("no {d}/ca-previous: the old CA is retired"),
+            Change::Finish => format!("no {d}/rotation marker"),
+        }
+    }
+    async fn act(&self, transports: &Transports) -> anyhow::Result<serde_json::Value> {
+        self.0.act(transports).await
+    }
+    async fn holds(&self, transports: &Transports) -> anyhow::Result<bool> {
+        self.0.holds(transports).await
+    }
+}
+
+/// The steps of a rotation of `kind` as run `run`; `roll` is `up`'s plan, built and executed
+/// afresh each time (the top floor provides it).
+pub fn steps(
+    dir: PathBuf,
+    inv: Arc<Inventory>,
+    kind: CaKind,
+    run: &str,
+    roll: Arc<dyn LocalAct>,
+) -> Vec<JournaledStep> {
+    let change = |change| {
+        Arc::new(StateChange {
+            change,
+            kind,
+            dir: dir.clone(),
+            run: run.to_string(),
+            inv: inv.clone(),
+        })
+    };
+    let state_step = |id: &str, title: &str, c: Change| {
+        let act = change(c);
+        JournaledStep::new(id, title, None)
+            .done_when_local(Arc::new(Done(act.clone())))
+            .local(act)
+    };
+    let roll_step = |id: &str, title: &str| JournaledStep::new(id, title, None).local(roll.clone());
+    let d = kind.dir();
+    vec![
+        state_step("C1", &format!("trust old and new {d} CAs"), Change::CreateNext),
+        roll_step("C1.roll", "roll the trust files holding both CAs"),
+        state_step(
+            "C2",
+            &format!("re-issue the {d} leaves from the new CA"),
+            Change::Promote,
+        ),
+        roll_step("C3", "roll the new leaves"),
+        state_step("C4", &format!("trust only the new {d} CA"), Change::Retire),
+        roll_step("C5", "roll again: the trust files hold the new CA alone"),
+        state_step("C6", "close the rotation", Change::Finish),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct NoRoll;
+    #[async_trait]
+    impl LocalAct for NoRoll {
+        fn describe(&self) -> String {
+            "roll".into()
+        }
+        async fn act(&self, _: &Transports) -> anyhow::Result<serde_json::Value> {
+            Ok(serde_json::Value::Null)
+        }
+    }
+
+    /// The whole list on a state directory, run twice: the second run skips every state step.
+    #[tokio::test]
+    async fn the_steps_walk_a_rotation_and_a_second_run_skips_what_is_done() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("pki");
+        let inv = Arc::new(
+            crate::inventory::load(std::path::Path::new(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/inventories/example.yaml"
+            )))
+            .unwrap(),
+        );
+        let before = crate::pki::ensure(&dir, &inv, time::OffsetDateTime::now_utc()).unwrap();
+        let list = steps(
+            dir.clone(),
+            inv.clone(),
+            CaKind::Etcd,
+            "rotate-ca-t1",
+            Arc::new(NoRoll),
+        );
+        let ids: Vec<&str> = list.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["C1", "C1.roll", "C2", "C3", "C4", "C5", "C6"]);
+        let text: String = list.iter().map(|s| s.render(false)).collect();
+        assert!(text.contains("ca-next"), "{text}");
+        let transports = Transports::new();
+        let mut journal = crate::operations::journal::Journal::dry_run("rotate-ca-t1");
+        let opts = crate::exec::journaled::RunOptions::default();
+        let out = crate::exec::journaled::run(&list, &transports, &mut journal, &opts)
+            .await
+            .unwrap();
+        assert_eq!(out.done.len(), 7, "{out:?}");
+        let after = crate::pki::ensure(&dir, &inv, time::OffsetDateTime::now_utc()).unwrap();
+        assert_ne!(after.etcd_ca_pem(), before.etcd_ca_pem());
+        assert_eq!(
+            after.etcd_trust_pem(),
+            after.etcd_ca_pem(),
+            "only the new CA is trusted"
+        );
+        assert!(
+            crate::pki::is_signed_by(&after.etcd_server("cp1").unwrap().cert_pem, after.etcd_ca_pem())
+                .unwrap()
+        );
+        assert_eq!(
+            after.kubernetes_ca().unwrap().cert_pem,
+            before.kubernetes_ca().unwrap().cert_pem,
+            "the other CAs are untouched"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("etcd/ca-retired-rotate-ca-t1.crt")).unwrap(),
+            before.etcd_ca_pem()
+        );
+        // Every state step's postcondition now holds except C1's (a finished rotation is idle).
+        let mut journal = crate::operations::journal::Journal::dry_run("rotate-ca-t1");
+        let again = crate::exec::journaled::run(&list[5..], &transports, &mut journal, &opts)
+            .await
+            .unwrap();
+        assert_eq!(again.skipped, ["C6"]);
+    }
+}

@@ -1,0 +1,86 @@
+//! A writer through the VIP, shared by the lab tests that prove "0 failed writes": a thread runs
+//! `hactl-etcdctl --endpoints=https://<VIP>:2379 --command-timeout=3s put` on one lab host in a
+//! loop (each put a new process, reading the host's trust file and client certificate afresh),
+//! counting writes and failures, until stopped (or dropped).
+//!
+//! Use with `#[path = "support/lab.rs"] mod lab_support;` and
+//! `#[path = "support/writer.rs"] mod writer_support;`.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use super::lab_support::TestLab;
+
+/// A running writer; [`VipWriter::stop`] returns (writes, failed).
+pub struct VipWriter {
+    stop: Arc<AtomicBool>,
+    writes: Arc<AtomicUsize>,
+    failed: Arc<AtomicUsize>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl VipWriter {
+    /// Starts writing keys `<prefix>/0..63` through the lab's VIP from `host`.
+    pub fn start(lab: Arc<TestLab>, host: &str, prefix: &str) -> VipWriter {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (writes, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let endpoint = format!("--endpoints=https://{}:2379", lab.lab().vip);
+        let handle = {
+            let (stop, writes, failed) = (stop.clone(), writes.clone(), failed.clone());
+            let (host, prefix) = (host.to_string(), prefix.to_string());
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    i += 1;
+                    let o = lab.exec(
+                        &host,
+                        &[
+                            "/usr/local/sbin/hactl-etcdctl",
+                            &endpoint,
+                            "--command-timeout=3s",
+                            "put",
+                            &format!("{prefix}/{}", i % 64),
+                            &i.to_string(),
+                        ],
+                    );
+                    writes.fetch_add(1, Ordering::Relaxed);
+                    if !o.status.success() {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                        eprintln!("writer: {}", String::from_utf8_lossy(&o.stderr));
+                    }
+                }
+            })
+        };
+        VipWriter {
+            stop,
+            writes,
+            failed,
+            handle: Some(handle),
+        }
+    }
+
+    /// Writes so far.
+    pub fn writes(&self) -> usize {
+        self.writes.load(Ordering::Relaxed)
+    }
+
+    /// Stops the writer and waits for its last write: (writes, failed).
+    pub fn stop(mut self) -> (usize, usize) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            h.join().unwrap();
+        }
+        (
+            self.writes.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+        )
+    }
+}
+
+impl Drop for VipWriter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
