@@ -1,6 +1,8 @@
 //! `hactl check`: read-only preflight of every host, one row per host and check.
 //!
-//! Invariant: sends only the read-only facts probe; a failed check makes the exit code non-zero.
+//! Invariant: sends only read-only commands (the facts probe, then [`CLOCK_SAMPLES`] readings of
+//! `date +%s.%N`, each bracketed by this machine's clock, for the clock rule); a failed check
+//! makes the exit code non-zero.
 
 use std::collections::BTreeSet;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -14,6 +16,9 @@ use crate::inventory::{BinarySource, Host, Inventory, Role};
 
 /// Largest clock difference between a host and the operator machine that passes.
 pub const MAX_CLOCK_SKEW_NS: i128 = 1_000_000_000;
+/// How many times `check` reads each host's clock; the reading with the shortest round trip
+/// is the one judged (as an NTP client prefers its fastest exchange).
+pub const CLOCK_SAMPLES: usize = 3;
 /// Smallest free space for an etcd host's data-dir filesystem.
 pub const MIN_ETCD_FREE_BYTES: u64 = 2 * 1024 * 1024 * 1024;
 /// HAProxy's stats port on load balancers.
@@ -38,6 +43,85 @@ pub struct CheckRow {
 }
 
 pub use crate::phases::query::owned_units;
+
+/// One reading of a host's clock: this machine's clock just before the command was sent and
+/// just after its answer arrived, and what the host's clock said in between.
+///
+/// The host read its clock at some unknown moment inside `[sent_ns, received_ns]`, so its
+/// offset from this machine is `remote_ns - midpoint`, give or take half the round trip; the
+/// skew is only known to be at least `|offset| - round_trip / 2`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockSample {
+    pub sent_ns: i128,
+    pub remote_ns: i128,
+    pub received_ns: i128,
+}
+
+impl ClockSample {
+    pub fn round_trip_ns(&self) -> i128 {
+        (self.received_ns - self.sent_ns).max(0)
+    }
+    /// The host's clock minus this machine's, taken at the middle of the round trip.
+    pub fn offset_ns(&self) -> i128 {
+        self.remote_ns - (self.sent_ns + self.round_trip_ns() / 2)
+    }
+    /// How far `offset_ns` may be off: half the round trip.
+    pub fn uncertainty_ns(&self) -> i128 {
+        self.round_trip_ns() / 2
+    }
+    /// The smallest skew this reading is consistent with.
+    pub fn least_skew_ns(&self) -> i128 {
+        (self.offset_ns().abs() - self.uncertainty_ns()).max(0)
+    }
+}
+
+/// The reading with the shortest round trip (the tightest bound), if any.
+pub fn best_sample(samples: &[ClockSample]) -> Option<ClockSample> {
+    samples.iter().copied().min_by_key(ClockSample::round_trip_ns)
+}
+
+/// Parses `date +%s.%N`'s output (`1763776000.123456789`) into nanoseconds since the epoch.
+pub fn parse_epoch_ns(text: &str) -> Option<i128> {
+    let text = text.trim();
+    let (secs, frac) = text.split_once('.').unwrap_or((text, ""));
+    if secs.is_empty() || frac.len() > 9 || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let secs: i128 = secs.parse().ok()?;
+    let frac_ns: i128 = if frac.is_empty() {
+        0
+    } else {
+        format!("{frac:0<9}").parse().ok()?
+    };
+    Some(secs * 1_000_000_000 + if secs < 0 { -frac_ns } else { frac_ns })
+}
+
+/// The clock row: fails only when the skew is certainly over [`MAX_CLOCK_SKEW_NS`] (the best
+/// reading's offset minus its uncertainty); warns when the round trip was too slow to tell.
+fn clock_row(sample: Option<ClockSample>, samples: usize) -> (Verdict, String) {
+    let Some(s) = sample else {
+        return (Verdict::Fail, "could not read the host's clock".into());
+    };
+    let ms = |ns: i128| ns as f64 / 1e6;
+    let measured = format!(
+        "skew {:+.0} ms ± {:.0} ms (best of {samples} readings)",
+        ms(s.offset_ns()),
+        ms(s.uncertainty_ns())
+    );
+    if s.least_skew_ns() > MAX_CLOCK_SKEW_NS {
+        (
+            Verdict::Fail,
+            format!("{measured}: at least {:.0} ms, over 1 s: etcd and TLS need synchronised clocks; enable NTP (systemd-timesyncd or chrony)", ms(s.least_skew_ns())),
+        )
+    } else if s.offset_ns().abs() + s.uncertainty_ns() > MAX_CLOCK_SKEW_NS {
+        (
+            Verdict::Warn,
+            format!("{measured}: the round trip is too slow to tell whether it is under 1 s"),
+        )
+    } else {
+        (Verdict::Pass, measured)
+    }
+}
 
 /// Ports hactl will listen on, on `host`, with the process allowed to hold each.
 pub fn ports_for(inv: &Inventory, host: &Host) -> Vec<(u16, &'static str)> {
@@ -68,7 +152,7 @@ pub fn evaluate(
     inv: &Inventory,
     host: &Host,
     facts: Result<&HostFacts, &str>,
-    local_time_ns: i128,
+    clock: &[ClockSample],
 ) -> Vec<CheckRow> {
     let row = |check: &'static str, verdict: Verdict, detail: String| CheckRow {
         host: host.name.clone(),
@@ -135,17 +219,8 @@ pub fn evaluate(
             ),
         ),
     });
-    let skew = f.time_ns - local_time_ns;
-    let skew_ms = skew as f64 / 1e6;
-    rows.push(if skew.abs() < MAX_CLOCK_SKEW_NS {
-        row("clock", Verdict::Pass, format!("skew {skew_ms:+.0} ms"))
-    } else {
-        row(
-            "clock",
-            Verdict::Fail,
-            format!("skew {skew_ms:+.0} ms exceeds 1 s: etcd and TLS need synchronised clocks; enable NTP (systemd-timesyncd or chrony)"),
-        )
-    });
+    let (verdict, detail) = clock_row(best_sample(clock), clock.len());
+    rows.push(row("clock", verdict, detail));
     // A port is fine when free, or when every process on it is one of hactl's own services
     // (on a stacked host HAProxy holds VIP:2379 while etcd holds <address>:2379).
     const HACTL_SERVICES: [&str; 4] = ["etcd", "haproxy", "keepalived", "kube-apiserver"];
@@ -315,6 +390,26 @@ fn now_ns() -> i128 {
         .unwrap_or(0)
 }
 
+/// Reads the host's clock `n` times with `date +%s.%N`, each bracketed by this machine's clock;
+/// a failed reading is left out.
+async fn read_clock(t: &dyn crate::exec::Transport, n: usize) -> Vec<ClockSample> {
+    let cmd = crate::plan::RemoteCommand::read_only(["date", "+%s.%N"]);
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let sent_ns = now_ns();
+        let Ok(out) = t.run(&cmd).await else { continue };
+        let received_ns = now_ns();
+        if let Some(remote_ns) = out.success().then(|| parse_epoch_ns(&out.stdout_str())).flatten() {
+            samples.push(ClockSample {
+                sent_ns,
+                remote_ns,
+                received_ns,
+            });
+        }
+    }
+    samples
+}
+
 /// Runs the preflight; returns the exit code (0 when every check passed).
 pub async fn run(args: &CheckArgs) -> anyhow::Result<i32> {
     let (inv, state) = super::load(&args.inventory)?;
@@ -343,28 +438,36 @@ pub async fn check_hosts(
 ) -> Vec<CheckRow> {
     let conns = crate::exec::connect::connect(state, hosts, connect).await;
     let mut rows = Vec::new();
-    let results: Vec<anyhow::Result<(HostFacts, i128)>> = futures::stream::iter(hosts.iter().map(|host| {
-        let conn = conns.get(&host.name).cloned();
-        let query = crate::phases::query_for(inv, host);
-        async move {
-            let t = match conn {
-                Some(Ok(t)) => t,
-                Some(Err(e)) => return Err(anyhow::anyhow!(e)),
-                None => return Err(anyhow::anyhow!("not connected")),
-            };
-            let before = now_ns();
-            let f = facts::gather(t.as_ref(), &query).await?;
-            let after = now_ns();
-            Ok((f, before + (after - before) / 2))
-        }
-    }))
-    .buffered(connect.concurrency.max(1))
-    .collect()
-    .await;
+    let results: Vec<anyhow::Result<(HostFacts, Vec<ClockSample>)>> =
+        futures::stream::iter(hosts.iter().map(|host| {
+            let conn = conns.get(&host.name).cloned();
+            let query = crate::phases::query_for(inv, host);
+            async move {
+                let t = match conn {
+                    Some(Ok(t)) => t,
+                    Some(Err(e)) => return Err(anyhow::anyhow!(e)),
+                    None => return Err(anyhow::anyhow!("not connected")),
+                };
+                // The facts probe reads the clock too, but it runs for a while after that: one
+                // more reading at most, with its long round trip.
+                let sent_ns = now_ns();
+                let f = facts::gather(t.as_ref(), &query).await?;
+                let mut clock = vec![ClockSample {
+                    sent_ns,
+                    remote_ns: f.time_ns,
+                    received_ns: now_ns(),
+                }];
+                clock.extend(read_clock(t.as_ref(), CLOCK_SAMPLES).await);
+                Ok((f, clock))
+            }
+        }))
+        .buffered(connect.concurrency.max(1))
+        .collect()
+        .await;
     for (host, result) in hosts.iter().zip(results) {
         match result {
-            Ok((f, local)) => rows.extend(evaluate(inv, host, Ok(&f), local)),
-            Err(e) => rows.extend(evaluate(inv, host, Err(&format!("{e:#}")), 0)),
+            Ok((f, clock)) => rows.extend(evaluate(inv, host, Ok(&f), &clock)),
+            Err(e) => rows.extend(evaluate(inv, host, Err(&format!("{e:#}")), &[])),
         }
     }
     if let Some(remote) = &inv.backup.remote {
@@ -462,7 +565,7 @@ mod tests {
             .entry(2379)
             .or_default()
             .extend(["etcd".to_string(), "haproxy".to_string()]);
-        let rows = evaluate(&inv, &inv.hosts[0], Ok(&f), f.time_ns);
+        let rows = evaluate(&inv, &inv.hosts[0], Ok(&f), &[in_step(&f)]);
         let (v, detail) = verdict(&rows, "ports");
         assert_eq!(v, Verdict::Pass, "{detail}");
         assert!(detail.contains("2379 by etcd+haproxy"), "{detail}");
@@ -477,7 +580,7 @@ mod tests {
             .entry(2381)
             .or_default()
             .insert("node_exporter".to_string());
-        let rows = evaluate(&inv, &inv.hosts[0], Ok(&f), f.time_ns);
+        let rows = evaluate(&inv, &inv.hosts[0], Ok(&f), &[in_step(&f)]);
         let (v, detail) = verdict(&rows, "ports");
         assert_eq!(v, Verdict::Fail);
         assert_eq!(
@@ -491,7 +594,7 @@ mod tests {
         let inv = stacked();
         let mut f = good_facts();
         f.listeners.entry(2380).or_default().insert("nginx".to_string());
-        let rows = evaluate(&inv, &inv.hosts[2], Ok(&f), f.time_ns);
+        let rows = evaluate(&inv, &inv.hosts[2], Ok(&f), &[in_step(&f)]);
         let (v, detail) = verdict(&rows, "ports");
         assert_eq!(v, Verdict::Fail);
         assert_eq!(
@@ -500,14 +603,93 @@ mod tests {
         );
     }
 
+    /// A reading whose host clock equals this machine's, with a 2 ms round trip.
+    fn in_step(f: &HostFacts) -> ClockSample {
+        ClockSample {
+            sent_ns: f.time_ns - 1_000_000,
+            remote_ns: f.time_ns,
+            received_ns: f.time_ns + 1_000_000,
+        }
+    }
+
+    /// A reading sent at 0 and answered after `rtt_ms`, in which the host said `remote_ms`.
+    fn sample(rtt_ms: i128, remote_ms: i128) -> ClockSample {
+        ClockSample {
+            sent_ns: 0,
+            remote_ns: remote_ms * 1_000_000,
+            received_ns: rtt_ms * 1_000_000,
+        }
+    }
+
     #[test]
-    fn clock_skew_over_a_second_fails_and_under_passes() {
+    fn the_offset_is_taken_at_the_middle_of_the_round_trip_give_or_take_half_of_it() {
+        // Sent at 0 ms, answered at 400 ms, the host said 1700 ms: 1500 ms ahead ± 200 ms.
+        let s = sample(400, 1700);
+        assert_eq!(s.round_trip_ns(), 400_000_000);
+        assert_eq!(s.offset_ns(), 1_500_000_000);
+        assert_eq!(s.uncertainty_ns(), 200_000_000);
+        assert_eq!(s.least_skew_ns(), 1_300_000_000);
+        // Behind: the same arithmetic on the absolute value.
+        let s = sample(400, -1300);
+        assert_eq!(s.offset_ns(), -1_500_000_000);
+        assert_eq!(s.least_skew_ns(), 1_300_000_000);
+        // An offset inside the uncertainty could be zero.
+        assert_eq!(sample(3000, 2000).least_skew_ns(), 0);
+    }
+
+    #[test]
+    fn the_best_reading_is_the_one_with_the_shortest_round_trip() {
+        let samples = [sample(3000, 2900), sample(40, 520), sample(900, 700)];
+        assert_eq!(best_sample(&samples), Some(samples[1]));
+        assert_eq!(best_sample(&[]), None);
+    }
+
+    #[test]
+    fn clock_skew_fails_only_when_certainly_over_a_second() {
         let inv = stacked();
         let f = good_facts();
-        let rows = evaluate(&inv, &inv.hosts[0], Ok(&f), f.time_ns - 1_500_000_000);
-        assert_eq!(verdict(&rows, "clock").0, Verdict::Fail);
-        let rows = evaluate(&inv, &inv.hosts[0], Ok(&f), f.time_ns - 400_000_000);
-        assert_eq!(verdict(&rows, "clock").0, Verdict::Pass);
+        let clock =
+            |samples: &[ClockSample]| verdict(&evaluate(&inv, &inv.hosts[0], Ok(&f), samples), "clock");
+        // 1.5 s ahead ± 10 ms: certainly over.
+        let (v, detail) = clock(&[sample(20, 1510)]);
+        assert_eq!(v, Verdict::Fail, "{detail}");
+        assert!(
+            detail.starts_with("skew +1500 ms ± 10 ms (best of 1 readings): at least 1490 ms"),
+            "{detail}"
+        );
+        // 400 ms behind ± 10 ms: passes.
+        let (v, detail) = clock(&[sample(20, -390)]);
+        assert_eq!(v, Verdict::Pass, "{detail}");
+        assert_eq!(detail, "skew -400 ms ± 10 ms (best of 1 readings)");
+        // What the old estimate failed: the facts probe read the clock at once and then ran for
+        // 3 s, so its midpoint put the host 1.5 s behind; a quick `date` shows it in step.
+        let (v, detail) = clock(&[sample(3000, 0), sample(60, 30)]);
+        assert_eq!(v, Verdict::Pass, "{detail}");
+        assert_eq!(detail, "skew +0 ms ± 30 ms (best of 2 readings)");
+        // Only slow readings, 1.2 s off ± 1.5 s: cannot tell, a warning, not a failure.
+        let (v, detail) = clock(&[sample(3000, 2700)]);
+        assert_eq!(v, Verdict::Warn, "{detail}");
+        // Slow, but 3 s off even so: fails.
+        let (v, _) = clock(&[sample(3000, 4600)]);
+        assert_eq!(v, Verdict::Fail);
+        // No reading at all.
+        let (v, detail) = clock(&[]);
+        assert_eq!(v, Verdict::Fail);
+        assert_eq!(detail, "could not read the host's clock");
+    }
+
+    #[test]
+    fn date_output_parses_to_nanoseconds() {
+        assert_eq!(
+            parse_epoch_ns("1763776000.123456789\n"),
+            Some(1_763_776_000_123_456_789)
+        );
+        assert_eq!(parse_epoch_ns("1763776000.5"), Some(1_763_776_000_500_000_000));
+        assert_eq!(parse_epoch_ns("1763776000"), Some(1_763_776_000_000_000_000));
+        // busybox date prints %N literally; a garbled answer is no reading.
+        assert_eq!(parse_epoch_ns("1763776000.%N"), None);
+        assert_eq!(parse_epoch_ns(""), None);
+        assert_eq!(parse_epoch_ns("1763776000.1234567890"), None);
     }
 
     #[test]
@@ -517,7 +699,7 @@ mod tests {
             &inv,
             &inv.hosts[1],
             Err("failed to connect to cp2 at 10.0.0.12:22"),
-            0,
+            &[],
         );
         assert_eq!(rows[0].verdict, Verdict::Fail);
         assert!(rows[1..].iter().all(|r| r.verdict == Verdict::Skip));
@@ -529,7 +711,7 @@ mod tests {
         let mut f = good_facts();
         f.apt = false;
         f.binaries.clear();
-        let rows = evaluate(&inv, &inv.hosts[0], Ok(&f), f.time_ns);
+        let rows = evaluate(&inv, &inv.hosts[0], Ok(&f), &[in_step(&f)]);
         let (v, detail) = verdict(&rows, "binaries");
         assert_eq!(v, Verdict::Fail);
         assert!(
