@@ -110,7 +110,7 @@ fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
     let (ok, out) = ctl(&lab, "cp1", &["member", "remove", &cp3_old]);
     assert!(ok, "etcd refused to remove the dead member: {out}");
     // A replace that finds the member already removed (KCP #4365) carries on from P4.
-    let o = hactl(&inv, &["replace", "cp3", "--reuse-host"]);
+    let o = hactl(&inv, &["replace", "cp3", "--reuse-host", "--yes"]);
     assert_eq!(o.status.code(), Some(0));
     let j = journal(&state, "replace-");
     assert!(
@@ -124,7 +124,7 @@ fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
     let before = members(&lab, "cp1");
     lab.exec_ok("cp2", &["systemctl", "stop", "etcd"]);
     lab.exec_ok("cp3", &["systemctl", "stop", "etcd"]);
-    let o = hactl(&inv, &["replace", "cp3", "--reuse-host"]);
+    let o = hactl(&inv, &["replace", "cp3", "--reuse-host", "--yes"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("quorum lost") && text(&o).contains("hactl recover"));
     let o = hactl(&inv, &["heal", "--once"]);
@@ -177,7 +177,7 @@ fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
         .next()
         .unwrap()
         .to_string();
-    let o = hactl(&inv, &["replace", "cp3", "--reuse-host"]);
+    let o = hactl(&inv, &["replace", "cp3", "--reuse-host", "--yes"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
         text(&o).contains(&format!("foreign learner {leaked}")),
@@ -187,7 +187,7 @@ fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
     let cp3_before = member_id(&lab, "cp1", "cp3").unwrap();
     let o = hactl(
         &inv,
-        &["replace", "cp3", "--reuse-host", "--cleanup-learner", &leaked],
+        &["replace", "cp3", "--reuse-host", "--yes", "--cleanup-learner", &leaked],
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_cluster(&lab, "cp1", &["cp1", "cp2", "cp3"]);
@@ -337,7 +337,7 @@ fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
         "{cfg}"
     );
     move_roles(&lab, &inv, "cp3", "spare1");
-    let o = hactl(&inv, &["replace", "cp3", "--host", "spare1"]);
+    let o = hactl(&inv, &["replace", "cp3", "--host", "spare1", "--yes"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_cluster(&lab, "cp1", &["cp1", "cp2", "spare1"]);
     let list = members(&lab, "cp1").join("\n");

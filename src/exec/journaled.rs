@@ -168,6 +168,36 @@ impl JournaledStep {
         out
     }
 
+    /// The step as JSON (`-o json` of a dry run): the same lines [`JournaledStep::render`] prints,
+    /// field by field.
+    pub fn to_json(&self, sudo: bool) -> serde_json::Value {
+        let condition = |c: &Condition| match c {
+            Condition::Remote(c) => serde_json::json!({ "run": c.line(sudo) }),
+            Condition::Local(a) => serde_json::json!({ "operator": a.describe() }),
+        };
+        let act: Vec<serde_json::Value> = self
+            .act
+            .iter()
+            .map(|a| match a {
+                Act::Remote(Step::Run(c)) => serde_json::json!({ "run": c.line(sudo) }),
+                Act::Remote(Step::Upload(u)) => serde_json::json!({ "write": u.to_string() }),
+                Act::Remote(Step::Wait(c)) => serde_json::json!({ "wait": c.to_string() }),
+                Act::Local(a) => serde_json::json!({ "operator": a.describe() }),
+            })
+            .collect();
+        serde_json::json!({
+            "id": self.id,
+            "title": self.title,
+            "host": self.host,
+            "skip_when": self.postcondition.as_ref().map(condition),
+            "check_first": self.precheck.as_ref().map(|c| c.line(sudo)),
+            "act": act,
+            "verify": self.verify.as_ref().map(|c| c.to_string()),
+            "group": self.group.as_ref().map(|(g, lane)| serde_json::json!({ "group": g, "lane": lane })),
+            "changes_cluster": self.changes_cluster,
+        })
+    }
+
     /// sha256 of the rendered step: the `inputs_sha` of its journal lines.
     pub fn inputs_sha(&self) -> String {
         hex::encode(Sha256::digest(self.render(false).as_bytes()))
@@ -230,6 +260,37 @@ pub async fn run(
     journal: &mut Journal,
     options: &RunOptions,
 ) -> Result<Outcome, StepFailed> {
+    run_inner(steps, transports, journal, options, false).await
+}
+
+/// [`run`], printing a step counter on stderr as each step starts (`step 3/11: P3 remove …`).
+pub async fn run_with_progress(
+    steps: &[JournaledStep],
+    transports: &Transports,
+    journal: &mut Journal,
+    options: &RunOptions,
+) -> Result<Outcome, StepFailed> {
+    run_inner(steps, transports, journal, options, true).await
+}
+
+/// The counter line of step `index` (0-based) of `total`.
+pub fn progress_line(index: usize, total: usize, step: &JournaledStep) -> String {
+    format!(
+        "step {}/{total}: {} {}{}",
+        index + 1,
+        step.id,
+        step.title,
+        step.host.as_ref().map(|h| format!(" (on {h})")).unwrap_or_default()
+    )
+}
+
+async fn run_inner(
+    steps: &[JournaledStep],
+    transports: &Transports,
+    journal: &mut Journal,
+    options: &RunOptions,
+    progress: bool,
+) -> Result<Outcome, StepFailed> {
     let changing: std::collections::BTreeSet<&str> = steps
         .iter()
         .filter(|s| s.changes_cluster)
@@ -273,6 +334,10 @@ pub async fn run(
             async move {
                 let mut done = Vec::new();
                 for s in lane {
+                    if progress {
+                        let index = steps.iter().position(|x| std::ptr::eq(x, *s)).unwrap_or(0);
+                        eprintln!("{}", progress_line(index, steps.len(), s));
+                    }
                     done.push((s.id.as_str(), one(s, shared).await?));
                 }
                 Ok::<_, StepFailed>(done)
