@@ -37,6 +37,8 @@ pub fn phases() -> Vec<Box<dyn Phase>> {
         Box::new(roll_etcd::RollEtcd),
         // Local snapshots on every etcd host (spec.backup), once the members are up.
         Box::new(schedule_backups::ScheduleBackups),
+        // Hosts left without the etcd role (a member replaced elsewhere) start no etcd at boot.
+        Box::new(crate::phases::retire_etcd::RetireEtcd),
         // Load balancers (before the Kubernetes roll, which drains their backends).
         Box::new(install_load_balancer::InstallLoadBalancer),
         Box::new(configure_load_balancer::ConfigureLoadBalancer),

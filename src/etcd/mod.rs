@@ -7,6 +7,7 @@
 pub mod client;
 pub mod errors;
 pub mod health;
+pub mod observer;
 pub mod safety;
 pub mod snapshot;
 pub mod upgrade;

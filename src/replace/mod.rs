@@ -46,12 +46,15 @@ mod steps;
 pub use member::{fence_kube_steps, fence_steps, initial_env, move_aside_step, remove_step, unfence_step};
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 
 use crate::cli::{OutputFormat, ReplaceArgs};
 use crate::etcd::errors::{classify, ErrorClass};
+use crate::etcd::client::ClientTls;
 use crate::etcd::health::Observation;
+use crate::etcd::observer::{url_host, MemberHost, TunnelObserver};
 use crate::etcd::{self, Member};
 use crate::exec::journaled::{self, JournaledStep, RunOptions};
 use crate::exec::Mode;
@@ -100,7 +103,13 @@ pub(crate) struct Run {
     balancers: Balancers,
     /// What P10 concluded: the exit code and the line to print.
     verdict: Mutex<Option<(i32, String)>>,
+    /// Observes through the operator's etcd client over the run's SSH sessions.
+    observer: TunnelObserver,
 }
+
+/// The deadline of each request an observation makes: a member that does not answer within it
+/// counts as unhealthy for this look (the safety rules then refuse, never allow, on a slow member).
+const OBSERVE_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Replaces `args.member` (the inventory already loaded by the caller: heal, which passes
 /// `--yes`). Without `--yes` a live run refuses, as there is no one to ask.
@@ -185,6 +194,7 @@ pub async fn run_with_confirm(
     let run_id = args.resume.clone().unwrap_or_else(|| new_run_id("replace"));
     let journal = Journal::open_or_create(state, &run_id, mode)?;
     let new_url = etcd::peer_url(inv, replacement);
+    let pki_for_tls = pki.clone();
     let mut run = Run {
         inv: inv.clone(),
         state: state.clone(),
@@ -201,6 +211,11 @@ pub async fn run_with_confirm(
         stamp: stamp(),
         balancers,
         verdict: Mutex::new(None),
+        observer: TunnelObserver::new(
+            ClientTls::from_pki(&pki_for_tls),
+            inv.etcd.client_port,
+            OBSERVE_DEADLINE,
+        ),
     };
     let obs = run.preflight().await?;
     let run = Arc::new(run);
@@ -213,8 +228,28 @@ impl Run {
         vec![self.target.as_str(), self.replacement.name.as_str()]
     }
 
+    /// The cluster now, through the etcd client over the tunnels (each request with a
+    /// deadline); the etcdctl probe is the fallback when no tunnel answers.
     async fn observe(&self) -> anyhow::Result<Observation> {
-        self.reach.observe(&self.inv, &self.except()).await
+        let except = self.except();
+        let observers = self.reach.observers(&self.inv, &except);
+        let hosts: Vec<MemberHost> = self
+            .inv
+            .hosts
+            .iter()
+            .filter_map(|h| {
+                let t = self.reach.transports.get(&h.name)?;
+                let addr = url_host(&etcd::client_url(&self.inv, h)).to_string();
+                Some((h.name.clone(), addr, t.clone()))
+            })
+            .collect();
+        match self.observer.observe(&observers, &hosts).await {
+            Ok(obs) => Ok(obs),
+            Err(e) => {
+                tracing::info!("observing through the etcd client failed ({e}); asking etcdctl on the hosts");
+                self.reach.observe(&self.inv, &except).await
+            }
+        }
     }
 
     fn observer_host(&self, obs: &Observation) -> &Host {
@@ -294,7 +329,8 @@ impl Run {
             }
             let step = f.step.clone();
             let mut e = f.source;
-            if step == "P7" {
+            let refused = e.chain().any(|c| c.downcast_ref::<exit::Refusal>().is_some());
+            if step == "P7" && !refused {
                 return self.rollback_learner(e).await;
             }
             if step == "P6" && classify(&format!("{e:#}")) == ErrorClass::DataDirInvalid {
@@ -303,7 +339,7 @@ impl Run {
                     self.replacement.name
                 ));
             }
-            if e.chain().any(|c| c.downcast_ref::<exit::Refusal>().is_some()) {
+            if refused {
                 return Err(e);
             }
             return Err(refuse(

@@ -205,7 +205,10 @@ fn p2_fence(run: &Run) -> anyhow::Result<JournaledStep> {
         fence::dropin_path(UNIT)
     );
     if moved_host {
-        done.push_str(&format!(" && ! [ -e {data_dir} ]"));
+        done.push_str(&format!(
+            " && ! [ -e {data_dir} ] && ! systemctl is-enabled --quiet {UNIT} && ! systemctl is-enabled --quiet {}",
+            crate::backup::TIMER
+        ));
     }
     let mut step = JournaledStep::new(
         "P2",
@@ -228,9 +231,11 @@ fn p2_fence(run: &Run) -> anyhow::Result<JournaledStep> {
         step = step.run(RemoteCommand::script(format!(
             "if systemctl is-active --quiet {UNIT} || pgrep -x etcd >/dev/null; then echo \"refusing: etcd runs on {h}; its data dir stays\" >&2; exit 1; fi\n\
 systemctl disable --quiet {UNIT} 2>/dev/null || true\n\
+systemctl disable --now --quiet {timer} 2>/dev/null || true\n\
 if [ -e {data_dir} ]; then mv --no-clobber -- {data_dir} {aside} && echo \"{h}: data dir of the replaced member moved to {aside}\"; fi\n\
 ! [ -e {data_dir} ]",
-            h = host.name
+            h = host.name,
+            timer = crate::backup::TIMER
         )));
     }
     Ok(step)
