@@ -123,10 +123,26 @@ pub async fn prepare_loaded_renewing(
     for warning in &pki.warnings {
         tracing::warn!("pki: {warning}");
     }
-    let hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
-    let transports: Transports = crate::exec::connect::reach(&state, &hosts, &args.connect)
-        .await
-        .require_all()?
+    let mut hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
+    // Hosts without roles (a replaced member's old host) are asked too, best effort: only for a
+    // leftover etcd unit to disable (phases/retire_etcd.rs). One that does not answer (powered
+    // off, confirmed dead) is left out with a warning, never a reason to stop.
+    let spare: Vec<&Host> = inv.hosts.iter().filter(|h| h.roles.is_empty()).collect();
+    let (with_roles, without) = tokio::join!(
+        crate::exec::connect::reach(&state, &hosts, &args.connect),
+        crate::exec::connect::reach(&state, &spare, &args.connect)
+    );
+    let mut transports: Transports = with_roles.require_all()?;
+    for (name, why) in &without.unreachable {
+        tracing::warn!("{name}: not reached ({why}); a host without roles is only checked for a leftover etcd unit");
+    }
+    for h in spare {
+        if let Some(t) = without.transports.get(&h.name) {
+            transports.insert(h.name.clone(), t.clone());
+            hosts.push(h);
+        }
+    }
+    let transports: Transports = transports
         .into_iter()
         .map(|(name, t)| (name, wrap(t)))
         .collect();

@@ -770,5 +770,14 @@ mod tests {
             text,
             "[R1.3@cp1] stop etcd (on cp1)\n    skip when: sudo -n -- pgrep -x etcd\n    check first: sudo -n -- true\n    run: sudo -n -- systemctl stop etcd.service\n"
         );
+        // The same lines as data, and the counter a live run prints.
+        let json = s.to_json(true);
+        assert_eq!(json["id"], "R1.3@cp1");
+        assert_eq!(json["host"], "cp1");
+        assert_eq!(json["skip_when"]["run"], "sudo -n -- pgrep -x etcd");
+        assert_eq!(json["check_first"], "sudo -n -- true");
+        assert_eq!(json["act"][0]["run"], "sudo -n -- systemctl stop etcd.service");
+        assert!(json["verify"].is_null());
+        assert_eq!(progress_line(2, 11, &s), "step 3/11: R1.3@cp1 stop etcd (on cp1)");
     }
 }

@@ -104,6 +104,22 @@ fn p1_move_leader(run: &Run, obs: &Observation, observer: &str) -> JournaledStep
         return JournaledStep::new("P1", format!("move leadership off {}", run.target), None)
             .done_when_local(fact("the old member is not in the cluster".into(), true));
     };
+    if !run.args.planned && (!obs.is_healthy(old) || obs.leader().is_some_and(|l| l != old.id)) {
+        // F1 runs P1 right after P0: a member P0 saw unhealthy cannot lead now (it would need a
+        // new election it cannot win without answering), and one that does not lead only
+        // becomes leader through an election. Asking it again would wait out its timeout.
+        return JournaledStep::new("P1", format!("move leadership off {}", run.target), None).done_when_local(
+            fact(
+                format!(
+                    "member {} ({}) does not lead{}",
+                    run.target,
+                    hex_id(old.id),
+                    if obs.is_healthy(old) { "" } else { " (unhealthy)" }
+                ),
+                true,
+            ),
+        );
+    }
     let endpoints = old.client_urls.join(",");
     let ctl = etcd::ETCDCTL_WRAPPER;
     // Holds when the old member does not lead (or does not answer: then it cannot lead).
@@ -314,10 +330,16 @@ fn p4_prepare(run: &Run, observer: &str) -> anyhow::Result<JournaledStep> {
         step = step.step(s);
     }
     step = step.step(move_aside_step(&run.inv.etcd.data_dir, &r.name, old, &run.stamp));
-    for s in crate::phases::uploads_needed(ctx.facts(r), etcd_files::member_files(r, &ctx)?) {
+    let uploads = crate::phases::uploads_needed(ctx.facts(r), etcd_files::member_files(r, &ctx)?);
+    // systemd reads a unit file again only after a reload; with nothing written it has nothing
+    // new to read (a reload costs a second or more on a busy host).
+    let reload = !uploads.is_empty();
+    for s in uploads {
         step = step.step(s);
     }
-    step = step.run(RemoteCommand::new(["systemctl", "daemon-reload"]));
+    if reload {
+        step = step.run(RemoteCommand::new(["systemctl", "daemon-reload"]));
+    }
     // The replacement gets the scheduled backups `up` gives every etcd host, so the inventory
     // and the hosts agree again when the replace is done.
     for s in crate::phases::schedule_backups::ScheduleBackups.steps(r, &ctx)? {
@@ -382,8 +404,10 @@ fn p6_start(run: &Run, obs: &Observation, observer: &str) -> anyhow::Result<Jour
         .done_when_local(started)
         .step(Step::Upload(env))
         .step(unfence_step())
-        .run(RemoteCommand::new(["systemctl", "enable", UNIT]))
-        .run(RemoteCommand::new(["systemctl", "start", "--no-block", UNIT]))
+        // `enable` only when needed: it costs seconds on a busy host even with nothing to do.
+        .run(RemoteCommand::script(format!(
+            "systemctl is-enabled --quiet {UNIT} || systemctl enable {UNIT}\nsystemctl start --no-block {UNIT}"
+        )))
         .verify(
             Check::command(
                 format!("member {} serves (as a learner until promoted)", r.name),
