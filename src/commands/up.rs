@@ -128,20 +128,17 @@ pub async fn prepare_loaded_renewing(
     // leftover etcd unit to disable (phases/retire_etcd.rs). One that does not answer (powered
     // off, confirmed dead) is left out with a warning, never a reason to stop.
     let spare: Vec<&Host> = inv.hosts.iter().filter(|h| h.roles.is_empty()).collect();
-    let (with_roles, without) = tokio::join!(
-        crate::exec::connect::reach(&state, &hosts, &args.connect),
-        crate::exec::connect::reach(&state, &spare, &args.connect)
-    );
-    let mut transports: Transports = with_roles.require_all()?;
-    for (name, why) in &without.unreachable {
-        tracing::warn!("{name}: not reached ({why}); a host without roles is only checked for a leftover etcd unit");
-    }
-    for h in spare {
-        if let Some(t) = without.transports.get(&h.name) {
-            transports.insert(h.name.clone(), t.clone());
+    // One connect for all (the sessions share the known_hosts file).
+    let all: Vec<&Host> = hosts.iter().chain(spare.iter()).copied().collect();
+    let mut reached = crate::exec::connect::reach(&state, &all, &args.connect).await;
+    for h in &spare {
+        if let Some(why) = reached.unreachable.remove(&h.name) {
+            tracing::warn!("{}: not reached ({why}); a host without roles is only checked for a leftover etcd unit", h.name);
+        } else if reached.transports.contains_key(&h.name) {
             hosts.push(h);
         }
     }
+    let transports: Transports = reached.require_all()?;
     let transports: Transports = transports
         .into_iter()
         .map(|(name, t)| (name, wrap(t)))

@@ -184,10 +184,9 @@ pub async fn run_with_confirm(
             hosts.push(h);
         }
     }
-    let (reach, balancers) = tokio::join!(
-        operations::reach::reach(inv, state, &hosts, &args.connect),
-        Balancers::connect(inv, state, &args.connect)
-    );
+    // One after the other: both may add to the cluster's known_hosts file.
+    let reach = operations::reach::reach(inv, state, &hosts, &args.connect).await;
+    let balancers = Balancers::connect(inv, state, &args.connect).await;
     if let Some(why) = reach.unreachable.get(&replacement.name) {
         bail!("cannot reach the replacement host {}: {why}", replacement.name);
     }
