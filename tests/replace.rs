@@ -187,7 +187,14 @@ fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
     let cp3_before = member_id(&lab, "cp1", "cp3").unwrap();
     let o = hactl(
         &inv,
-        &["replace", "cp3", "--reuse-host", "--yes", "--cleanup-learner", &leaked],
+        &[
+            "replace",
+            "cp3",
+            "--reuse-host",
+            "--yes",
+            "--cleanup-learner",
+            &leaked,
+        ],
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_cluster(&lab, "cp1", &["cp1", "cp2", "cp3"]);
@@ -349,20 +356,39 @@ fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
     assert!(!o.status.success(), "the fenced old member could start");
     // The old host keeps no member of its own: its data dir moved aside (never deleted), its
     // etcd unit disabled, and after a power cycle etcd does not run there.
-    let aside = lab.exec_ok("cp3", &["sh", "-c", "ls -d /var/lib/etcd.hactl-replaced-* && ! [ -e /var/lib/etcd ] && echo moved"]);
-    assert!(aside.contains("moved"), "the old data dir was not moved aside: {aside}");
+    let aside = lab.exec_ok(
+        "cp3",
+        &[
+            "sh",
+            "-c",
+            "ls -d /var/lib/etcd.hactl-replaced-* && ! [ -e /var/lib/etcd ] && echo moved",
+        ],
+    );
+    assert!(
+        aside.contains("moved"),
+        "the old data dir was not moved aside: {aside}"
+    );
     let o = lab.exec("cp3", &["systemctl", "is-enabled", "etcd"]);
-    assert!(!o.status.success(), "etcd is still enabled on the replaced host: {}", text(&o));
+    assert!(
+        !o.status.success(),
+        "etcd is still enabled on the replaced host: {}",
+        text(&o)
+    );
     lab.fault("cp3", hactl::lab::Fault::PowerCut);
     lab.fault("cp3", hactl::lab::Fault::Poweron);
     std::thread::sleep(Duration::from_secs(3));
     let o = lab.exec("cp3", &["sh", "-c", "systemctl is-active etcd; pgrep -x etcd"]);
-    assert!(!o.status.success(), "etcd runs on the replaced host after a power cycle: {}", text(&o));
+    assert!(
+        !o.status.success(),
+        "etcd runs on the replaced host after a power cycle: {}",
+        text(&o)
+    );
     // A host without the etcd role whose etcd unit is enabled again: plan shows it, up disables it.
     lab.exec_ok("cp3", &["systemctl", "enable", "etcd"]);
     let o = hactl(&inv, &["plan"]);
     assert!(
-        text(&o).contains("Disable etcd on hosts without the etcd role") && text(&o).contains("systemctl disable etcd.service"),
+        text(&o).contains("Disable etcd on hosts without the etcd role")
+            && text(&o).contains("systemctl disable etcd.service"),
         "plan does not show the enabled etcd unit on cp3: {}",
         text(&o)
     );

@@ -133,16 +133,16 @@ pub async fn prepare_loaded_renewing(
     let mut reached = crate::exec::connect::reach(&state, &all, &args.connect).await;
     for h in &spare {
         if let Some(why) = reached.unreachable.remove(&h.name) {
-            tracing::warn!("{}: not reached ({why}); a host without roles is only checked for a leftover etcd unit", h.name);
+            tracing::warn!(
+                "{}: not reached ({why}); a host without roles is only checked for a leftover etcd unit",
+                h.name
+            );
         } else if reached.transports.contains_key(&h.name) {
             hosts.push(h);
         }
     }
     let transports: Transports = reached.require_all()?;
-    let transports: Transports = transports
-        .into_iter()
-        .map(|(name, t)| (name, wrap(t)))
-        .collect();
+    let transports: Transports = transports.into_iter().map(|(name, t)| (name, wrap(t))).collect();
     let facts = gather_facts(&inv, &hosts, &transports, args.connect.concurrency).await?;
     let mut view = EtcdView::from_facts(&inv, &facts)?;
     view.token = fs_err::read_to_string(state.file(crate::etcd::TOKEN_FILE))

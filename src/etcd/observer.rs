@@ -18,7 +18,7 @@ use etcd_client::{AlarmAction, AlarmType, Client};
 use tokio::sync::Mutex;
 
 use super::client::{self, ClientTls, MemberClient};
-use super::health::{Alarm, EndpointHealth, EndpointStatus, ObserveError, Observation, StatusBody};
+use super::health::{Alarm, EndpointHealth, EndpointStatus, Observation, ObserveError, StatusBody};
 use super::{Header, Member, MemberList};
 use crate::exec::Transport;
 
@@ -94,7 +94,12 @@ impl TunnelObserver {
     }
 
     /// Status and a linearizable read through the member on `host`.
-    async fn member(&self, url: &str, host: &str, t: &dyn Transport) -> (Option<EndpointStatus>, EndpointHealth) {
+    async fn member(
+        &self,
+        url: &str,
+        host: &str,
+        t: &dyn Transport,
+    ) -> (Option<EndpointStatus>, EndpointHealth) {
         let mut health = EndpointHealth {
             endpoint: url.to_string(),
             health: false,
@@ -109,10 +114,7 @@ impl TunnelObserver {
         };
         let (status, read) = {
             let mut c2 = c.clone();
-            tokio::join!(
-                self.within(c.status()),
-                self.within(c2.get("hactl/health", None))
-            )
+            tokio::join!(self.within(c.status()), self.within(c2.get("hactl/health", None)))
         };
         let status = match status {
             Ok(s) => Some(EndpointStatus {
@@ -191,7 +193,8 @@ impl TunnelObserver {
             });
             let alarms = async {
                 let mut c = c.clone();
-                self.within(c.alarm(AlarmAction::Get, AlarmType::None, None)).await
+                self.within(c.alarm(AlarmAction::Get, AlarmType::None, None))
+                    .await
             };
             let (answers, alarms) = tokio::join!(futures::future::join_all(asks), alarms);
             let mut status = BTreeMap::new();

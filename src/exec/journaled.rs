@@ -280,7 +280,10 @@ pub fn progress_line(index: usize, total: usize, step: &JournaledStep) -> String
         index + 1,
         step.id,
         step.title,
-        step.host.as_ref().map(|h| format!(" (on {h})")).unwrap_or_default()
+        step.host
+            .as_ref()
+            .map(|h| format!(" (on {h})"))
+            .unwrap_or_default()
     )
 }
 

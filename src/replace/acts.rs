@@ -192,9 +192,7 @@ impl LocalAct for Gate {
             Rule::Promote => {
                 let obs = run.observe().await?;
                 let counts = obs.counts(&maintenance, run.new_member(&obs).map(|m| m.id));
-                safety::r_promote(&counts, true)
-                    .into_result()
-                    .map_err(refusal)?;
+                safety::r_promote(&counts, true).into_result().map_err(refusal)?;
                 Ok(serde_json::json!({ "gate": counts.numbers() }))
             }
         }

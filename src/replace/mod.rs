@@ -51,8 +51,8 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 
 use crate::cli::{OutputFormat, ReplaceArgs};
-use crate::etcd::errors::{classify, ErrorClass};
 use crate::etcd::client::ClientTls;
+use crate::etcd::errors::{classify, ErrorClass};
 use crate::etcd::health::Observation;
 use crate::etcd::observer::{url_host, MemberHost, TunnelObserver};
 use crate::etcd::{self, Member};
@@ -270,7 +270,11 @@ impl Run {
 
     /// The flow in one line: the summary a dry run and a confirmation show.
     fn summary(&self, steps: &[JournaledStep]) -> String {
-        let flow = if self.args.planned { "F2 (planned: add first)" } else { "F1 (remove first)" };
+        let flow = if self.args.planned {
+            "F2 (planned: add first)"
+        } else {
+            "F1 (remove first)"
+        };
         let ids: Vec<String> = std::iter::once("P0 check".to_string())
             .chain(steps.iter().map(|s| format!("{} {}", s.id, steps::short(&s.id))))
             .collect();
@@ -317,7 +321,14 @@ impl Run {
         }
         let mut journal = self.journal.reopen()?;
         let options = RunOptions::default();
-        let failed = match journaled::run_with_progress(&steps, &self.reach.transports, &mut journal, &options).await {
+        let failed = match journaled::run_with_progress(
+            &steps,
+            &self.reach.transports,
+            &mut journal,
+            &options,
+        )
+        .await
+        {
             Ok(_) => None,
             Err(f) => Some(f),
         };

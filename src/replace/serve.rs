@@ -207,8 +207,7 @@ impl Run {
         // P7's verification has just seen every member healthy: when this look agrees (one
         // leader, every member healthy) there is nothing to wait for; otherwise wait for one
         // leader on the hosts and look again.
-        let settled = obs.leader().is_some()
-            && obs.members.members.iter().all(|m| obs.is_healthy(m));
+        let settled = obs.leader().is_some() && obs.members.members.iter().all(|m| obs.is_healthy(m));
         if !settled {
             let observer = self.observer_host(&obs);
             operations::run_on(

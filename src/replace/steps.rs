@@ -53,7 +53,9 @@ fn member_list_has(condition: &str) -> RemoteCommand {
 
 /// The member at `url` that is not the old member `old`.
 fn new_member_cond(url: &str, old: Option<u64>, extra: &str) -> String {
-    let not_old = old.map(|id| format!(" && $1 != \"{}\"", hex_id(id))).unwrap_or_default();
+    let not_old = old
+        .map(|id| format!(" && $1 != \"{}\"", hex_id(id)))
+        .unwrap_or_default();
     format!("$4 == \"{url}\"{not_old}{extra}")
 }
 
@@ -108,8 +110,8 @@ fn p1_move_leader(run: &Run, obs: &Observation, observer: &str) -> JournaledStep
         // F1 runs P1 right after P0: a member P0 saw unhealthy cannot lead now (it would need a
         // new election it cannot win without answering), and one that does not lead only
         // becomes leader through an election. Asking it again would wait out its timeout.
-        return JournaledStep::new("P1", format!("move leadership off {}", run.target), None).done_when_local(
-            fact(
+        return JournaledStep::new("P1", format!("move leadership off {}", run.target), None)
+            .done_when_local(fact(
                 format!(
                     "member {} ({}) does not lead{}",
                     run.target,
@@ -117,8 +119,7 @@ fn p1_move_leader(run: &Run, obs: &Observation, observer: &str) -> JournaledStep
                     if obs.is_healthy(old) { "" } else { " (unhealthy)" }
                 ),
                 true,
-            ),
-        );
+            ));
     }
     let endpoints = old.client_urls.join(",");
     let ctl = etcd::ETCDCTL_WRAPPER;
@@ -143,7 +144,8 @@ leader=$(printf '%s' \"$st\" | grep -o '\"leader\":[0-9]*' | head -n1 | cut -d: 
             "move leadership off {} ({}){}",
             run.target,
             hex_id(old.id),
-            next.map(|n| format!(" to {} ({})", n.name, hex_id(n.id))).unwrap_or_default()
+            next.map(|n| format!(" to {} ({})", n.name, hex_id(n.id)))
+                .unwrap_or_default()
         ),
         Some(observer),
     )
@@ -236,7 +238,10 @@ fn p2_fence(run: &Run) -> anyhow::Result<JournaledStep> {
         Some(&host.name),
     )
     .done_when(RemoteCommand::read_only(["sh", "-c", &done]));
-    for s in fence_kube_steps(&kube).into_iter().chain(fence_steps(&run.target, id)) {
+    for s in fence_kube_steps(&kube)
+        .into_iter()
+        .chain(fence_steps(&run.target, id))
+    {
         step = step.step(s);
     }
     if moved_host {
@@ -301,13 +306,17 @@ fn p4_prepare(run: &Run, observer: &str) -> anyhow::Result<JournaledStep> {
         kubernetes: None,
         vrrp_password: None,
     };
-    let mut step = JournaledStep::new("P4", "prepare the replacement host: old data aside, etcd installed and configured", Some(&r.name))
-        .done_when_local(on(
-            run,
-            observer,
-            member_list_has(&new_member_cond(&run.new_url, old, "")),
-            &format!("a new member is at {}", run.new_url),
-        ));
+    let mut step = JournaledStep::new(
+        "P4",
+        "prepare the replacement host: old data aside, etcd installed and configured",
+        Some(&r.name),
+    )
+    .done_when_local(on(
+        run,
+        observer,
+        member_list_has(&new_member_cond(&run.new_url, old, "")),
+        &format!("a new member is at {}", run.new_url),
+    ));
     if let Some(id) = old {
         // Never prepare the host while the old member still holds the URL the new one takes.
         step = step.local(on(
@@ -400,22 +409,26 @@ fn p6_start(run: &Run, obs: &Observation, observer: &str) -> anyhow::Result<Jour
             &format!("etcd is active on {}", r.name),
         ),
     ]));
-    Ok(JournaledStep::new("P6", format!("start {} with state existing", r.name), Some(&r.name))
-        .done_when_local(started)
-        .step(Step::Upload(env))
-        .step(unfence_step())
-        // `enable` only when needed: it costs seconds on a busy host even with nothing to do.
-        .run(RemoteCommand::script(format!(
-            "systemctl is-enabled --quiet {UNIT} || systemctl enable {UNIT}\nsystemctl start --no-block {UNIT}"
-        )))
-        .verify(
-            Check::command(
-                format!("member {} serves (as a learner until promoted)", r.name),
-                RemoteCommand::read_only([etcd::ETCDCTL_WRAPPER, "endpoint", "status"]),
-                Duration::from_secs(120),
-            )
-            .diagnose_with(probe::journal_tail()),
-        ))
+    Ok(JournaledStep::new(
+        "P6",
+        format!("start {} with state existing", r.name),
+        Some(&r.name),
+    )
+    .done_when_local(started)
+    .step(Step::Upload(env))
+    .step(unfence_step())
+    // `enable` only when needed: it costs seconds on a busy host even with nothing to do.
+    .run(RemoteCommand::script(format!(
+        "systemctl is-enabled --quiet {UNIT} || systemctl enable {UNIT}\nsystemctl start --no-block {UNIT}"
+    )))
+    .verify(
+        Check::command(
+            format!("member {} serves (as a learner until promoted)", r.name),
+            RemoteCommand::read_only([etcd::ETCDCTL_WRAPPER, "endpoint", "status"]),
+            Duration::from_secs(120),
+        )
+        .diagnose_with(probe::journal_tail()),
+    ))
 }
 
 fn p7_promote(run: &Arc<Run>, observer: &str) -> JournaledStep {
@@ -469,7 +482,11 @@ fn p8_serve(run: &Arc<Run>) -> JournaledStep {
 }
 
 fn p9_propagate(run: &Arc<Run>) -> JournaledStep {
-    let step = JournaledStep::new("P9", "roll the new member list into the other apiservers, one at a time", None);
+    let step = JournaledStep::new(
+        "P9",
+        "roll the new member list into the other apiservers, one at a time",
+        None,
+    );
     if run.inv.kubernetes.is_none() {
         return step.done_when_local(fact(
             "no kubernetes section: no apiserver to roll (HAProxy followed in P8)".into(),
