@@ -146,7 +146,7 @@ impl Run {
             .await?;
         }
         let retries =
-            operations::remediation::record_failure(&&self.state, &self.target, &format!("{cause:#}"))?;
+            operations::remediation::record_failure(&self.state, &self.target, &format!("{cause:#}"))?;
         self.journal.record(
             "P7",
             StepState::Failed,

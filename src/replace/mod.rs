@@ -321,17 +321,9 @@ impl Run {
         }
         let mut journal = self.journal.reopen()?;
         let options = RunOptions::default();
-        let failed = match journaled::run_with_progress(
-            &steps,
-            &self.reach.transports,
-            &mut journal,
-            &options,
-        )
-        .await
-        {
-            Ok(_) => None,
-            Err(f) => Some(f),
-        };
+        let failed = journaled::run_with_progress(&steps, &self.reach.transports, &mut journal, &options)
+            .await
+            .err();
         if let Some(f) = failed {
             if let Some((code, line)) = self.verdict.lock().expect("never poisoned").take() {
                 eprintln!("{line}");

@@ -42,7 +42,7 @@ impl Run {
     /// (`kubernetes-api` only where an apiserver was started), keepalived started again.
     pub(super) async fn p8_replacement_serves(&self) -> anyhow::Result<()> {
         let r = &self.replacement;
-        let kube = crate::phases::replace_control_plane::runs_kubernetes(&&self.inv, r);
+        let kube = crate::phases::replace_control_plane::runs_kubernetes(&self.inv, r);
         let lbs = !self.inv.with_role(Role::LoadBalancer).is_empty();
         if kube {
             let inputs = crate::kubernetes::inputs::prepare(&self.inv, &self.state).await?;
@@ -233,7 +233,7 @@ impl Run {
                 Some((exit::DEGRADED, format!("replace: degraded: {why}")));
             bail!("degraded: {why}");
         }
-        operations::remediation::record_success(&&self.state, &self.target)?;
+        operations::remediation::record_success(&self.state, &self.target)?;
         let line = format!(
             "replace: {} replaced by member {} ({new}) on {}; {} voters, all healthy; journal {}",
             self.target,
