@@ -224,7 +224,9 @@ pub async fn run_with_confirm(
 
 impl Run {
     fn except(&self) -> Vec<&str> {
-        vec![self.target.as_str(), self.replacement.name.as_str()]
+        let mut v = vec![self.target.as_str(), self.replacement.name.as_str()];
+        v.dedup();
+        v
     }
 
     /// The cluster now, through the etcd client over the tunnels (each request with a
