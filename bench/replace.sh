@@ -56,7 +56,7 @@ kill_cp3
 sleep 1
 writer_start
 t=$(now)
-$H replace cp3 --reuse-host -i "$I" >"$OUT/rep.out" 2>"$OUT/rep.err" || { cat "$OUT/rep.err" >&2; exit 1; }
+$H replace cp3 --reuse-host --yes -i "$I" >"$OUT/rep.out" 2>"$OUT/rep.err" || { cat "$OUT/rep.err" >&2; exit 1; }
 until healthy3; do sleep 0.1; done
 HACTL_REP=$(since "$t")
 set -- $(writer_stop)

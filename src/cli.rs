@@ -421,6 +421,12 @@ pub struct ReplaceArgs {
     /// The operator attests this host is powered off (it cannot be fenced over SSH).
     #[arg(long, value_name = "HOST")]
     pub confirm_dead: Vec<String>,
+    /// Do not ask before changing the membership (needed when stdin is not a terminal).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// With --dry-run, `json`: the steps as data (the same lines the table prints).
+    #[arg(short, long, value_enum, default_value_t)]
+    pub output: OutputFormat,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -80,6 +80,10 @@ impl Counter {
             bar.set_message(counter_line(&self.prefix, pos, self.len, what));
         }
     }
+    /// Whether a bar is drawn (stderr is a terminal and colour/progress are not switched off).
+    pub fn drawn(&self) -> bool {
+        self.bar.is_some()
+    }
     /// One step finished.
     pub fn inc(&self) {
         if let Some(bar) = &self.bar {

@@ -28,7 +28,7 @@ fn replace_to_a_new_host_moves_the_control_plane_while_kubectl_answers() {
     let poller = k.poll_readyz();
     std::thread::sleep(Duration::from_secs(2));
     let t0 = Instant::now();
-    let out = k.hactl(&["replace", "cp3", "--host", "spare1"]);
+    let out = k.hactl(&["replace", "cp3", "--host", "spare1", "--yes"]);
     let took = t0.elapsed();
     std::thread::sleep(Duration::from_secs(2));
     let attempts = poller.stop();

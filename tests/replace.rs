@@ -55,7 +55,7 @@ fn client_urls(lab: &TestLab, hosts: &[&str]) -> String {
 fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
     let name = "replace_heal_and_maintenance_keep_quorum_on_a_real_cluster";
     // One load balancer, so B2 also proves that haproxy.cfg follows a replace onto a new host.
-    let Some(lab) = TestLab::up(name, 3, 1, 1, "trixie") else {
+    let Some(mut lab) = TestLab::up(name, 3, 1, 1, "trixie") else {
         return;
     };
     let inv = lab.inventory().to_path_buf();
@@ -110,7 +110,7 @@ fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
     let (ok, out) = ctl(&lab, "cp1", &["member", "remove", &cp3_old]);
     assert!(ok, "etcd refused to remove the dead member: {out}");
     // A replace that finds the member already removed (KCP #4365) carries on from P4.
-    let o = hactl(&inv, &["replace", "cp3", "--reuse-host"]);
+    let o = hactl(&inv, &["replace", "cp3", "--reuse-host", "--yes"]);
     assert_eq!(o.status.code(), Some(0));
     let j = journal(&state, "replace-");
     assert!(
@@ -124,7 +124,7 @@ fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
     let before = members(&lab, "cp1");
     lab.exec_ok("cp2", &["systemctl", "stop", "etcd"]);
     lab.exec_ok("cp3", &["systemctl", "stop", "etcd"]);
-    let o = hactl(&inv, &["replace", "cp3", "--reuse-host"]);
+    let o = hactl(&inv, &["replace", "cp3", "--reuse-host", "--yes"]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(text(&o).contains("quorum lost") && text(&o).contains("hactl recover"));
     let o = hactl(&inv, &["heal", "--once"]);
@@ -177,7 +177,7 @@ fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
         .next()
         .unwrap()
         .to_string();
-    let o = hactl(&inv, &["replace", "cp3", "--reuse-host"]);
+    let o = hactl(&inv, &["replace", "cp3", "--reuse-host", "--yes"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
         text(&o).contains(&format!("foreign learner {leaked}")),
@@ -187,7 +187,14 @@ fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
     let cp3_before = member_id(&lab, "cp1", "cp3").unwrap();
     let o = hactl(
         &inv,
-        &["replace", "cp3", "--reuse-host", "--cleanup-learner", &leaked],
+        &[
+            "replace",
+            "cp3",
+            "--reuse-host",
+            "--yes",
+            "--cleanup-learner",
+            &leaked,
+        ],
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_cluster(&lab, "cp1", &["cp1", "cp2", "cp3"]);
@@ -337,7 +344,7 @@ fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
         "{cfg}"
     );
     move_roles(&lab, &inv, "cp3", "spare1");
-    let o = hactl(&inv, &["replace", "cp3", "--host", "spare1"]);
+    let o = hactl(&inv, &["replace", "cp3", "--host", "spare1", "--yes"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_cluster(&lab, "cp1", &["cp1", "cp2", "spare1"]);
     let list = members(&lab, "cp1").join("\n");
@@ -347,6 +354,48 @@ fn replace_heal_and_maintenance_keep_quorum_on_a_real_cluster() {
     );
     let o = lab.exec("cp3", &["systemctl", "start", "etcd"]);
     assert!(!o.status.success(), "the fenced old member could start");
+    // The old host keeps no member of its own: its data dir moved aside (never deleted), its
+    // etcd unit disabled, and after a power cycle etcd does not run there.
+    let aside = lab.exec_ok(
+        "cp3",
+        &[
+            "sh",
+            "-c",
+            "ls -d /var/lib/etcd.hactl-replaced-* && ! [ -e /var/lib/etcd ] && echo moved",
+        ],
+    );
+    assert!(
+        aside.contains("moved"),
+        "the old data dir was not moved aside: {aside}"
+    );
+    let o = lab.exec("cp3", &["systemctl", "is-enabled", "etcd"]);
+    assert!(
+        !o.status.success(),
+        "etcd is still enabled on the replaced host: {}",
+        text(&o)
+    );
+    lab.fault("cp3", hactl::lab::Fault::PowerCut);
+    lab.fault("cp3", hactl::lab::Fault::Poweron);
+    std::thread::sleep(Duration::from_secs(3));
+    let o = lab.exec("cp3", &["sh", "-c", "systemctl is-active etcd; pgrep -x etcd"]);
+    assert!(
+        !o.status.success(),
+        "etcd runs on the replaced host after a power cycle: {}",
+        text(&o)
+    );
+    // A host without the etcd role whose etcd unit is enabled again: plan shows it, up disables it.
+    lab.exec_ok("cp3", &["systemctl", "enable", "etcd"]);
+    let o = hactl(&inv, &["plan"]);
+    assert!(
+        text(&o).contains("Disable etcd on hosts without the etcd role")
+            && text(&o).contains("systemctl disable etcd.service"),
+        "plan does not show the enabled etcd unit on cp3: {}",
+        text(&o)
+    );
+    let o = hactl(&inv, &["up", "--yes"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = lab.exec("cp3", &["systemctl", "is-enabled", "etcd"]);
+    assert!(!o.status.success(), "up left etcd enabled on cp3: {}", text(&o));
     let cfg = lab.exec_ok("lb1", &["cat", "/etc/haproxy/haproxy.cfg"]);
     assert!(
         cfg.contains(&format!("server spare1 {}:2379", lab.ip("spare1"))) && !cfg.contains("server cp3 "),

@@ -171,7 +171,7 @@ fn five_members_crash_resume_nospace_budget_and_cancel() {
         wipe_cp5(&lab);
         let o = hactl_env(
             &inv,
-            &["replace", "cp5", "--reuse-host"],
+            &["replace", "cp5", "--reuse-host", "--yes"],
             &[("HACTL_CRASH_AFTER", step)],
         );
         assert_eq!(o.status.code(), Some(137), "B7: crash after {step}: {}", text(&o));
@@ -190,7 +190,7 @@ fn five_members_crash_resume_nospace_budget_and_cancel() {
     wipe_cp5(&lab);
     let o = hactl_env(
         &inv,
-        &["replace", "cp5", "--reuse-host"],
+        &["replace", "cp5", "--reuse-host", "--yes"],
         &[("HACTL_CRASH_AFTER", "P7")],
     );
     assert_eq!(o.status.code(), Some(137), "B7: crash after P7: {}", text(&o));
@@ -227,7 +227,7 @@ fn five_members_crash_resume_nospace_budget_and_cancel() {
     assert!(led, "{}", ctl(&lab, "cp1", &[&endpoints, "endpoint", "status"]).1);
     let o = hactl_env(
         &inv,
-        &["replace", "cp5", "--reuse-host"],
+        &["replace", "cp5", "--reuse-host", "--yes"],
         &[("HACTL_CRASH_AFTER", "P1")],
     );
     assert_eq!(o.status.code(), Some(137), "B7: crash after P1: {}", text(&o));
@@ -252,7 +252,7 @@ fn five_members_crash_resume_nospace_budget_and_cancel() {
     for attempt in 1..=2u32 {
         let o = hactl_env(
             &inv,
-            &["replace", "cp5", "--reuse-host"],
+            &["replace", "cp5", "--reuse-host", "--yes"],
             &[("HACTL_CRASH_AFTER", "P6")],
         );
         assert_eq!(o.status.code(), Some(137), "B6 attempt {attempt}: {}", text(&o));
@@ -294,7 +294,7 @@ fn five_members_crash_resume_nospace_budget_and_cancel() {
     }
     // maxRetry (2) failures within minHealthyPeriod: the next replace is refused, nothing changes.
     let before = members(&lab, "cp1");
-    let o = hactl(&inv, &["replace", "cp5", "--reuse-host"]);
+    let o = hactl(&inv, &["replace", "cp5", "--reuse-host", "--yes"]);
     assert_eq!(o.status.code(), Some(2), "B6: {}", text(&o));
     assert!(
         text(&o).contains("retry limit") && text(&o).contains("retry-limit"),
@@ -307,7 +307,7 @@ fn five_members_crash_resume_nospace_budget_and_cancel() {
     let mut heal: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     heal["members"].as_object_mut().unwrap().remove("cp5");
     std::fs::write(&path, heal.to_string()).unwrap();
-    let o = hactl(&inv, &["replace", "cp5", "--reuse-host"]);
+    let o = hactl(&inv, &["replace", "cp5", "--reuse-host", "--yes"]);
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_five(&lab);
     lab.down().unwrap();

@@ -37,6 +37,8 @@ pub fn phases() -> Vec<Box<dyn Phase>> {
         Box::new(roll_etcd::RollEtcd),
         // Local snapshots on every etcd host (spec.backup), once the members are up.
         Box::new(schedule_backups::ScheduleBackups),
+        // Hosts left without the etcd role (a member replaced elsewhere) start no etcd at boot.
+        Box::new(crate::phases::retire_etcd::RetireEtcd),
         // Load balancers (before the Kubernetes roll, which drains their backends).
         Box::new(install_load_balancer::InstallLoadBalancer),
         Box::new(configure_load_balancer::ConfigureLoadBalancer),
@@ -121,13 +123,26 @@ pub async fn prepare_loaded_renewing(
     for warning in &pki.warnings {
         tracing::warn!("pki: {warning}");
     }
-    let hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
-    let mut transports: Transports = crate::exec::connect::reach(&state, &hosts, &args.connect)
-        .await
-        .require_all()?
-        .into_iter()
-        .map(|(name, t)| (name, wrap(t)))
-        .collect();
+    let mut hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
+    // Hosts without roles (a replaced member's old host) are asked too, best effort: only for a
+    // leftover etcd unit to disable (phases/retire_etcd.rs). One that does not answer (powered
+    // off, confirmed dead) is left out with a warning, never a reason to stop.
+    let spare: Vec<&Host> = inv.hosts.iter().filter(|h| h.roles.is_empty()).collect();
+    // One connect for all (the sessions share the known_hosts file).
+    let all: Vec<&Host> = hosts.iter().chain(spare.iter()).copied().collect();
+    let mut reached = crate::exec::connect::reach(&state, &all, &args.connect).await;
+    for h in &spare {
+        if let Some(why) = reached.unreachable.remove(&h.name) {
+            tracing::warn!(
+                "{}: not reached ({why}); a host without roles is only checked for a leftover etcd unit",
+                h.name
+            );
+        } else if reached.transports.contains_key(&h.name) {
+            hosts.push(h);
+        }
+    }
+    let transports: Transports = reached.require_all()?;
+    let mut transports: Transports = transports.into_iter().map(|(name, t)| (name, wrap(t))).collect();
     let mut pki = pki;
     if let Some(remote) = &inv.backup.remote {
         // spec.backup.remote: the push key, and the remote's host key pinned by reaching it.

@@ -8,6 +8,7 @@ pub mod client;
 pub mod data_dir;
 pub mod errors;
 pub mod health;
+pub mod observer;
 pub mod safety;
 pub mod snapshot;
 pub mod upgrade;

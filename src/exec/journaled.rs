@@ -267,6 +267,41 @@ pub async fn run(
     journal: &mut Journal,
     options: &RunOptions,
 ) -> Result<Outcome, StepFailed> {
+    run_inner(steps, transports, journal, options, false).await
+}
+
+/// [`run`], with a step counter on stderr: the bar on a terminal, otherwise a line as each step
+/// starts (`step 3/11: P3 remove …`).
+pub async fn run_with_progress(
+    steps: &[JournaledStep],
+    transports: &Transports,
+    journal: &mut Journal,
+    options: &RunOptions,
+) -> Result<Outcome, StepFailed> {
+    run_inner(steps, transports, journal, options, true).await
+}
+
+/// The counter line of step `index` (0-based) of `total`.
+pub fn progress_line(index: usize, total: usize, step: &JournaledStep) -> String {
+    format!(
+        "step {}/{total}: {} {}{}",
+        index + 1,
+        step.id,
+        step.title,
+        step.host
+            .as_ref()
+            .map(|h| format!(" (on {h})"))
+            .unwrap_or_default()
+    )
+}
+
+async fn run_inner(
+    steps: &[JournaledStep],
+    transports: &Transports,
+    journal: &mut Journal,
+    options: &RunOptions,
+    progress: bool,
+) -> Result<Outcome, StepFailed> {
     let changing: std::collections::BTreeSet<&str> = steps
         .iter()
         .filter(|s| s.changes_cluster)
@@ -311,6 +346,11 @@ pub async fn run(
             async move {
                 let mut done = Vec::new();
                 for s in lane {
+                    if progress && !shared.counter.drawn() {
+                        // Off a terminal the counter is a plain line per step.
+                        let index = steps.iter().position(|x| std::ptr::eq(x, *s)).unwrap_or(0);
+                        eprintln!("{}", progress_line(index, steps.len(), s));
+                    }
                     shared.counter.start(&format!("{} {}", s.id, s.title));
                     let acted = one(s, shared).await;
                     shared.counter.inc();
@@ -750,6 +790,15 @@ mod tests {
             text,
             "[R1.3@cp1] stop etcd (on cp1)\n    skip when: sudo -n -- pgrep -x etcd\n    check first: sudo -n -- true\n    run: sudo -n -- systemctl stop etcd.service\n"
         );
+        // The same lines as data, and the counter a live run prints.
+        let json = s.to_json(true);
+        assert_eq!(json["id"], "R1.3@cp1");
+        assert_eq!(json["host"], "cp1");
+        assert_eq!(json["skipWhen"]["command"], "sudo -n -- pgrep -x etcd");
+        assert_eq!(json["checkFirst"]["command"], "sudo -n -- true");
+        assert_eq!(json["acts"][0]["command"], "sudo -n -- systemctl stop etcd.service");
+        assert!(json["verify"].is_null());
+        assert_eq!(progress_line(2, 11, &s), "step 3/11: R1.3@cp1 stop etcd (on cp1)");
     }
 
     struct Stream;

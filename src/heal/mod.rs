@@ -311,6 +311,9 @@ async fn act(inv: &Inventory, state: &StateDir, args: &HealArgs) -> anyhow::Resu
                 resume: None,
                 cleanup_learner: None,
                 confirm_dead: vec![],
+                // heal decided to act (its own dry run changes nothing): no one to ask.
+                yes: true,
+                output: crate::cli::OutputFormat::Table,
             };
             match crate::replace::run(inv, state, &r).await {
                 Ok(code) => Ok(code),

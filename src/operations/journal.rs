@@ -215,6 +215,15 @@ impl Journal {
         })
     }
 
+    /// A second handle on the same journal (appends go to the same file, one line per write):
+    /// for work that journals its own sub-steps while a runner holds the first handle.
+    pub fn reopen(&self) -> Result<Journal, JournalError> {
+        match &self.file {
+            Some(f) => Self::open_at(&self.run, f.dir.clone(), f.path.clone()),
+            None => Ok(Journal::dry_run(&self.run)),
+        }
+    }
+
     /// The journal of a dry run: transitions are printed, nothing is written.
     pub fn dry_run(run: &str) -> Journal {
         Journal {

@@ -30,18 +30,23 @@ pub async fn reach(inv: &Inventory, state: &StateDir, hosts: &[&Host], args: &Co
         facts: BTreeMap::new(),
         unreachable: connected.unreachable,
     };
-    for h in hosts {
-        let Some(t) = connected.transports.get(&h.name) else {
-            continue;
-        };
-        match facts::gather(t.as_ref(), &crate::phases::member_query_for(inv, h)).await {
+    // Every host's facts at once: one round trip per host, not one after another.
+    let asks = hosts.iter().filter_map(|h| {
+        let t = connected.transports.get(&h.name)?.clone();
+        Some(async move {
+            let q = crate::phases::member_query_for(inv, h);
+            (h.name.clone(), t.clone(), facts::gather(t.as_ref(), &q).await)
+        })
+    });
+    for (name, t, result) in futures::future::join_all(asks).await {
+        match result {
             Ok(f) => {
-                r.facts.insert(h.name.clone(), f);
-                r.transports.insert(h.name.clone(), t.clone());
+                r.facts.insert(name.clone(), f);
+                r.transports.insert(name, t);
             }
             Err(e) => {
                 r.unreachable
-                    .insert(h.name.clone(), format!("{:#}", anyhow::Error::from(e)));
+                    .insert(name, format!("{:#}", anyhow::Error::from(e)));
             }
         }
     }

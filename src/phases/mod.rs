@@ -15,6 +15,7 @@ pub mod join_etcd;
 pub mod load_balancer;
 pub mod query;
 pub mod replace_control_plane;
+pub mod retire_etcd;
 pub mod roll_apiservers;
 pub mod roll_controllers;
 pub mod roll_etcd;

@@ -58,6 +58,11 @@ pub fn query_for(inv: &Inventory, host: &Host) -> Query {
         q.files = super::etcd_files::managed_paths(&inv.etcd.source);
         q.files.extend(crate::backup::managed_paths());
         q.units.push(crate::backup::TIMER.into());
+    } else {
+        // An etcd unit hactl installed before the role moved away (see `retire_etcd`).
+        q.files.push(crate::etcd::UNIT_PATH.into());
+        q.units.push(crate::etcd::UNIT.into());
+        q.units.push(crate::backup::TIMER.into());
     }
     if let Some(kube) = crate::kubernetes::spec_for(inv, host) {
         q.files.extend(crate::kubernetes::managed_paths(kube));

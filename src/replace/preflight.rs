@@ -12,7 +12,7 @@ use crate::exit::{self, refusal, refuse};
 use crate::inventory::Role;
 use crate::operations::{self, StepState};
 
-impl<'a> Run<'a> {
+impl Run {
     /// P0: every precondition of docs/recovery.md, "Replace and heal (P0–P10)" that hactl can see, or a refusal naming the rule.
     pub(super) async fn preflight(&mut self) -> anyhow::Result<Observation> {
         self.journal.record(
@@ -54,7 +54,7 @@ impl<'a> Run<'a> {
             ));
         }
         // The old member: by name, else by the peer URL of its host.
-        let target_url = self.target_host.map(|h| etcd::peer_url(self.inv, h));
+        let target_url = self.target_host.as_ref().map(|h| etcd::peer_url(&self.inv, h));
         self.old = obs
             .by_name(&self.target)
             .or_else(|| target_url.as_deref().and_then(|u| obs.members.by_peer_url(u)))
@@ -62,7 +62,7 @@ impl<'a> Run<'a> {
             .cloned();
         if let Some(run) = &self.args.resume {
             // A resumed run knows the old ID from its journal: a voter at the same URL is new.
-            if let Ok(entries) = crate::operations::journal::read_run(self.state, run) {
+            if let Ok(entries) = crate::operations::journal::read_run(&self.state, run) {
                 let old_id = entries
                     .iter()
                     .find(|e| e.step == "P0" && e.phase == crate::operations::journal::StepState::Done)
@@ -116,8 +116,8 @@ impl<'a> Run<'a> {
                 obs = self.observe().await?;
             }
         }
-        let maintenance = operations::maintenance_record::maintenance_records(self.state);
-        let mut counts = obs.counts(&operations::maintenance_record::in_maintenance(self.state), ours);
+        let maintenance = operations::maintenance_record::maintenance_records(&self.state);
+        let mut counts = obs.counts(&operations::maintenance_record::in_maintenance(&self.state), ours);
         if let Some((host, r)) = maintenance.iter().next() {
             counts.foreign_operation = Some(format!("maintenance of {host} (stage {})", r.stage));
         }
@@ -168,7 +168,7 @@ impl<'a> Run<'a> {
     /// P0.10: `maxRetry` failed replacements of this member within `minHealthyPeriod` stop
     /// further attempts (KCP's loop protection), for replace as for heal.
     pub(super) fn refuse_over_retry_limit(&self) -> anyhow::Result<()> {
-        let records = operations::remediation::load_records(self.state);
+        let records = operations::remediation::load_records(&self.state);
         let Some(rec) = records.members.get(&self.target) else {
             return Ok(());
         };
@@ -194,23 +194,5 @@ impl<'a> Run<'a> {
             ));
         }
         Ok(())
-    }
-
-    pub(super) fn need_confirm_dead(&self, why: &str) -> anyhow::Result<()> {
-        if self.args.confirm_dead.contains(&self.target) {
-            return self.journal.record(
-                "P2",
-                StepState::Skipped,
-                &self.target,
-                &format!("confirmed dead by the operator ({why})"),
-            );
-        }
-        Err(refuse(
-            exit::NEEDS_INPUT,
-            format!(
-                "cannot fence {}: {why}. Power it off (it could come back as a zombie member), then run again with --confirm-dead {}",
-                self.target, self.target
-            ),
-        ))
     }
 }

@@ -9,14 +9,13 @@ use anyhow::{bail, Context as _};
 
 use super::Run;
 use crate::etcd::{hex_id, probe, safety};
-use crate::exec::Mode;
 use crate::exit::{self};
 use crate::inventory::{Host, Role};
 use crate::operations::{self, StepState};
 use crate::phases::{Ctx, EtcdView};
 use crate::plan::Step;
 
-impl<'a> Run<'a> {
+impl Run {
     /// Fresh facts (the `up` query: Kubernetes files and units included) of reachable `hosts`.
     pub(super) async fn fresh_facts(
         &self,
@@ -25,7 +24,7 @@ impl<'a> Run<'a> {
         let mut facts = std::collections::BTreeMap::new();
         for h in hosts {
             if let Some(t) = self.reach.transports.get(&h.name) {
-                let q = crate::phases::query_for(self.inv, h);
+                let q = crate::phases::query_for(&self.inv, h);
                 let f = crate::facts::gather(t.as_ref(), &q)
                     .await
                     .map_err(anyhow::Error::from)
@@ -41,31 +40,17 @@ impl<'a> Run<'a> {
     /// started and `/readyz` answers; then the load balancers take it: haproxy.cfg re-rendered
     /// when the host name changed (the old server leaves, the new one joins), its servers readied
     /// (`kubernetes-api` only where an apiserver was started), keepalived started again.
-    pub(super) async fn p8_replacement_serves(&mut self) -> anyhow::Result<()> {
-        let r = self.replacement;
-        let kube = crate::phases::replace_control_plane::runs_kubernetes(self.inv, r);
+    pub(super) async fn p8_replacement_serves(&self) -> anyhow::Result<()> {
+        let r = &self.replacement;
+        let kube = crate::phases::replace_control_plane::runs_kubernetes(&self.inv, r);
         let lbs = !self.inv.with_role(Role::LoadBalancer).is_empty();
-        if !kube && !lbs {
-            return self.journal.record(
-                "P8",
-                StepState::Skipped,
-                &r.name,
-                "no kubernetes section and no load balancer: etcd clients already see the member",
-            );
-        }
-        self.journal.record(
-            "P8",
-            StepState::Started,
-            &r.name,
-            "the replacement serves behind the load balancers",
-        )?;
         if kube {
-            let inputs = crate::kubernetes::inputs::prepare(self.inv, self.state).await?;
+            let inputs = crate::kubernetes::inputs::prepare(&self.inv, &self.state).await?;
             let facts = self.fresh_facts(&[r]).await?;
             let view = EtcdView::default();
             let ctx = Ctx {
-                inv: self.inv,
-                pki: self.pki,
+                inv: &self.inv,
+                pki: &self.pki,
                 facts: &facts,
                 etcd: &view,
                 binaries: None,
@@ -92,7 +77,7 @@ impl<'a> Run<'a> {
             if r.name != self.target {
                 let n = self
                     .balancers
-                    .reconfigure(self.mode, self.inv, self.state, self.pki)
+                    .reconfigure(self.mode, &self.inv, &self.state, &self.pki)
                     .await?;
                 self.journal.record(
                     "P8 lb-configure",
@@ -108,7 +93,7 @@ impl<'a> Run<'a> {
             self.balancers
                 .ready_backends(
                     self.mode,
-                    self.inv,
+                    &self.inv,
                     &self.journal,
                     "P8 lb-ready",
                     &r.name,
@@ -120,7 +105,7 @@ impl<'a> Run<'a> {
                 .restore_vip(self.mode, &self.journal, "P8 vip", r)
                 .await?;
         }
-        self.journal.record("P8", StepState::Done, &r.name, "")
+        Ok(())
     }
 
     /// P9: every other apiserver gets the new member list in `--etcd-servers` (and a serving
@@ -128,26 +113,12 @@ impl<'a> Run<'a> {
     /// MAINT on every load balancer, files written, restart, `/readyz`, backend ready. Each host
     /// is journaled (`P9 apiserver@HOST`); a resumed run re-plans it from fresh facts and the
     /// running process's command line, so a host already rolled is skipped.
-    pub(super) async fn p9_propagate(&mut self) -> anyhow::Result<()> {
-        if self.inv.kubernetes.is_none() {
-            return self.journal.record(
-                "P9",
-                StepState::Skipped,
-                "",
-                "no kubernetes section: no apiserver to roll (HAProxy followed in P8)",
-            );
-        }
-        let others: Vec<&Host> = crate::phases::install_kubernetes::control_plane_hosts(self.inv)
+    pub(super) async fn p9_propagate(&self) -> anyhow::Result<()> {
+        let others: Vec<&Host> = crate::phases::install_kubernetes::control_plane_hosts(&self.inv)
             .into_iter()
             .filter(|h| h.name != self.replacement.name)
             .collect();
-        self.journal.record(
-            "P9",
-            StepState::Started,
-            "",
-            "rolling the new member list into the other apiservers, one at a time",
-        )?;
-        let inputs = crate::kubernetes::inputs::prepare(self.inv, self.state).await?;
+        let inputs = crate::kubernetes::inputs::prepare(&self.inv, &self.state).await?;
         let mut transports = self.reach.transports.clone();
         for (name, t) in &self.balancers.transports {
             transports.insert(name.clone(), t.clone());
@@ -167,7 +138,7 @@ impl<'a> Run<'a> {
                 );
             };
             let facts = self.fresh_facts(&[host]).await?;
-            let stale = match crate::phases::replace_control_plane::etcd_servers_flag(self.inv, host) {
+            let stale = match crate::phases::replace_control_plane::etcd_servers_flag(&self.inv, host) {
                 Some(flag)
                     if self
                         .inv
@@ -183,8 +154,8 @@ impl<'a> Run<'a> {
             };
             let view = EtcdView::default();
             let ctx = Ctx {
-                inv: self.inv,
-                pki: self.pki,
+                inv: &self.inv,
+                pki: &self.pki,
                 facts: &facts,
                 etcd: &view,
                 binaries: None,
@@ -226,53 +197,44 @@ impl<'a> Run<'a> {
                 })?;
             self.journal.record(&step, StepState::Done, &host.name, "")?;
         }
-        self.journal.record("P9", StepState::Done, "", "")
+        Ok(())
     }
 
-    pub(super) async fn p10_verify(&mut self) -> anyhow::Result<i32> {
-        if self.mode == Mode::DryRun {
-            println!("(dry run: nothing was changed)");
-            return Ok(exit::OK);
+    /// P10: one leader, then every inventory etcd host a healthy voter and no learner left. A
+    /// degraded cluster fails the step with the verdict (exit 3) kept for the caller.
+    pub(super) async fn p10_verify(&self) -> anyhow::Result<serde_json::Value> {
+        let mut obs = self.observe().await?;
+        // P7's verification has just seen every member healthy: when this look agrees (one
+        // leader, every member healthy) there is nothing to wait for; otherwise wait for one
+        // leader on the hosts and look again.
+        let settled = obs.leader().is_some() && obs.members.members.iter().all(|m| obs.is_healthy(m));
+        if !settled {
+            let observer = self.observer_host(&obs);
+            operations::run_on(
+                self.mode,
+                &self.reach.transports,
+                "P10 verify",
+                observer,
+                vec![Step::Wait(probe::cluster_has_one_leader(Duration::from_secs(60)))],
+            )
+            .await?;
+            obs = self.observe().await?;
         }
-        let obs = self.observe().await?;
-        let observer = self.observer_host(&obs);
-        operations::run_on(
-            self.mode,
-            &self.reach.transports,
-            "P10 verify",
-            observer,
-            vec![Step::Wait(probe::cluster_has_one_leader(Duration::from_secs(60)))],
-        )
-        .await?;
-        let obs = self.observe().await?;
         let counts = obs.counts(&BTreeSet::new(), None);
         let desired = self.inv.with_role(Role::Etcd).len();
         let new = self.new_member(&obs).map(|m| hex_id(m.id)).unwrap_or_default();
-        if let safety::Decision::Refused(r) = safety::r_final(counts.voters, desired, false) {
-            self.journal
-                .record("P10", StepState::Failed, &observer.name, &r.to_string())?;
-            eprintln!("replace: degraded: {r}");
-            return Ok(exit::DEGRADED);
+        let degraded = match safety::r_final(counts.voters, desired, false) {
+            safety::Decision::Refused(r) => Some(r.to_string()),
+            _ if counts.unhealthy() > 0 || counts.learners > 0 => Some(counts.numbers()),
+            _ => None,
+        };
+        if let Some(why) = degraded {
+            *self.verdict.lock().expect("never poisoned") =
+                Some((exit::DEGRADED, format!("replace: degraded: {why}")));
+            bail!("degraded: {why}");
         }
-        if counts.unhealthy() > 0 || counts.learners > 0 {
-            self.journal
-                .record("P10", StepState::Failed, &observer.name, &counts.numbers())?;
-            eprintln!("replace: degraded: {}", counts.numbers());
-            return Ok(exit::DEGRADED);
-        }
-        self.journal.record(
-            "P10",
-            StepState::Done,
-            &observer.name,
-            &format!(
-                "member {} replaced by {} ({new}); {}",
-                self.target,
-                self.replacement.name,
-                counts.numbers()
-            ),
-        )?;
-        operations::remediation::record_success(self.state, &self.target)?;
-        println!(
+        operations::remediation::record_success(&self.state, &self.target)?;
+        let line = format!(
             "replace: {} replaced by member {} ({new}) on {}; {} voters, all healthy; journal {}",
             self.target,
             self.replacement.name,
@@ -283,6 +245,14 @@ impl<'a> Run<'a> {
                 .map(|p| p.display().to_string())
                 .unwrap_or_default()
         );
-        Ok(exit::OK)
+        *self.verdict.lock().expect("never poisoned") = Some((exit::OK, line));
+        Ok(serde_json::json!({
+            "detail": format!(
+                "member {} replaced by {} ({new}); {}",
+                self.target,
+                self.replacement.name,
+                counts.numbers()
+            )
+        }))
     }
 }
