@@ -796,7 +796,10 @@ mod tests {
         assert_eq!(json["host"], "cp1");
         assert_eq!(json["skipWhen"]["command"], "sudo -n -- pgrep -x etcd");
         assert_eq!(json["checkFirst"]["command"], "sudo -n -- true");
-        assert_eq!(json["acts"][0]["command"], "sudo -n -- systemctl stop etcd.service");
+        assert_eq!(
+            json["acts"][0]["command"],
+            "sudo -n -- systemctl stop etcd.service"
+        );
         assert!(json["verify"].is_null());
         assert_eq!(progress_line(2, 11, &s), "step 3/11: R1.3@cp1 stop etcd (on cp1)");
     }

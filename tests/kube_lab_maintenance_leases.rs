@@ -3,7 +3,7 @@
 //! `scripts/kube-binaries.sh` builds; never skipped as root): the Leases move to another host
 //! before the host's apiserver stops (hactl waits for the handover right after stopping its
 //! kube-scheduler and kube-controller-manager), each Lease changes hands exactly once, and
-//! `complete` brings everything back. (The drain itself is proven in tests/kubernetes_lab.rs.)
+//! `complete` brings everything back. (The drain itself is proven in tests/kube_lab_units_and_drain.rs.)
 
 #[path = "support/kube.rs"]
 mod kube_support;
