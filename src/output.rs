@@ -267,6 +267,28 @@ pub fn transfer_summary(label: &str, bytes: u64, elapsed: Duration) -> String {
     format!("{label}: {mib:.1} MiB in {secs:.1} s ({rate:.1} MiB/s)")
 }
 
+/// Asks on the terminal before a disruptive plan; refuses without a terminal.
+pub fn confirm(what: &str) -> anyhow::Result<()> {
+    if !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+        return Err(anyhow::Error::new(crate::exit::Refusal {
+            code: crate::exit::NEEDS_INPUT,
+            message: format!("{what}; no terminal to confirm on: run again with --yes to proceed"),
+        }));
+    }
+    eprint!("{what}. Proceed? [y/N] ");
+    std::io::Write::flush(&mut std::io::stderr()).ok();
+    let mut answer = String::new();
+    std::io::BufRead::read_line(&mut std::io::stdin().lock(), &mut answer)?;
+    if matches!(answer.trim(), "y" | "Y" | "yes") {
+        Ok(())
+    } else {
+        Err(anyhow::Error::new(crate::exit::Refusal {
+            code: crate::exit::REFUSED,
+            message: "not confirmed: nothing was changed".into(),
+        }))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

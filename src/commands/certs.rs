@@ -222,7 +222,7 @@ nothing was changed. `hactl certs rotate-ca etcd` is implemented; for {name} lea
         eprintln!("  [{}] {}", s.id, s.title);
     }
     if !args.yes {
-        super::up::confirm(
+        crate::output::confirm(
             "this rotation restarts every etcd member and apiserver one at a time, three times",
         )?;
     }

@@ -14,7 +14,7 @@ pub async fn run(cmd: &MaintenanceCommand) -> anyhow::Result<i32> {
             let (inv, state) = super::load(&a.inventory)?;
             // Confirmed like `reset` and `recover`: `--yes` skips it; no terminal and no `--yes`
             // refuses, naming the flag.
-            maintenance::start(inv, state, a, &super::up::confirm).await
+            maintenance::start(inv, state, a, &crate::output::confirm).await
         }
         MaintenanceCommand::Complete(a) => {
             let (inv, state) = super::load(&a.inventory)?;

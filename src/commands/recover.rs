@@ -188,5 +188,5 @@ fn confirm(args: &RecoverArgs, inv: &Inventory) -> anyhow::Result<()> {
     if args.yes {
         return Ok(());
     }
-    super::up::confirm("recover stops etcd (and the Kubernetes control plane) on every reachable host")
+    crate::output::confirm("recover stops etcd (and the Kubernetes control plane) on every reachable host")
 }

@@ -4,8 +4,8 @@
 //! Invariant: `plan` sends only read-only commands to hosts (it may create the cluster's local
 //! PKI in the state directory, so the sha256 it prints are the ones `up` will upload).
 
+use crate::output::confirm;
 use std::collections::BTreeMap;
-use std::io::{BufRead, IsTerminal, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -519,26 +519,4 @@ pub fn plan_summary(plan: &Plan) -> String {
         out.push_str(&format!("  {} ({})\n", p.title, seen.join(", ")));
     }
     out
-}
-
-/// Asks on the terminal before a disruptive plan; refuses without a terminal.
-pub fn confirm(what: &str) -> anyhow::Result<()> {
-    if !std::io::stdin().is_terminal() {
-        return Err(anyhow::Error::new(crate::exit::Refusal {
-            code: crate::exit::NEEDS_INPUT,
-            message: format!("{what}; no terminal to confirm on: run again with --yes to proceed"),
-        }));
-    }
-    eprint!("{what}. Proceed? [y/N] ");
-    std::io::stderr().flush().ok();
-    let mut answer = String::new();
-    std::io::stdin().lock().read_line(&mut answer)?;
-    if matches!(answer.trim(), "y" | "Y" | "yes") {
-        Ok(())
-    } else {
-        Err(anyhow::Error::new(crate::exit::Refusal {
-            code: crate::exit::REFUSED,
-            message: "not confirmed: nothing was changed".into(),
-        }))
-    }
 }

@@ -129,7 +129,7 @@ pub async fn run(inv: &Inventory, state: &StateDir, args: &RemoveArgs) -> anyhow
             );
         }
         if !args.yes {
-            crate::commands::up::confirm(&format!(
+            crate::output::confirm(&format!(
                 "remove takes member {} out of cluster {} for good",
                 decisions.member, inv.name
             ))?;
