@@ -516,6 +516,46 @@ fn short_lived_leaves_are_renewed_in_the_last_third_of_their_lifetime_not_on_eve
 }
 
 #[test]
+fn a_reissued_leaf_keeps_its_key_so_hosts_swap_only_the_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let inv = inventory(3, KeyType::EcdsaP256);
+    ensure(dir.path(), &inv, NOW);
+    let key_before = fs_err::read(dir.path().join("etcd/hactl-client.key")).unwrap();
+    let cert_before = fs_err::read(dir.path().join("etcd/hactl-client.crt")).unwrap();
+    // Due for renewal: re-issued, from the same key.
+    let second = ensure(dir.path(), &inv, NOW + Duration::days(340));
+    assert!(matches!(
+        action_of(&second, "etcd/hactl-client.crt"),
+        Action::Reissued(_)
+    ));
+    assert_ne!(
+        fs_err::read(dir.path().join("etcd/hactl-client.crt")).unwrap(),
+        cert_before
+    );
+    assert_eq!(
+        fs_err::read(dir.path().join("etcd/hactl-client.key")).unwrap(),
+        key_before
+    );
+    // A key that is not the certificate's is replaced.
+    let other = tempfile::tempdir().unwrap();
+    ensure(other.path(), &inv, NOW);
+    fs_err::copy(
+        other.path().join("etcd/hactl-client.key"),
+        dir.path().join("etcd/hactl-client.key"),
+    )
+    .unwrap();
+    let foreign = fs_err::read(dir.path().join("etcd/hactl-client.key")).unwrap();
+    let third = ensure(dir.path(), &inv, NOW + Duration::days(341));
+    assert_eq!(
+        action_of(&third, "etcd/hactl-client.crt"),
+        &Action::Reissued(vec!["key does not match the certificate".into()])
+    );
+    let key_after = fs_err::read(dir.path().join("etcd/hactl-client.key")).unwrap();
+    assert_ne!(key_after, foreign);
+    assert_ne!(key_after, key_before);
+}
+
+#[test]
 fn a_leaf_from_another_ca_is_reissued() {
     let dir = tempfile::tempdir().unwrap();
     let other = tempfile::tempdir().unwrap();

@@ -254,7 +254,19 @@ pub(crate) fn ensure_leaf(ledger: &mut Ledger<'_>, request: &CertRequest, ca: &C
         },
     };
 
-    let key = generate_key(ledger.key_type, &key_rel)?;
+    // A re-issue keeps a sound key (as `kubeadm certs renew` does): on the hosts only the
+    // certificate then changes, by one rename, so no client there (etcdctl, the backup timer,
+    // etcd's own per-handshake reload) reads a new certificate beside the old key between two
+    // uploads. A key that is missing, unreadable, of another type or not the certificate's is
+    // replaced.
+    let kept = existing_key
+        .as_deref()
+        .and_then(|pem| reusable_key(ledger.key_type, existing_cert.as_deref(), pem));
+    let new_key = kept.is_none();
+    let key = match kept {
+        Some(key) => key,
+        None => generate_key(ledger.key_type, &key_rel)?,
+    };
     let key_pem = key.serialize_pem();
     let not_after = ledger.now + Duration::days(ledger.cert_validity_days.into());
     let cert_pem = leaf_params(request, ledger.key_type, ledger.now, not_after)
@@ -266,7 +278,9 @@ pub(crate) fn ensure_leaf(ledger: &mut Ledger<'_>, request: &CertRequest, ca: &C
         .pem();
     // Key first: after a crash in between, the next run finds a key that does not match the
     // certificate and re-issues both.
-    store::write_atomic(&key_path, key_pem.as_bytes(), store::KEY_MODE)?;
+    if new_key {
+        store::write_atomic(&key_path, key_pem.as_bytes(), store::KEY_MODE)?;
+    }
     store::write_atomic(&cert_path, cert_pem.as_bytes(), store::CERT_MODE)?;
     ledger.record(cert_rel, action);
     ledger.entries.push(Entry {
@@ -280,6 +294,16 @@ pub(crate) fn ensure_leaf(ledger: &mut Ledger<'_>, request: &CertRequest, ca: &C
         not_after,
     });
     Ok(())
+}
+
+/// The existing key, when a re-issue may keep it: it parses, it is of the inventory's key type,
+/// and it is the key of the existing certificate.
+fn reusable_key(key_type: KeyType, cert_pem: Option<&str>, key_pem: &str) -> Option<KeyPair> {
+    let key = KeyPair::from_pem(key_pem).ok()?;
+    let der = pem_to_der(cert_pem?).ok()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).ok()?;
+    let same = cert.public_key().subject_public_key.data.as_ref() == key.der_bytes();
+    (same && info_of(&cert).key_type == Some(key_type)).then_some(key)
 }
 
 fn leaf_params(
