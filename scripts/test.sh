@@ -32,11 +32,13 @@ log=$(mktemp "${TMPDIR:-/tmp}/hactl-test.XXXXXX")
 # cargo-nextest runs the tests of every test file side by side (cargo test runs the files one
 # after another, and the lab tests spend most of their time waiting on hosts); each test in its
 # own process, so each lab gets its own name. --success-output prints what passing tests wrote, so
-# their SKIPPED lines reach the log. (The crate has no doc tests.)
+# their SKIPPED lines reach the log; --failure-output immediate-final prints a failed try's output
+# when it fails (a test retried by .config/nextest.toml that passes on its second try shows only
+# that try at the end), and again at the end. (The crate has no doc tests.)
 command -v cargo-nextest >/dev/null 2>&1 || cargo install --locked cargo-nextest
 started=$(date +%s)
 cargo nextest run --locked --no-fail-fast --test-threads="${HACTL_TEST_THREADS:-4}" \
-  --success-output final --failure-output final 2>&1 | tee "$log"
+  --success-output final --failure-output immediate-final 2>&1 | tee "$log"
 echo "test.sh: tests took $(( $(date +%s) - started )) s"
 scripts/check-skips.sh "$log"
 if [ "$(id -u)" = 0 ] && grep -q 'SKIPPED .*HACTL_KUBE_BIN_DIR' "$log"; then
