@@ -212,8 +212,8 @@ timed "hactl up" "$hactl" up -i "$inventory" || fail "hactl up"
 timed "hactl status" "$hactl" status -i "$inventory" || fail "hactl status is not healthy"
 say "etcd through the VIP $vip, from this machine"
 pki="$HACTL_STATE_DIR/pki/etcd"
-health=$(curl -fsS --max-time 10 --cacert "$pki/ca.crt" --cert "$pki/healthcheck-client.crt" \
-  --key "$pki/healthcheck-client.key" "https://$vip:2379/health") || fail "no answer from https://$vip:2379/health"
+health=$(curl -fsS --max-time 10 --cacert "$pki/ca.crt" --cert "$pki/hactl-client.crt" \
+  --key "$pki/hactl-client.key" "https://$vip:2379/health") || fail "no answer from https://$vip:2379/health"
 say "VIP answered: $health"
 grep -q '"health":"true"' <<<"$health" || fail "etcd through the VIP is not healthy: $health"
 timed "hactl plan" "$hactl" plan -i "$inventory" >"$work/plan.txt" || fail "hactl plan"
