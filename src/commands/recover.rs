@@ -145,23 +145,7 @@ pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
                 args.inventory.inventory.display(),
                 decisions.run
             );
-            let inner_refusal = failed
-                .source
-                .chain()
-                .find_map(|e| e.downcast_ref::<crate::exit::Refusal>())
-                .map(|r| r.code);
-            let code = match inner_refusal {
-                Some(c) => c,
-                None if failed.changed => crate::exit::FAILED_AFTER_CHANGES,
-                None => crate::exit::REFUSED,
-            };
-            let what = if failed.changed {
-                format!("changes were made; fix the cause and run `{resume}`")
-            } else {
-                "nothing was changed".to_string()
-            };
-            let detail = format!("{:#}", anyhow::Error::new(failed));
-            Err(refuse(code, format!("recover stopped ({what}): {detail}")))
+            Err(failed.into_stopped("recover", &resume))
         }
     }
 }

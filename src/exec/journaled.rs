@@ -240,6 +240,33 @@ pub struct StepFailed {
     pub source: anyhow::Error,
 }
 
+impl StepFailed {
+    /// The code of a refusal inside the failure (a safety gate that said no), if any.
+    pub fn inner_refusal(&self) -> Option<i32> {
+        self.source
+            .chain()
+            .find_map(|e| e.downcast_ref::<crate::exit::Refusal>())
+            .map(|r| r.code)
+    }
+
+    /// The refusal an operation (`op`: "recover", "remove") ends with: the inner refusal's code,
+    /// else 4 once something changed (naming the `resume` command), else 2 (nothing changed).
+    pub fn into_stopped(self, op: &str, resume: &str) -> anyhow::Error {
+        let code = match self.inner_refusal() {
+            Some(c) => c,
+            None if self.changed => crate::exit::FAILED_AFTER_CHANGES,
+            None => crate::exit::REFUSED,
+        };
+        let what = if self.changed {
+            format!("changes were made; fix the cause and run `{resume}`")
+        } else {
+            "nothing was changed".to_string()
+        };
+        let detail = format!("{:#}", anyhow::Error::new(self));
+        crate::exit::refuse(code, format!("{op} stopped ({what}): {detail}"))
+    }
+}
+
 /// What a runner does besides acting: where it mirrors the journal.
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {

@@ -373,12 +373,7 @@ async fn run_steps(live: &Arc<Live>, steps: &[JournaledStep], what: &str) -> any
 /// ("failed after changes") once any step of the run changed something (a `complete` that
 /// started etcd and then failed its gate), else 1.
 pub fn exit_code(failed: &journaled::StepFailed) -> i32 {
-    let inner = failed
-        .source
-        .chain()
-        .find_map(|e| e.downcast_ref::<exit::Refusal>())
-        .map(|r| r.code);
-    match inner {
+    match failed.inner_refusal() {
         Some(c) => c,
         None if failed.changed => exit::FAILED_AFTER_CHANGES,
         None => exit::FAILED,

@@ -222,54 +222,12 @@ async fn auto_source(
                     )
                 })?;
             eprintln!("--auto: fetched {name}: {} to {}", snapshot.path, local.display());
-            match file_source(&local, false)? {
-                Source::File {
-                    path,
-                    sha256,
-                    size,
-                    skip_hash_check,
-                    revision,
-                    time,
-                } => Source::File {
-                    path,
-                    sha256,
-                    size,
-                    skip_hash_check,
-                    revision: revision.or(c.revision),
-                    time: time.or_else(|| {
-                        c.age.map(|a| {
-                            crate::operations::journal::timestamp(time::OffsetDateTime::now_utc() - a)
-                        })
-                    }),
-                },
-                other => other,
-            }
+            with_candidate_facts(file_source(&local, false)?, c)
         }
         rec::AutoSource::HostBackup { host, file, sha256 } => {
             let local = fetch_host_backup(state, transports, host, file, sha256).await?;
             eprintln!("--auto: fetched {host}:{file} to {}", local.display());
-            match file_source(&local, false)? {
-                Source::File {
-                    path,
-                    sha256,
-                    size,
-                    skip_hash_check,
-                    revision,
-                    time,
-                } => Source::File {
-                    path,
-                    sha256,
-                    size,
-                    skip_hash_check,
-                    revision: revision.or(c.revision),
-                    time: time.or_else(|| {
-                        c.age.map(|a| {
-                            crate::operations::journal::timestamp(time::OffsetDateTime::now_utc() - a)
-                        })
-                    }),
-                },
-                other => other,
-            }
+            with_candidate_facts(file_source(&local, false)?, c)
         }
     };
     // The loss against the high-water mark known so far (the same sources R0.5 reads).
@@ -289,6 +247,32 @@ async fn auto_source(
 }
 
 /// Snapshot files in `<state>/backups` with a sidecar of this cluster.
+/// A fetched candidate's file source, with the revision and time the candidate's listing gave
+/// where the file alone does not tell them.
+fn with_candidate_facts(source: Source, c: &rec::AutoCandidate) -> Source {
+    match source {
+        Source::File {
+            path,
+            sha256,
+            size,
+            skip_hash_check,
+            revision,
+            time,
+        } => Source::File {
+            path,
+            sha256,
+            size,
+            skip_hash_check,
+            revision: revision.or(c.revision),
+            time: time.or_else(|| {
+                c.age
+                    .map(|a| crate::operations::journal::timestamp(time::OffsetDateTime::now_utc() - a))
+            }),
+        },
+        other => other,
+    }
+}
+
 fn local_candidates(state: &StateDir, cluster: &str) -> Vec<rec::AutoCandidate> {
     let Ok(entries) = fs_err::read_dir(state.file("backups")) else {
         return Vec::new();

@@ -194,23 +194,7 @@ pub async fn run(inv: &Inventory, state: &StateDir, args: &RemoveArgs) -> anyhow
                 decisions.member,
                 decisions.run
             );
-            let inner = failed
-                .source
-                .chain()
-                .find_map(|e| e.downcast_ref::<crate::exit::Refusal>())
-                .map(|r| r.code);
-            let code = match inner {
-                Some(c) => c,
-                None if failed.changed => exit::FAILED_AFTER_CHANGES,
-                None => exit::REFUSED,
-            };
-            let what = if failed.changed {
-                format!("changes were made; fix the cause and run `{resume}`")
-            } else {
-                "nothing was changed".to_string()
-            };
-            let detail = format!("{:#}", anyhow::Error::new(failed));
-            Err(refuse(code, format!("remove stopped ({what}): {detail}")))
+            Err(failed.into_stopped("remove", &resume))
         }
     }
 }
