@@ -13,6 +13,36 @@ use std::thread::JoinHandle;
 
 use super::lab_support::TestLab;
 
+/// Prints what the load balancers logged in the last seconds (HAProxy logs only sessions that
+/// ended in error) and the members' etcd units' recent lines, so a failed write shows its cause.
+fn explain_failure(lab: &TestLab) {
+    for h in lab.hosts() {
+        let unit = match h.name.as_str() {
+            n if n.starts_with("lb") => "haproxy.service",
+            n if n.starts_with("cp") => "etcd.service",
+            _ => continue,
+        };
+        let o = lab.exec(
+            &h.name,
+            &[
+                "journalctl",
+                "-u",
+                unit,
+                "--since",
+                "-20s",
+                "--no-pager",
+                "-o",
+                "short-precise",
+            ],
+        );
+        eprintln!(
+            "writer: {} {unit}, last 20 s:\n{}",
+            h.name,
+            String::from_utf8_lossy(&o.stdout)
+        );
+    }
+}
+
 /// A running writer; [`VipWriter::stop`] returns (writes, failed).
 pub struct VipWriter {
     stop: Arc<AtomicBool>,
@@ -49,6 +79,7 @@ impl VipWriter {
                     if !o.status.success() {
                         failed.fetch_add(1, Ordering::Relaxed);
                         eprintln!("writer: {}", String::from_utf8_lossy(&o.stderr));
+                        explain_failure(&lab);
                     }
                 }
             })
