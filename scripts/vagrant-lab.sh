@@ -14,6 +14,8 @@
 #   HACTL_BIN                      the hactl binary (default target/debug/hactl)
 #   HACTL_VAGRANT_LIBVIRT_DRIVER   qemu (default here: software emulation) or kvm
 #   HACTL_VAGRANT_LAB_RECREATE     0 to skip the recreated-VM step (default 1)
+#   HACTL_VAGRANT_BOOT_TIMEOUT     seconds Vagrant waits for a guest's SSH (default 600)
+#   HACTL_VAGRANT_UP_TIMEOUT       seconds one `vagrant up` try may take (default 720)
 #   HACTL_VAGRANT_CACHE            box cache and Vagrant's home (default /var/cache/hactl/vagrant)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -60,10 +62,14 @@ export VAGRANT_CHECKPOINT_DISABLE=1 VAGRANT_NO_COLOR=1
 export HACTL_VAGRANT_NODES=3
 export HACTL_VAGRANT_LIBVIRT_DRIVER=${HACTL_VAGRANT_LIBVIRT_DRIVER:-qemu}
 export HACTL_VAGRANT_MEMORY=${HACTL_VAGRANT_MEMORY:-768}
-# Under emulation on a saturated machine a guest took over 15 minutes to boot (each guest had
-# about 6% of a core); Vagrant waits this long for its SSH (vagrant-libvirt's wait for the first
-# DHCP lease before that is fixed: see the retry below).
-export HACTL_VAGRANT_BOOT_TIMEOUT=${HACTL_VAGRANT_BOOT_TIMEOUT:-2400}
+# On a quiet machine 3 emulated guests are up in about 90 s; on one saturated by other work a
+# guest took over 15 minutes (about 6% of a core each). CI runs this alone, after the rest, so the
+# limits below are several times the quiet figure and keep CI within its budget in the worst case
+# (two `vagrant up` tries, then `hactl up`, then the recreate): Vagrant waits this long for a
+# guest's SSH (vagrant-libvirt's wait for the first DHCP lease before that is fixed: see the retry
+# below), and each `vagrant up` try is stopped after HACTL_VAGRANT_UP_TIMEOUT.
+export HACTL_VAGRANT_BOOT_TIMEOUT=${HACTL_VAGRANT_BOOT_TIMEOUT:-600}
+up_timeout=${HACTL_VAGRANT_UP_TIMEOUT:-720}
 export HACTL_VAGRANT_POOL=hactl-vagrant-lab
 export LIBVIRT_DEFAULT_URI=qemu:///system
 # The lab's own SSH key and hactl state: the Vagrantfile's default key is ~/.ssh/id_ed25519.pub
@@ -193,7 +199,7 @@ up_ok=0
 for attempt in 1 2; do
   step="vagrant up"
   [ "$attempt" = 1 ] || step="vagrant up (again)"
-  if timed "$step" timeout 3600 vagrant up --provider=libvirt --parallel >"$work/up.log" 2>&1; then
+  if timed "$step" timeout "$up_timeout" vagrant up --provider=libvirt --parallel >"$work/up.log" 2>&1; then
     up_ok=1
     break
   fi
@@ -228,7 +234,7 @@ if [ "${HACTL_VAGRANT_LAB_RECREATE:-1}" = 1 ]; then
   recreate() {
     vagrant destroy -f cp3 >"$work/recreate.log" 2>&1 && vagrant up --provider=libvirt cp3 >>"$work/recreate.log" 2>&1
   }
-  timed recreate timeout 1200 bash -c "$(declare -f recreate); work=$work; recreate" || { tail -n 30 "$work/recreate.log" >&2; fail "recreating cp3"; }
+  timed recreate timeout 600 bash -c "$(declare -f recreate); work=$work; recreate" || { tail -n 30 "$work/recreate.log" >&2; fail "recreating cp3"; }
   set +e
   out=$("$hactl" check -i "$inventory" 2>&1)
   rc=$?
