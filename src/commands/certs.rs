@@ -162,17 +162,13 @@ pub async fn rotate_ca(args: &CertsRotateCaArgs) -> anyhow::Result<i32> {
         CaName::FrontProxy => crate::pki::CaKind::FrontProxy,
         CaName::Kubernetes => crate::pki::CaKind::Kubernetes,
     };
-    if kind == crate::pki::CaKind::Kubernetes {
-        // Refused before the state directory is opened: no state makes it possible.
-        let inv = super::load_inventory(&args.inventory)?;
-        if let Some(message) = crate::rotate_ca::refused(kind, &inv) {
-            return Err(super::exit::refuse(super::exit::REFUSED, message));
-        }
-    }
-    let (inv, state) = super::load(&args.inventory)?;
+    // Refused before the state directory is opened (or created): nothing changes.
+    let inv = super::load_inventory(&args.inventory)?;
     if let Some(message) = crate::rotate_ca::refused(kind, &inv) {
         return Err(super::exit::refuse(super::exit::REFUSED, message));
     }
+    let state = crate::state::StateDir::open(&inv.state_dir)
+        .with_context(|| format!("cannot use the state directory of cluster {}", inv.name))?;
     let pki_dir = state.path.join("pki");
     if !pki_dir.join(kind.name()).with_extension("crt").exists() {
         anyhow::bail!(
