@@ -50,7 +50,7 @@ pub fn refused(kind: CaKind, inv: &Inventory) -> Option<String> {
     match kind {
         CaKind::Etcd => None,
         CaKind::FrontProxy if inv.kubernetes.is_none() => Some(format!(
-            "refused: the front-proxy CA exists only with Kubernetes, and {} has no `kubernetes` section \
+            "refused: the front-proxy CA exists only with Kubernetes, and the inventory of cluster {} has no `kubernetes` section \
 (so no front-proxy CA was ever created); nothing was changed. Add the `kubernetes` section and run `hactl up`, \
 or rotate the etcd CA with `hactl certs rotate-ca etcd`",
             inv.name
