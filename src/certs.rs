@@ -133,19 +133,32 @@ sed -n '/-----BEGIN CERTIFICATE-----/,/-----END CERTIFICATE-----/p' \"$f\"; done
     RemoteCommand::read_only(argv)
 }
 
-/// Splits the probe's output into (path, PEM of its first certificate).
+/// Splits the probe's output into (path, PEM) per certificate. A file with several certificates
+/// is a trust bundle (hactl writes no chains): its first is listed under the path, the others as
+/// `PATH#2`, `PATH#3` …, so during a CA rotation both CAs of a trust file are shown and matched.
 pub fn parse_probe(text: &str) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
+    let mut path = String::new();
+    let mut index = 0;
     for line in text.lines() {
-        if let Some(path) = line.strip_prefix("== ") {
-            out.push((path.to_string(), String::new()));
-        } else if let Some((_, pem)) = out.last_mut() {
-            // The first certificate only: a chain's further blocks are its issuers.
-            if !pem.contains("-----END CERTIFICATE-----") {
-                pem.push_str(line);
-                pem.push('\n');
+        if let Some(p) = line.strip_prefix("== ") {
+            path = p.to_string();
+            index = 0;
+            out.push((path.clone(), String::new()));
+            continue;
+        }
+        if out.is_empty() {
+            continue;
+        }
+        if line.starts_with("-----BEGIN CERTIFICATE-----") {
+            index += 1;
+            if index > 1 {
+                out.push((format!("{path}#{index}"), String::new()));
             }
         }
+        let pem = &mut out.last_mut().expect("not empty").1;
+        pem.push_str(line);
+        pem.push('\n');
     }
     out
 }
@@ -345,6 +358,39 @@ mod tests {
         );
         // Every state certificate within a threshold longer than its life is a problem.
         assert_eq!(problems(&rows, 4000).len(), 1 + state.len());
+    }
+
+    /// A trust file during a rotation holds two CAs: both are listed, each matched.
+    #[test]
+    fn every_certificate_of_a_trust_bundle_is_listed_and_matched() {
+        let (_dir, state) = test_pki();
+        let pem = |name: &str| state.iter().find(|(n, _)| n == name).unwrap().1.clone();
+        let (ca, server) = (pem("etcd/ca"), pem("etcd/server-cp1"));
+        let (_other, other_state) = test_pki();
+        let foreign = other_state
+            .iter()
+            .find(|(n, _)| n == "etcd/ca")
+            .unwrap()
+            .1
+            .clone();
+        let probe = format!(
+            "== /etc/hactl/pki/etcd/ca.crt\n{ca}{foreign}== /etc/hactl/pki/etcd/server.crt\n{server}"
+        );
+        let files = parse_probe(&probe);
+        let paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "/etc/hactl/pki/etcd/ca.crt",
+                "/etc/hactl/pki/etcd/ca.crt#2",
+                "/etc/hactl/pki/etcd/server.crt"
+            ]
+        );
+        let rows = report(&state, &[("cp1".into(), files)], OffsetDateTime::now_utc());
+        let host: Vec<&CertRow> = rows.iter().filter(|r| r.location == "cp1").collect();
+        assert_eq!(host[0].matches.as_deref(), Some("etcd/ca"));
+        assert!(host[1].differs(), "a CA the state directory does not have");
+        assert_eq!(host[2].matches.as_deref(), Some("etcd/server-cp1"));
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! | C3 | roll: the new leaves go out and each member (then each apiserver) restarts with them | — |
 //! | C4 | trust only the new: the old CA is retired (`ca-retired-<run>`, kept) | no `ca-previous` |
 //! | C5 | roll again: the trust files hold the new CA alone, and each reader restarts | — |
+//! | C5.publish | front-proxy only: kube-system/extension-apiserver-authentication publishes the new CA alone | its `requestheader-client-ca-file` holds exactly the trust file's CAs |
 //! | C6 | done: the rotation's marker is closed | no marker |
 //!
 //! Why a roll after C1 as well as after C2: etcd reads its trusted CAs only at start, so every
@@ -19,7 +20,15 @@
 //!
 //! The rolls are `hactl up`'s own phases (`RollEtcd`: one member at a time, leader last, its
 //! HAProxy backend drained, health gates before and after; `RollApiservers` likewise), so a
-//! rotation restarts nothing `up` would not. Only the etcd CA is rotated so far.
+//! rotation restarts nothing `up` would not.
+//!
+//! Which CAs: etcd (read by etcd, HAProxy's checks and the apiservers' etcd client) and
+//! front-proxy (read by the apiservers' `--requestheader-client-ca-file` and the
+//! controller-manager's; its one leaf is the apiservers' `--proxy-client-cert-file`). The
+//! apiservers publish the front-proxy CAs in kube-system/extension-apiserver-authentication for
+//! aggregated API servers, but only ever add to it ([`crate::kubernetes::requestheader`]), so the
+//! front-proxy rotation ends by writing the new CA alone there (C5.publish). The kubernetes CA is
+//! refused ([`refused`]).
 //!
 //! Invariant: the state directory decides what is done; the journal records it.
 
@@ -28,11 +37,36 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use crate::cli::ConnectArgs;
 use crate::exec::journaled::{JournaledStep, LocalAct};
 use crate::exec::Transports;
-use crate::inventory::Inventory;
+use crate::inventory::{Inventory, Role};
 use crate::pki::rotate::{self, Stage};
 use crate::pki::CaKind;
+use crate::state::StateDir;
+
+/// Why a rotation of `kind` is refused for `inv` (a refusal, exit 2), or `None` when it can run.
+pub fn refused(kind: CaKind, inv: &Inventory) -> Option<String> {
+    match kind {
+        CaKind::Etcd => None,
+        CaKind::FrontProxy if inv.kubernetes.is_none() => Some(format!(
+            "refused: the front-proxy CA exists only with Kubernetes, and the inventory of cluster {} has no `kubernetes` section \
+(so no front-proxy CA was ever created); nothing was changed. Add the `kubernetes` section and run `hactl up`, \
+or rotate the etcd CA with `hactl certs rotate-ca etcd`",
+            inv.name
+        )),
+        CaKind::FrontProxy => None,
+        CaKind::Kubernetes => Some(
+            "refused: rotating the kubernetes CA is not implemented: that CA signs the apiservers' serving \
+certificates, every kubeconfig (admin, controller-manager, scheduler, and any a user made) and every \
+ServiceAccount token's ca.crt, and the controller-manager signs kubelet certificates with it \
+(`--cluster-signing-cert-file` takes the signing CA alone, not a bundle), so trusting old and new needs steps \
+for clients hactl does not control; nothing was changed. `hactl certs rotate-ca etcd` and \
+`hactl certs rotate-ca front-proxy` are implemented; for kubernetes leaves that are due, run `hactl certs renew --all`"
+                .to_string(),
+        ),
+    }
+}
 
 /// A change to the state directory's PKI, as a step's act and postcondition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,13 +202,15 @@ impl LocalAct for Done {
 }
 
 /// The steps of a rotation of `kind` as run `run`; `roll` is `up`'s plan, built and executed
-/// afresh each time (the top floor provides it).
+/// afresh each time (the top floor provides it); `publish` (front-proxy: a [`PublishTrust`])
+/// runs after the last roll.
 pub fn steps(
     dir: PathBuf,
     inv: Arc<Inventory>,
     kind: CaKind,
     run: &str,
     roll: Arc<dyn LocalAct>,
+    publish: Option<Arc<dyn LocalAct>>,
 ) -> Vec<JournaledStep> {
     let change = |change| {
         Arc::new(StateChange {
@@ -193,7 +229,7 @@ pub fn steps(
     };
     let roll_step = |id: &str, title: &str| JournaledStep::new(id, title, None).local(roll.clone());
     let d = kind.dir();
-    vec![
+    let mut list = vec![
         state_step("C1", &format!("trust old and new {d} CAs"), Change::CreateNext),
         roll_step("C1.roll", "roll the trust files holding both CAs"),
         state_step(
@@ -204,8 +240,89 @@ pub fn steps(
         roll_step("C3", "roll the new leaves"),
         state_step("C4", &format!("trust only the new {d} CA"), Change::Retire),
         roll_step("C5", "roll again: the trust files hold the new CA alone"),
-        state_step("C6", "close the rotation", Change::Finish),
-    ]
+    ];
+    if let Some(publish) = publish {
+        list.push(
+            JournaledStep::new(
+                "C5.publish",
+                "publish the new CA alone to aggregated API servers",
+                None,
+            )
+            .done_when_local(publish.clone())
+            .local(publish),
+        );
+    }
+    list.push(state_step("C6", "close the rotation", Change::Finish));
+    list
+}
+
+/// C5.publish: kube-system/extension-apiserver-authentication's `requestheader-client-ca-file`
+/// is written to the state directory's front-proxy trust file (the new CA alone, once C4 is
+/// done), through the first control-plane apiserver that answers `/readyz`. As a
+/// postcondition: the key already holds exactly those CAs.
+#[derive(Clone)]
+pub struct PublishTrust {
+    /// The state directory's PKI directory.
+    pub dir: PathBuf,
+    pub inv: Arc<Inventory>,
+    pub state: StateDir,
+    pub connect: ConnectArgs,
+}
+
+impl PublishTrust {
+    /// Reads the published CAs through the first apiserver that answers and, with `write`,
+    /// patches them to the trust file when they differ: (whether they held it before, the host).
+    async fn sync(&self, write: bool) -> anyhow::Result<(bool, String)> {
+        use crate::kubernetes::requestheader;
+        let trust = rotate::trust_bundle(&self.dir, CaKind::FrontProxy)?;
+        let hosts = self.inv.with_role(Role::ControlPlane);
+        let reach = crate::exec::connect::reach(&self.state, &hosts, &self.connect).await;
+        let (host, api) = crate::kubernetes::rbac::first_ready(&self.inv, &reach.transports, &self.dir)
+            .await
+            .map_err(|e| {
+                anyhow::anyhow!("no apiserver answered /readyz to publish the front-proxy CA: {e}")
+            })?;
+        let held = requestheader::published(&api)
+            .await?
+            .is_some_and(|published| requestheader::same_certificates(&published, &trust));
+        if write && !held {
+            requestheader::publish(&api, &trust).await?;
+        }
+        Ok((held, host))
+    }
+
+    /// [`PublishTrust::sync`] on a runtime of its own on a blocking thread (the SSH connect's
+    /// future is not `Send`, as with the roll).
+    async fn sync_off_thread(&self, write: bool) -> anyhow::Result<(bool, String)> {
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(me.sync(write))
+        })
+        .await?
+    }
+}
+
+#[async_trait]
+impl LocalAct for PublishTrust {
+    fn describe(&self) -> String {
+        use crate::kubernetes::requestheader::{CONFIGMAP, KEY, NAMESPACE};
+        format!(
+            "{NAMESPACE}/{CONFIGMAP}'s {KEY} holds exactly the CAs of {}/front-proxy/ca.crt (and ca-next or \
+ca-previous): else it is merge-patched to them, through the first control-plane apiserver that answers \
+/readyz (apiservers only add CAs there, so the old one stays until this write)",
+            self.dir.display()
+        )
+    }
+    async fn act(&self, _: &Transports) -> anyhow::Result<serde_json::Value> {
+        let (held, host) = self.sync_off_thread(true).await?;
+        Ok(serde_json::json!({ "through": host, "written": !held }))
+    }
+    async fn holds(&self, _: &Transports) -> anyhow::Result<bool> {
+        Ok(self.sync_off_thread(false).await?.0)
+    }
 }
 
 #[cfg(test)]
@@ -242,6 +359,7 @@ mod tests {
             CaKind::Etcd,
             "rotate-ca-t1",
             Arc::new(NoRoll),
+            None,
         );
         let ids: Vec<&str> = list.iter().map(|s| s.id.as_str()).collect();
         assert_eq!(ids, ["C1", "C1.roll", "C2", "C3", "C4", "C5", "C6"]);
@@ -280,5 +398,117 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(again.skipped, ["C6"]);
+    }
+
+    /// A stand-in for C5.publish that records it ran (the real one needs an apiserver: the
+    /// Kubernetes lab test runs it).
+    struct Published(std::sync::atomic::AtomicBool);
+    #[async_trait]
+    impl LocalAct for Published {
+        fn describe(&self) -> String {
+            "publish".into()
+        }
+        async fn act(&self, _: &Transports) -> anyhow::Result<serde_json::Value> {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+            Ok(serde_json::Value::Null)
+        }
+    }
+
+    fn example() -> Arc<Inventory> {
+        Arc::new(
+            crate::inventory::load(std::path::Path::new(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/inventories/example.yaml"
+            )))
+            .unwrap(),
+        )
+    }
+
+    /// front-proxy: the same steps plus C5.publish after the last roll; the walk rotates the
+    /// front-proxy CA alone and re-issues its one leaf.
+    #[tokio::test]
+    async fn the_front_proxy_steps_publish_after_the_last_roll_and_rotate_only_that_ca() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("pki");
+        let inv = example();
+        let before = crate::pki::ensure(&dir, &inv, time::OffsetDateTime::now_utc()).unwrap();
+        let published = Arc::new(Published(Default::default()));
+        let list = steps(
+            dir.clone(),
+            inv.clone(),
+            CaKind::FrontProxy,
+            "rotate-ca-f1",
+            Arc::new(NoRoll),
+            Some(published.clone()),
+        );
+        let ids: Vec<&str> = list.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["C1", "C1.roll", "C2", "C3", "C4", "C5", "C5.publish", "C6"]);
+        let text: String = list.iter().map(|s| s.render(false)).collect();
+        assert!(text.contains("front-proxy/ca-next"), "{text}");
+        assert!(
+            text.contains("[C5.publish]") && text.contains("    skip when: publish"),
+            "{text}"
+        );
+        let transports = Transports::new();
+        let mut journal = crate::operations::journal::Journal::dry_run("rotate-ca-f1");
+        let opts = crate::exec::journaled::RunOptions::default();
+        let out = crate::exec::journaled::run(&list, &transports, &mut journal, &opts)
+            .await
+            .unwrap();
+        assert_eq!(out.done.len(), 8, "{out:?}");
+        assert!(published.0.load(std::sync::atomic::Ordering::SeqCst));
+        let after = crate::pki::ensure(&dir, &inv, time::OffsetDateTime::now_utc()).unwrap();
+        let (old, new) = (
+            before.front_proxy_ca().unwrap().cert_pem.clone(),
+            after.front_proxy_ca().unwrap().cert_pem.clone(),
+        );
+        assert_ne!(new, old);
+        assert_eq!(
+            after.front_proxy_trust_pem().unwrap(),
+            new,
+            "only the new CA is trusted"
+        );
+        assert!(crate::pki::is_signed_by(&after.front_proxy_client().unwrap().cert_pem, &new).unwrap());
+        assert_eq!(after.etcd_trust_pem(), before.etcd_trust_pem(), "etcd untouched");
+        assert_eq!(
+            after.kubernetes_ca().unwrap().cert_pem,
+            before.kubernetes_ca().unwrap().cert_pem,
+            "kubernetes untouched"
+        );
+        assert_eq!(
+            after.get("kubernetes/admin").unwrap().cert_pem,
+            before.get("kubernetes/admin").unwrap().cert_pem,
+            "no kubernetes leaf re-issued"
+        );
+        // The etcd list has no publish step.
+        let etcd = steps(dir, inv, CaKind::Etcd, "r", Arc::new(NoRoll), None);
+        assert!(etcd.iter().all(|s| s.id != "C5.publish"));
+    }
+
+    #[test]
+    fn kubernetes_is_refused_and_front_proxy_needs_a_kubernetes_section() {
+        let with = example();
+        assert_eq!(refused(CaKind::Etcd, &with), None);
+        assert_eq!(refused(CaKind::FrontProxy, &with), None);
+        let k = refused(CaKind::Kubernetes, &with).unwrap();
+        assert!(
+            k.contains("--cluster-signing-cert-file") && k.contains("kubeconfig"),
+            "{k}"
+        );
+        assert!(
+            k.contains("nothing was changed") && k.contains("hactl certs rotate-ca front-proxy"),
+            "{k}"
+        );
+        let yaml = "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: plain\nspec:\n  ssh:\n    agent: true\n  hosts:\n    - { name: cp1, address: 10.0.0.11, roles: [etcd] }\n  allowSingleMember: true\n";
+        let without =
+            crate::inventory::load_str(std::path::Path::new("/nonexistent/plain.yaml"), yaml).unwrap();
+        assert!(without.kubernetes.is_none());
+        let f = refused(CaKind::FrontProxy, &without).unwrap();
+        assert!(
+            f.contains("no `kubernetes` section") && f.contains("hactl up"),
+            "{f}"
+        );
+        assert_eq!(refused(CaKind::Etcd, &without), None);
+        assert!(refused(CaKind::Kubernetes, &without).is_some());
     }
 }

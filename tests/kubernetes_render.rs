@@ -555,8 +555,10 @@ fn a_converged_control_plane_plans_nothing_and_a_changed_certificate_rolls_one_h
         [
             "lb1: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 maint",
             "lb1: wait up to 10s",
+            "lb1: run sudo -n -- /usr/local/sbin/hactl-haproxy idle kubernetes-api cp2 10",
             "lb2: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 maint",
             "lb2: wait up to 10s",
+            "lb2: run sudo -n -- /usr/local/sbin/hactl-haproxy idle kubernetes-api cp2 10",
             "cp2: run sudo -n -- systemctl restart kube-apiserver.service",
             "cp2: wait up to 120s",
             "lb1: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 ready",
@@ -571,6 +573,80 @@ fn a_converged_control_plane_plans_nothing_and_a_changed_certificate_rolls_one_h
     assert!(
         !plan.contains("kube-controller-manager.service"),
         "controllers do not read the apiserver cert:\n{plan}"
+    );
+}
+
+/// `hactl certs rotate-ca front-proxy`'s rolls are `up`'s plan: once the new front-proxy CA is
+/// trusted beside the old one, every control-plane host gets the two-CA trust file and its
+/// apiserver (drained, /readyz) and controller-manager restart one host at a time; nothing
+/// else changes. After the leaf is re-issued, front-proxy/client.crt goes out too.
+#[test]
+fn a_front_proxy_rotation_rolls_every_apiserver_and_controller_manager_and_nothing_else() {
+    let inv = bundle_inventory();
+    let (tmp, pki) = fixture_pki(&inv);
+    let inputs = plan_inputs();
+    let mut facts = BTreeMap::new();
+    for h in inv.with_role(Role::ControlPlane) {
+        let mut uploads: Vec<Upload> = host_uploads(&inv, &pki, &h.name).into_values().collect();
+        uploads.extend(inputs.binaries.iter().cloned());
+        facts.insert(h.name.clone(), converged(&uploads, "1.31.4"));
+    }
+    let dir = tmp.path().join("pki");
+    let kind = pki::CaKind::FrontProxy;
+    pki::rotate::start(&dir, kind, "f1").unwrap();
+    pki::rotate::create_next(&dir, &inv, kind, NOW).unwrap();
+    let trusting = pki::ensure(&dir, &inv, NOW).unwrap();
+    let both = trusting.front_proxy_trust_pem().unwrap();
+    assert_eq!(pki::bundle_ders(&both).unwrap().len(), 2);
+    let cp1 = host_uploads(&inv, &trusting, "cp1");
+    assert_eq!(
+        text(&cp1[files::FRONT_PROXY_CA_CRT]),
+        both,
+        "the apiserver's trust file"
+    );
+
+    let plan = plan_text(&inv, &trusting, &facts, &inputs).unwrap();
+    let cps: Vec<String> = inv
+        .with_role(Role::ControlPlane)
+        .iter()
+        .map(|h| h.name.clone())
+        .collect();
+    for cp in &cps {
+        assert!(
+            plan.contains(&format!("{cp}: write {}", files::FRONT_PROXY_CA_CRT)),
+            "{cp}:\n{plan}"
+        );
+    }
+    let writes: Vec<&str> = plan.lines().filter(|l| l.contains(": write ")).collect();
+    assert_eq!(writes.len(), cps.len(), "only the trust file changes:\n{plan}");
+    let restarts = |unit: &str| {
+        plan.lines()
+            .filter(|l| l.ends_with(&format!("systemctl restart {unit}")))
+            .count()
+    };
+    assert_eq!(restarts("kube-apiserver.service"), cps.len(), "{plan}");
+    assert_eq!(restarts("kube-controller-manager.service"), cps.len(), "{plan}");
+    assert_eq!(
+        restarts("kube-scheduler.service"),
+        0,
+        "the scheduler does not read it:\n{plan}"
+    );
+    assert!(
+        plan.contains("== Restart changed apiservers (one host at a time)"),
+        "{plan}"
+    );
+
+    // C2: the leaf is re-issued from the new CA; the next roll writes it beside the trust file.
+    pki::rotate::promote(&dir, kind).unwrap();
+    let promoted = pki::ensure(&dir, &inv, NOW).unwrap();
+    let plan = plan_text(&inv, &promoted, &facts, &inputs).unwrap();
+    assert!(
+        plan.contains(&format!("cp1: write {}", files::FRONT_PROXY_CLIENT_CRT)),
+        "{plan}"
+    );
+    assert!(
+        !plan.contains(files::APISERVER_CRT),
+        "kubernetes leaves untouched:\n{plan}"
     );
 }
 

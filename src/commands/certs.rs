@@ -154,27 +154,21 @@ converged cluster plans nothing"
     }
 }
 
-/// `hactl certs rotate-ca`: the etcd CA as journaled steps; the others refused by name.
+/// `hactl certs rotate-ca`: the etcd and front-proxy CAs as journaled steps; the kubernetes CA
+/// refused by name (`rotate_ca::refused` says why).
 pub async fn rotate_ca(args: &CertsRotateCaArgs) -> anyhow::Result<i32> {
     let kind = match args.ca {
         CaName::Etcd => crate::pki::CaKind::Etcd,
-        other => {
-            let name = if other == CaName::Kubernetes {
-                "kubernetes"
-            } else {
-                "front-proxy"
-            };
-            return Err(anyhow::Error::new(super::Refusal {
-                code: super::exit::REFUSED,
-                message: format!(
-                    "refused: rotating the {name} CA is not implemented yet (its certificate is also in every kubeconfig, \
-and the kubernetes CA in every ServiceAccount token's ca.crt, which need steps the etcd rotation does not have); \
-nothing was changed. `hactl certs rotate-ca etcd` is implemented; for {name} leaves that are due, run `hactl certs renew --all`"
-                ),
-            }));
-        }
+        CaName::FrontProxy => crate::pki::CaKind::FrontProxy,
+        CaName::Kubernetes => crate::pki::CaKind::Kubernetes,
     };
-    let (inv, state) = super::load(&args.inventory)?;
+    // Refused before the state directory is opened (or created): nothing changes.
+    let inv = super::load_inventory(&args.inventory)?;
+    if let Some(message) = crate::rotate_ca::refused(kind, &inv) {
+        return Err(super::exit::refuse(super::exit::REFUSED, message));
+    }
+    let state = crate::state::StateDir::open(&inv.state_dir)
+        .with_context(|| format!("cannot use the state directory of cluster {}", inv.name))?;
     let pki_dir = state.path.join("pki");
     if !pki_dir.join(kind.name()).with_extension("crt").exists() {
         anyhow::bail!(
@@ -202,6 +196,14 @@ nothing was changed. `hactl certs rotate-ca etcd` is implemented; for {name} lea
         kind,
         &run,
         Arc::new(Roll { args: up }),
+        (kind == crate::pki::CaKind::FrontProxy).then(|| {
+            Arc::new(crate::rotate_ca::PublishTrust {
+                dir: pki_dir.clone(),
+                inv: Arc::new(inv.clone()),
+                state: state.clone(),
+                connect: args.connect.clone(),
+            }) as Arc<dyn crate::exec::journaled::LocalAct>
+        }),
     );
     let header = match &stage {
         crate::pki::rotate::Stage::Idle => format!("rotate the {} CA: run {run}\n", kind.dir()),
@@ -222,9 +224,12 @@ nothing was changed. `hactl certs rotate-ca etcd` is implemented; for {name} lea
         eprintln!("  [{}] {}", s.id, s.title);
     }
     if !args.yes {
-        crate::output::confirm(
-            "this rotation restarts every etcd member and apiserver one at a time, three times",
-        )?;
+        crate::output::confirm(match kind {
+            crate::pki::CaKind::FrontProxy => {
+                "this rotation restarts every apiserver and controller-manager one at a time, three times"
+            }
+            _ => "this rotation restarts every etcd member and apiserver one at a time, three times",
+        })?;
     }
     let _lock = state.lock("up").context("cannot start hactl certs rotate-ca")?;
     let mut journal =

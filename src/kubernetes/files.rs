@@ -360,7 +360,7 @@ pub fn host_files(
         "kubernetes/scheduler",
     )?;
     let sa = need(pki.service_account_key(), "sa")?;
-    let fp_ca = need(pki.front_proxy_ca(), "front-proxy/ca")?;
+    let fp_trust = need(pki.front_proxy_trust_pem().as_ref(), "front-proxy/ca")?.clone();
     let fp_client = need(pki.front_proxy_client(), "front-proxy/client")?;
     let etcd_client = pki.etcd_client(EtcdClient::ApiServer);
 
@@ -388,7 +388,8 @@ pub fn host_files(
             sa.key_pem.expose().as_bytes().to_vec(),
         ),
         Upload::new(SA_PUB, 0o644, "root", "root", sa.pub_pem.clone().into_bytes()),
-        cert(FRONT_PROXY_CA_CRT, fp_ca),
+        // The signing CA and, during its rotation, the other one (`hactl certs rotate-ca front-proxy`).
+        Upload::new(FRONT_PROXY_CA_CRT, 0o644, "root", "root", fp_trust.into_bytes()),
         cert(FRONT_PROXY_CLIENT_CRT, fp_client),
         key(FRONT_PROXY_CLIENT_KEY, fp_client),
         Upload::new(

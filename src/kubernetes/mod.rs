@@ -22,6 +22,7 @@ pub mod lease;
 pub mod objects;
 pub mod probe;
 pub mod rbac;
+pub mod requestheader;
 pub mod secrets;
 pub mod skew;
 pub mod status;

@@ -125,6 +125,19 @@ pub async fn ensure_through_first_ready(
     transports: &Transports,
     pki_dir: &Path,
 ) -> Result<(String, Ensured), RbacError> {
+    let (host, api) = first_ready(inv, transports, pki_dir)
+        .await
+        .map_err(RbacError::NoApiserver)?;
+    Ok((host, ensure_kubelet_client_binding(&api).await?))
+}
+
+/// A client of the first control-plane apiserver (in inventory order, over an SSH port forward
+/// on `transports`) that answers `/readyz`, and its host; else every host's reason, joined.
+pub async fn first_ready(
+    inv: &Inventory,
+    transports: &Transports,
+    pki_dir: &Path,
+) -> Result<(String, ApiClient), String> {
     let mut errors = Vec::new();
     for h in inv.with_role(Role::ControlPlane) {
         let Some(t) = transports.get(&h.name) else {
@@ -138,23 +151,16 @@ pub async fn ensure_through_first_ready(
             }
         };
         match api.request(reqwest::Method::GET, "/readyz", "", None).await {
-            Ok((200, _)) => {}
-            Ok((code, _)) => {
-                errors.push(format!("{}: /readyz answered {code}", h.name));
-                continue;
-            }
-            Err(e) => {
-                errors.push(format!("{}: {}", h.name, chain(&e)));
-                continue;
-            }
+            Ok((200, _)) => return Ok((h.name.clone(), api)),
+            Ok((code, _)) => errors.push(format!("{}: /readyz answered {code}", h.name)),
+            Err(e) => errors.push(format!("{}: {}", h.name, chain(&e))),
         }
-        return Ok((h.name.clone(), ensure_kubelet_client_binding(&api).await?));
     }
-    Err(RbacError::NoApiserver(if errors.is_empty() {
+    Err(if errors.is_empty() {
         "no control-plane host".into()
     } else {
         errors.join("; ")
-    }))
+    })
 }
 
 /// `error: cause: cause …`, for the one-line summary of every host tried.

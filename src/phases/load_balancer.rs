@@ -358,27 +358,27 @@ pub const DRAIN_SESSIONS: Duration = Duration::from_secs(10);
 /// sends it no new connection) and wait until each HAProxy shows it `MAINT`. Run them before
 /// stopping the server. Runtime state: a reload of HAProxy forgets it.
 ///
-/// For `etcd-client` they then wait up to [`DRAIN_SESSIONS`] for the sessions already open to
-/// the member to end: etcd cuts a request in flight when it stops, so a put that connected just
-/// before the drain would fail (seen in the CA-rotation lab test under load); a long-lived watch
-/// is left to the stop, and its client reconnects. An apiserver needs no such wait: on SIGTERM
-/// it finishes the requests in flight itself.
+/// For `etcd-client` and `kubernetes-api` they then wait up to [`DRAIN_SESSIONS`] for the
+/// sessions already open to the server to end: etcd cuts a request in flight when it stops, so a
+/// put that connected just before the drain would fail (seen in the CA-rotation lab test under
+/// load); an apiserver finishes the requests it is serving on SIGTERM, but a connection HAProxy
+/// opened to it just before the drain and that it had not yet accepted is closed mid-handshake
+/// (kubectl through the VIP: "Unable to connect to the server: EOF", seen once in the
+/// front-proxy CA rotation lab test). A long-lived watch is left to the stop, and its client
+/// reconnects.
 pub fn drain_backend_steps(inv: &Inventory, backend: Backend, server: &str) -> Vec<HostSteps> {
     on_every_balancer(inv, || {
-        let mut steps = vec![
+        vec![
             Step::Run(set_state(backend, server, "maint")),
             Step::Wait(server_is(backend, server, "MAINT", Duration::from_secs(10))),
-        ];
-        if backend == Backend::EtcdClient {
-            steps.push(Step::Run(RemoteCommand::read_only([
+            Step::Run(RemoteCommand::read_only([
                 lb::HAPROXY_CLI.to_string(),
                 "idle".into(),
                 backend.name().into(),
                 server.into(),
                 DRAIN_SESSIONS.as_secs().to_string(),
-            ])));
-        }
-        steps
+            ])),
+        ]
     })
 }
 

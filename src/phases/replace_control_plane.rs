@@ -292,13 +292,17 @@ mod tests {
         );
         assert_eq!(
             got[2],
+            "lb1: run /usr/local/sbin/hactl-haproxy idle kubernetes-api cp1 10"
+        );
+        assert_eq!(
+            got[3],
             "lb2: run /usr/local/sbin/hactl-haproxy state kubernetes-api cp1 maint"
         );
         let write_unit = pos(&format!("cp1: write {unit}"));
         let restart = pos("cp1: run systemctl restart kube-apiserver.service");
         let ready = pos("cp1: wait kube-apiserver on cp1 answers");
         assert!(
-            4 <= write_unit && write_unit < restart && restart < ready,
+            6 <= write_unit && write_unit < restart && restart < ready,
             "{got:#?}"
         );
         assert_eq!(got.len(), ready + 5, "{got:#?}");

@@ -498,6 +498,19 @@ pub(crate) fn pem_to_der(pem: &str) -> Result<Vec<u8>, String> {
     Ok(block.contents)
 }
 
+/// The DER of every certificate in a PEM bundle (a trust file: one CA, or two during a
+/// rotation), in order; other blocks are skipped.
+pub fn bundle_ders(pem: &str) -> Result<Vec<Vec<u8>>, String> {
+    let mut out = Vec::new();
+    for block in x509_parser::pem::Pem::iter_from_buffer(pem.as_bytes()) {
+        let block = block.map_err(|e| format!("not PEM: {e}"))?;
+        if block.label == "CERTIFICATE" {
+            out.push(block.contents);
+        }
+    }
+    Ok(out)
+}
+
 fn key_type_of_spki(spki: &SubjectPublicKeyInfo<'_>) -> Option<KeyType> {
     match spki.parsed().ok()? {
         PublicKey::EC(_) => {

@@ -44,7 +44,7 @@ use crate::inventory::{Inventory, KeyType};
 
 pub use ca::CaKind;
 pub(crate) use issue::pem_to_der;
-pub use issue::{inspect, is_signed_by, requests, CertInfo, CertRequest, San, Usage};
+pub use issue::{bundle_ders, inspect, is_signed_by, requests, CertInfo, CertRequest, San, Usage};
 
 /// A leaf is renewed, and a CA warned about, when it expires within this many days, or within a
 /// third of its lifetime when that is shorter (so short-lived certificates are not re-issued on every run).
@@ -323,6 +323,13 @@ impl Pki {
     }
     pub fn front_proxy_ca(&self) -> Option<&CertFiles> {
         self.get(CaKind::FrontProxy.name())
+    }
+    /// What the apiservers' `--requestheader-client-ca-file` holds (and they publish in
+    /// kube-system/extension-apiserver-authentication): the signing front-proxy CA, then during
+    /// a rotation the other one. `None` without a `kubernetes` section.
+    pub fn front_proxy_trust_pem(&self) -> Option<String> {
+        self.front_proxy_ca()
+            .map(|ca| self.trust_pem(CaKind::FrontProxy, &ca.cert_pem))
     }
     pub fn front_proxy_client(&self) -> Option<&CertFiles> {
         self.get(issue::FRONT_PROXY_CLIENT)

@@ -230,6 +230,26 @@ pub fn extra_trust(dir: &Path, kind: CaKind) -> Result<Vec<String>, PkiError> {
     Ok(out)
 }
 
+/// The trust file of `kind` as the state directory has it now: the signing CA, then `ca-next`
+/// or `ca-previous` (what [`super::Pki::trust_pem`] builds, read without [`super::ensure`], so
+/// nothing is written).
+pub fn trust_bundle(dir: &Path, kind: CaKind) -> Result<String, PkiError> {
+    let ca = path(dir, kind, "ca", "crt");
+    let mut out = store::read_if_exists(&ca)?.ok_or_else(|| {
+        PkiError::Io(std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("{} does not exist", ca.display()),
+        ))
+    })?;
+    for pem in extra_trust(dir, kind)? {
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str(&pem);
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,6 +363,72 @@ mod tests {
         promote(&dir, CaKind::Etcd).unwrap();
         assert_eq!(std::fs::read_to_string(dir.join("etcd/ca.crt")).unwrap(), next);
         crate::pki::ensure(&dir, &inv, now).unwrap();
+    }
+
+    /// The front-proxy trust file (what the apiservers' `--requestheader-client-ca-file` holds)
+    /// at each stage of its rotation, and the etcd and kubernetes CAs untouched throughout.
+    #[test]
+    fn the_front_proxy_trust_bundle_follows_each_stage_of_its_rotation() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("pki");
+        let inv = inv();
+        let now = OffsetDateTime::now_utc();
+        let kind = CaKind::FrontProxy;
+        let before = crate::pki::ensure(&dir, &inv, now).unwrap();
+        let old = before.front_proxy_ca().unwrap().cert_pem.clone();
+        let others = |p: &crate::pki::Pki| (p.etcd_trust_pem(), p.kubernetes_ca().unwrap().cert_pem.clone());
+        assert_eq!(before.front_proxy_trust_pem().unwrap(), old, "idle: the CA alone");
+        assert_eq!(trust_bundle(&dir, kind).unwrap(), old);
+
+        start(&dir, kind, "f1").unwrap();
+        create_next(&dir, &inv, kind, now).unwrap();
+        let next = std::fs::read_to_string(dir.join("front-proxy/ca-next.crt")).unwrap();
+        let pki = crate::pki::ensure(&dir, &inv, now).unwrap();
+        assert_eq!(
+            pki.front_proxy_trust_pem().unwrap(),
+            format!("{old}{next}"),
+            "trusting: old signs, both trusted"
+        );
+        assert_eq!(trust_bundle(&dir, kind).unwrap(), format!("{old}{next}"));
+        assert!(crate::pki::is_signed_by(&pki.front_proxy_client().unwrap().cert_pem, &old).unwrap());
+        assert_eq!(others(&pki), others(&before));
+        assert_eq!(
+            pki.etcd_trust_pem(),
+            before.etcd_ca_pem(),
+            "etcd trusts its own CA alone"
+        );
+
+        promote(&dir, kind).unwrap();
+        let pki = crate::pki::ensure(&dir, &inv, now).unwrap();
+        assert_eq!(
+            pki.front_proxy_trust_pem().unwrap(),
+            format!("{next}{old}"),
+            "promoted: new signs, old still trusted"
+        );
+        assert!(
+            crate::pki::is_signed_by(&pki.front_proxy_client().unwrap().cert_pem, &next).unwrap(),
+            "front-proxy-client re-issued from the new CA"
+        );
+        assert_eq!(others(&pki), others(&before));
+
+        retire(&dir, kind).unwrap();
+        let pki = crate::pki::ensure(&dir, &inv, now).unwrap();
+        assert_eq!(
+            pki.front_proxy_trust_pem().unwrap(),
+            next,
+            "retired: the new CA alone"
+        );
+        assert_eq!(trust_bundle(&dir, kind).unwrap(), next);
+        assert_eq!(
+            std::fs::read_to_string(dir.join("front-proxy/ca-retired-f1.crt")).unwrap(),
+            old
+        );
+        finish(&dir, kind).unwrap();
+        assert_eq!(stage(&dir, kind).unwrap(), Stage::Idle);
+        assert_eq!(
+            others(&crate::pki::ensure(&dir, &inv, now).unwrap()),
+            others(&before)
+        );
     }
 
     fn inspect_cn(pem: &str) -> String {
