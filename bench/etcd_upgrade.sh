@@ -22,7 +22,7 @@ bundle=$(scripts/etcd-bundle.sh 3.5.16 trixie)
 a="bupg-a-$$"; b="bupg-b-$$"
 trap '"$HACTL" lab down --name "$a" >/dev/null 2>&1 || true; "$HACTL" lab down --name "$b" >/dev/null 2>&1 || true' EXIT
 for lab in "$a" "$b"; do
-  "$HACTL" lab up --name "$lab" --suite bookworm --control-planes 3 --load-balancers 0 --out "/tmp/$lab.yaml" >/dev/null 2>&1
+  "$HACTL" lab up --no-kubernetes --name "$lab" --suite bookworm --control-planes 3 --load-balancers 0 --out "/tmp/$lab.yaml" >/dev/null 2>&1
   "$HACTL" up -i "/tmp/$lab.yaml" --yes >/dev/null 2>&1
 done
 
