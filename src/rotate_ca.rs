@@ -58,8 +58,9 @@ or rotate the etcd CA with `hactl certs rotate-ca etcd`",
         CaKind::FrontProxy => None,
         CaKind::Kubernetes => Some(
             "refused: rotating the kubernetes CA is not implemented: that CA signs the apiservers' serving \
-certificates, every kubeconfig (admin, controller-manager, scheduler, and any a user made) and every \
-ServiceAccount token's ca.crt, and the controller-manager signs kubelet certificates with it \
+certificates and the client certificates of every kubeconfig (admin, controller-manager, scheduler, and any a \
+user made), it is the trusted CA in each of those kubeconfigs and in every ServiceAccount token's ca.crt, \
+and the controller-manager signs kubelet certificates with it \
 (`--cluster-signing-cert-file` takes the signing CA alone, not a bundle), so trusting old and new needs steps \
 for clients hactl does not control; nothing was changed. `hactl certs rotate-ca etcd` and \
 `hactl certs rotate-ca front-proxy` are implemented; for kubernetes leaves that are due, run `hactl certs renew --all`"
