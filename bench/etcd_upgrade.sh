@@ -12,11 +12,7 @@
 # Usage: sudo bench/etcd_upgrade.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-HACTL=${HACTL:-target/release/hactl}
-[ -x "$HACTL" ] || cargo build --release --quiet
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+. bench/lib.sh
 
 bundle=$(scripts/etcd-bundle.sh 3.5.16 trixie)
 a="bupg-a-$$"; b="bupg-b-$$"

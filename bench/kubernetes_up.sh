@@ -8,10 +8,7 @@
 # Prints figures; asserts nothing about time. Tears its labs down on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-HACTL=${HACTL:-target/release/hactl}
-[ -x "$HACTL" ] || cargo build --release --quiet
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+. bench/lib.sh
 
 "$HACTL" lab kube-binaries >/dev/null
 names=()

@@ -14,11 +14,7 @@
 # Usage: sudo bench/rotate_ca.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-HACTL=${HACTL:-target/release/hactl}
-[ -x "$HACTL" ] || cargo build --release --quiet
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+. bench/lib.sh
 
 labs=${HACTL_LAB_DIR:-/var/lib/hactl-lab}/labs
 a="brot-a-$$"; b="brot-b-$$"

@@ -510,6 +510,22 @@ fn plan_inputs() -> KubernetesInputs {
     KubernetesInputs::new(Some(&bins), EncryptionKey::from_bytes([7; 32]))
 }
 
+/// Facts of every control-plane host holding exactly what `up` would upload (files and
+/// binaries), running 1.31.4.
+fn converged_control_plane(
+    inv: &Inventory,
+    pki: &Pki,
+    inputs: &KubernetesInputs,
+) -> BTreeMap<String, HostFacts> {
+    let mut facts = BTreeMap::new();
+    for h in inv.with_role(Role::ControlPlane) {
+        let mut uploads: Vec<Upload> = host_uploads(inv, pki, &h.name).into_values().collect();
+        uploads.extend(inputs.binaries.iter().cloned());
+        facts.insert(h.name.clone(), converged(&uploads, "1.31.4"));
+    }
+    facts
+}
+
 #[test]
 fn a_fresh_plan_installs_configures_and_starts_and_matches_its_snapshot() {
     let inv = bundle_inventory();
@@ -523,12 +539,7 @@ fn a_converged_control_plane_plans_nothing_and_a_changed_certificate_rolls_one_h
     let inv = bundle_inventory();
     let (_tmp, pki) = fixture_pki(&inv);
     let inputs = plan_inputs();
-    let mut facts = BTreeMap::new();
-    for h in inv.with_role(Role::ControlPlane) {
-        let mut uploads: Vec<Upload> = host_uploads(&inv, &pki, &h.name).into_values().collect();
-        uploads.extend(inputs.binaries.iter().cloned());
-        facts.insert(h.name.clone(), converged(&uploads, "1.31.4"));
-    }
+    let mut facts = converged_control_plane(&inv, &pki, &inputs);
     assert_eq!(plan_text(&inv, &pki, &facts, &inputs).unwrap(), "no changes\n");
 
     // (The example logs in as `debian` and uses sudo.)
@@ -585,12 +596,7 @@ fn a_front_proxy_rotation_rolls_every_apiserver_and_controller_manager_and_nothi
     let inv = bundle_inventory();
     let (tmp, pki) = fixture_pki(&inv);
     let inputs = plan_inputs();
-    let mut facts = BTreeMap::new();
-    for h in inv.with_role(Role::ControlPlane) {
-        let mut uploads: Vec<Upload> = host_uploads(&inv, &pki, &h.name).into_values().collect();
-        uploads.extend(inputs.binaries.iter().cloned());
-        facts.insert(h.name.clone(), converged(&uploads, "1.31.4"));
-    }
+    let facts = converged_control_plane(&inv, &pki, &inputs);
     let dir = tmp.path().join("pki");
     let kind = pki::CaKind::FrontProxy;
     pki::rotate::start(&dir, kind, "f1").unwrap();
