@@ -15,58 +15,10 @@ mod kube_support;
 #[path = "support/lab.rs"]
 mod lab_support;
 
-use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kube_support::{text, KubeLab};
+use kube_support::{report_failures, text, KubeLab};
 use lab_support::eventually;
-
-/// One ConfigMap write through the VIP: when it started and ended (relative to the test's t0),
-/// whether it succeeded, and what kubectl said when it did not.
-struct Write {
-    start: Instant,
-    end: Instant,
-    ok: bool,
-    detail: String,
-}
-
-/// Creates ConfigMaps `remove-writer-N` through the VIP, one after the other, until stopped.
-fn start_writer(k: &KubeLab, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<Vec<Write>> {
-    let kubectl = k.kubectl_path();
-    let kubeconfig = k.state.join("admin.kubeconfig");
-    std::thread::spawn(move || {
-        let mut writes = Vec::new();
-        let mut n = 0u32;
-        while !stop.load(Ordering::SeqCst) {
-            n += 1;
-            let start = Instant::now();
-            let out = Command::new(&kubectl)
-                .arg("--kubeconfig")
-                .arg(&kubeconfig)
-                .args(["--request-timeout=5s", "-n", "default", "create", "configmap"])
-                .arg(format!("remove-writer-{n}"))
-                .arg(format!("--from-literal=n={n}"))
-                .output();
-            let (ok, detail) = match out {
-                Ok(o) => (
-                    o.status.success(),
-                    String::from_utf8_lossy(&o.stderr).trim().to_string(),
-                ),
-                Err(e) => (false, e.to_string()),
-            };
-            writes.push(Write {
-                start,
-                end: Instant::now(),
-                ok,
-                detail,
-            });
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        writes
-    })
-}
 
 /// The member names of `hactl-etcdctl member list` on `from`, sorted.
 fn member_names(k: &KubeLab, from: &str) -> Vec<String> {
@@ -123,8 +75,21 @@ fn remove_of_control_plane_hosts_takes_them_out_of_etcd_haproxy_and_the_apiserve
     assert_eq!(o.status.code(), Some(2), "plan: {}", text(&o));
     assert!(text(&o).contains("hactl remove cp"), "plan: {}", text(&o));
 
-    let stop = Arc::new(AtomicBool::new(false));
-    let writer = start_writer(&k, stop.clone());
+    // Each write goes through an apiserver to etcd.
+    let writer = k.poll_kubectl(
+        |n| {
+            vec![
+                "--request-timeout=5s".into(),
+                "-n".into(),
+                "default".into(),
+                "create".into(),
+                "configmap".into(),
+                format!("remove-writer-{n}"),
+                format!("--from-literal=n={n}"),
+            ]
+        },
+        |o| o.status.success(),
+    );
     std::thread::sleep(Duration::from_secs(2));
     let t0 = Instant::now();
     let mut took = Vec::new();
@@ -133,30 +98,17 @@ fn remove_of_control_plane_hosts_takes_them_out_of_etcd_haproxy_and_the_apiserve
         let out = k.hactl(&["remove", h, "--yes"]);
         took.push(t.elapsed().as_secs_f64());
         if out.status.code() != Some(0) {
-            stop.store(true, Ordering::SeqCst);
-            let _ = writer.join();
+            writer.stop();
             panic!("remove {h} failed: {}", text(&out));
         }
     }
     std::thread::sleep(Duration::from_secs(2));
-    stop.store(true, Ordering::SeqCst);
-    let writes = writer.join().unwrap();
-    let failed: Vec<&Write> = writes.iter().filter(|w| !w.ok).collect();
+    let writes = writer.stop();
     println!(
-        "{name}: remove cp4 took {:.1} s, remove cp5 {:.1} s; writer through the VIP: {} ConfigMap writes, {} failed",
-        took[0],
-        took[1],
-        writes.len(),
-        failed.len()
+        "{name}: remove cp4 took {:.1} s, remove cp5 {:.1} s",
+        took[0], took[1]
     );
-    for w in &failed {
-        println!(
-            "  failed: {:+.2} s .. {:+.2} s: {}",
-            w.start.saturating_duration_since(t0).as_secs_f64(),
-            w.end.saturating_duration_since(t0).as_secs_f64(),
-            w.detail
-        );
-    }
+    let failed = report_failures(&format!("{name}: ConfigMap writes"), t0, &writes);
 
     // etcd: two members fewer, seen from a remaining host.
     assert_eq!(member_names(&k, "cp1"), ["cp1", "cp2", "cp3"]);
@@ -186,18 +138,7 @@ fn remove_of_control_plane_hosts_takes_them_out_of_etcd_haproxy_and_the_apiserve
 
     // The remaining apiservers: the running process and the unit name neither removed host.
     for h in ["cp1", "cp2", "cp3"] {
-        let cmdline = k.lab.exec_ok(
-            h,
-            &[
-                "sh",
-                "-c",
-                "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value kube-apiserver)/cmdline",
-            ],
-        );
-        let servers = cmdline
-            .split_whitespace()
-            .find(|a| a.starts_with("--etcd-servers="))
-            .unwrap_or_else(|| panic!("{h}: no --etcd-servers in {cmdline}"));
+        let servers = k.running_etcd_servers(h);
         let unit = k.lab.exec_ok(h, &["systemctl", "cat", "kube-apiserver.service"]);
         assert!(
             unit.contains("--etcd-servers"),
@@ -257,8 +198,7 @@ fn remove_of_control_plane_hosts_takes_them_out_of_etcd_haproxy_and_the_apiserve
 
     assert!(writes.len() > 20, "the writer barely ran: {}", writes.len());
     assert_eq!(
-        failed.len(),
-        0,
+        failed, 0,
         "ConfigMap writes through the VIP failed during the removals (listed above)"
     );
 }

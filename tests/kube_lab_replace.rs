@@ -53,18 +53,7 @@ fn replace_to_a_new_host_moves_the_control_plane_while_kubectl_answers() {
     let spare = k.lab.ip("spare1").to_string();
     let old = k.lab.ip("cp3").to_string();
     for h in ["cp1", "cp2"] {
-        let cmdline = k.lab.exec_ok(
-            h,
-            &[
-                "sh",
-                "-c",
-                "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value kube-apiserver)/cmdline",
-            ],
-        );
-        let servers = cmdline
-            .split_whitespace()
-            .find(|a| a.starts_with("--etcd-servers="))
-            .unwrap_or_else(|| panic!("{h}: no --etcd-servers in {cmdline}"));
+        let servers = k.running_etcd_servers(h);
         assert!(
             servers.contains(&format!("https://{spare}:2379"))
                 && !servers.contains(&format!("https://{old}:")),

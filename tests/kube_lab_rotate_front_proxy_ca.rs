@@ -15,28 +15,9 @@ mod kube_support;
 #[path = "support/lab.rs"]
 mod lab_support;
 
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use kube_support::{report_failures, text, KubeLab};
-
-/// `hactl ARGS -i INV` with `env` set (the crash switch), logged.
-fn hactl_env(k: &KubeLab, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let started = Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_hactl"))
-        .args(args)
-        .arg("-i")
-        .arg(&k.inv)
-        .envs(env.iter().copied())
-        .output()
-        .expect("run hactl");
-    eprintln!(
-        "hactl {args:?} {env:?} ({:.1} s) -> {}",
-        started.elapsed().as_secs_f64(),
-        text(&out)
-    );
-    out
-}
 
 /// The DER of every certificate in a PEM bundle, sorted (a set: order and wrapping do not count).
 fn certs(pem: &str) -> Vec<Vec<u8>> {
@@ -117,8 +98,7 @@ fn rotating_the_front_proxy_ca_keeps_the_apiservers_answering_and_publishes_only
     // The first run dies right after C2 (the new CA signs and front-proxy-client is re-issued;
     // the hosts trust both CAs and still present the old leaf); the second resumes it.
     let t0 = Instant::now();
-    let cut = hactl_env(
-        &k,
+    let cut = k.hactl_env(
         &["certs", "rotate-ca", "front-proxy", "--yes"],
         &[("HACTL_CRASH_AFTER", "C2")],
     );

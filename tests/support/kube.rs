@@ -109,20 +109,45 @@ impl KubeLab {
 
     /// `hactl ARGS -i INV`, logged.
     pub fn hactl(&self, args: &[&str]) -> Output {
+        self.hactl_env(args, &[])
+    }
+
+    /// `hactl ARGS -i INV` with `env` set (e.g. the crash switch `HACTL_CRASH_AFTER`, which is
+    /// otherwise removed), logged.
+    pub fn hactl_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         let started = Instant::now();
         let out = Command::new(env!("CARGO_BIN_EXE_hactl"))
             .args(args)
             .arg("-i")
             .arg(&self.inv)
             .env_remove("HACTL_CRASH_AFTER")
+            .envs(env.iter().copied())
             .output()
             .expect("run hactl");
         eprintln!(
-            "hactl {args:?} ({:.1} s) -> {}",
+            "hactl {args:?} {env:?} ({:.1} s) -> {}",
             started.elapsed().as_secs_f64(),
             text(&out)
         );
         out
+    }
+
+    /// The `--etcd-servers=…` argument of the kube-apiserver running on `host` (read from its
+    /// process, not its unit).
+    pub fn running_etcd_servers(&self, host: &str) -> String {
+        let cmdline = self.lab.exec_ok(
+            host,
+            &[
+                "sh",
+                "-c",
+                "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value kube-apiserver)/cmdline",
+            ],
+        );
+        cmdline
+            .split_whitespace()
+            .find(|a| a.starts_with("--etcd-servers="))
+            .unwrap_or_else(|| panic!("{host}: no --etcd-servers in {cmdline}"))
+            .to_string()
     }
 
     /// `hactl ARGS` that must succeed; its stdout.
@@ -324,6 +349,24 @@ impl KubeLab {
     /// Starts polling `kubectl get --raw /readyz` through the VIP (2 s per request) until the
     /// returned poller is stopped; every attempt is recorded.
     pub fn poll_readyz(&self) -> Poller {
+        self.poll_kubectl(
+            |_| {
+                ["--request-timeout=2s", "get", "--raw", "/readyz"]
+                    .map(String::from)
+                    .to_vec()
+            },
+            |o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "ok",
+        )
+    }
+
+    /// Starts running `kubectl ARGS(n)` through the VIP with the admin kubeconfig (n = 1, 2, …,
+    /// 200 ms apart) until the returned poller is stopped; `ok` judges each answer, and every
+    /// attempt is recorded.
+    pub fn poll_kubectl(
+        &self,
+        args: impl Fn(u32) -> Vec<String> + Send + 'static,
+        ok: impl Fn(&Output) -> bool + Send + 'static,
+    ) -> Poller {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let kubectl = self.kubectl_path();
         let kubeconfig = self.state.join("admin.kubeconfig");
@@ -332,18 +375,17 @@ impl KubeLab {
         let oks = ok_count.clone();
         let handle = std::thread::spawn(move || {
             let mut attempts = Vec::new();
+            let mut n = 0u32;
             while !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                n += 1;
                 let start = Instant::now();
                 let out = Command::new(&kubectl)
                     .arg("--kubeconfig")
                     .arg(&kubeconfig)
-                    .args(["--request-timeout=2s", "get", "--raw", "/readyz"])
+                    .args(args(n))
                     .output();
                 let (ok, detail) = match out {
-                    Ok(o) => (
-                        o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "ok",
-                        String::from_utf8_lossy(&o.stderr).trim().to_string(),
-                    ),
+                    Ok(o) => (ok(&o), String::from_utf8_lossy(&o.stderr).trim().to_string()),
                     Err(e) => (false, e.to_string()),
                 };
                 if ok {
@@ -367,7 +409,7 @@ impl KubeLab {
     }
 }
 
-/// One `kubectl get --raw /readyz` through the VIP.
+/// One request of a [`Poller`] through the VIP.
 #[derive(Debug, Clone)]
 pub struct Attempt {
     pub start: Instant,
@@ -376,7 +418,7 @@ pub struct Attempt {
     pub detail: String,
 }
 
-/// A running [`KubeLab::poll_readyz`].
+/// A running [`KubeLab::poll_kubectl`].
 pub struct Poller {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     handle: std::thread::JoinHandle<Vec<Attempt>>,
