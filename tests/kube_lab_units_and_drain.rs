@@ -242,18 +242,24 @@ fn maintenance_cordons_drains_and_uncordons_with_a_real_apiserver() {
         serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "drain-test"}}),
     );
     // The ServiceAccount admission plugin wants each namespace's `default` account, which the
-    // controller-manager creates.
+    // controller-manager creates, and (in 1.20) its token Secret, which the token controller adds
+    // a moment later: a pod posted in between gets a 500 "No API token found".
     for ns in ["drain-test", "kube-system"] {
         assert!(
-            eventually(Duration::from_secs(60), || call(
-                &rt,
-                &api,
-                "GET",
-                &format!("/api/v1/namespaces/{ns}/serviceaccounts/default"),
-                serde_json::Value::Null
-            )
-            .0 == 200),
-            "no default ServiceAccount in {ns}"
+            eventually(Duration::from_secs(60), || {
+                let (code, account) = call(
+                    &rt,
+                    &api,
+                    "GET",
+                    &format!("/api/v1/namespaces/{ns}/serviceaccounts/default"),
+                    serde_json::Value::Null,
+                );
+                code == 200
+                    && account["secrets"]
+                        .as_array()
+                        .is_some_and(|secrets| !secrets.is_empty())
+            }),
+            "no default ServiceAccount with a token Secret in {ns}"
         );
     }
     let pod = |ns: &str, name: &str, class: Option<&str>, labels: serde_json::Value| {
