@@ -79,9 +79,19 @@ fn scheduled_backups_write_verified_snapshots_on_the_leader_and_status_reports_t
     // A converged cluster: nothing to upload, nothing to enable.
     assert_eq!(up_ok(inv).trim(), "no changes");
 
-    // From here the test drives the runs itself.
+    // From here the test drives the runs itself. Stopping the timer does not stop a run it has
+    // already started (on a loaded machine one outlived the `rm` below and left a second
+    // snapshot), so the service is stopped too, ending such a run before the `rm`.
     for h in HOSTS {
-        lab.exec_ok(h, &["systemctl", "stop", "hactl-etcd-backup.timer"]);
+        lab.exec_ok(
+            h,
+            &[
+                "systemctl",
+                "stop",
+                "hactl-etcd-backup.timer",
+                "hactl-etcd-backup.service",
+            ],
+        );
         lab.exec_ok(h, &["sh", "-c", &format!("rm -rf {DIR}")]);
     }
     let (code, s) = status_json(inv);
