@@ -134,6 +134,10 @@ pub struct CertsRotateCaArgs {
     /// Do not ask before restarting members and control-plane components.
     #[arg(long, short = 'y')]
     pub yes: bool,
+    /// Stop once this step (C1, C1.roll, C2, …) is done, e.g. `C1.roll` to restart workloads
+    /// while both CAs are trusted; running the command again resumes.
+    #[arg(long, value_name = "STEP")]
+    pub stop_after: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -10,7 +10,7 @@
 //! | C3 | roll: the new leaves go out and each member (then each apiserver) restarts with them | — |
 //! | C4 | trust only the new: the old CA is retired (`ca-retired-<run>`, kept) | no `ca-previous` |
 //! | C5 | roll again: the trust files hold the new CA alone, and each reader restarts | — |
-//! | C5.publish | front-proxy only: kube-system/extension-apiserver-authentication publishes the new CA alone | its `requestheader-client-ca-file` holds exactly the trust file's CAs |
+//! | C5.publish | kubernetes and front-proxy: kube-system/extension-apiserver-authentication publishes the new CA alone | its `client-ca-file` (kubernetes) or `requestheader-client-ca-file` (front-proxy) holds exactly the trust file's CAs |
 //! | C6 | done: the rotation's marker is closed | no marker |
 //!
 //! Why a roll after C1 as well as after C2: etcd reads its trusted CAs only at start, so every
@@ -22,13 +22,19 @@
 //! HAProxy backend drained, health gates before and after; `RollApiservers` likewise), so a
 //! rotation restarts nothing `up` would not.
 //!
-//! Which CAs: etcd (read by etcd, HAProxy's checks and the apiservers' etcd client) and
+//! Which CAs: etcd (read by etcd, HAProxy's checks and the apiservers' etcd client);
 //! front-proxy (read by the apiservers' `--requestheader-client-ca-file` and the
-//! controller-manager's; its one leaf is the apiservers' `--proxy-client-cert-file`). The
-//! apiservers publish the front-proxy CAs in kube-system/extension-apiserver-authentication for
-//! aggregated API servers, but only ever add to it ([`crate::kubernetes::requestheader`]), so the
-//! front-proxy rotation ends by writing the new CA alone there (C5.publish). The kubernetes CA is
-//! refused ([`refused`]).
+//! controller-manager's; its one leaf is the apiservers' `--proxy-client-cert-file`); kubernetes
+//! (the trust file `/etc/hactl/pki/kubernetes/ca.crt`, read by the apiservers' `--client-ca-file`
+//! and `--kubelet-certificate-authority`, the controller-manager's `--client-ca-file` and
+//! `--root-ca-file` (what every ServiceAccount token Secret's `ca.crt` and each namespace's
+//! `kube-root-ca.crt` ConfigMap carry), the host kubeconfigs, HAProxy's `/readyz` check, the admin
+//! kubeconfig and hactl's own client; its leaves are the apiservers' serving and kubelet-client
+//! certificates and the admin, controller-manager and scheduler client certificates; the
+//! controller-manager signs with the signing CA alone, `signing-ca.crt`). The apiservers publish
+//! the kubernetes and front-proxy CAs in kube-system/extension-apiserver-authentication for
+//! aggregated API servers, but only ever add to it ([`crate::kubernetes::published_ca`]), so those
+//! rotations end by writing the new CA alone there (C5.publish).
 //!
 //! Invariant: the state directory decides what is done; the journal records it.
 
@@ -49,23 +55,15 @@ use crate::state::StateDir;
 pub fn refused(kind: CaKind, inv: &Inventory) -> Option<String> {
     match kind {
         CaKind::Etcd => None,
-        CaKind::FrontProxy if inv.kubernetes.is_none() => Some(format!(
-            "refused: the front-proxy CA exists only with Kubernetes, and the inventory of cluster {} has no `kubernetes` section \
-(so no front-proxy CA was ever created); nothing was changed. Add the `kubernetes` section and run `hactl up`, \
+        CaKind::FrontProxy | CaKind::Kubernetes if inv.kubernetes.is_none() => Some(format!(
+            "refused: the {} CA exists only with Kubernetes, and the inventory of cluster {} has no `kubernetes` section \
+(so no {} CA was ever created); nothing was changed. Add the `kubernetes` section and run `hactl up`, \
 or rotate the etcd CA with `hactl certs rotate-ca etcd`",
-            inv.name
+            kind.dir(),
+            inv.name,
+            kind.dir()
         )),
-        CaKind::FrontProxy => None,
-        CaKind::Kubernetes => Some(
-            "refused: rotating the kubernetes CA is not implemented: that CA signs the apiservers' serving \
-certificates and the client certificates of every kubeconfig (admin, controller-manager, scheduler, and any a \
-user made), it is the trusted CA in each of those kubeconfigs and in every ServiceAccount token's ca.crt, \
-and the controller-manager signs kubelet certificates with it \
-(`--cluster-signing-cert-file` takes the signing CA alone, not a bundle), so trusting old and new needs steps \
-for clients hactl does not control; nothing was changed. `hactl certs rotate-ca etcd` and \
-`hactl certs rotate-ca front-proxy` are implemented; for kubernetes leaves that are due, run `hactl certs renew --all`"
-                .to_string(),
-        ),
+        CaKind::FrontProxy | CaKind::Kubernetes => None,
     }
 }
 
@@ -203,7 +201,7 @@ impl LocalAct for Done {
 }
 
 /// The steps of a rotation of `kind` as run `run`; `roll` is `up`'s plan, built and executed
-/// afresh each time (the top floor provides it); `publish` (front-proxy: a [`PublishTrust`])
+/// afresh each time (the top floor provides it); `publish` (kubernetes, front-proxy: a [`PublishTrust`])
 /// runs after the last roll.
 pub fn steps(
     dir: PathBuf,
@@ -257,12 +255,15 @@ pub fn steps(
     list
 }
 
-/// C5.publish: kube-system/extension-apiserver-authentication's `requestheader-client-ca-file`
-/// is written to the state directory's front-proxy trust file (the new CA alone, once C4 is
-/// done), through the first control-plane apiserver that answers `/readyz`. As a
-/// postcondition: the key already holds exactly those CAs.
+/// C5.publish: kube-system/extension-apiserver-authentication's key for the CA (`client-ca-file`
+/// for kubernetes, `requestheader-client-ca-file` for front-proxy) is written to the state
+/// directory's trust file (the new CA alone, once C4 is done), through the first control-plane
+/// apiserver that answers `/readyz`. As a postcondition: the key already holds exactly those CAs.
 #[derive(Clone)]
 pub struct PublishTrust {
+    /// The CA whose trust file is published (kubernetes or front-proxy:
+    /// [`crate::kubernetes::published_ca::key_of`]).
+    pub kind: CaKind,
     /// The state directory's PKI directory.
     pub dir: PathBuf,
     pub inv: Arc<Inventory>,
@@ -271,23 +272,36 @@ pub struct PublishTrust {
 }
 
 impl PublishTrust {
+    fn key(&self) -> anyhow::Result<&'static str> {
+        crate::kubernetes::published_ca::key_of(self.kind).ok_or_else(|| {
+            anyhow::anyhow!(
+                "the {} CA is not published to aggregated API servers",
+                self.kind.dir()
+            )
+        })
+    }
+
     /// Reads the published CAs through the first apiserver that answers and, with `write`,
     /// patches them to the trust file when they differ: (whether they held it before, the host).
     async fn sync(&self, write: bool) -> anyhow::Result<(bool, String)> {
-        use crate::kubernetes::requestheader;
-        let trust = rotate::trust_bundle(&self.dir, CaKind::FrontProxy)?;
+        use crate::kubernetes::published_ca;
+        let key = self.key()?;
+        let trust = rotate::trust_bundle(&self.dir, self.kind)?;
         let hosts = self.inv.with_role(Role::ControlPlane);
         let reach = crate::exec::connect::reach(&self.state, &hosts, &self.connect).await;
         let (host, api) = crate::kubernetes::rbac::first_ready(&self.inv, &reach.transports, &self.dir)
             .await
             .map_err(|e| {
-                anyhow::anyhow!("no apiserver answered /readyz to publish the front-proxy CA: {e}")
+                anyhow::anyhow!(
+                    "no apiserver answered /readyz to publish the {} CA: {e}",
+                    self.kind.dir()
+                )
             })?;
-        let held = requestheader::published(&api)
+        let held = published_ca::published(&api, key)
             .await?
-            .is_some_and(|published| requestheader::same_certificates(&published, &trust));
+            .is_some_and(|published| published_ca::same_certificates(&published, &trust));
         if write && !held {
-            requestheader::publish(&api, &trust).await?;
+            published_ca::publish(&api, key, &trust).await?;
         }
         Ok((held, host))
     }
@@ -309,12 +323,14 @@ impl PublishTrust {
 #[async_trait]
 impl LocalAct for PublishTrust {
     fn describe(&self) -> String {
-        use crate::kubernetes::requestheader::{CONFIGMAP, KEY, NAMESPACE};
+        use crate::kubernetes::published_ca::{CONFIGMAP, NAMESPACE};
         format!(
-            "{NAMESPACE}/{CONFIGMAP}'s {KEY} holds exactly the CAs of {}/front-proxy/ca.crt (and ca-next or \
+            "{NAMESPACE}/{CONFIGMAP}'s {} holds exactly the CAs of {}/{}/ca.crt (and ca-next or \
 ca-previous): else it is merge-patched to them, through the first control-plane apiserver that answers \
 /readyz (apiservers only add CAs there, so the old one stays until this write)",
-            self.dir.display()
+            self.key().unwrap_or("?"),
+            self.dir.display(),
+            self.kind.dir()
         )
     }
     async fn act(&self, _: &Transports) -> anyhow::Result<serde_json::Value> {
@@ -486,30 +502,105 @@ mod tests {
         assert!(etcd.iter().all(|s| s.id != "C5.publish"));
     }
 
+    /// kubernetes: C5.publish too; every kubernetes leaf (serving, kubelet client, admin,
+    /// controller-manager, scheduler) is re-issued from the new CA; while both are trusted the
+    /// trust file holds both and the signing CA is one certificate; the other CAs are untouched.
+    #[tokio::test]
+    async fn the_kubernetes_steps_reissue_every_kubernetes_leaf_and_keep_the_signing_ca_single() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("pki");
+        let inv = example();
+        let now = time::OffsetDateTime::now_utc();
+        let before = crate::pki::ensure(&dir, &inv, now).unwrap();
+        let old = before.kubernetes_ca().unwrap().cert_pem.clone();
+        let published = Arc::new(Published(Default::default()));
+        let list = steps(
+            dir.clone(),
+            inv.clone(),
+            CaKind::Kubernetes,
+            "rotate-ca-k1",
+            Arc::new(NoRoll),
+            Some(published.clone()),
+        );
+        let ids: Vec<&str> = list.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(ids, ["C1", "C1.roll", "C2", "C3", "C4", "C5", "C5.publish", "C6"]);
+        let transports = Transports::new();
+        let opts = crate::exec::journaled::RunOptions::default();
+        // C1 alone first: both trusted, the old one still signs alone.
+        let mut journal = crate::operations::journal::Journal::dry_run("rotate-ca-k1");
+        crate::exec::journaled::run(&list[..1], &transports, &mut journal, &opts)
+            .await
+            .unwrap();
+        let trusting = crate::pki::ensure(&dir, &inv, now).unwrap();
+        assert_eq!(
+            trusting.kubernetes_ca().unwrap().cert_pem,
+            old,
+            "the old CA signs until C2"
+        );
+        let both = trusting.kubernetes_trust_pem().unwrap();
+        assert_eq!(crate::pki::bundle_ders(&both).unwrap().len(), 2, "{both}");
+        assert!(both.starts_with(&old), "the signing CA comes first");
+        let out = crate::exec::journaled::run(&list, &transports, &mut journal, &opts)
+            .await
+            .unwrap();
+        assert_eq!(out.done.len() + out.skipped.len(), 8, "{out:?}");
+        assert!(published.0.load(std::sync::atomic::Ordering::SeqCst));
+        let after = crate::pki::ensure(&dir, &inv, now).unwrap();
+        let new = after.kubernetes_ca().unwrap().cert_pem.clone();
+        assert_ne!(new, old);
+        assert_eq!(
+            after.kubernetes_trust_pem().unwrap(),
+            new,
+            "only the new CA is trusted"
+        );
+        let leaves: Vec<String> = crate::pki::requests(&inv)
+            .into_iter()
+            .filter(|r| r.ca == CaKind::Kubernetes)
+            .map(|r| r.name)
+            .collect();
+        assert!(leaves.len() >= 5, "{leaves:?}");
+        for leaf in &leaves {
+            let pem = &after.get(leaf).unwrap().cert_pem;
+            assert!(
+                crate::pki::is_signed_by(pem, &new).unwrap(),
+                "{leaf} is not the new CA's"
+            );
+            assert!(
+                !crate::pki::is_signed_by(pem, &old).unwrap(),
+                "{leaf} is still the old CA's"
+            );
+        }
+        assert_eq!(after.etcd_trust_pem(), before.etcd_trust_pem(), "etcd untouched");
+        assert_eq!(
+            after.front_proxy_trust_pem(),
+            before.front_proxy_trust_pem(),
+            "front-proxy untouched"
+        );
+    }
+
     #[test]
-    fn kubernetes_is_refused_and_front_proxy_needs_a_kubernetes_section() {
+    fn kubernetes_and_front_proxy_need_a_kubernetes_section() {
         let with = example();
-        assert_eq!(refused(CaKind::Etcd, &with), None);
-        assert_eq!(refused(CaKind::FrontProxy, &with), None);
-        let k = refused(CaKind::Kubernetes, &with).unwrap();
-        assert!(
-            k.contains("--cluster-signing-cert-file") && k.contains("kubeconfig"),
-            "{k}"
-        );
-        assert!(
-            k.contains("nothing was changed") && k.contains("hactl certs rotate-ca front-proxy"),
-            "{k}"
-        );
+        for kind in [CaKind::Etcd, CaKind::FrontProxy, CaKind::Kubernetes] {
+            assert_eq!(refused(kind, &with), None, "{kind:?}");
+        }
         let yaml = "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: plain\nspec:\n  ssh:\n    agent: true\n  hosts:\n    - { name: cp1, address: 10.0.0.11, roles: [etcd] }\n  allowSingleMember: true\n";
         let without =
             crate::inventory::load_str(std::path::Path::new("/nonexistent/plain.yaml"), yaml).unwrap();
         assert!(without.kubernetes.is_none());
-        let f = refused(CaKind::FrontProxy, &without).unwrap();
-        assert!(
-            f.contains("no `kubernetes` section") && f.contains("hactl up"),
-            "{f}"
-        );
+        for (kind, name) in [
+            (CaKind::FrontProxy, "front-proxy"),
+            (CaKind::Kubernetes, "kubernetes"),
+        ] {
+            let f = refused(kind, &without).unwrap();
+            assert!(
+                f.contains(&format!("the {name} CA exists only with Kubernetes"))
+                    && f.contains("no `kubernetes` section")
+                    && f.contains("hactl up")
+                    && f.contains("nothing was changed"),
+                "{f}"
+            );
+        }
         assert_eq!(refused(CaKind::Etcd, &without), None);
-        assert!(refused(CaKind::Kubernetes, &without).is_some());
     }
 }

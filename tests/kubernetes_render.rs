@@ -656,6 +656,98 @@ fn a_front_proxy_rotation_rolls_every_apiserver_and_controller_manager_and_nothi
     );
 }
 
+/// `hactl certs rotate-ca kubernetes`'s rolls: once the new kubernetes CA is trusted beside the
+/// old one, every control-plane host's trust file (`--client-ca-file`, `--root-ca-file`, the
+/// kubeconfigs) holds both while the controller-manager's signing CA stays the old one alone,
+/// and the apiserver, controller-manager and scheduler restart one host at a time; the admin
+/// kubeconfig trusts both. After C2 the signing CA is the new one alone and every kubernetes
+/// leaf goes out.
+#[test]
+fn a_kubernetes_rotation_trusts_both_signs_with_one_and_rolls_every_component() {
+    let inv = bundle_inventory();
+    let (tmp, pki) = fixture_pki(&inv);
+    let inputs = plan_inputs();
+    let facts = converged_control_plane(&inv, &pki, &inputs);
+    let dir = tmp.path().join("pki");
+    let kind = pki::CaKind::Kubernetes;
+    let old = pki.kubernetes_ca().unwrap().cert_pem.clone();
+    pki::rotate::start(&dir, kind, "k1").unwrap();
+    pki::rotate::create_next(&dir, &inv, kind, NOW).unwrap();
+    let trusting = pki::ensure(&dir, &inv, NOW).unwrap();
+    let both = trusting.kubernetes_trust_pem().unwrap();
+    assert_eq!(pki::bundle_ders(&both).unwrap().len(), 2);
+    let cp1 = host_uploads(&inv, &trusting, "cp1");
+    assert_eq!(text(&cp1[files::CA_CRT]), both, "the trust file");
+    assert_eq!(text(&cp1[files::SIGNING_CA_CRT]), old, "the signing CA alone");
+    let admin = files::admin_kubeconfig(&inv, &trusting).unwrap();
+    use base64::Engine as _;
+    assert!(
+        admin.contains(&base64::engine::general_purpose::STANDARD.encode(&both)),
+        "the admin kubeconfig trusts both:\n{admin}"
+    );
+
+    let plan = plan_text(&inv, &trusting, &facts, &inputs).unwrap();
+    let cps: Vec<String> = inv
+        .with_role(Role::ControlPlane)
+        .iter()
+        .map(|h| h.name.clone())
+        .collect();
+    for cp in &cps {
+        assert!(
+            plan.contains(&format!("{cp}: write {}", files::CA_CRT)),
+            "{cp}:\n{plan}"
+        );
+        assert!(
+            !plan.contains(&format!("{cp}: write {}", files::SIGNING_CA_CRT)),
+            "the signing CA does not change before C2:\n{plan}"
+        );
+    }
+    let restarts = |plan: &str, unit: &str| {
+        plan.lines()
+            .filter(|l| l.ends_with(&format!("systemctl restart {unit}")))
+            .count()
+    };
+    for unit in [
+        "kube-apiserver.service",
+        "kube-controller-manager.service",
+        "kube-scheduler.service",
+    ] {
+        assert_eq!(restarts(&plan, unit), cps.len(), "{unit}:\n{plan}");
+    }
+    assert_eq!(
+        restarts(&plan, "etcd.service"),
+        0,
+        "etcd does not read it:\n{plan}"
+    );
+
+    // C2: the new CA signs alone; every kubernetes leaf goes out with it.
+    pki::rotate::promote(&dir, kind).unwrap();
+    let promoted = pki::ensure(&dir, &inv, NOW).unwrap();
+    let new = promoted.kubernetes_ca().unwrap().cert_pem.clone();
+    assert_ne!(new, old);
+    let cp1 = host_uploads(&inv, &promoted, "cp1");
+    assert_eq!(text(&cp1[files::SIGNING_CA_CRT]), new);
+    assert!(
+        text(&cp1[files::CA_CRT]).starts_with(&new),
+        "the signing CA first"
+    );
+    let plan = plan_text(&inv, &promoted, &facts, &inputs).unwrap();
+    for path in [
+        files::SIGNING_CA_CRT,
+        files::CA_KEY,
+        files::APISERVER_CRT,
+        files::KUBELET_CLIENT_CRT,
+        files::CONTROLLER_MANAGER_CRT,
+        files::SCHEDULER_CRT,
+    ] {
+        assert!(plan.contains(&format!("cp1: write {path}")), "{path}:\n{plan}");
+    }
+    assert!(
+        !plan.contains(files::FRONT_PROXY_CLIENT_CRT) && !plan.contains(files::ETCD_CLIENT_CRT),
+        "other CAs' leaves untouched:\n{plan}"
+    );
+}
+
 #[test]
 fn package_source_and_version_skew_are_refused_with_the_fix() {
     let mut inv = example();

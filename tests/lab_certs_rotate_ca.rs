@@ -100,10 +100,24 @@ fn rotating_the_etcd_ca_under_a_writer_through_the_vip_loses_no_write_and_the_ol
     let old_cert = std::fs::read_to_string(pki.join("etcd/hactl-client.crt")).unwrap();
     let old_key = std::fs::read_to_string(pki.join("etcd/hactl-client.key")).unwrap();
 
-    // Refused (exit 2), naming why and what to run instead: the kubernetes CA by name; the
-    // front-proxy CA because this inventory has no `kubernetes` section. Nothing changes.
+    // Refused (exit 2), naming why and what to run instead: the kubernetes and front-proxy CAs
+    // because this inventory has no `kubernetes` section; a step that does not exist. Nothing
+    // changes.
+    let o = hactl(
+        &inv,
+        &["certs", "rotate-ca", "etcd", "--yes", "--stop-after", "C9"],
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        stderr.contains("--stop-after C9: no such step")
+            && stderr.contains("C1, C1.roll, C2, C3, C4, C5, C6")
+            && stderr.contains("nothing was changed"),
+        "{stderr}"
+    );
+    assert!(!pki.join("etcd/rotation").exists());
     for (ca, why) in [
-        ("kubernetes", "rotating the kubernetes CA is not implemented"),
+        ("kubernetes", "the kubernetes CA exists only with Kubernetes"),
         ("front-proxy", "has no `kubernetes` section"),
     ] {
         let o = hactl(&inv, &["certs", "rotate-ca", ca, "--yes"]);

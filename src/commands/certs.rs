@@ -154,8 +154,8 @@ converged cluster plans nothing"
     }
 }
 
-/// `hactl certs rotate-ca`: the etcd and front-proxy CAs as journaled steps; the kubernetes CA
-/// refused by name (`rotate_ca::refused` says why).
+/// `hactl certs rotate-ca`: the etcd, kubernetes and front-proxy CAs as journaled steps; the
+/// two Kubernetes CAs refused without a `kubernetes` section (`rotate_ca::refused`).
 pub async fn rotate_ca(args: &CertsRotateCaArgs) -> anyhow::Result<i32> {
     let kind = match args.ca {
         CaName::Etcd => crate::pki::CaKind::Etcd,
@@ -196,8 +196,9 @@ pub async fn rotate_ca(args: &CertsRotateCaArgs) -> anyhow::Result<i32> {
         kind,
         &run,
         Arc::new(Roll { args: up }),
-        (kind == crate::pki::CaKind::FrontProxy).then(|| {
+        crate::kubernetes::published_ca::key_of(kind).map(|_| {
             Arc::new(crate::rotate_ca::PublishTrust {
+                kind,
                 dir: pki_dir.clone(),
                 inv: Arc::new(inv.clone()),
                 state: state.clone(),
@@ -205,6 +206,26 @@ pub async fn rotate_ca(args: &CertsRotateCaArgs) -> anyhow::Result<i32> {
             }) as Arc<dyn crate::exec::journaled::LocalAct>
         }),
     );
+    let upto = match &args.stop_after {
+        None => steps.len(),
+        Some(id) => match steps.iter().position(|s| &s.id == id) {
+            Some(i) => i + 1,
+            None => {
+                let ids: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
+                return Err(super::exit::refuse(
+                    super::exit::REFUSED,
+                    format!(
+                        "refused: --stop-after {id}: no such step in a rotation of the {} CA; nothing was changed. \
+The steps are: {}",
+                        kind.dir(),
+                        ids.join(", ")
+                    ),
+                ));
+            }
+        },
+    };
+    let stops_early = upto < steps.len();
+    let steps = &steps[..upto];
     let header = match &stage {
         crate::pki::rotate::Stage::Idle => format!("rotate the {} CA: run {run}\n", kind.dir()),
         s => format!(
@@ -214,19 +235,24 @@ pub async fn rotate_ca(args: &CertsRotateCaArgs) -> anyhow::Result<i32> {
     };
     if args.dry_run {
         print!("{header}");
-        for s in &steps {
+        for s in steps {
             print!("{}", s.render(false));
         }
         return Ok(super::exit::OK);
     }
     eprint!("{header}");
-    for s in &steps {
+    for s in steps {
         eprintln!("  [{}] {}", s.id, s.title);
     }
     if !args.yes {
         crate::output::confirm(match kind {
             crate::pki::CaKind::FrontProxy => {
                 "this rotation restarts every apiserver and controller-manager one at a time, three times"
+            }
+            crate::pki::CaKind::Kubernetes => {
+                "this rotation restarts every apiserver, controller-manager and scheduler one at a time, three times; \
+kubeconfigs made outside hactl, kubelets and pods that read the CA once must take the new CA between the \
+first roll and the last (docs/ca-rotation.md)"
             }
             _ => "this rotation restarts every etcd member and apiserver one at a time, three times",
         })?;
@@ -238,7 +264,7 @@ pub async fn rotate_ca(args: &CertsRotateCaArgs) -> anyhow::Result<i32> {
     let started = std::time::Instant::now();
     let transports = crate::exec::Transports::new();
     match crate::exec::journaled::run(
-        &steps,
+        steps,
         &transports,
         &mut journal,
         &crate::exec::journaled::RunOptions::default(),
@@ -246,13 +272,24 @@ pub async fn rotate_ca(args: &CertsRotateCaArgs) -> anyhow::Result<i32> {
     .await
     {
         Ok(outcome) => {
+            let how = match &args.stop_after {
+                Some(id) if stops_early => format!("stopped after {id} as asked"),
+                _ => "done".to_string(),
+            };
             println!(
-                "rotate-ca {}: run {run} done in {:.1}s ({} steps done, {} already done)",
+                "rotate-ca {}: run {run} {how} in {:.1}s ({} steps done, {} already done)",
                 kind.dir(),
                 started.elapsed().as_secs_f64(),
                 outcome.done.len(),
                 outcome.skipped.len()
             );
+            if stops_early {
+                println!(
+                    "to go on: hactl certs rotate-ca {} -i {}",
+                    kind.dir(),
+                    args.inventory.inventory.display()
+                );
+            }
             Ok(super::exit::OK)
         }
         Err(failed) => Err(anyhow::Error::new(failed).context(format!(

@@ -84,6 +84,27 @@ impl std::fmt::Debug for ApiClient {
     }
 }
 
+/// The CAs a client of the apiservers trusts, from the state directory's PKI directory: the
+/// signing kubernetes CA and, during a rotation, the other one (the apiservers present a serving
+/// certificate of either until the rotation's last roll).
+pub fn trusted_cas(pki_dir: &Path) -> Result<Vec<reqwest::Certificate>, ApiError> {
+    let path = pki_dir.join("kubernetes/ca.crt");
+    std::fs::metadata(&path).map_err(|source| ApiError::Credentials {
+        path: path.clone(),
+        source,
+    })?;
+    let trust = crate::pki::rotate::trust_bundle(pki_dir, crate::pki::CaKind::Kubernetes).map_err(|e| {
+        ApiError::Credentials {
+            path,
+            source: std::io::Error::other(e.to_string()),
+        }
+    })?;
+    reqwest::Certificate::from_pem_bundle(trust.as_bytes()).map_err(|source| ApiError::Tls {
+        dir: pki_dir.to_path_buf(),
+        source,
+    })
+}
+
 fn http_client(pki_dir: &Path) -> Result<reqwest::Client, ApiError> {
     let read = |rel: &str| {
         let path = pki_dir.join(rel);
@@ -93,12 +114,12 @@ fn http_client(pki_dir: &Path) -> Result<reqwest::Client, ApiError> {
         dir: pki_dir.to_path_buf(),
         source,
     };
-    let ca = reqwest::Certificate::from_pem(&read("kubernetes/ca.crt")?).map_err(tls)?;
+    let cas = trusted_cas(pki_dir)?;
     let mut identity_pem = read("kubernetes/admin.key")?;
     identity_pem.extend(read("kubernetes/admin.crt")?);
     let identity = reqwest::Identity::from_pem(&identity_pem).map_err(tls)?;
     reqwest::Client::builder()
-        .tls_certs_only([ca])
+        .tls_certs_only(cas)
         .identity(identity)
         .timeout(TIMEOUT)
         .build()

@@ -23,6 +23,9 @@ use crate::render;
 // Remote paths, one constant each (fixed paths: a dry run names exactly what a run writes).
 pub const CA_CRT: &str = "/etc/hactl/pki/kubernetes/ca.crt";
 pub const CA_KEY: &str = "/etc/hactl/pki/kubernetes/ca.key";
+/// The signing CA alone (`--cluster-signing-cert-file` wants exactly the certificate of
+/// [`CA_KEY`]); [`CA_CRT`] is the trust file, which holds two CAs during a rotation.
+pub const SIGNING_CA_CRT: &str = "/etc/hactl/pki/kubernetes/signing-ca.crt";
 pub const APISERVER_CRT: &str = "/etc/hactl/pki/kubernetes/apiserver.crt";
 pub const APISERVER_KEY: &str = "/etc/hactl/pki/kubernetes/apiserver.key";
 pub const KUBELET_CLIENT_CRT: &str = "/etc/hactl/pki/kubernetes/apiserver-kubelet-client.crt";
@@ -60,6 +63,7 @@ pub const TERMINATED_POD_GC_THRESHOLD: u32 = 1000;
 /// Every file [`host_files`] writes, in its order (units, manifests and binaries come on top).
 pub const REMOTE_FILES: &[&str] = &[
     CA_CRT,
+    SIGNING_CA_CRT,
     CA_KEY,
     APISERVER_CRT,
     APISERVER_KEY,
@@ -105,6 +109,7 @@ pub fn reads(component: Component) -> &'static [&'static str] {
         ],
         Component::ControllerManager => &[
             CA_CRT,
+            SIGNING_CA_CRT,
             CA_KEY,
             SA_KEY,
             FRONT_PROXY_CA_CRT,
@@ -224,7 +229,7 @@ fn common_flags(
             f("cluster-name", &inv.name),
             f("client-ca-file", &CA_CRT),
             f("requestheader-client-ca-file", &FRONT_PROXY_CA_CRT),
-            f("cluster-signing-cert-file", &CA_CRT),
+            f("cluster-signing-cert-file", &SIGNING_CA_CRT),
             f("cluster-signing-key-file", &CA_KEY),
             f("root-ca-file", &CA_CRT),
             f("service-account-private-key-file", &SA_KEY),
@@ -275,7 +280,7 @@ fn b64(text: &str) -> String {
 /// The kubeconfig the admin uses from the operator machine: the VIP, the Admin client
 /// certificate (`system:masters`) inline. Secret: write it 0600.
 pub fn admin_kubeconfig(inv: &Inventory, pki: &Pki) -> Result<String, KubernetesPlanError> {
-    let ca = need(pki.kubernetes_ca(), "kubernetes/ca")?;
+    let trust = need(pki.kubernetes_trust_pem().as_ref(), "kubernetes/ca")?.clone();
     let admin = need(pki.kubernetes_client(KubernetesClient::Admin), "kubernetes/admin")?;
     Ok(render::render(
         "kubeconfig.yaml",
@@ -286,7 +291,9 @@ pub fn admin_kubeconfig(inv: &Inventory, pki: &Pki) -> Result<String, Kubernetes
             ca_file: None,
             cert_file: None,
             key_file: None,
-            ca_data: Some(b64(&ca.cert_pem)),
+            // Both CAs during a rotation, so kubectl trusts the apiservers before and after their
+            // serving certificates are re-issued.
+            ca_data: Some(b64(&trust)),
             cert_data: Some(b64(&admin.cert_pem)),
             key_data: Some(b64(admin.key_pem.expose())),
         },
@@ -343,6 +350,7 @@ pub fn host_files(
     inputs: &KubernetesInputs,
 ) -> Result<Vec<Upload>, KubernetesPlanError> {
     let ca = need(pki.kubernetes_ca(), "kubernetes/ca")?;
+    let trust = need(pki.kubernetes_trust_pem().as_ref(), "kubernetes/ca")?.clone();
     let apiserver = need(
         pki.apiserver(&host.name),
         &format!("kubernetes/apiserver-{}", host.name),
@@ -370,7 +378,9 @@ pub fn host_files(
     )?;
     let audit = render::render("audit-policy.yaml", &serde_json::json!({}))?;
     Ok(vec![
-        cert(CA_CRT, ca),
+        // The signing CA and, during its rotation, the other one (`hactl certs rotate-ca kubernetes`).
+        Upload::new(CA_CRT, 0o644, "root", "root", trust.into_bytes()),
+        cert(SIGNING_CA_CRT, ca),
         key(CA_KEY, ca),
         cert(APISERVER_CRT, apiserver),
         key(APISERVER_KEY, apiserver),

@@ -1,15 +1,17 @@
-//! The front-proxy CA as the cluster publishes it: every apiserver writes the CAs of its
-//! `--requestheader-client-ca-file` into the ConfigMap kube-system/extension-apiserver-authentication
-//! (key `requestheader-client-ca-file`), where aggregated API servers read which client
-//! certificates may assert a user in request headers.
+//! The CAs as the cluster publishes them: every apiserver writes the CAs of its
+//! `--client-ca-file` (key `client-ca-file`) and of its `--requestheader-client-ca-file` (key
+//! `requestheader-client-ca-file`) into the ConfigMap kube-system/extension-apiserver-authentication,
+//! where aggregated API servers and webhooks read which client certificates to trust, and which
+//! may assert a user in request headers.
 //!
-//! The apiservers only ever **add** to that key: each merges the CAs already there with its own
-//! and drops only expired ones. So after a rotation of the front-proxy CA the old CA stays
-//! published until it expires, unless someone writes the key to the new CA alone; once every
-//! apiserver trusts only the new CA, that write is stable (the merge finds nothing to add).
+//! The apiservers only ever **add** to those keys: each merges the CAs already there with its
+//! own and drops only expired ones. So after a rotation of the kubernetes or the front-proxy CA
+//! the old CA stays published until it expires, unless someone writes the key to the new CA
+//! alone; once every apiserver trusts only the new CA, that write is stable (the merge finds
+//! nothing to add).
 //!
-//! Invariant: the only write is a merge patch of that one key; nothing else in the ConfigMap
-//! (the client CA, the header names) is touched.
+//! Invariant: the only write is a merge patch of one key; nothing else in the ConfigMap (the
+//! other key, the header names) is touched.
 
 use super::api::{status_error, ApiClient, ApiError};
 
@@ -17,7 +19,18 @@ use super::api::{status_error, ApiClient, ApiError};
 pub const NAMESPACE: &str = "kube-system";
 pub const CONFIGMAP: &str = "extension-apiserver-authentication";
 /// The key that carries the front-proxy CAs.
-pub const KEY: &str = "requestheader-client-ca-file";
+pub const REQUESTHEADER_KEY: &str = "requestheader-client-ca-file";
+/// The key that carries the kubernetes (client) CAs.
+pub const CLIENT_CA_KEY: &str = "client-ca-file";
+
+/// The key that publishes `kind`'s CAs; `None` for the etcd CA, which is not published.
+pub fn key_of(kind: crate::pki::CaKind) -> Option<&'static str> {
+    match kind {
+        crate::pki::CaKind::Kubernetes => Some(CLIENT_CA_KEY),
+        crate::pki::CaKind::FrontProxy => Some(REQUESTHEADER_KEY),
+        crate::pki::CaKind::Etcd => None,
+    }
+}
 
 fn path() -> String {
     format!("/api/v1/namespaces/{NAMESPACE}/configmaps/{CONFIGMAP}")
@@ -36,13 +49,13 @@ pub fn same_certificates(a: &str, b: &str) -> bool {
     !a.is_empty() && a == b
 }
 
-/// The merge patch that makes the key hold `trust` alone.
-pub fn patch(trust: &str) -> serde_json::Value {
-    serde_json::json!({ "data": { KEY: trust } })
+/// The merge patch that makes `key` hold `trust` alone.
+pub fn patch(key: &str, trust: &str) -> serde_json::Value {
+    serde_json::json!({ "data": { key: trust } })
 }
 
-/// The key's PEM bundle as published; `None` when the ConfigMap or the key is missing.
-pub async fn published(api: &ApiClient) -> Result<Option<String>, ApiError> {
+/// `key`'s PEM bundle as published; `None` when the ConfigMap or the key is missing.
+pub async fn published(api: &ApiClient, key: &str) -> Result<Option<String>, ApiError> {
     let path = path();
     let (code, body) = api.request(reqwest::Method::GET, &path, "", None).await?;
     match code {
@@ -52,21 +65,21 @@ pub async fn published(api: &ApiClient) -> Result<Option<String>, ApiError> {
                 what: format!("GET {path}"),
                 source,
             })?;
-            Ok(cm["data"][KEY].as_str().map(str::to_string))
+            Ok(cm["data"][key].as_str().map(str::to_string))
         }
         _ => Err(status_error(format!("GET {path}"), code, &body)),
     }
 }
 
-/// Writes the key to `trust` alone (a merge patch of that key only).
-pub async fn publish(api: &ApiClient, trust: &str) -> Result<(), ApiError> {
+/// Writes `key` to `trust` alone (a merge patch of that key only).
+pub async fn publish(api: &ApiClient, key: &str, trust: &str) -> Result<(), ApiError> {
     let path = path();
     let (code, body) = api
         .request(
             reqwest::Method::PATCH,
             &path,
             "application/merge-patch+json",
-            Some(&patch(trust)),
+            Some(&patch(key, trust)),
         )
         .await?;
     match code {
@@ -109,7 +122,16 @@ mod tests {
         );
         assert!(!same_certificates("", ""), "nothing published is not a match");
         assert!(!same_certificates("garbage", &new));
-        assert_eq!(patch(&new)["data"][KEY], new.as_str());
-        assert_eq!(patch(&new)["data"].as_object().unwrap().len(), 1, "one key only");
+        for key in [REQUESTHEADER_KEY, CLIENT_CA_KEY] {
+            assert_eq!(patch(key, &new)["data"][key], new.as_str());
+            assert_eq!(
+                patch(key, &new)["data"].as_object().unwrap().len(),
+                1,
+                "one key only"
+            );
+        }
+        assert_eq!(key_of(crate::pki::CaKind::Kubernetes), Some(CLIENT_CA_KEY));
+        assert_eq!(key_of(crate::pki::CaKind::FrontProxy), Some(REQUESTHEADER_KEY));
+        assert_eq!(key_of(crate::pki::CaKind::Etcd), None);
     }
 }

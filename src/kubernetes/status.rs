@@ -168,14 +168,14 @@ async fn read_leases(
     pki_dir: &std::path::Path,
 ) -> anyhow::Result<Vec<(Lease, Component)>> {
     let read = |rel: &str| fs_err::read(pki_dir.join(rel));
-    let ca = reqwest::Certificate::from_pem(&read("kubernetes/ca.crt")?)?;
+    let cas = super::api::trusted_cas(pki_dir)?;
     let mut identity_pem = read("kubernetes/admin.key")?;
     identity_pem.extend(read("kubernetes/admin.crt")?);
     let identity = reqwest::Identity::from_pem(&identity_pem)?;
     let (local, _guard) = t.forward(address, API_PORT).await?;
     // The apiserver certificate has 127.0.0.1 as a SAN: TLS verifies against the tunnel's end.
     let client = reqwest::Client::builder()
-        .tls_certs_only([ca])
+        .tls_certs_only(cas)
         .identity(identity)
         .timeout(TIMEOUT)
         .build()?;

@@ -193,13 +193,14 @@ pub fn haproxy_files(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Upload>, PlanErro
     let pki = ctx.pki;
     let mut files = Vec::new();
     if ctx.inv.kubernetes.is_some() {
-        if let Some(ca) = pki.kubernetes_ca() {
+        // The trust file: both CAs during a rotation of the kubernetes CA.
+        if let Some(trust) = pki.kubernetes_trust_pem() {
             files.push(Upload::new(
                 lb::KUBERNETES_CA,
                 0o644,
                 "root",
                 "root",
-                ca.cert_pem.clone().into_bytes(),
+                trust.into_bytes(),
             ));
         }
     }

@@ -321,6 +321,14 @@ impl Pki {
     pub fn kubernetes_ca(&self) -> Option<&CertFiles> {
         self.get(CaKind::Kubernetes.name())
     }
+    /// What every reader of the kubernetes CA trusts (the apiservers' `--client-ca-file`, the
+    /// controller-manager's `--root-ca-file`, the kubeconfigs, HAProxy's `/readyz` check): the
+    /// signing CA, then during a rotation the other one. `None` without a `kubernetes` section.
+    /// (`--cluster-signing-cert-file` takes the signing CA alone: [`Pki::kubernetes_ca`].)
+    pub fn kubernetes_trust_pem(&self) -> Option<String> {
+        self.kubernetes_ca()
+            .map(|ca| self.trust_pem(CaKind::Kubernetes, &ca.cert_pem))
+    }
     pub fn front_proxy_ca(&self) -> Option<&CertFiles> {
         self.get(CaKind::FrontProxy.name())
     }
