@@ -18,42 +18,11 @@ mod lab_support;
 use std::time::{Duration, Instant};
 
 use kube_support::{report_failures, text, KubeLab};
-
-/// The DER of every certificate in a PEM bundle, sorted (a set: order and wrapping do not count).
-fn certs(pem: &str) -> Vec<Vec<u8>> {
-    let mut ders = hactl::pki::bundle_ders(pem).unwrap();
-    ders.sort();
-    ders
-}
+use lab_support::{assert_rotation_closed_and_old_ca_retired, cert_set as certs, wait_for};
 
 /// The front-proxy CAs the cluster publishes to aggregated API servers.
 fn published(k: &KubeLab) -> String {
-    let json = k.kubectl_ok(&[
-        "-n",
-        "kube-system",
-        "get",
-        "configmap",
-        "extension-apiserver-authentication",
-        "-o",
-        "json",
-    ]);
-    let cm: serde_json::Value = serde_json::from_str(&json).unwrap();
-    cm["data"]["requestheader-client-ca-file"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// Waits (up to `timeout`) until the published CAs are `want`; the last seen.
-fn wait_published(k: &KubeLab, want: &[Vec<u8>], timeout: Duration) -> Vec<Vec<u8>> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let seen = certs(&published(k));
-        if seen == want || Instant::now() > deadline {
-            return seen;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    k.published_cas("requestheader-client-ca-file")
 }
 
 #[test]
@@ -112,7 +81,7 @@ fn rotating_the_front_proxy_ca_keeps_the_apiservers_answering_and_publishes_only
     both.extend(certs(&new_ca));
     both.sort();
     assert_eq!(
-        wait_published(&k, &both, Duration::from_secs(30)),
+        wait_for(Duration::from_secs(30), &both, || certs(&published(&k))),
         both,
         "while both CAs are trusted, both are published"
     );
@@ -149,15 +118,7 @@ fn rotating_the_front_proxy_ca_keeps_the_apiservers_answering_and_publishes_only
     );
 
     // The state directory: the old CA kept (retired), no rotation in progress, others untouched.
-    assert!(!pki.join("front-proxy/rotation").exists());
-    let retired: Vec<String> = std::fs::read_dir(pki.join("front-proxy"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("ca-retired-") && n.ends_with(".crt"))
-        .collect();
-    assert_eq!(retired.len(), 1, "{retired:?}");
-    assert_eq!(read(&format!("front-proxy/{}", retired[0])), old_ca);
+    assert_rotation_closed_and_old_ca_retired(&pki, "front-proxy", &old_ca);
     assert_eq!(read("etcd/ca.crt"), etcd_ca, "the etcd CA is untouched");
     assert_eq!(
         read("kubernetes/ca.crt"),

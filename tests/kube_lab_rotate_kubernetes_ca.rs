@@ -24,13 +24,7 @@ mod lab_support;
 use std::time::{Duration, Instant};
 
 use kube_support::{report_failures, text, KubeLab};
-
-/// The DER of every certificate in a PEM bundle, sorted (a set: order and wrapping do not count).
-fn certs(pem: &str) -> Vec<Vec<u8>> {
-    let mut ders = hactl::pki::bundle_ders(pem).unwrap_or_default();
-    ders.sort();
-    ders
-}
+use lab_support::{assert_rotation_closed_and_old_ca_retired, cert_set as certs, wait_for};
 
 fn b64(s: &str) -> String {
     use base64::Engine as _;
@@ -49,20 +43,7 @@ fn unb64(s: &str) -> String {
 
 /// The kubernetes CAs the cluster publishes to aggregated API servers.
 fn published(k: &KubeLab) -> String {
-    let json = k.kubectl_ok(&[
-        "-n",
-        "kube-system",
-        "get",
-        "configmap",
-        "extension-apiserver-authentication",
-        "-o",
-        "json",
-    ]);
-    let cm: serde_json::Value = serde_json::from_str(&json).unwrap();
-    cm["data"]["client-ca-file"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
+    k.published_cas("client-ca-file")
 }
 
 /// The CA bundle pods get: the default ServiceAccount's token Secret's `ca.crt` and the
@@ -104,18 +85,6 @@ fn pod_cas(k: &KubeLab) -> (String, String) {
         "jsonpath={.data.ca\\.crt}",
     ]);
     (token_ca, String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-/// Polls `read` (every 500 ms, up to `timeout`) until it gives `want`; the last seen.
-fn wait_for<T: PartialEq>(timeout: Duration, want: &T, read: impl Fn() -> T) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let seen = read();
-        if &seen == want || Instant::now() > deadline {
-            return seen;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
 }
 
 /// The HTTP status of `GET /api/v1/namespaces/kube-system` on `url`, presenting the client
@@ -290,15 +259,7 @@ fn rotating_the_kubernetes_ca_keeps_kubectl_answering_and_leaves_only_the_new_ca
     );
 
     // The state directory: the old CA kept (retired), no rotation in progress, others untouched.
-    assert!(!pki.join("kubernetes/rotation").exists());
-    let retired: Vec<String> = std::fs::read_dir(pki.join("kubernetes"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("ca-retired-") && n.ends_with(".crt"))
-        .collect();
-    assert_eq!(retired.len(), 1, "{retired:?}");
-    assert_eq!(read(&format!("kubernetes/{}", retired[0])), old_ca);
+    assert_rotation_closed_and_old_ca_retired(&pki, "kubernetes", &old_ca);
     assert_eq!(read("etcd/ca.crt"), etcd_ca, "the etcd CA is untouched");
     assert_eq!(
         read("front-proxy/ca.crt"),

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use lab_support::TestLab;
+use lab_support::{assert_rotation_closed_and_old_ca_retired, TestLab};
 use writer_support::VipWriter;
 
 fn hactl(inv: &Path, args: &[&str]) -> Output {
@@ -165,18 +165,7 @@ fn rotating_the_etcd_ca_under_a_writer_through_the_vip_loses_no_write_and_the_ol
     // The state directory: a new CA signs; the old one is kept, retired.
     let new_ca = std::fs::read_to_string(pki.join("etcd/ca.crt")).unwrap();
     assert_ne!(new_ca, old_ca);
-    let retired: Vec<String> = std::fs::read_dir(pki.join("etcd"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with("ca-retired-") && n.ends_with(".crt"))
-        .collect();
-    assert_eq!(retired.len(), 1, "{retired:?}");
-    assert_eq!(
-        std::fs::read_to_string(pki.join("etcd").join(&retired[0])).unwrap(),
-        old_ca
-    );
-    assert!(!pki.join("etcd/rotation").exists());
+    assert_rotation_closed_and_old_ca_retired(&pki, "etcd", &old_ca);
 
     for host in ["cp1", "cp2", "cp3"] {
         // Trust only the new CA.

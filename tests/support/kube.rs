@@ -346,6 +346,22 @@ impl KubeLab {
             .map(|h| h.name.clone())
     }
 
+    /// The CAs the cluster publishes under `key` (`client-ca-file`,
+    /// `requestheader-client-ca-file`) of kube-system/extension-apiserver-authentication.
+    pub fn published_cas(&self, key: &str) -> String {
+        let json = self.kubectl_ok(&[
+            "-n",
+            "kube-system",
+            "get",
+            "configmap",
+            "extension-apiserver-authentication",
+            "-o",
+            "json",
+        ]);
+        let cm: serde_json::Value = serde_json::from_str(&json).unwrap();
+        cm["data"][key].as_str().unwrap_or_default().to_string()
+    }
+
     /// Starts polling `kubectl get --raw /readyz` through the VIP (2 s per request) until the
     /// returned poller is stopped; every attempt is recorded.
     pub fn poll_readyz(&self) -> Poller {

@@ -242,3 +242,47 @@ pub fn mounts_under(dir: &Path) -> Vec<String> {
 pub fn link_exists(ifname: &str) -> bool {
     Path::new("/sys/class/net").join(ifname).exists()
 }
+
+/// After a finished CA rotation in the state directory's PKI directory `pki`: no rotation of
+/// `ca_dir` (`etcd`, `kubernetes`, `front-proxy`) is in progress, and the old CA `old_ca` is kept,
+/// once, as `ca-retired-<run>.crt`.
+pub fn assert_rotation_closed_and_old_ca_retired(pki: &Path, ca_dir: &str, old_ca: &str) {
+    let dir = pki.join(ca_dir);
+    assert!(
+        !dir.join("rotation").exists(),
+        "a {ca_dir} rotation is still open"
+    );
+    let retired: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("ca-retired-") && n.ends_with(".crt"))
+        .collect();
+    assert_eq!(retired.len(), 1, "{ca_dir}: {retired:?}");
+    assert_eq!(
+        std::fs::read_to_string(dir.join(&retired[0])).unwrap(),
+        old_ca,
+        "{ca_dir}/{} is not the old CA",
+        retired[0]
+    );
+}
+
+/// Polls `read` every 500 ms until it gives `want` or `timeout` has passed; the last seen.
+pub fn wait_for<T: PartialEq>(timeout: Duration, want: &T, read: impl Fn() -> T) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let seen = read();
+        if &seen == want || Instant::now() > deadline {
+            return seen;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The DER of every certificate in a PEM bundle, sorted: a set, so order and wrapping do not
+/// count (nothing for a bundle that does not parse).
+pub fn cert_set(pem: &str) -> Vec<Vec<u8>> {
+    let mut ders = hactl::pki::bundle_ders(pem).unwrap_or_default();
+    ders.sort();
+    ders
+}
