@@ -193,3 +193,63 @@ fn a_panicking_test_still_tears_its_lab_down() {
     let left = processes_mentioning(&dir.to_string_lossy());
     assert!(left.is_empty(), "processes left: {left:?}");
 }
+
+/// `up`'s first start of a unit (`phases::start_unit`: the Kubernetes units, HAProxy, keepalived) on real systemd: a
+/// unit whose first start fails is started once more, 5 s later, and runs; a unit that fails
+/// every start fails the step with its journal's last lines on stderr, naming the cause.
+#[test]
+fn a_failed_start_is_tried_once_more_and_a_second_failure_shows_the_journal() {
+    let Some(lab) = TestLab::up(
+        "a_failed_start_is_tried_once_more_and_a_second_failure_shows_the_journal",
+        1,
+        0,
+        0,
+        "trixie",
+    ) else {
+        return;
+    };
+    let unit = |name: &str, pre: &str| {
+        let text = format!("[Service]\nExecStartPre=/bin/sh -c '{pre}'\nExecStart=/bin/sleep infinity\n");
+        lab.exec_ok(
+            "cp1",
+            &[
+                "sh",
+                "-c",
+                &format!("printf '%s' \"$1\" > /etc/systemd/system/{name}"),
+                "write-unit",
+                &text,
+            ],
+        );
+    };
+    // Fails the first time only (the marker survives the first try).
+    unit(
+        "hactl-flaky.service",
+        "[ -e /run/hactl-flaky ] || { touch /run/hactl-flaky; echo first-try-fails; exit 1; }",
+    );
+    unit("hactl-broken.service", "echo the-cause-of-the-failure; exit 1");
+    lab.exec_ok("cp1", &["systemctl", "daemon-reload"]);
+    let run = |unit: &str| {
+        let argv = hactl::phases::start_unit(unit).argv;
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        lab.exec("cp1", &argv)
+    };
+
+    let flaky = run("hactl-flaky.service");
+    let stderr = String::from_utf8_lossy(&flaky.stderr);
+    assert!(flaky.status.success(), "{stderr}");
+    assert!(stderr.contains("trying once more in 5 s"), "{stderr}");
+    assert_eq!(
+        lab.exec_ok("cp1", &["systemctl", "is-active", "hactl-flaky.service"])
+            .trim(),
+        "active"
+    );
+
+    let broken = run("hactl-broken.service");
+    let stderr = String::from_utf8_lossy(&broken.stderr);
+    assert_eq!(broken.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("trying once more") && stderr.contains("the-cause-of-the-failure"),
+        "the journal is not shown: {stderr}"
+    );
+    lab.exec_ok("cp1", &["systemctl", "stop", "hactl-flaky.service"]);
+}

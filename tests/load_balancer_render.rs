@@ -167,8 +167,9 @@ fn a_fresh_load_balancer_gets_everything_and_the_vip_is_verified() {
         "lb1: write /etc/hactl/pki/haproxy/kubernetes-ca.crt mode=0644",
         "lb1: write /etc/keepalived/keepalived.conf mode=0600 owner=root:root",
         "lb1: run sudo -n -- haproxy -c -q -f /etc/haproxy/haproxy.cfg",
-        "lb1: run sudo -n -- systemctl start haproxy.service",
-        "lb2: run sudo -n -- systemctl start keepalived.service",
+        "lb1: run sudo -n -- sh -c 'systemctl start \"$1\" || {",
+        "hactl-start haproxy.service",
+        "hactl-start keepalived.service",
         "== Verify the VIP",
         "cp1: wait up to 30s: etcd answers through the VIP (https://10.0.0.100:2379/health)",
     ] {

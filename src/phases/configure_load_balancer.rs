@@ -22,7 +22,7 @@ fn unit_steps(ctx: &Ctx<'_>, host: &Host, unit: &str, changed: bool, steps: &mut
         steps.push(Step::Run(RemoteCommand::new(["systemctl", "enable", unit])));
     }
     if state.active != "active" {
-        steps.push(Step::Run(RemoteCommand::new(["systemctl", "start", unit])));
+        steps.push(Step::Run(super::start_unit(unit)));
         true
     } else if changed {
         steps.push(Step::Run(RemoteCommand::new(["systemctl", "reload", unit])));

@@ -39,11 +39,7 @@ impl Phase for StartKubernetes {
                         ])));
                     }
                     if unit.active != "active" {
-                        steps.push(Step::Run(RemoteCommand::new([
-                            "systemctl".to_string(),
-                            "start".to_string(),
-                            component.unit(),
-                        ])));
+                        steps.push(Step::Run(super::start_unit(&component.unit())));
                         // The first start of an apiserver bootstraps RBAC and priority classes.
                         steps.push(Step::Wait(probe::wait_healthy(
                             component,
