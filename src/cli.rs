@@ -107,7 +107,8 @@ pub enum CertsCommand {
     Renew(CertsRenewArgs),
     /// Replace a CA with no downtime, as resumable journaled steps: trust old and new (roll),
     /// re-issue the leaves from the new CA, roll, trust only the new, roll again (run it again
-    /// to resume). Only `etcd` is implemented.
+    /// to resume; `--stop-after STEP` pauses). `kubernetes` and `front-proxy` need a `kubernetes`
+    /// section.
     RotateCa(CertsRotateCaArgs),
 }
 

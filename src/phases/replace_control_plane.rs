@@ -380,8 +380,8 @@ mod tests {
         };
         assert!(got[0].contains("hactl-fence.conf"), "{got:#?}");
         let unit = pos(&format!("cp4: write {}", Component::ApiServer.unit_path()));
-        let start = pos("cp4: run systemctl start kube-apiserver.service");
-        let kcm = pos("cp4: run systemctl start kube-controller-manager.service");
+        let start = pos("hactl-start kube-apiserver.service");
+        let kcm = pos("hactl-start kube-controller-manager.service");
         assert!(
             pos("cp4: write /usr/local/bin/kube-apiserver") < unit && unit < start && start < kcm,
             "{got:#?}"
