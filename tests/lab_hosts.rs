@@ -194,9 +194,10 @@ fn a_panicking_test_still_tears_its_lab_down() {
     assert!(left.is_empty(), "processes left: {left:?}");
 }
 
-/// `up`'s first start of a unit (`phases::start_unit`: the Kubernetes units, HAProxy, keepalived) on real systemd: a
-/// unit whose first start fails is started once more, 5 s later, and runs; a unit that fails
-/// every start fails the step with its journal's last lines on stderr, naming the cause.
+/// `up`'s first start of a unit (`phases::start_unit`: the Kubernetes units, HAProxy, keepalived)
+/// on real systemd: a unit whose first start fails is started once more, 5 s later, and runs;
+/// so does one that systemd restarted until its start limit was used up; a unit that fails every
+/// start fails the step with its journal's last lines on stderr, naming the cause.
 #[test]
 fn a_failed_start_is_tried_once_more_and_a_second_failure_shows_the_journal() {
     let Some(lab) = TestLab::up(
@@ -208,8 +209,8 @@ fn a_failed_start_is_tried_once_more_and_a_second_failure_shows_the_journal() {
     ) else {
         return;
     };
-    let unit = |name: &str, pre: &str| {
-        let text = format!("[Service]\nExecStartPre=/bin/sh -c '{pre}'\nExecStart=/bin/sleep infinity\n");
+    let unit = |name: &str, service: &str| {
+        let text = format!("[Service]\n{service}");
         lab.exec_ok(
             "cp1",
             &[
@@ -224,9 +225,20 @@ fn a_failed_start_is_tried_once_more_and_a_second_failure_shows_the_journal() {
     // Fails the first time only (the marker survives the first try).
     unit(
         "hactl-flaky.service",
-        "[ -e /run/hactl-flaky ] || { touch /run/hactl-flaky; echo first-try-fails; exit 1; }",
+        "ExecStartPre=/bin/sh -c '[ -e /run/hactl-flaky ] || { touch /run/hactl-flaky; echo first-try-fails; exit 1; }'\n\
+ExecStart=/bin/sleep infinity\n",
     );
-    unit("hactl-broken.service", "echo the-cause-of-the-failure; exit 1");
+    unit(
+        "hactl-broken.service",
+        "ExecStartPre=/bin/sh -c 'echo the-cause-of-the-failure; exit 1'\nExecStart=/bin/sleep infinity\n",
+    );
+    // Restarted by systemd at once until its start limit is used up (as HAProxy's unit was when
+    // it could not bind), and able to start only after 2 s: the second start must reset the limit.
+    unit(
+        "hactl-limited.service",
+        "Type=notify\nNotifyAccess=all\nRestart=always\nRestartSec=100ms\n\
+ExecStart=/bin/sh -c '[ -e /run/hactl-limited-ok ] || exit 1; systemd-notify --ready; exec sleep infinity'\n",
+    );
     lab.exec_ok("cp1", &["systemctl", "daemon-reload"]);
     let run = |unit: &str| {
         let argv = hactl::phases::start_unit(unit).argv;
@@ -244,6 +256,38 @@ fn a_failed_start_is_tried_once_more_and_a_second_failure_shows_the_journal() {
         "active"
     );
 
+    lab.exec_ok(
+        "cp1",
+        &[
+            "sh",
+            "-c",
+            "(sleep 2; touch /run/hactl-limited-ok) >/dev/null 2>&1 &",
+        ],
+    );
+    let limited = run("hactl-limited.service");
+    let stderr = String::from_utf8_lossy(&limited.stderr);
+    assert!(limited.status.success(), "{stderr}");
+    assert_eq!(
+        lab.exec_ok("cp1", &["systemctl", "is-active", "hactl-limited.service"])
+            .trim(),
+        "active"
+    );
+    let journal = lab.exec_ok(
+        "cp1",
+        &[
+            "journalctl",
+            "-u",
+            "hactl-limited.service",
+            "--no-pager",
+            "-o",
+            "cat",
+        ],
+    );
+    assert!(
+        journal.contains("Start request repeated too quickly"),
+        "the start limit was never reached, so this case tested nothing: {journal}"
+    );
+
     let broken = run("hactl-broken.service");
     let stderr = String::from_utf8_lossy(&broken.stderr);
     assert_eq!(broken.status.code(), Some(1), "{stderr}");
@@ -251,5 +295,13 @@ fn a_failed_start_is_tried_once_more_and_a_second_failure_shows_the_journal() {
         stderr.contains("trying once more") && stderr.contains("the-cause-of-the-failure"),
         "the journal is not shown: {stderr}"
     );
-    lab.exec_ok("cp1", &["systemctl", "stop", "hactl-flaky.service"]);
+    lab.exec_ok(
+        "cp1",
+        &[
+            "systemctl",
+            "stop",
+            "hactl-flaky.service",
+            "hactl-limited.service",
+        ],
+    );
 }

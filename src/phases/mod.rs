@@ -360,21 +360,25 @@ pub fn keep_original(f: &HostFacts, upload: &Upload) -> Option<Step> {
     })
 }
 
-/// What starts a unit: `systemctl start`, and once more 5 s after a failed start (a unit with
-/// `Restart=always` would be retried by systemd too). A start that fails twice prints the unit's last journal
-/// lines before failing, so the error names the cause.
+/// What starts a unit: `systemctl start`, and once more 5 s after a failed start, after
+/// `systemctl reset-failed` (a unit with `Restart=always`, HAProxy's among them, may have used up
+/// its start limit meanwhile, and systemd would refuse the second start for that alone). A start
+/// that fails twice prints the unit's last journal lines before failing, so the error names the
+/// cause.
 ///
 /// Why once more: a start can fail for want of a resource for a moment (systemd's "failed because
 /// of unavailable resources", seen once while a CI run had several labs booting, at the first
-/// start of a controller-manager whose configuration was fine), and `hactl up` should not stop on
-/// that; a wrong flag or a missing file fails the second start as it failed the first. Used by
+/// start of a controller-manager whose configuration was fine; and once HAProxy could not bind
+/// its admin socket because `/run/haproxy` did not exist yet, cause not found), and `hactl up`
+/// should not stop on that; a wrong flag or a missing file fails the second start as it failed
+/// the first. Used by
 /// `up`'s first start of the Kubernetes units, HAProxy and keepalived.
 pub fn start_unit(unit: &str) -> RemoteCommand {
     RemoteCommand::new([
         "sh",
         "-c",
         "systemctl start \"$1\" || { echo \"hactl: $1 did not start; trying once more in 5 s\" >&2; sleep 5; \
-systemctl start \"$1\" || { journalctl -u \"$1\" -n 25 --no-pager -o cat >&2; exit 1; }; }",
+systemctl reset-failed \"$1\"; systemctl start \"$1\" || { journalctl -u \"$1\" -n 25 --no-pager -o cat >&2; exit 1; }; }",
         "hactl-start",
         unit,
     ])
