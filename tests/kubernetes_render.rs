@@ -564,12 +564,14 @@ fn a_converged_control_plane_plans_nothing_and_a_changed_certificate_rolls_one_h
             .map(|l| l.split(": ").take(2).collect::<Vec<_>>().join(": "))
             .collect::<Vec<_>>(),
         [
+            "lb1: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 drain",
+            "lb1: run sudo -n -- /usr/local/sbin/hactl-haproxy idle kubernetes-api cp2 10",
             "lb1: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 maint",
             "lb1: wait up to 10s",
-            "lb1: run sudo -n -- /usr/local/sbin/hactl-haproxy idle kubernetes-api cp2 10",
+            "lb2: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 drain",
+            "lb2: run sudo -n -- /usr/local/sbin/hactl-haproxy idle kubernetes-api cp2 10",
             "lb2: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 maint",
             "lb2: wait up to 10s",
-            "lb2: run sudo -n -- /usr/local/sbin/hactl-haproxy idle kubernetes-api cp2 10",
             "cp2: run sudo -n -- systemctl restart kube-apiserver.service",
             "cp2: wait up to 120s",
             "lb1: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 ready",

@@ -372,7 +372,7 @@ impl LocalAct for Backends {
             )
         } else {
             format!(
-                "put {} in MAINT in {} on the load balancers ({}) and wait until HAProxy shows it",
+                "drain {} in {} on the load balancers ({}), let its open sessions end (up to 10 s), put it in MAINT and wait until HAProxy shows it",
                 self.live.host,
                 backends.join(", "),
                 lbs.join(", ")

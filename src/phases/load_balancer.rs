@@ -355,12 +355,17 @@ fn on_every_balancer(inv: &Inventory, steps: impl Fn() -> Vec<Step>) -> Vec<Host
 /// How long a drain waits for the sessions already open to a server to end.
 pub const DRAIN_SESSIONS: Duration = Duration::from_secs(10);
 
-/// Steps, on every load-balancer host, that put `server` of `backend` in maintenance (HAProxy
-/// sends it no new connection) and wait until each HAProxy shows it `MAINT`. Run them before
-/// stopping the server. Runtime state: a reload of HAProxy forgets it.
+/// Steps, on every load-balancer host, that drain `server` of `backend` and then put it in
+/// maintenance, and wait until each HAProxy shows it `MAINT`. Run them before stopping the
+/// server. Runtime state: a reload of HAProxy forgets it.
 ///
-/// For `etcd-client` and `kubernetes-api` they then wait up to [`DRAIN_SESSIONS`] for the
-/// sessions already open to the server to end: etcd cuts a request in flight when it stops, so a
+/// First `drain` (HAProxy sends it no new session and leaves the open ones alone), then a wait
+/// of up to [`DRAIN_SESSIONS`] for the sessions already open to end, then `maint`. Straight to
+/// `maint` is not enough: every server has `on-marked-down shutdown-sessions` (so clients of a
+/// member that dies reconnect at once), and HAProxy applies it to maintenance too, so a put in
+/// flight at that instant was cut ("going DOWN for maintenance … 1 sessions active", then the
+/// writer's `EOF`; the maintenance lab test, seen once in CI with the journals). And the wait
+/// itself: etcd cuts a request in flight when it stops, so a
 /// put that connected just before the drain would fail (seen in the CA-rotation lab test under
 /// load); an apiserver finishes the requests it is serving on SIGTERM, but a connection HAProxy
 /// opened to it just before the drain and that it had not yet accepted is closed mid-handshake
@@ -370,8 +375,7 @@ pub const DRAIN_SESSIONS: Duration = Duration::from_secs(10);
 pub fn drain_backend_steps(inv: &Inventory, backend: Backend, server: &str) -> Vec<HostSteps> {
     on_every_balancer(inv, || {
         vec![
-            Step::Run(set_state(backend, server, "maint")),
-            Step::Wait(server_is(backend, server, "MAINT", Duration::from_secs(10))),
+            Step::Run(set_state(backend, server, "drain")),
             Step::Run(RemoteCommand::read_only([
                 lb::HAPROXY_CLI.to_string(),
                 "idle".into(),
@@ -379,6 +383,8 @@ pub fn drain_backend_steps(inv: &Inventory, backend: Backend, server: &str) -> V
                 server.into(),
                 DRAIN_SESSIONS.as_secs().to_string(),
             ])),
+            Step::Run(set_state(backend, server, "maint")),
+            Step::Wait(server_is(backend, server, "MAINT", Duration::from_secs(10))),
         ]
     })
 }

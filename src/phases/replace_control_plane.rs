@@ -286,23 +286,25 @@ mod tests {
                 .position(|l| l.contains(needle))
                 .unwrap_or_else(|| panic!("{needle} not in {got:#?}"))
         };
+        // Drain (no new session), the open ones ended, then maintenance, then MAINT seen.
         assert_eq!(
-            got[0],
-            "lb1: run /usr/local/sbin/hactl-haproxy state kubernetes-api cp1 maint"
+            got[..4],
+            [
+                "lb1: run /usr/local/sbin/hactl-haproxy state kubernetes-api cp1 drain",
+                "lb1: run /usr/local/sbin/hactl-haproxy idle kubernetes-api cp1 10",
+                "lb1: run /usr/local/sbin/hactl-haproxy state kubernetes-api cp1 maint",
+                "lb1: wait HAProxy shows kubernetes-api/cp1 MAINT",
+            ]
         );
         assert_eq!(
-            got[2],
-            "lb1: run /usr/local/sbin/hactl-haproxy idle kubernetes-api cp1 10"
-        );
-        assert_eq!(
-            got[3],
-            "lb2: run /usr/local/sbin/hactl-haproxy state kubernetes-api cp1 maint"
+            got[4],
+            "lb2: run /usr/local/sbin/hactl-haproxy state kubernetes-api cp1 drain"
         );
         let write_unit = pos(&format!("cp1: write {unit}"));
         let restart = pos("cp1: run systemctl restart kube-apiserver.service");
         let ready = pos("cp1: wait kube-apiserver on cp1 answers");
         assert!(
-            6 <= write_unit && write_unit < restart && restart < ready,
+            8 <= write_unit && write_unit < restart && restart < ready,
             "{got:#?}"
         );
         assert_eq!(got.len(), ready + 5, "{got:#?}");
@@ -347,7 +349,7 @@ mod tests {
             "{got:#?}"
         );
         assert!(
-            got[0].ends_with("kubernetes-api cp1 maint") && got.last().unwrap().starts_with("lb2: wait"),
+            got[0].ends_with("kubernetes-api cp1 drain") && got.last().unwrap().starts_with("lb2: wait"),
             "{got:#?}"
         );
     }

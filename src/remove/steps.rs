@@ -111,17 +111,22 @@ fn servers_drained(server: &str) -> RemoteCommand {
     ))
 }
 
-/// Puts `server` in MAINT in every backend of this HAProxy that has it.
+/// Puts `server` in MAINT in every backend of this HAProxy that has it: drained first and its
+/// open sessions left to end (up to 10 s), since going straight to MAINT cuts them
+/// ([`crate::phases::load_balancer::drain_backend_steps`] says why).
 fn drain_servers(server: &str) -> RemoteCommand {
     sh(
         &format!(
             r#"for b in {etcd} {api}; do
   {cli} "show stat" | awk -F, -v b="$b" -v s="$1" '$1 == b && $2 == s {{ f = 1 }} END {{ exit !f }}' || continue
+  {cli} state "$b" "$1" drain
+  {cli} idle "$b" "$1" {secs}
   {cli} state "$b" "$1" maint
 done"#,
             etcd = lb::ETCD_BACKEND,
             api = lb::KUBERNETES_BACKEND,
-            cli = lb::HAPROXY_CLI
+            cli = lb::HAPROXY_CLI,
+            secs = crate::phases::load_balancer::DRAIN_SESSIONS.as_secs()
         ),
         "hactl-remove-drain",
         &[server],
