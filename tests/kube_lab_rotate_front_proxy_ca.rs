@@ -18,7 +18,7 @@ mod lab_support;
 use std::time::{Duration, Instant};
 
 use kube_support::{report_failures, text, KubeLab};
-use lab_support::{assert_rotation_closed_and_old_ca_retired, cert_set as certs, wait_for};
+use lab_support::{assert_rotation_closed_and_old_ca_retired, cert_set as certs, put_file, wait_for};
 
 /// The front-proxy CAs the cluster publishes to aggregated API servers.
 fn published(k: &KubeLab) -> String {
@@ -128,7 +128,6 @@ fn rotating_the_front_proxy_ca_keeps_the_apiservers_answering_and_publishes_only
 
     // Every control-plane host: the trust file is the new CA alone, and front-proxy-client is
     // the new CA's (openssl on the host), not the old one's.
-    let b64 = base64_of(&old_ca);
     for host in k.control_planes() {
         assert_eq!(
             k.lab
@@ -151,15 +150,15 @@ fn rotating_the_front_proxy_ca_keeps_the_apiservers_answering_and_publishes_only
             "{host}: front-proxy-client is not the new CA's: {}",
             text(&verify)
         );
+        put_file(&k.lab, &host, "/root/old-front-proxy-ca.crt", &old_ca, "644");
         let old = k.lab.exec(
             &host,
             &[
-                "sh",
-                "-c",
-                &format!(
-                    "echo {b64} | base64 -d > /root/old-front-proxy-ca.crt && \
-openssl verify -CAfile /root/old-front-proxy-ca.crt /etc/hactl/pki/front-proxy/client.crt"
-                ),
+                "openssl",
+                "verify",
+                "-CAfile",
+                "/root/old-front-proxy-ca.crt",
+                "/etc/hactl/pki/front-proxy/client.crt",
             ],
         );
         assert!(
@@ -172,9 +171,4 @@ openssl verify -CAfile /root/old-front-proxy-ca.crt /etc/hactl/pki/front-proxy/c
     let again = k.hactl_ok(&["up", "--yes"]);
     assert_eq!(again.trim(), "no changes");
     assert_eq!(k.hactl(&["certs", "check"]).status.code(), Some(0));
-}
-
-fn base64_of(s: &str) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(s)
 }

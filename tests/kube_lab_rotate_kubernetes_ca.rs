@@ -24,7 +24,7 @@ mod lab_support;
 use std::time::{Duration, Instant};
 
 use kube_support::{report_failures, text, KubeLab};
-use lab_support::{assert_rotation_closed_and_old_ca_retired, cert_set as certs, wait_for};
+use lab_support::{assert_rotation_closed_and_old_ca_retired, cert_set as certs, put_file, wait_for};
 
 fn b64(s: &str) -> String {
     use base64::Engine as _;
@@ -269,7 +269,6 @@ fn rotating_the_kubernetes_ca_keeps_kubectl_answering_and_leaves_only_the_new_ca
 
     // Every control-plane host: the trust file and the signing CA are the new CA alone; the
     // serving certificate is the new CA's (openssl on the host), not the old one's.
-    let old_b64 = b64(&old_ca);
     for host in k.control_planes() {
         for file in [
             "/etc/hactl/pki/kubernetes/ca.crt",
@@ -291,14 +290,7 @@ fn rotating_the_kubernetes_ca_keeps_kubectl_answering_and_leaves_only_the_new_ca
         };
         let ok = verify("/etc/hactl/pki/kubernetes/ca.crt");
         assert!(ok.status.success(), "{host}: {}", text(&ok));
-        k.lab.exec_ok(
-            &host,
-            &[
-                "sh",
-                "-c",
-                &format!("echo {old_b64} | base64 -d > /root/old-kubernetes-ca.crt"),
-            ],
-        );
+        put_file(&k.lab, &host, "/root/old-kubernetes-ca.crt", &old_ca, "644");
         assert!(
             !verify("/root/old-kubernetes-ca.crt").status.success(),
             "{host}: the old CA still verifies the apiserver's serving certificate"

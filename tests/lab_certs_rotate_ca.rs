@@ -22,8 +22,7 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
-use lab_support::{assert_rotation_closed_and_old_ca_retired, TestLab};
+use lab_support::{assert_rotation_closed_and_old_ca_retired, put_file, TestLab};
 use writer_support::VipWriter;
 
 fn hactl(inv: &Path, args: &[&str]) -> Output {
@@ -50,18 +49,6 @@ fn hactl_env(inv: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
 }
 
 /// Writes `content` to `path` on `host`.
-fn put_file(lab: &TestLab, host: &str, path: &str, content: &str) {
-    let b64 = base64::engine::general_purpose::STANDARD.encode(content);
-    lab.exec_ok(
-        host,
-        &[
-            "sh",
-            "-c",
-            &format!("echo {b64} | base64 -d > {path} && chmod 600 {path}"),
-        ],
-    );
-}
-
 /// A put on `member`'s client port from `from` with the given client certificate and key, the
 /// host's trust file verifying the member: (success, stderr).
 fn put_with(lab: &TestLab, from: &str, member: &str, cert: &str, key: &str) -> (bool, String) {
@@ -183,8 +170,8 @@ fn rotating_the_etcd_ca_under_a_writer_through_the_vip_loses_no_write_and_the_ol
         );
     }
     // A client certificate from the old CA is refused; the new one is accepted.
-    put_file(&lab, "cp3", "/root/old-client.crt", &old_cert);
-    put_file(&lab, "cp3", "/root/old-client.key", &old_key);
+    put_file(&lab, "cp3", "/root/old-client.crt", &old_cert, "600");
+    put_file(&lab, "cp3", "/root/old-client.key", &old_key, "600");
     for member in ["cp1", "cp2", "cp3"] {
         let (ok, err) = put_with(
             &lab,

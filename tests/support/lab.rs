@@ -286,3 +286,18 @@ pub fn cert_set(pem: &str) -> Vec<Vec<u8>> {
     ders.sort();
     ders
 }
+
+/// Writes `content` to `path` on `host` of `lab` with `mode` (through base64, so any text
+/// survives the shell).
+pub fn put_file(lab: &TestLab, host: &str, path: &str, content: &str, mode: &str) {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(content);
+    lab.exec_ok(
+        host,
+        &[
+            "sh",
+            "-c",
+            &format!("echo {b64} | base64 -d > {path} && chmod {mode} {path}"),
+        ],
+    );
+}
