@@ -33,12 +33,13 @@
 # - a directory made by an earlier version of this script (fewer files, e.g. the three server
 #   binaries and kubectl): the source is fetched again and checked against its .dsc, Go is checked;
 #   when BUILD-INFO names that same Debian source version and Go version, every file that
-#   SHA256SUMS lists and still matches is kept, and only the missing ones are built (kubelet about
-#   80 s, kube-proxy about 10 s on 2 cores). The directory stays usable meanwhile: new files appear
-#   under their final name only when complete, and SHA256SUMS is replaced last.
-# - anything else (no SHA256SUMS, an old stamp, another Debian source or Go version, a checksum
-#   that does not match): everything is rebuilt; the directory holds `.building` meanwhile. One
-#   left behind by an interrupted build is rebuilt here, and refused by hactl (with the command).
+#   SHA256SUMS lists and still matches is kept, and only the others (missing, or no longer
+#   matching) are built (kubelet about 80 s, kube-proxy about 10 s on 2 cores). The directory
+#   stays usable meanwhile: new files appear under their final name only when complete, and
+#   SHA256SUMS is replaced last.
+# - anything else (no SHA256SUMS, an old stamp, another Debian source or Go version, nothing that
+#   matches): everything is rebuilt; the directory holds `.building` meanwhile. One left behind by
+#   an interrupted build is rebuilt here, and refused by hactl (with the command).
 #
 # Every external tool (apt-get, dpkg-source, make, go, gcc) runs with an environment set here and
 # nothing inherited (`env -i`): a caller's OUT_DIR, GOFLAGS, GOOS, CC, APT_CONFIG, CARGO_* or
