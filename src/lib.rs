@@ -28,6 +28,7 @@ pub mod binaries;
 pub mod bolt;
 pub mod certs;
 pub mod cli;
+pub mod clock;
 pub mod commands;
 pub mod duration;
 pub mod etcd;

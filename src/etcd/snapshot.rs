@@ -83,7 +83,7 @@ pub async fn take(
         .client
         .put(
             CANARY_KEY,
-            crate::operations::journal::timestamp(time::OffsetDateTime::now_utc()),
+            crate::clock::timestamp(time::OffsetDateTime::now_utc()),
             None,
         )
         .await
@@ -239,7 +239,7 @@ pub async fn take(
         total_key: status.total_key,
         revision_before,
         hwm: Some(hwm_now),
-        time: crate::operations::journal::timestamp(now),
+        time: crate::clock::timestamp(now),
         bundle: bundle_name,
     };
     let json = serde_json::to_string_pretty(&sidecar)?;

@@ -35,13 +35,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 use anyhow::{bail, Context as _};
 
 use crate::cli::{MaintenanceArgs, OutputFormat};
+use crate::clock::now_rfc3339;
 use crate::etcd::health::Observation;
 use crate::etcd::safety;
 use crate::exec::journaled::{self, JournaledStep, RunOptions};
 use crate::exit::{self, refusal, refuse};
 use crate::inventory::{Host, Inventory, Role};
 use crate::operations::balancers::Balancers;
-use crate::operations::journal::{new_run_id, now_rfc3339};
+use crate::operations::journal::new_run_id;
 use crate::operations::maintenance_record::{self, read_record, Stage};
 use crate::operations::node::{self, Kube};
 use crate::operations::{self, Journal, Reach};

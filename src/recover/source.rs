@@ -266,7 +266,7 @@ fn with_candidate_facts(source: Source, c: &rec::AutoCandidate) -> Source {
             revision: revision.or(c.revision),
             time: time.or_else(|| {
                 c.age
-                    .map(|a| crate::operations::journal::timestamp(time::OffsetDateTime::now_utc() - a))
+                    .map(|a| crate::clock::timestamp(time::OffsetDateTime::now_utc() - a))
             }),
         },
         other => other,
