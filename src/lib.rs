@@ -48,6 +48,7 @@ pub mod output;
 pub mod phases;
 pub mod pki;
 pub mod plan;
+pub mod quote;
 pub mod recover;
 pub mod remove;
 pub mod render;

@@ -4,17 +4,18 @@
 //!   uploads and port forwards each open their own channel on it, so they run in parallel.
 //! - [`KnownHosts`] is the cluster's own known_hosts file: trust on first use, and a changed key
 //!   refuses the host before anything is run on it.
-//! - [`quote`] is the one place where argv becomes a shell line.
+//! - Commands reach the shell as [`crate::quote`] wrote them (the one place argv becomes a shell line).
 //!
 //! Invariants: upload content and key material never appear in argv, logs or errors; every log
 //! line about a host starts with the host's name.
 
 pub mod known_hosts;
-pub mod quote;
 pub mod session;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+
+use crate::quote;
 
 pub use known_hosts::{HostKeyCheck, KnownHosts};
 pub use session::{ConnectOptions, ForwardGuard, OutputChunk, PassphraseSource, Session, PASSPHRASE_ENV};

@@ -29,10 +29,11 @@ use tokio::sync::OnceCell;
 use tracing::{debug, info, warn};
 
 use super::known_hosts::{fingerprint, Verdict};
-use super::{quote, Error, KnownHosts};
+use super::{Error, KnownHosts};
 use crate::exec::{Output, Transport, UploadOutcome};
 use crate::inventory::{SshAuth, SshSpec};
 use crate::plan::{RemoteCommand, Upload};
+use crate::quote;
 
 /// How to connect, shared by all hosts of a run.
 #[derive(Debug, Clone)]
