@@ -182,6 +182,34 @@ pub enum Error {
     },
 }
 
+/// What a command left behind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    /// Exit status; `None` when the command was killed by a signal or the channel closed early.
+    pub status: Option<u32>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+impl Output {
+    pub fn success(&self) -> bool {
+        self.status == Some(0)
+    }
+    pub fn stdout_str(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+    pub fn stderr_str(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UploadOutcome {
+    /// The remote file already had this sha256, mode and owner: nothing was written.
+    Unchanged,
+    Written,
+}
+
 /// The command line this process was started with, quoted for a shell, with
 /// `--accept-new-host-key <host>` added: what a refusal of a changed host key tells the user to run.
 pub fn rerun_accepting(host: &str) -> String {
