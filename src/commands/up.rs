@@ -192,15 +192,11 @@ pub async fn prepare_loaded_renewing(
     } else {
         Some(crate::load_balancer::vrrp_password(&state).context("failed to prepare the VRRP password")?)
     };
-    let ctx = Ctx {
-        inv: &inv,
-        pki: &pki,
-        facts: &facts,
-        etcd: &view,
-        binaries: binaries.as_ref(),
-        kubernetes: kubernetes.as_ref(),
-        vrrp_password: vrrp_password.as_deref(),
-    };
+    let ctx = Ctx::new(&inv, &pki, &facts)
+        .with_etcd(&view)
+        .with_binaries(binaries.as_ref())
+        .with_kubernetes(kubernetes.as_ref())
+        .with_vrrp_password(vrrp_password.as_deref());
     let mut plan = match phases::build(&phases(), &ctx) {
         Err(e) if e.is_refusal() => {
             return Err(anyhow::Error::new(crate::exit::Refusal {

@@ -48,7 +48,49 @@ pub struct Ctx<'a> {
     pub vrrp_password: Option<&'a str>,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    /// A context that knows the inventory, the PKI and the facts, and nothing else: no etcd view
+    /// (no member, nothing running), no binaries, no Kubernetes inputs, no VRRP password. A
+    /// bring-up adds what it gathered with the `with_*` methods; a day-two operation that plans
+    /// a few phases for its hosts adds only what those phases read.
+    pub fn new(inv: &'a Inventory, pki: &'a Pki, facts: &'a BTreeMap<String, HostFacts>) -> Self {
+        static NO_VIEW: std::sync::OnceLock<EtcdView> = std::sync::OnceLock::new();
+        Ctx {
+            inv,
+            pki,
+            facts,
+            etcd: NO_VIEW.get_or_init(EtcdView::default),
+            binaries: None,
+            kubernetes: None,
+            vrrp_password: None,
+        }
+    }
+
+    /// [`Ctx::new`] without facts (nothing known about any host).
+    pub fn without_facts(inv: &'a Inventory, pki: &'a Pki) -> Self {
+        static NO_FACTS: BTreeMap<String, HostFacts> = BTreeMap::new();
+        Ctx::new(inv, pki, &NO_FACTS)
+    }
+
+    pub fn with_etcd(self, etcd: &'a EtcdView) -> Self {
+        Ctx { etcd, ..self }
+    }
+
+    pub fn with_binaries(self, binaries: Option<&'a LocalBinaries>) -> Self {
+        Ctx { binaries, ..self }
+    }
+
+    pub fn with_kubernetes(self, kubernetes: Option<&'a crate::kubernetes::KubernetesInputs>) -> Self {
+        Ctx { kubernetes, ..self }
+    }
+
+    pub fn with_vrrp_password(self, vrrp_password: Option<&'a str>) -> Self {
+        Ctx {
+            vrrp_password,
+            ..self
+        }
+    }
+
     pub fn facts(&self, host: &Host) -> &HostFacts {
         static EMPTY: std::sync::OnceLock<HostFacts> = std::sync::OnceLock::new();
         self.facts

@@ -133,7 +133,6 @@ mod tests {
     use super::*;
     use crate::facts::{FileState, HostFacts, UnitState};
     use crate::kubernetes::{secrets::EncryptionKey, KubernetesInputs};
-    use crate::phases::EtcdView;
     use crate::plan::Upload;
     use std::collections::BTreeMap;
 
@@ -227,16 +226,7 @@ mod tests {
     ) -> BTreeMap<String, HostFacts> {
         let mut facts = BTreeMap::new();
         let none = BTreeMap::new();
-        let view = EtcdView::default();
-        let ctx = Ctx {
-            inv: old,
-            pki,
-            facts: &none,
-            etcd: &view,
-            binaries: None,
-            kubernetes: Some(inputs),
-            vrrp_password: None,
-        };
+        let ctx = Ctx::new(old, pki, &none).with_kubernetes(Some(inputs));
         for name in ["cp1", "cp2"] {
             let h = old.host(name).unwrap();
             let (mut up, runners) = super::super::configure_kubernetes::uploads(h, &ctx).unwrap();
@@ -262,16 +252,7 @@ mod tests {
         let (_d2, old, old_pki) = setup(&old_yaml);
         let inputs = inputs();
         let facts = before_replace(&old, &old_pki, &inputs);
-        let view = EtcdView::default();
-        let ctx = Ctx {
-            inv: &inv,
-            pki: &pki,
-            facts: &facts,
-            etcd: &view,
-            binaries: None,
-            kubernetes: Some(&inputs),
-            vrrp_password: None,
-        };
+        let ctx = Ctx::new(&inv, &pki, &facts).with_kubernetes(Some(&inputs));
         let cp1 = inv.host("cp1").unwrap();
         assert_eq!(
             etcd_servers_flag(&inv, cp1).unwrap(),
@@ -359,16 +340,7 @@ mod tests {
         let (_d, inv, pki) = setup(YAML);
         let inputs = inputs();
         let facts = BTreeMap::new();
-        let view = EtcdView::default();
-        let ctx = Ctx {
-            inv: &inv,
-            pki: &pki,
-            facts: &facts,
-            etcd: &view,
-            binaries: None,
-            kubernetes: Some(&inputs),
-            vrrp_password: None,
-        };
+        let ctx = Ctx::new(&inv, &pki, &facts).with_kubernetes(Some(&inputs));
         let cp4 = inv.host("cp4").unwrap();
         let got = lines(&[HostSteps {
             host: "cp4".into(),

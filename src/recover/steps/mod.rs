@@ -36,7 +36,7 @@ use crate::etcd::client::ClientTls;
 use crate::exec::journaled::JournaledStep;
 use crate::inventory::{Host, Inventory};
 use crate::operations::fence as unit_fence;
-use crate::phases::{Ctx, EtcdView};
+use crate::phases::Ctx;
 use crate::pki::Pki;
 use crate::plan::{Check, RemoteCommand, Step, Upload};
 use crate::state::StateDir;
