@@ -61,6 +61,8 @@ pub struct Prepared {
     pub view: EtcdView,
     pub binaries: Option<LocalBinaries>,
     pub kubernetes: Option<crate::kubernetes::KubernetesInputs>,
+    /// `spec.backup.remote`'s push key and the remote's host key, once the remote was reached.
+    pub backup_remote: Option<crate::backup_remote::HostFiles>,
     pub plan: Plan,
 }
 
@@ -143,7 +145,7 @@ pub async fn prepare_loaded_renewing(
     }
     let transports: Transports = reached.require_all()?;
     let mut transports: Transports = transports.into_iter().map(|(name, t)| (name, wrap(t))).collect();
-    let mut pki = pki;
+    let mut backup_remote = None;
     if let Some(remote) = &inv.backup.remote {
         // spec.backup.remote: the push key, and the remote's host key pinned by reaching it.
         let key = crate::backup_remote::ensure_key(&state, &inv.name)?;
@@ -159,7 +161,7 @@ pub async fn prepare_loaded_renewing(
         for (name, t) in t {
             transports.insert(name, wrap(t));
         }
-        pki.backup_remote = Some(crate::backup_remote::HostFiles {
+        backup_remote = Some(crate::backup_remote::HostFiles {
             key,
             known_hosts: crate::backup_remote::known_hosts_lines(&state, remote),
         });
@@ -196,7 +198,8 @@ pub async fn prepare_loaded_renewing(
         .with_etcd(&view)
         .with_binaries(binaries.as_ref())
         .with_kubernetes(kubernetes.as_ref())
-        .with_vrrp_password(vrrp_password.as_deref());
+        .with_vrrp_password(vrrp_password.as_deref())
+        .with_backup_remote(backup_remote.as_ref());
     let mut plan = match phases::build(&phases(), &ctx) {
         Err(e) if e.is_refusal() => {
             return Err(anyhow::Error::new(crate::exit::Refusal {
@@ -241,6 +244,7 @@ pub async fn prepare_loaded_renewing(
         view,
         binaries,
         kubernetes,
+        backup_remote,
         plan,
     })
 }
@@ -433,7 +437,7 @@ async fn authorize_backup_remote(
 ) -> anyhow::Result<()> {
     let (Some(t), Some(files)) = (
         p.transports.get(crate::inventory::REMOTE_HOST_NAME),
-        p.pki.backup_remote.as_ref(),
+        p.backup_remote.as_ref(),
     ) else {
         return Ok(());
     };

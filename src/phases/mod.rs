@@ -46,6 +46,9 @@ pub struct Ctx<'a> {
     pub kubernetes: Option<&'a crate::kubernetes::KubernetesInputs>,
     /// keepalived's VRRP password, from the state directory (None when there is no load balancer).
     pub vrrp_password: Option<&'a str>,
+    /// The push key and the remote's host key for `spec.backup.remote`, once `up`/`plan` reached
+    /// the remote (None otherwise).
+    pub backup_remote: Option<&'a crate::backup_remote::HostFiles>,
 }
 
 impl<'a> Ctx<'a> {
@@ -63,6 +66,7 @@ impl<'a> Ctx<'a> {
             binaries: None,
             kubernetes: None,
             vrrp_password: None,
+            backup_remote: None,
         }
     }
 
@@ -87,6 +91,13 @@ impl<'a> Ctx<'a> {
     pub fn with_vrrp_password(self, vrrp_password: Option<&'a str>) -> Self {
         Ctx {
             vrrp_password,
+            ..self
+        }
+    }
+
+    pub fn with_backup_remote(self, backup_remote: Option<&'a crate::backup_remote::HostFiles>) -> Self {
+        Ctx {
+            backup_remote,
             ..self
         }
     }

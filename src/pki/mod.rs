@@ -271,9 +271,6 @@ pub struct Pki {
     pub warnings: Vec<String>,
     /// CAs trusted beside a signing CA during its rotation (`ca-next`, then `ca-previous`).
     pub extra_trust: Vec<(CaKind, String)>,
-    /// The push key and the remote's host key for `spec.backup.remote`, filled in by `up`/`plan`
-    /// once the remote was reached (`None` from [`ensure`]).
-    pub backup_remote: Option<crate::backup_remote::HostFiles>,
 }
 
 impl Pki {
@@ -467,7 +464,6 @@ pub fn ensure_renewing(
         report: ledger.report,
         warnings: ledger.warnings,
         extra_trust,
-        backup_remote: None,
     })
 }
 
