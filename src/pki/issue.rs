@@ -108,6 +108,13 @@ impl CertRequest {
 const SERVER_AND_CLIENT: &[Usage] = &[Usage::ServerAuth, Usage::ClientAuth];
 const CLIENT: &[Usage] = &[Usage::ClientAuth];
 const SYSTEM_MASTERS: &str = "system:masters";
+/// The CN of every etcd member's peer certificate; the only CN the peer port admits once every
+/// member holds such a certificate (`--peer-cert-allowed-cn`, see
+/// `phases::etcd_files::peer_cn_enforced`).
+pub const ETCD_PEER_CN: &str = "etcd-peer";
+/// The group (`O=`) of the apiserver's kubelet client certificate, which `up` binds to
+/// `system:kubelet-api-admin` (`kubernetes::rbac`).
+pub const KUBELET_CLIENT_GROUP: &str = "hactl:apiserver-kubelet-client";
 
 /// Every leaf certificate `inv` implies, in a stable order (per-host certs in inventory order).
 pub fn requests(inv: &Inventory) -> Vec<CertRequest> {
@@ -132,11 +139,7 @@ pub fn requests(inv: &Inventory) -> Vec<CertRequest> {
             // Peer certificates share one CN, which the peer port admits alone
             // (`--peer-cert-allowed-cn`), so no client or server certificate of the same CA passes
             // there; the host is in the SANs.
-            let cn = if server {
-                host.name.as_str()
-            } else {
-                crate::etcd::PEER_CN
-            };
+            let cn = if server { host.name.as_str() } else { ETCD_PEER_CN };
             let mut r = CertRequest::new(name, CaKind::Etcd, cn, SERVER_AND_CLIENT)
                 .san(San::Ip(host.address))
                 .san(San::Dns(host.name.clone()));
@@ -196,7 +199,7 @@ pub fn requests(inv: &Inventory) -> Vec<CertRequest> {
             "kubernetes/apiserver-kubelet-client",
             "kube-apiserver-kubelet-client",
         )
-        .org(crate::kubernetes::rbac::KUBELET_CLIENT_GROUP),
+        .org(KUBELET_CLIENT_GROUP),
     );
     out.push(k8s("kubernetes/admin", "kubernetes-admin").org(SYSTEM_MASTERS));
     out.push(k8s(

@@ -44,7 +44,10 @@ use crate::inventory::{Inventory, KeyType};
 
 pub use ca::CaKind;
 pub(crate) use issue::pem_to_der;
-pub use issue::{bundle_ders, inspect, is_signed_by, requests, CertInfo, CertRequest, San, Usage};
+pub use issue::{
+    bundle_ders, inspect, is_signed_by, requests, CertInfo, CertRequest, San, Usage, ETCD_PEER_CN,
+    KUBELET_CLIENT_GROUP,
+};
 
 /// A leaf is renewed, and a CA warned about, when it expires within this many days, or within a
 /// third of its lifetime when that is shorter (so short-lived certificates are not re-issued on every run).
