@@ -30,7 +30,6 @@
 //! sa.key, sa.pub                         service-account signing key pair (PKCS#8 / SPKI PEM)
 //! ```
 
-mod ca;
 mod issue;
 pub mod rotate;
 mod store;
@@ -42,8 +41,8 @@ use time::OffsetDateTime;
 
 use crate::inventory::{Inventory, KeyType};
 
-pub use ca::CaKind;
 pub(crate) use issue::pem_to_der;
+pub use issue::CaKind;
 pub use issue::{
     bundle_ders, inspect, is_signed_by, requests, CertInfo, CertRequest, San, Usage, ETCD_PEER_CN,
     KUBELET_CLIENT_GROUP,
@@ -366,7 +365,7 @@ impl Pki {
     }
 }
 
-/// What a run of `ensure` accumulates; shared by `ca.rs` and `issue.rs`.
+/// What a run of `ensure` accumulates; used by `issue.rs` and `rotate.rs`.
 pub(crate) struct Ledger<'a> {
     pub dir: &'a Path,
     pub now: OffsetDateTime,
@@ -444,7 +443,7 @@ pub fn ensure_renewing(
     let mut extra_trust = Vec::new();
     for &kind in kinds {
         ensure_dir(&mut ledger, &dir.join(kind.dir()), kind.dir())?;
-        cas.push(ca::ensure(&mut ledger, kind, &inv.name)?);
+        cas.push(issue::ensure_ca(&mut ledger, kind, &inv.name)?);
         extra_trust.extend(rotate::extra_trust(dir, kind)?.into_iter().map(|pem| (kind, pem)));
     }
     for request in issue::requests(inv) {
@@ -455,7 +454,7 @@ pub fn ensure_renewing(
         issue::ensure_leaf(&mut ledger, &request, ca)?;
     }
     let service_account = if inv.kubernetes.is_some() {
-        Some(ca::ensure_service_account_key(&mut ledger)?)
+        Some(issue::ensure_service_account_key(&mut ledger)?)
     } else {
         None
     };
