@@ -48,10 +48,6 @@ pub use issue::{
     KUBELET_CLIENT_GROUP,
 };
 
-/// A leaf is renewed, and a CA warned about, when it expires within this many days, or within a
-/// third of its lifetime when that is shorter (so short-lived certificates are not re-issued on every run).
-pub const RENEW_WITHIN_DAYS: i64 = 30;
-
 /// How long before `not_after` a certificate valid from `not_before` is due for renewal, when
 /// leaves are renewed `renew_before_days` before they expire (`spec.pki.renewBeforeDays`).
 pub fn renewal_window(
