@@ -25,7 +25,6 @@
 pub mod backup;
 pub mod backup_remote;
 pub mod binaries;
-pub mod bolt;
 pub mod certs;
 pub mod cli;
 pub mod clock;

@@ -1,12 +1,12 @@
 //! `hactl etcd snapshot save|verify`: snapshots on the operator machine (the streaming and the
-//! checks are [`crate::etcd::snapshot`]).
+//! checks are [`crate::snapshot`]).
 
 use anyhow::{anyhow, Context as _};
 
 use crate::cli::{SnapshotSaveArgs, SnapshotVerifyArgs};
-use crate::etcd::snapshot::{refuse_bad_hash, take, verify_on};
 use crate::inventory::Role;
 use crate::snapshot;
+use crate::snapshot::{refuse_bad_hash, take, verify_on};
 
 /// `hactl etcd snapshot save`.
 pub async fn save(args: &SnapshotSaveArgs) -> anyhow::Result<i32> {

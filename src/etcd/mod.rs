@@ -10,7 +10,6 @@ pub mod errors;
 pub mod health;
 pub mod observer;
 pub mod safety;
-pub mod snapshot;
 pub mod upgrade;
 
 use serde::Deserialize;

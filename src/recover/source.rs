@@ -55,9 +55,9 @@ pub fn file_source(path: &Path, skip_hash_check: bool) -> anyhow::Result<Source>
     let path = std::path::absolute(path)?;
     let check =
         crate::snapshot::check_file(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    crate::etcd::snapshot::refuse_bad_hash(&path, &check, skip_hash_check)?;
+    crate::snapshot::refuse_bad_hash(&path, &check, skip_hash_check)?;
     let sidecar: Option<crate::snapshot::Sidecar> =
-        fs_err::read_to_string(crate::etcd::snapshot::sidecar_path(&path))
+        fs_err::read_to_string(crate::snapshot::sidecar_path(&path))
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
     if let Some(s) = &sidecar {
@@ -285,7 +285,7 @@ fn local_candidates(state: &StateDir, cluster: &str) -> Vec<rec::AutoCandidate> 
         if p.extension().and_then(|x| x.to_str()) != Some("db") {
             continue;
         }
-        let Some(s) = fs_err::read_to_string(crate::etcd::snapshot::sidecar_path(&p))
+        let Some(s) = fs_err::read_to_string(crate::snapshot::sidecar_path(&p))
             .ok()
             .and_then(|t| serde_json::from_str::<crate::snapshot::Sidecar>(&t).ok())
         else {
