@@ -34,6 +34,7 @@ pub mod etcd;
 pub mod exec;
 pub mod exit;
 pub mod facts;
+pub mod fence;
 pub mod heal;
 pub mod hwm;
 pub mod inventory;

@@ -50,7 +50,7 @@ fn stop_units(facts: &HostFacts, units: &[(String, Option<String>)]) -> Option<S
         // host back, and the data it guarded is moved aside.
         let script = format!(
             "systemctl disable --now \"$@\"\n{}",
-            crate::operations::fence::lift_all(&known)
+            crate::fence::lift_all(&known)
         );
         let mut argv = vec!["sh", "-c", &script, "hactl-stop"];
         argv.extend(known.iter().copied());

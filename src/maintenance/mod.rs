@@ -10,7 +10,7 @@
 //! start and complete are lists of journaled steps ([`steps`], pure, from facts read first) run
 //! by [`crate::exec::journaled`]: each with a postcondition read from the hosts, an act and a
 //! verification; `--dry-run` prints them as the live run sends them. Every unit start stops is
-//! fenced ([`crate::operations::fence`], a drop-in under `/etc`), so a host rebooted during
+//! fenced ([`crate::fence`], a drop-in under `/etc`), so a host rebooted during
 //! maintenance does not start etcd or the apiserver; complete lifts each fence before the start.
 //!
 //! complete gates on the returning member being healthy (a linearizable read through it, so

@@ -65,9 +65,7 @@ pub fn start_on_replacement(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, Pla
     super::install_kubernetes::refuse(ctx)?;
     let units: Vec<String> = Component::ALL.iter().map(|c| c.unit()).collect();
     let units: Vec<&str> = units.iter().map(String::as_str).collect();
-    let mut steps = vec![Step::Run(RemoteCommand::script(
-        crate::operations::fence::lift_all(&units),
-    ))];
+    let mut steps = vec![Step::Run(RemoteCommand::script(crate::fence::lift_all(&units)))];
     steps.extend(InstallKubernetes.steps(host, ctx)?);
     steps.extend(ConfigureKubernetes.steps(host, ctx)?);
     // Its backend is out of rotation (drained in P2, or not rendered yet): restart in place.

@@ -15,8 +15,9 @@ use crate::etcd::health::Observation;
 use crate::etcd::{self, hex_id, probe, Member, UNIT};
 use crate::exec::journaled::{JournaledStep, LocalAct};
 use crate::exit::{self, refuse};
+use crate::fence;
 use crate::inventory::Role;
-use crate::operations::{self, fence};
+use crate::operations;
 use crate::phases::{etcd_files, install_etcd::InstallEtcd, Ctx, Phase};
 use crate::plan::{Check, RemoteCommand, Step};
 
