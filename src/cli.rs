@@ -208,6 +208,17 @@ pub struct ConnectArgs {
     pub connect_timeout: Option<u64>,
 }
 
+impl ConnectArgs {
+    /// What the library is told: the same three settings, without clap.
+    pub fn settings(&self) -> crate::exec::connect::ConnectSettings {
+        crate::exec::connect::ConnectSettings {
+            concurrency: self.concurrency,
+            accept_new_host_key: self.accept_new_host_key.clone(),
+            connect_timeout: self.connect_timeout,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum OutputFormat {
     /// A table for people.

@@ -436,7 +436,7 @@ pub async fn check_hosts(
     hosts: &[&Host],
     connect: &crate::cli::ConnectArgs,
 ) -> Vec<CheckRow> {
-    let conns = crate::exec::connect::connect(state, hosts, connect).await;
+    let conns = crate::exec::connect::connect(state, hosts, &connect.settings()).await;
     let mut rows = Vec::new();
     let results: Vec<anyhow::Result<(HostFacts, Vec<ClockSample>)>> =
         futures::stream::iter(hosts.iter().map(|host| {
@@ -490,7 +490,7 @@ async fn check_backup_remote(
         detail,
     };
     let host = remote.host();
-    let conns = crate::exec::connect::connect(state, &[&host], connect).await;
+    let conns = crate::exec::connect::connect(state, &[&host], &connect.settings()).await;
     let t = match conns.get(crate::inventory::REMOTE_HOST_NAME) {
         Some(Ok(t)) => t.clone(),
         Some(Err(e)) => return row(Verdict::Fail, format!("cannot reach {}: {e}", remote.describe())),

@@ -258,7 +258,7 @@ pub async fn run(args: &ResetArgs) -> anyhow::Result<i32> {
         .lock("up")
         .context("cannot reset while another hactl run changes the cluster")?;
     let hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
-    let transports = crate::exec::connect::reach(&state, &hosts, &args.connect)
+    let transports = crate::exec::connect::reach(&state, &hosts, &args.connect.settings())
         .await
         .require_all()?;
     let facts = super::up::gather_facts(&inv, &hosts, &transports, args.connect.concurrency).await?;

@@ -168,7 +168,7 @@ pub async fn gather(
     let pki_dir = state.path.join("pki");
     let tls = client::client_tls(&pki_dir)?;
     let hosts: Vec<&Host> = inv.with_role(Role::Etcd);
-    let conns = crate::exec::connect::connect(state, &hosts, connect).await;
+    let conns = crate::exec::connect::connect(state, &hosts, &connect.settings()).await;
     let mut results: Vec<(MemberStatus, Option<client::MemberClient>)> =
         futures::stream::iter(hosts.iter().map(|h| {
             let conn = conns.get(&h.name).cloned();
@@ -354,7 +354,7 @@ pub async fn gather(
             .problems
             .extend(crate::backup::stale_problem(&status.backups, inv.backup.interval));
         if let Some(remote) = &inv.backup.remote {
-            let r = crate::backup_remote::status(state, remote, &inv.name, connect).await;
+            let r = crate::backup_remote::status(state, remote, &inv.name, &connect.settings()).await;
             if let Some(e) = &r.error {
                 status.problems.push(format!("backup remote: {e}"));
             }
@@ -363,7 +363,7 @@ pub async fn gather(
     }
     if inv.kubernetes.is_some() {
         let cps = inv.with_role(Role::ControlPlane);
-        let cp_conns = crate::exec::connect::connect(state, &cps, connect).await;
+        let cp_conns = crate::exec::connect::connect(state, &cps, &connect.settings()).await;
         let k = crate::kubernetes::status::gather(inv, &pki_dir, &cp_conns).await;
         status.problems.extend(k.problems.iter().cloned());
         status.kubernetes = Some(k);
@@ -383,7 +383,7 @@ pub async fn gather(
             )
         });
     }
-    if let Some(lb) = crate::load_balancer::status::gather(inv, state, connect).await {
+    if let Some(lb) = crate::load_balancer::status::gather(inv, state, &connect.settings()).await {
         status.problems.extend(lb.problems.iter().cloned());
         status.load_balancers = Some(lb);
     }

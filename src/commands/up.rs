@@ -132,7 +132,7 @@ pub async fn prepare_loaded_renewing(
     let spare: Vec<&Host> = inv.hosts.iter().filter(|h| h.roles.is_empty()).collect();
     // One connect for all (the sessions share the known_hosts file).
     let all: Vec<&Host> = hosts.iter().chain(spare.iter()).copied().collect();
-    let mut reached = crate::exec::connect::reach(&state, &all, &args.connect).await;
+    let mut reached = crate::exec::connect::reach(&state, &all, &args.connect.settings()).await;
     for h in &spare {
         if let Some(why) = reached.unreachable.remove(&h.name) {
             tracing::warn!(
@@ -149,7 +149,7 @@ pub async fn prepare_loaded_renewing(
     if let Some(remote) = &inv.backup.remote {
         // spec.backup.remote: the push key, and the remote's host key pinned by reaching it.
         let key = crate::backup_remote::ensure_key(&state, &inv.name)?;
-        let t = crate::exec::connect::reach(&state, &[&remote.host()], &args.connect)
+        let t = crate::exec::connect::reach(&state, &[&remote.host()], &args.connect.settings())
             .await
             .require_all()
             .with_context(|| {

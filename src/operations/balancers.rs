@@ -33,7 +33,7 @@ pub struct Balancers {
 impl Balancers {
     pub async fn connect(inv: &Inventory, state: &StateDir, args: &ConnectArgs) -> Balancers {
         let hosts = inv.with_role(Role::LoadBalancer);
-        let reach = crate::exec::connect::reach(state, &hosts, args).await;
+        let reach = crate::exec::connect::reach(state, &hosts, &args.settings()).await;
         Balancers {
             transports: reach.transports,
             unreachable: reach.unreachable,
