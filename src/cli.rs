@@ -249,6 +249,16 @@ pub struct UpArgs {
     pub yes: bool,
 }
 
+impl UpArgs {
+    /// What the library is told (`converge::Options`), without clap.
+    pub fn options(&self) -> crate::converge::Options {
+        crate::converge::Options {
+            connect: self.connect.settings(),
+            yes: self.yes,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct StatusArgs {
     #[command(flatten)]

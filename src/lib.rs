@@ -29,6 +29,7 @@ pub mod certs;
 pub mod cli;
 pub mod clock;
 pub mod commands;
+pub mod converge;
 pub mod duration;
 pub mod etcd;
 pub mod exec;

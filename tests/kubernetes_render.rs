@@ -450,7 +450,7 @@ fn converged(uploads: &[Upload], version: &str) -> HostFacts {
 
 /// The Kubernetes phases of `up` (the etcd and load-balancer phases come first).
 fn kube_phases() -> Vec<Box<dyn Phase>> {
-    let phases: Vec<Box<dyn Phase>> = hactl::commands::up::phases()
+    let phases: Vec<Box<dyn Phase>> = hactl::converge::phases()
         .into_iter()
         .filter(|p| !p.title().contains("etcd") && !p.title().contains("load balancer"))
         .collect();

@@ -130,7 +130,7 @@ fn build(inv: &Inventory, facts: &BTreeMap<String, HostFacts>) -> Result<Plan, P
     let pki = hactl::pki::ensure(&inv.state_dir.join("pki"), inv, fixed_now()).unwrap();
     let view = EtcdView::from_facts(inv, facts)?;
     let ctx = Ctx::new(inv, &pki, facts).with_etcd(&view);
-    phases::build(&hactl::commands::up::phases(), &ctx)
+    phases::build(&hactl::converge::phases(), &ctx)
 }
 
 /// The plan text with key-dependent values (sizes, hashes) blanked, so it can be compared.
@@ -402,6 +402,6 @@ fn a_bundle_binary_that_is_not_the_declared_version_is_refused() {
     let ctx = Ctx::new(&inv, &pki, &facts)
         .with_etcd(&view)
         .with_binaries(Some(&bins));
-    let err = phases::build(&hactl::commands::up::phases(), &ctx).unwrap_err();
+    let err = phases::build(&hactl::converge::phases(), &ctx).unwrap_err();
     assert_eq!(err.to_string(), "refused by rule U-binary: the etcd binary from bundle /srv/etcd-3.5.17 is version 3.5.17, but the inventory declares etcd.version 3.5.16; nothing was restarted: make bundle /srv/etcd-3.5.17 provide etcd 3.5.16 (a bundle: its binaries; a package: the version apt installs), or set etcd.version to 3.5.17, and run again");
 }
