@@ -43,8 +43,6 @@ pub struct CheckRow {
     pub detail: String,
 }
 
-pub use crate::phases::query::owned_units;
-
 /// One reading of a host's clock: this machine's clock just before the command was sent and
 /// just after its answer arrived, and what the host's clock said in between.
 ///
