@@ -208,6 +208,17 @@ pub struct ConnectArgs {
     pub connect_timeout: Option<u64>,
 }
 
+impl ConnectArgs {
+    /// What the library is told: the same three settings, without clap.
+    pub fn settings(&self) -> crate::exec::connect::ConnectSettings {
+        crate::exec::connect::ConnectSettings {
+            concurrency: self.concurrency,
+            accept_new_host_key: self.accept_new_host_key.clone(),
+            connect_timeout: self.connect_timeout,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum OutputFormat {
     /// A table for people.
@@ -236,6 +247,16 @@ pub struct UpArgs {
     /// Do not ask before disruptive steps (restarts of running members).
     #[arg(long, short = 'y')]
     pub yes: bool,
+}
+
+impl UpArgs {
+    /// What the library is told (`converge::Options`), without clap.
+    pub fn options(&self) -> crate::converge::Options {
+        crate::converge::Options {
+            connect: self.connect.settings(),
+            yes: self.yes,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]

@@ -47,7 +47,7 @@ impl Owner {
             run: run.to_string(),
             operator: format!("{user}@{host}"),
             pid: std::process::id(),
-            since: crate::operations::journal::timestamp(time::OffsetDateTime::now_utc()),
+            since: crate::clock::timestamp(time::OffsetDateTime::now_utc()),
         }
     }
     fn json(&self) -> String {

@@ -288,7 +288,7 @@ impl PublishTrust {
         let key = self.key()?;
         let trust = rotate::trust_bundle(&self.dir, self.kind)?;
         let hosts = self.inv.with_role(Role::ControlPlane);
-        let reach = crate::exec::connect::reach(&self.state, &hosts, &self.connect).await;
+        let reach = crate::exec::connect::reach(&self.state, &hosts, &self.connect.settings()).await;
         let (host, api) = crate::kubernetes::rbac::first_ready(&self.inv, &reach.transports, &self.dir)
             .await
             .map_err(|e| {

@@ -22,10 +22,7 @@ pub async fn run(args: &HealArgs) -> anyhow::Result<i32> {
     );
     loop {
         if let Err(e) = heal::round(&inv, &state, args).await {
-            println!(
-                "{} heal: round failed: {e:#}",
-                crate::operations::journal::now_rfc3339()
-            );
+            println!("{} heal: round failed: {e:#}", crate::clock::now_rfc3339());
         }
         tokio::time::sleep(Duration::from_secs(args.interval)).await;
     }

@@ -21,6 +21,7 @@
 use std::time::Duration;
 
 use crate::cli::{HealArgs, ReplaceArgs};
+use crate::clock::now_rfc3339;
 use crate::etcd::client::{self};
 use crate::etcd::errors::identity_error;
 use crate::etcd::safety::Counts;
@@ -30,7 +31,6 @@ use crate::exit;
 use crate::exit::refuse;
 use crate::inventory::{Inventory, Role};
 use crate::kubernetes::api::REMEDIATION_ANNOTATION;
-use crate::operations::journal::now_rfc3339;
 use crate::operations::{self, maintenance_record, Reach};
 use crate::plan::{RemoteCommand, Step};
 use crate::state::StateDir;

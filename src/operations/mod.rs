@@ -1,5 +1,5 @@
 //! What day-two operations share: who answered ([`reach`]), the one run journal ([`journal`]),
-//! the one fence ([`fence`]), the load balancers' backends and the VIP ([`balancers`]), the
+//! the load balancers' backends and the VIP ([`balancers`]), the
 //! Kubernetes Node of a host ([`node`]), the maintenance record ([`maintenance_record`]) and the
 //! retry records of remediations ([`remediation`]) and the layout of a run's directory
 //! ([`run_dir`]).
@@ -11,7 +11,6 @@
 //! prints the exact lines a live run sends; observations only read.
 
 pub mod balancers;
-pub mod fence;
 pub mod journal;
 pub mod maintenance_record;
 pub mod node;

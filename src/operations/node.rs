@@ -53,7 +53,7 @@ pub async fn connect_api(
     let extra = if missing.is_empty() {
         Default::default()
     } else {
-        crate::exec::connect::connect(state, &missing, connect).await
+        crate::exec::connect::connect(state, &missing, &connect.settings()).await
     };
     let pki = state.path.join("pki");
     let mut errors = Vec::new();

@@ -24,7 +24,7 @@ pub struct Reach {
 /// Connects to `hosts` and gathers facts from those that answer; an unreachable host is
 /// recorded, not fatal (the member being replaced may be dead with its host).
 pub async fn reach(inv: &Inventory, state: &StateDir, hosts: &[&Host], args: &ConnectArgs) -> Reach {
-    let connected = crate::exec::connect::reach(state, hosts, args).await;
+    let connected = crate::exec::connect::reach(state, hosts, &args.settings()).await;
     let mut r = Reach {
         transports: Transports::new(),
         facts: BTreeMap::new(),

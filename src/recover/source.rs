@@ -55,9 +55,9 @@ pub fn file_source(path: &Path, skip_hash_check: bool) -> anyhow::Result<Source>
     let path = std::path::absolute(path)?;
     let check =
         crate::snapshot::check_file(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    crate::etcd::snapshot::refuse_bad_hash(&path, &check, skip_hash_check)?;
+    crate::snapshot::refuse_bad_hash(&path, &check, skip_hash_check)?;
     let sidecar: Option<crate::snapshot::Sidecar> =
-        fs_err::read_to_string(crate::etcd::snapshot::sidecar_path(&path))
+        fs_err::read_to_string(crate::snapshot::sidecar_path(&path))
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
     if let Some(s) = &sidecar {
@@ -172,7 +172,7 @@ async fn auto_source(
     candidates.extend(local_candidates(state, &inv.name));
     // The copies the leader pushed to spec.backup.remote (the newest few: older ones rank lower).
     if let Some(remote) = &inv.backup.remote {
-        match crate::backup_remote::list(state, remote, &inv.name, connect).await {
+        match crate::backup_remote::list(state, remote, &inv.name, &connect.settings()).await {
             Ok(list) => candidates.extend(list.into_iter().take(3).map(|s| rec::AutoCandidate {
                 revision: s.revision,
                 raft_index: 0,
@@ -213,7 +213,7 @@ async fn auto_source(
                 .remote
                 .as_ref()
                 .expect("a remote candidate comes from spec.backup.remote");
-            let local = crate::backup_remote::fetch(state, remote, snapshot, connect)
+            let local = crate::backup_remote::fetch(state, remote, snapshot, &connect.settings())
                 .await
                 .map_err(|e| {
                     refuse(
@@ -266,7 +266,7 @@ fn with_candidate_facts(source: Source, c: &rec::AutoCandidate) -> Source {
             revision: revision.or(c.revision),
             time: time.or_else(|| {
                 c.age
-                    .map(|a| crate::operations::journal::timestamp(time::OffsetDateTime::now_utc() - a))
+                    .map(|a| crate::clock::timestamp(time::OffsetDateTime::now_utc() - a))
             }),
         },
         other => other,
@@ -285,7 +285,7 @@ fn local_candidates(state: &StateDir, cluster: &str) -> Vec<rec::AutoCandidate> 
         if p.extension().and_then(|x| x.to_str()) != Some("db") {
             continue;
         }
-        let Some(s) = fs_err::read_to_string(crate::etcd::snapshot::sidecar_path(&p))
+        let Some(s) = fs_err::read_to_string(crate::snapshot::sidecar_path(&p))
             .ok()
             .and_then(|t| serde_json::from_str::<crate::snapshot::Sidecar>(&t).ok())
         else {

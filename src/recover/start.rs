@@ -16,7 +16,7 @@ use crate::state::StateDir;
 
 /// Connects to the etcd hosts: the reachable ones and why the others did not answer.
 async fn connect_all(inv: &Inventory, state: &StateDir, args: &RecoverArgs) -> crate::exec::connect::Reach {
-    crate::exec::connect::reach(state, &inv.with_role(Role::Etcd), &args.connect).await
+    crate::exec::connect::reach(state, &inv.with_role(Role::Etcd), &args.connect.settings()).await
 }
 
 /// A resumed run: its saved decisions, and transports to every host it acts on that is not

@@ -18,9 +18,9 @@ use super::acts::{CheckRemove, Inputs, ReconfigureBalancers, RollApiserver};
 use super::decide::Decisions;
 use crate::etcd::{self, hex_id, probe};
 use crate::exec::journaled::JournaledStep;
+use crate::fence;
 use crate::inventory::Role;
 use crate::load_balancer as lb;
-use crate::operations::fence;
 use crate::plan::{Check, RemoteCommand};
 
 /// Units that serve traffic on a host that leaves load balancing.
@@ -52,7 +52,7 @@ fn why(run: &str) -> [String; 2] {
     ]
 }
 
-/// Fences (the one fence, [`crate::operations::fence`], which survives reboots) each present
+/// Fences (the one fence, [`crate::fence`], which survives reboots) each present
 /// unit of `$@`, disables it, then stops it. A unit the host does not have is skipped.
 fn fence_units(run: &str, units: &[&str]) -> RemoteCommand {
     let why = why(run);

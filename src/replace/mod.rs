@@ -51,6 +51,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 
 use crate::cli::{OutputFormat, ReplaceArgs};
+use crate::clock::stamp;
 use crate::etcd::client::ClientTls;
 use crate::etcd::errors::{classify, ErrorClass};
 use crate::etcd::health::Observation;
@@ -61,7 +62,7 @@ use crate::exec::Mode;
 use crate::exit::{self, refuse};
 use crate::inventory::{Host, Inventory, Role};
 use crate::operations::balancers::Balancers;
-use crate::operations::journal::{new_run_id, stamp};
+use crate::operations::journal::new_run_id;
 use crate::operations::{self, Journal, Reach};
 use crate::pki::{self, Pki};
 use crate::state::StateDir;

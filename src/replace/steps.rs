@@ -15,9 +15,10 @@ use crate::etcd::health::Observation;
 use crate::etcd::{self, hex_id, probe, Member, UNIT};
 use crate::exec::journaled::{JournaledStep, LocalAct};
 use crate::exit::{self, refuse};
+use crate::fence;
 use crate::inventory::Role;
-use crate::operations::{self, fence};
-use crate::phases::{etcd_files, install_etcd::InstallEtcd, Ctx, EtcdView, Phase};
+use crate::operations;
+use crate::phases::{etcd_files, install_etcd::InstallEtcd, Ctx, Phase};
 use crate::plan::{Check, RemoteCommand, Step};
 
 /// A step's short name, for the one-line flow.
@@ -296,16 +297,7 @@ fn p3_remove(run: &Arc<Run>, observer: &str) -> JournaledStep {
 fn p4_prepare(run: &Run, observer: &str) -> anyhow::Result<JournaledStep> {
     let r = &run.replacement;
     let old = run.old.as_ref().map(|o| o.id);
-    let view = EtcdView::default();
-    let ctx = Ctx {
-        inv: &run.inv,
-        pki: &run.pki,
-        facts: &run.reach.facts,
-        etcd: &view,
-        binaries: None,
-        kubernetes: None,
-        vrrp_password: None,
-    };
+    let ctx = Ctx::new(&run.inv, &run.pki, &run.reach.facts);
     let mut step = JournaledStep::new(
         "P4",
         "prepare the replacement host: old data aside, etcd installed and configured",

@@ -34,9 +34,9 @@ use super::{Bump, Decisions, Source};
 use crate::cli::RecoverMode;
 use crate::etcd::client::ClientTls;
 use crate::exec::journaled::JournaledStep;
+use crate::fence as unit_fence;
 use crate::inventory::{Host, Inventory};
-use crate::operations::fence as unit_fence;
-use crate::phases::{Ctx, EtcdView};
+use crate::phases::Ctx;
 use crate::pki::Pki;
 use crate::plan::{Check, RemoteCommand, Step, Upload};
 use crate::state::StateDir;
@@ -66,7 +66,7 @@ fn sh(script: &str, name: &str, args: &[&str]) -> RemoteCommand {
     RemoteCommand::new(argv)
 }
 
-/// Fences units with the one fence ([`crate::operations::fence`]: a runtime drop-in whose start
+/// Fences units with the one fence ([`crate::fence`]: a runtime drop-in whose start
 /// assertion fails while it exists), then stops them.
 fn fence(run: &str, units: &[String]) -> RemoteCommand {
     let args: Vec<&str> = units.iter().map(String::as_str).collect();
