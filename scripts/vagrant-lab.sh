@@ -174,7 +174,7 @@ for _ in $(seq 1 50); do virsh version >/dev/null 2>&1 && break; sleep 0.2; done
 virsh version >/dev/null 2>&1 || fail "libvirtd does not answer on qemu:///system"
 caps=$(virsh capabilities 2>/dev/null || true)
 grep -q "<domain type='qemu'" <<<"$caps" || fail "libvirt finds no QEMU that can run x86_64 guests"
-say "libvirt is up ($(virsh version --daemon 2>/dev/null | awk '/libvirt daemon/ { print $NF }'), QEMU driver: $HACTL_VAGRANT_LIBVIRT_DRIVER)"
+say "libvirt is up (libvirt $(virsh version --daemon 2>/dev/null | awk '/daemon/ { print $NF }'), QEMU driver: $HACTL_VAGRANT_LIBVIRT_DRIVER)"
 
 mkdir -p "$pool_dir"
 virsh pool-info "$HACTL_VAGRANT_POOL" >/dev/null 2>&1 || virsh pool-define-as "$HACTL_VAGRANT_POOL" dir --target "$pool_dir" >/dev/null
@@ -197,6 +197,15 @@ say "vagrant up: 3 VMs in parallel under ${HACTL_VAGRANT_LIBVIRT_DRIVER} (severa
 # vagrant-libvirt waits a fixed ~300 tries (10 to 15 minutes) for a guest's first DHCP lease,
 # whatever boot_timeout says, and destroys a guest that missed it; at load 15 to 35 on 2 cores one
 # guest in three sometimes did. One more `vagrant up` recreates only the missing ones.
+# A try stopped by the timeout may leave a VM running whose private interface Vagrant had not
+# configured yet; a second `vagrant up` leaves a running VM as it is. So before the second try,
+# a VM that does not answer on its private address is destroyed, to be created anew.
+hosts=$(sed -nE 's/.*name: *([a-z0-9-]+), *address: *([0-9.]+).*/\1 \2/p' "$inventory")
+answers() { timeout 5 bash -c "exec 3<>/dev/tcp/$1/22" 2>/dev/null; }
+unreachable() {
+  local name addr
+  while read -r name addr; do answers "$addr" || echo "$name"; done <<<"$hosts"
+}
 up_ok=0
 for attempt in 1 2; do
   step="vagrant up"
@@ -207,9 +216,17 @@ for attempt in 1 2; do
   fi
   # Vagrant's message, without the Ruby stack traces that follow an exception.
   grep -v '^/.*:in `' "$work/up.log" | tail -n 40 >&2
-  [ "$attempt" = 1 ] && say "vagrant up failed; once more for the VMs that are not up"
+  if [ "$attempt" = 1 ]; then
+    for vm in $(unreachable); do
+      say "$vm does not answer on its private address: destroying it, to be created again"
+      timeout 300 vagrant destroy -f "$vm" >>"$work/destroy-retry.log" 2>&1 || tail -n 20 "$work/destroy-retry.log" >&2
+    done
+    say "vagrant up failed; once more for the VMs that are not up"
+  fi
 done
 [ "$up_ok" = 1 ] || fail "vagrant up"
+missing=$(unreachable | paste -sd' ' -)
+[ -z "$missing" ] || fail "vagrant up succeeded, but these VMs do not answer on port 22 of their private address: $missing"
 grep -h "hactl: clock\|hactl: could not set" "$work/up.log" >&2 || true
 
 # ── hactl on the VMs ────────────────────────────────────────────────────────────────────────

@@ -40,6 +40,7 @@ pub mod inventory;
 pub mod kubernetes;
 pub mod lab;
 pub mod load_balancer;
+pub mod local_command;
 pub mod lock;
 pub mod maintenance;
 pub mod operations;

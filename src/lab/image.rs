@@ -5,10 +5,10 @@
 //! then renamed into place); one builder at a time (a lock file; a second `up` waits for the
 //! first); nothing host-specific is in it (no sshd host keys, an empty machine-id).
 
+use crate::local_command;
 use super::proc::{self, run};
 use super::Result;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
 
 /// Debian's own units for what hactl installs itself; disabled in the base.
@@ -66,7 +66,7 @@ pub fn ensure_base(root: &Path, suite: &str, progress: &mut dyn FnMut(String)) -
         proc::unmount_all_under(&tmp)?;
         fs_err::remove_dir_all(&tmp)?;
     }
-    let mut debootstrap = Command::new("debootstrap");
+    let mut debootstrap = local_command::new("debootstrap");
     debootstrap
         .arg("--variant=minbase")
         .arg(format!("--include={}", packages(suite).join(",")))
@@ -103,11 +103,11 @@ pub fn ensure_base(root: &Path, suite: &str, progress: &mut dyn FnMut(String)) -
 fn customize(dir: &Path) -> Result<()> {
     let root_arg = format!("--root={}", dir.display());
     // `systemctl --root` edits unit symlinks offline; no chroot, no /proc needed.
-    run(Command::new("systemctl")
+    run(local_command::new("systemctl")
         .arg(&root_arg)
         .arg("disable")
         .args(DISABLED_UNITS))?;
-    run(Command::new("systemctl")
+    run(local_command::new("systemctl")
         .arg(&root_arg)
         .arg("enable")
         .args(ENABLED_UNITS))?;

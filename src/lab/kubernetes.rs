@@ -7,7 +7,7 @@
 //! cores), and one left half-built is rebuilt by the script.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use super::{LabError, Result};
 
@@ -32,16 +32,24 @@ pub fn cache_dir(version: &str) -> PathBuf {
 /// Builds the binaries of `version` into the cache unless it is complete there; returns the
 /// directory. Progress goes to this process's stderr.
 pub fn ensure_binaries(version: &str) -> Result<PathBuf> {
-    let root = cache_root();
-    fs_err::create_dir_all(&root)?;
-    let script = root.join("kube-binaries.sh");
+    run_build_script(BUILD_SCRIPT, &cache_root(), version)
+}
+
+/// Writes `script` to `<root>/kube-binaries.sh` and runs it for `version` with a clean
+/// environment (`crate::local_command`: none of hactl's build variables, such as `cargo run`'s
+/// `OUT_DIR`, which Kubernetes' Makefile would honour) plus `HACTL_KUBE_CACHE=<root>`; returns
+/// the directory it printed last.
+fn run_build_script(script: &str, root: &Path, version: &str) -> Result<PathBuf> {
+    fs_err::create_dir_all(root)?;
+    let path = root.join("kube-binaries.sh");
     // Written each time: the embedded copy is the one this hactl was built with.
-    fs_err::write(&script, BUILD_SCRIPT)?;
-    let command = format!("bash {} v{}", script.display(), version.trim_start_matches('v'));
-    let out = Command::new("bash")
-        .arg(&script)
-        .arg(format!("v{}", version.trim_start_matches('v')))
-        .env("HACTL_KUBE_CACHE", &root)
+    fs_err::write(&path, script)?;
+    let version = format!("v{}", version.trim_start_matches('v'));
+    let command = format!("bash {} {version}", path.display());
+    let out = crate::local_command::new("bash")
+        .arg(&path)
+        .arg(&version)
+        .env("HACTL_KUBE_CACHE", root)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
@@ -111,6 +119,58 @@ mod tests {
         let kube = raw.spec.kubernetes.unwrap();
         assert_eq!(kube.version.as_deref(), Some("1.20.2"));
         assert_eq!(cache_dir("v1.20.2").file_name().unwrap(), "v1.20.2");
+    }
+
+    /// The build step with hostile build variables in hactl's own environment (`cargo run`'s
+    /// `OUT_DIR` and `CARGO_*`, `GOFLAGS`, `MAKEFLAGS`, …): this test runs itself again as a child
+    /// process with them set, and there the real spawn code runs a small script in place of the
+    /// build, which writes down the environment it got. None of them may reach it.
+    #[test]
+    fn the_build_script_sees_none_of_hactls_build_variables() {
+        const NAME: &str = "lab::kubernetes::tests::the_build_script_sees_none_of_hactls_build_variables";
+        const CHILD: &str = "HACTL_TEST_BUILD_SCRIPT_CACHE";
+        const HOSTILE: &[(&str, &str)] = &[
+            ("OUT_DIR", "/nonexistent/target/release/build/hactl-0/out"),
+            ("CARGO_TARGET_DIR", "/nonexistent/target"),
+            ("CARGO_PKG_NAME", "hactl"),
+            ("CARGO_MANIFEST_DIR", "/nonexistent"),
+            ("GOFLAGS", "-mod=mod"),
+            ("GOPATH", "/nonexistent/go"),
+            ("MAKEFLAGS", "-j99 OUT_DIR=/nonexistent"),
+            ("LD_LIBRARY_PATH", "/nonexistent/target/release/deps"),
+            ("RUSTFLAGS", "-Ctarget-cpu=native"),
+            ("CC", "/nonexistent/cc"),
+        ];
+        if let Some(cache) = std::env::var_os(CHILD) {
+            let script = "set -eu\nenv >\"$HACTL_KUBE_CACHE/seen-env\"\nmkdir -p \"$HACTL_KUBE_CACHE/$1\"\necho \"$HACTL_KUBE_CACHE/$1\"\n";
+            let cache = PathBuf::from(cache);
+            assert_eq!(run_build_script(script, &cache, "1.20.2").unwrap(), cache.join("v1.20.2"));
+            return;
+        }
+        let cache = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+            .envs(HOSTILE.iter().copied())
+            .env(CHILD, cache.path())
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{said}");
+        let seen = std::fs::read_to_string(cache.path().join("seen-env"))
+            .unwrap_or_else(|e| panic!("the script did not run ({e}):\n{said}"));
+        for (name, _) in HOSTILE {
+            assert!(!seen.lines().any(|l| l.starts_with(&format!("{name}="))), "{name} reached the script:\n{seen}");
+        }
+        // cargo sets CARGO_* for this very test process: none of them either.
+        assert!(!seen.lines().any(|l| l.starts_with("CARGO")), "{seen}");
+        assert!(seen.lines().any(|l| l == "LANG=C"), "{seen}");
+        let cache_line = format!("HACTL_KUBE_CACHE={}", cache.path().display());
+        assert!(seen.lines().any(|l| l == cache_line), "{seen}");
+        assert!(seen.lines().any(|l| l.starts_with("PATH=")), "{seen}");
     }
 
     #[test]
