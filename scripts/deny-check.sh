@@ -11,8 +11,9 @@
 #   2. the snapshot beside the checkout, ../shared/advisory-db.tar.gz (HACTL_ADVISORY_DB_TARBALL
 #      names another), unpacked where cargo-deny opens its default database,
 #      $CARGO_HOME/advisory-dbs/advisory-db-<hash of its URL> (an older copy already there is
-#      replaced only by a newer one); the check then runs offline and says how old the copy is;
-#   3. neither: the advisories check does not run, and says so on the last line; bans and
+#      replaced only by a newer one); the check then runs offline and names its newest advisory's date;
+#   3. a copy an earlier run left there, said so with the date of its newest advisory;
+#   4. none: the advisories check does not run, and says so on the last line; bans and
 #      sources are still checked. With HACTL_REQUIRE_ADVISORIES=1 (.ci/run sets it) that fails
 #      the run instead: CI has the snapshot, so it never takes this path silently.
 set -euo pipefail
@@ -61,6 +62,10 @@ elif [ -f "$tarball" ]; then
   source="the snapshot $tarball"
   # Offline, cargo-deny reads the crates' metadata from cargo's cache.
   cargo fetch --locked --quiet
+elif [ -d "$cargo_home/advisory-dbs/$db_dir_name/crates" ]; then
+  say "the advisory database could not be fetched (above) and there is no $tarball: using the copy an earlier run left in $cargo_home/advisory-dbs"
+  source="an earlier run's copy"
+  cargo fetch --locked --quiet
 fi
 
 if [ -z "$source" ]; then
@@ -72,8 +77,7 @@ if [ -z "$source" ]; then
   say "the advisories check DID NOT RUN: no database from the network nor at $tarball (bans and sources were checked)"
   exit 0
 fi
-db_commit_time=$(db_time "$cargo_home/advisory-dbs/$db_dir_name")
-age=""
-[ -n "$db_commit_time" ] && age=", last changed $(date -u -d "@$db_commit_time" +%F) ($(( ($(date +%s) - db_commit_time) / 86400 )) days ago)"
-say "advisories from $source$age"
+# How recent the database is: the date of its newest advisory.
+newest=$(grep -rhs '^date = "' "$cargo_home/advisory-dbs/$db_dir_name/crates" | sort | tail -n1 | cut -d'"' -f2 || true)
+say "advisories from $source${newest:+ (newest advisory: $newest)}"
 cargo deny --locked --offline check advisories bans sources
