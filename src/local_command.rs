@@ -76,7 +76,12 @@ pub fn environment(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Vec<
 /// `path` (when set), then each system directory it does not hold.
 fn full_path(path: Option<&OsStr>) -> OsString {
     let mut dirs: Vec<OsString> = path
-        .map(|p| std::env::split_paths(p).map(OsString::from).filter(|d| !d.is_empty()).collect())
+        .map(|p| {
+            std::env::split_paths(p)
+                .map(OsString::from)
+                .filter(|d| !d.is_empty())
+                .collect()
+        })
         .unwrap_or_default();
     for dir in SYSTEM_PATH {
         if !dirs.iter().any(|d| d == dir) {
@@ -120,9 +125,21 @@ mod tests {
         ]));
         assert_eq!(
             names(&env),
-            ["HACTL_DEBIAN_MIRROR", "HOME", "LANG", "NO_PROXY", "PATH", "SSL_CERT_FILE", "https_proxy"]
+            [
+                "HACTL_DEBIAN_MIRROR",
+                "HOME",
+                "LANG",
+                "NO_PROXY",
+                "PATH",
+                "SSL_CERT_FILE",
+                "https_proxy"
+            ]
         );
-        let get = |name: &str| env.iter().find(|(k, _)| k == name).map(|(_, v)| v.to_str().unwrap());
+        let get = |name: &str| {
+            env.iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.to_str().unwrap())
+        };
         assert_eq!(get("LANG"), Some("C"));
         assert_eq!(
             get("PATH"),
@@ -134,7 +151,10 @@ mod tests {
     fn without_a_path_the_system_directories_serve() {
         let env = environment(vars(&[("PATH", "")]));
         assert_eq!(names(&env), ["LANG", "PATH"]);
-        assert_eq!(env[1].1, "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+        assert_eq!(
+            env[1].1,
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        );
         assert_eq!(environment(Vec::new()), env);
     }
 
@@ -142,7 +162,10 @@ mod tests {
     fn a_spawned_program_sees_exactly_that_environment() {
         let out = new("env").output().unwrap();
         assert!(out.status.success());
-        let seen: Vec<String> = String::from_utf8_lossy(&out.stdout).lines().map(String::from).collect();
+        let seen: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(String::from)
+            .collect();
         let mut want: Vec<String> = environment(std::env::vars_os())
             .into_iter()
             .map(|(k, v)| format!("{}={}", k.to_string_lossy(), v.to_string_lossy()))

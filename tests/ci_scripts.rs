@@ -55,7 +55,11 @@ fn as_root_every_skip_fails_the_run_unless_the_machine_cannot_run_the_test() {
     let machine = "SKIPPED vagrant_lab: this machine cannot run it: no /dev/net/tun\n";
     let out = check_skips(&format!("{NEXTEST_LINES}{machine}"), 0);
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no /dev/net/tun"), "{}", said(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no /dev/net/tun"),
+        "{}",
+        said(&out)
+    );
 
     // Both kinds: the other one still fails it.
     let out = check_skips(&format!("{machine}SKIPPED kube_lab_up: no binaries\n"), 0);
@@ -64,10 +68,14 @@ fn as_root_every_skip_fails_the_run_unless_the_machine_cannot_run_the_test() {
 
 #[test]
 fn not_root_skips_are_counted_and_allowed() {
-    let out = check_skips("SKIPPED lab_hosts_boot: needs root\nSKIPPED lab_recover: needs root\n", 1000);
+    let out = check_skips(
+        "SKIPPED lab_hosts_boot: needs root\nSKIPPED lab_recover: needs root\n",
+        1000,
+    );
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("2 skipped test(s), allowed because this run is not root"),
+        String::from_utf8_lossy(&out.stderr)
+            .contains("2 skipped test(s), allowed because this run is not root"),
         "{}",
         said(&out)
     );
@@ -103,7 +111,12 @@ fn the_readme_command_ci_runs_is_the_one_under_two_commands() {
     )
     .unwrap();
     let out = readme_command(&other);
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "scripts/a.sh && hactl lab up --name right\n", "{}", said(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "scripts/a.sh && hactl lab up --name right\n",
+        "{}",
+        said(&out)
+    );
 }
 
 #[test]
@@ -111,11 +124,16 @@ fn a_readme_without_the_block_fails_loudly() {
     let dir = tempfile::tempdir().unwrap();
     let readme = dir.path().join("README.md");
     // The heading is there, but the block sits under another one.
-    std::fs::write(&readme, "## Two commands\ntext\n## Later\n```sh\nhactl lab up\n```\n").unwrap();
+    std::fs::write(
+        &readme,
+        "## Two commands\ntext\n## Later\n```sh\nhactl lab up\n```\n",
+    )
+    .unwrap();
     let out = readme_command(&readme);
     assert_eq!(out.status.code(), Some(1), "{}", said(&out));
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("has no shell block with a command under the heading \"Two commands\""),
+        String::from_utf8_lossy(&out.stderr)
+            .contains("has no shell block with a command under the heading \"Two commands\""),
         "{}",
         said(&out)
     );
@@ -123,5 +141,9 @@ fn a_readme_without_the_block_fails_loudly() {
     std::fs::write(&readme, "## Two commands\n```sh\ncargo build\n```\n").unwrap();
     let out = readme_command(&readme);
     assert_eq!(out.status.code(), Some(1), "{}", said(&out));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("does not bring up a lab"), "{}", said(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not bring up a lab"),
+        "{}",
+        said(&out)
+    );
 }

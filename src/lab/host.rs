@@ -6,9 +6,9 @@
 //! recorded pid alone; every systemd-nspawn started here is detached (its own session, output to
 //! the host's console.log) so it outlives the `hactl` that started it.
 
-use crate::local_command;
 use super::proc::{self, run};
 use super::{net, HostState, Lab, LabError, LabHost, Result};
+use crate::local_command;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -5,9 +5,9 @@
 //! then renamed into place); one builder at a time (a lock file; a second `up` waits for the
 //! first); nothing host-specific is in it (no sshd host keys, an empty machine-id).
 
-use crate::local_command;
 use super::proc::{self, run};
 use super::Result;
+use crate::local_command;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

@@ -144,7 +144,10 @@ mod tests {
         if let Some(cache) = std::env::var_os(CHILD) {
             let script = "set -eu\nenv >\"$HACTL_KUBE_CACHE/seen-env\"\nmkdir -p \"$HACTL_KUBE_CACHE/$1\"\necho \"$HACTL_KUBE_CACHE/$1\"\n";
             let cache = PathBuf::from(cache);
-            assert_eq!(run_build_script(script, &cache, "1.20.2").unwrap(), cache.join("v1.20.2"));
+            assert_eq!(
+                run_build_script(script, &cache, "1.20.2").unwrap(),
+                cache.join("v1.20.2")
+            );
             return;
         }
         let cache = tempfile::tempdir().unwrap();
@@ -163,7 +166,10 @@ mod tests {
         let seen = std::fs::read_to_string(cache.path().join("seen-env"))
             .unwrap_or_else(|e| panic!("the script did not run ({e}):\n{said}"));
         for (name, _) in HOSTILE {
-            assert!(!seen.lines().any(|l| l.starts_with(&format!("{name}="))), "{name} reached the script:\n{seen}");
+            assert!(
+                !seen.lines().any(|l| l.starts_with(&format!("{name}="))),
+                "{name} reached the script:\n{seen}"
+            );
         }
         // cargo sets CARGO_* for this very test process: none of them either.
         assert!(!seen.lines().any(|l| l.starts_with("CARGO")), "{seen}");

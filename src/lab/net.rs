@@ -6,9 +6,9 @@
 //! interface or recorded by another lab is never taken; nothing global (routes, forwarding,
 //! firewall) is touched.
 
-use crate::local_command;
 use super::proc::run;
 use super::{LabError, Result};
+use crate::local_command;
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};

@@ -4,8 +4,8 @@
 //! Invariant: no `unsafe`; signals go through `kill(1)`, and every process is found by reading
 //! /proc rather than trusted from a recorded pid (pids are reused).
 
-use crate::local_command;
 use super::{LabError, Result};
+use crate::local_command;
 use std::fs::File;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
