@@ -12,10 +12,11 @@
 # The pristine root is built once and cached; every run starts from it again (systemd-nspawn
 # --volatile=overlay: writes go to a tmpfs that is dropped at exit), so install-deps.sh always meets
 # a fresh machine. Between runs only these are kept, outside the checkout: cargo's registry cache, a
-# target dir, and apt's cache of downloaded .deb files (not its package lists: each run reads
-# those from the archive as a fresh machine does, so a moved archive shows here). Build scripts that call system tools or the C toolchain would not run again from a
-# warm target dir and could hide a missing package, so their packages (and hactl's own build script)
-# are cleaned before every check: see `rebuilt` below.
+# target dir, and apt's cache of downloaded .deb files (not its package lists: each run reads those
+# from the archive as a fresh machine does, so a moved archive shows here). Build scripts that call
+# system tools or the C toolchain would not run again from a warm target dir and could hide a
+# missing package, so their packages (and hactl's own build script) are cleaned before every
+# check: see `rebuilt` below.
 #
 # Needs root, debootstrap and systemd-nspawn (scripts/install-deps.sh installs both).
 # Environment:
