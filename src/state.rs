@@ -292,7 +292,7 @@ fn current_uid() -> io::Result<u32> {
     if cfg!(target_os = "linux") {
         return Ok(fs_err::metadata("/proc/self")?.uid());
     }
-    let out = std::process::Command::new("id").arg("-u").output()?;
+    let out = crate::local_command::new("id").arg("-u").output()?;
     String::from_utf8_lossy(&out.stdout)
         .trim()
         .parse()
@@ -307,7 +307,7 @@ fn pid_alive(pid: u32) -> bool {
     if cfg!(target_os = "linux") {
         return Path::new("/proc").join(pid.to_string()).exists();
     }
-    std::process::Command::new("kill")
+    crate::local_command::new("kill")
         .args(["-0", &pid.to_string()])
         .stderr(std::process::Stdio::null())
         .status()
