@@ -453,3 +453,133 @@ fn placeholders_shell_syntax_and_prose_are_read_as_a_shell_would() {
     assert!(found.iter().all(|f| f.shape == Shape::Line && check(f).is_ok()), "{found:#?}");
     assert_eq!(found[1].line, 3);
 }
+
+/// Every field of the inventory file has an entry in docs/reference/inventory.md. The inventory
+/// below sets every field of `hactl::inventory::raw` (a struct literal without `..`, so a new
+/// field does not compile until it is added here, and then fails until it is documented).
+#[test]
+fn every_inventory_field_has_an_entry_in_the_reference() {
+    use hactl::inventory::raw::*;
+    let ssh = || RawSsh {
+        user: Some("u".into()),
+        port: Some(22),
+        key_file: Some("k".into()),
+        agent: Some(false),
+        sudo: Some(true),
+        bastion: Some(RawBastion {
+            address: "10.0.0.5".into(),
+            port: Some(22),
+            user: Some("u".into()),
+            key_file: Some("k".into()),
+            agent: Some(false),
+        }),
+        connect_timeout: Some(10),
+    };
+    let inventory = RawInventory {
+        api_version: "hactl.io/v1alpha1".into(),
+        kind: "Cluster".into(),
+        metadata: RawMetadata { name: "c".into() },
+        spec: RawSpec {
+            ssh: ssh(),
+            hosts: vec![RawHost {
+                name: "cp1".into(),
+                address: "10.0.0.11".into(),
+                prefix_length: Some(24),
+                roles: vec!["etcd".into()],
+                interface: Some("eth0".into()),
+                ssh: ssh(),
+            }],
+            vip: Some(RawVip {
+                address: "10.0.0.100".into(),
+                router_id: Some(51),
+            }),
+            etcd: RawEtcd {
+                version: Some("3.5.16".into()),
+                source: RawSourceKind::Release,
+                release_url: Some("https://x".into()),
+                sha256: Some("0".into()),
+                bundle_dir: Some("b".into()),
+                data_dir: Some("/var/lib/etcd".into()),
+                client_port: Some(2379),
+                peer_port: Some(2380),
+                heartbeat_interval: Some(100),
+                election_timeout: Some(1000),
+                quota_backend_bytes: Some(1),
+                auto_compaction_retention: Some("8h".into()),
+                extra_args: vec![],
+            },
+            kubernetes: Some(RawKubernetes {
+                version: Some("1.31.4".into()),
+                source: RawSourceKind::Release,
+                release_url: Some("https://x".into()),
+                sha256: Some("0".into()),
+                bundle_dir: Some("b".into()),
+                service_cidr: Some("10.96.0.0/12".into()),
+                pod_cidr: Some("10.244.0.0/16".into()),
+                mode: Some("systemd".into()),
+            }),
+            pki: RawPki {
+                key_type: Some("ecdsa-p256".into()),
+                ca_validity_days: Some(3650),
+                cert_validity_days: Some(365),
+                renew_before_days: Some(30),
+            },
+            state_dir: Some("s".into()),
+            allow_single_member: false,
+            heal: RawHeal {
+                max_unhealthy: Some(1),
+                max_retry: Some(3),
+                retry_period: Some("10m".into()),
+                min_healthy_period: Some("1h".into()),
+                unhealthy_timeout: Some("5m".into()),
+            },
+            backup: RawBackup {
+                enabled: Some(true),
+                interval: Some("1h".into()),
+                retention: Some(24),
+                dir: Some("/var/lib/etcd-backups".into()),
+                remote: Some(RawBackupRemote {
+                    address: "10.0.0.50".into(),
+                    port: Some(22),
+                    user: Some("u".into()),
+                    key_file: Some("k".into()),
+                    path: "/srv/b".into(),
+                    retention: Some(24),
+                }),
+            },
+        },
+    };
+    fn paths(prefix: &str, v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(map) => {
+                for (k, v) in map {
+                    let p = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                    out.push(p.clone());
+                    paths(&p, v, out);
+                }
+            }
+            serde_json::Value::Array(items) => {
+                for item in items.iter().filter(|i| i.is_object()) {
+                    paths(&format!("{prefix}[]"), item, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut fields = Vec::new();
+    paths("", &serde_json::to_value(&inventory).unwrap(), &mut fields);
+    let per_host_ssh = |f: &String| f.starts_with("spec.hosts[].ssh.");
+    let doc_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/reference/inventory.md");
+    let doc = std::fs::read_to_string(&doc_path).unwrap();
+    let missing: Vec<&String> = fields
+        .iter()
+        .filter(|f| !["spec", "metadata"].contains(&f.as_str()) && !per_host_ssh(f))
+        .filter(|f| !doc.contains(&format!("| `{f}` |")) && !doc.contains(&format!("## `{f}`")))
+        .collect();
+    assert!(fields.len() > 50, "only {} fields seen: {fields:?}", fields.len());
+    assert!(
+        missing.is_empty(),
+        "{} has no entry (a table row starting with | `FIELD` |, or a heading ## `FIELD` for a section) for: {missing:?}",
+        doc_path.display()
+    );
+}
