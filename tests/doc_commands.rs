@@ -187,7 +187,9 @@ fn command_in(segment: &str, line: usize, in_prose: bool) -> Option<Found> {
             || a.contains("...")
             || a == "|"
             || (a.contains('|') && !a.starts_with('-'))
-            || (a.contains('/') && !a.starts_with('-') && a.chars().all(|c| c.is_ascii_lowercase() || "-/".contains(c)))
+            || (a.contains('/')
+                && !a.starts_with('-')
+                && a.chars().all(|c| c.is_ascii_lowercase() || "-/".contains(c)))
     });
     Some(Found {
         line,
@@ -200,7 +202,10 @@ fn command_in(segment: &str, line: usize, in_prose: bool) -> Option<Found> {
 
 fn is_assignment(word: &str) -> bool {
     word.split_once('=').is_some_and(|(name, _)| {
-        !name.is_empty() && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
     })
 }
 
@@ -286,7 +291,10 @@ fn check_synopsis(args: &[String]) -> Result<(), String> {
                         return Err(format!(
                             "`{}` has no subcommand {alt:?} (it has: {})",
                             c.get_name(),
-                            c.get_subcommands().map(|s| s.get_name()).collect::<Vec<_>>().join(", ")
+                            c.get_subcommands()
+                                .map(|s| s.get_name())
+                                .collect::<Vec<_>>()
+                                .join(", ")
                         ))
                     }
                 }
@@ -313,7 +321,11 @@ fn flags_in(word: &str) -> Vec<String> {
     word.split(['[', ']', '(', ')', '|'])
         .filter(|p| p.starts_with('-') && p.len() > 1 && *p != "--")
         .map(|p| p.split('=').next().unwrap_or(p).to_string())
-        .filter(|p| p.chars().skip_while(|&c| c == '-').all(|c| c.is_ascii_alphanumeric() || c == '-'))
+        .filter(|p| {
+            p.chars()
+                .skip_while(|&c| c == '-')
+                .all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
         .collect()
 }
 
@@ -401,7 +413,10 @@ fn every_hactl_command_in_the_readme_and_the_docs_parses() {
         all_failed.join("\n\n")
     );
     // The walk must have found the docs' commands: an extractor that finds nothing passes nothing.
-    assert!(readme_lines >= 10, "only {readme_lines} command lines found in README.md");
+    assert!(
+        readme_lines >= 10,
+        "only {readme_lines} command lines found in README.md"
+    );
     assert!(lines >= 100, "only {lines} command lines found in the docs");
     assert!(synopses >= 10, "only {synopses} synopses found in the docs");
 }
@@ -412,15 +427,24 @@ fn a_made_up_flag_is_caught_with_its_file_and_line() {
     let (found, failed) = failures("x.md", doc);
     assert_eq!(found.len(), 3, "{found:?}");
     assert_eq!(failed.len(), 2, "{failed:#?}");
-    assert!(failed[0].starts_with("x.md:3: `hactl up -i c.yaml --made-up-flag`"), "{}", failed[0]);
-    assert!(failed[0].contains("--made-up-flag"), "clap's error: {}", failed[0]);
+    assert!(
+        failed[0].starts_with("x.md:3: `hactl up -i c.yaml --made-up-flag`"),
+        "{}",
+        failed[0]
+    );
+    assert!(
+        failed[0].contains("--made-up-flag"),
+        "clap's error: {}",
+        failed[0]
+    );
     assert!(failed[1].starts_with("x.md:7: "), "{}", failed[1]);
     assert!(failed[1].contains("--yes-please"), "{}", failed[1]);
 }
 
 #[test]
 fn a_made_up_flag_or_subcommand_in_a_synopsis_is_caught() {
-    let good = "`hactl maintenance plan|start|complete HOST [--max-unavailable N] [--dry-run] [--yes] [-o json]`";
+    let good =
+        "`hactl maintenance plan|start|complete HOST [--max-unavailable N] [--dry-run] [--yes] [-o json]`";
     assert_eq!(failures("x.md", good).1, Vec::<String>::new());
     // `maintenance` has `--yes` but no `-y`: one of the three subcommands lacking it is enough.
     let (found, failed) = failures("x.md", "`hactl maintenance plan|start HOST [-y]`");
@@ -443,14 +467,25 @@ fn placeholders_shell_syntax_and_prose_are_read_as_a_shell_would() {
     assert_eq!(
         args,
         vec![
-            vec!["recover", "-i", "inv.yaml", "--from-snapshot", "backups/1-1.db", "--steal-lock", "1"],
+            vec![
+                "recover",
+                "-i",
+                "inv.yaml",
+                "--from-snapshot",
+                "backups/1-1.db",
+                "--steal-lock",
+                "1"
+            ],
             vec!["check", "-i", "a.yaml"],
             vec!["up", "-i", "a.yaml"],
             vec!["kubeconfig", "-i", "c.yaml"],
             vec!["lab", "up", "--apply", "--out", "lab.yaml"],
         ]
     );
-    assert!(found.iter().all(|f| f.shape == Shape::Line && check(f).is_ok()), "{found:#?}");
+    assert!(
+        found.iter().all(|f| f.shape == Shape::Line && check(f).is_ok()),
+        "{found:#?}"
+    );
     assert_eq!(found[1].line, 3);
 }
 
@@ -553,7 +588,11 @@ fn every_inventory_field_has_an_entry_in_the_reference() {
         match v {
             serde_json::Value::Object(map) => {
                 for (k, v) in map {
-                    let p = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                    let p = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
                     out.push(p.clone());
                     paths(&p, v, out);
                 }
