@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The fresh-machine check (CI): proves that scripts/install-deps.sh installs everything a new Debian
 # machine needs to build hactl, and scripts/vagrant-deps.sh what the Vagrant lab needs. In a Debian
-# bookworm root holding only the build-machine prerequisites the README names (gcc, git, curl,
-# ca-certificates; debootstrap --variant=minbase plus those), booted as a container with
-# systemd-nspawn (never the host's root), it runs scripts/install-deps.sh, then
+# bookworm root holding only the build-machine prerequisites the README's "Install" section names
+# (gcc, git, curl, ca-certificates; debootstrap --variant=minbase plus those), booted as a
+# container with systemd-nspawn (never the host's root), it runs scripts/install-deps.sh, then
 # scripts/vagrant-deps.sh and checks that Vagrant's libvirt provider, libvirtd, virsh and QEMU run,
 # then `cargo check --locked`. From the host it takes only:
 #   - a clean copy of the repository (tracked and new files, no target/, no .git), read-only;
@@ -28,7 +28,8 @@ repo="$(cd "$(dirname "$0")/.." && pwd)"
 fresh_who=fresh-machine-check
 # shellcheck source=scripts/lib/fresh-root.sh
 . "$repo/scripts/lib/fresh-root.sh"
-# What the README names for a build machine ("Build machine" section). Keep the two in step.
+# What the README ("Install") and docs/getting-started.md ("Install") name for a build machine.
+# Keep the three in step.
 prereqs=(gcc git curl ca-certificates)
 # Packages whose build scripts run system tools or compile C: protoc (etcd-client's protos via
 # tonic-prost-build), the C compiler and libc headers (aws-lc-sys), and hactl's own build script

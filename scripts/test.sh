@@ -63,9 +63,9 @@ echo "test.sh: the release check took $(( $(date +%s) - started )) s"
 # The Vagrant lab (real VMs under libvirt, tests/vagrant.rs: scripts/vagrant-lab.sh): 3 emulated
 # VMs, `hactl check`, `up`, `status`, a second `plan`, a recreated VM's new host key refused, then
 # `vagrant destroy`. It needs most of the machine, so it runs alone, after the rest: about 9 min
-# on a quiet machine with the box cached (README, Vagrant). Without root it skips; as root only
-# where the machine cannot run it (no /dev/net/tun). HACTL_VAGRANT=0 leaves it out of a local run,
-# saying so; CI sets nothing.
+# on a quiet machine with the box cached (docs/development/vagrant.md). Without root it skips; as
+# root only where the machine cannot run it (no /dev/net/tun). HACTL_VAGRANT=0 leaves it out of a
+# local run, saying so; CI sets nothing.
 if [ "${HACTL_VAGRANT:-1}" = 0 ]; then
   echo "test.sh: the Vagrant lab is left out (HACTL_VAGRANT=0)"
 else

@@ -837,7 +837,7 @@ fn every_component_serves_tls_12_with_aead_ciphers_and_its_unit_is_sandboxed() {
     assert_eq!(api["kubelet-certificate-authority"], files::CA_CRT);
     assert_eq!(
         api["anonymous-auth"], "true",
-        "kept on for HAProxy's /readyz check (README)"
+        "kept on for HAProxy's /readyz check (docs/reference/kubernetes.md, Hardening)"
     );
     let cm = flag_map(&text(&up[&Component::ControllerManager.unit_path()]));
     assert_eq!(cm["terminated-pod-gc-threshold"], "1000");

@@ -17,7 +17,7 @@ use crate::inventory::{Host, Inventory, Role};
 use crate::pki;
 use crate::state::StateDir;
 
-/// The JSON document of `hactl status -o json` (schema in README.md).
+/// The JSON document of `hactl status -o json` (schema in docs/reference/json.md).
 #[derive(Debug, Clone, Serialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterStatus {

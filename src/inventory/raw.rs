@@ -2,7 +2,7 @@
 //!
 //! Invariant: every struct here denies unknown fields, and nothing here is trusted: `validate.rs`
 //! turns a [`RawInventory`] into an [`crate::inventory::Inventory`] or a list of every problem.
-//! The README's inventory reference table is kept in step with this file.
+//! docs/reference/inventory.md has an entry for every field here (tests/doc_commands.rs checks it).
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;

@@ -1,6 +1,6 @@
 //! Version gates: what differs between the Kubernetes minors hactl supports (1.20 through the
 //! newest), in flags and in APIs. Each gate names the upstream changelog entry it follows; the
-//! README's "Kubernetes versions" table says the same in prose.
+//! "Kubernetes versions" table in docs/reference/kubernetes.md says the same in prose.
 //!
 //! | gate | before | from | upstream |
 //! |---|---|---|---|

@@ -330,8 +330,9 @@ pub async fn plan(inv: Inventory, state: StateDir, args: &MaintenanceArgs) -> an
     Ok(code)
 }
 
-/// Runs `steps` journaled in a new run `maintenance-<host>-…`; a failure maps to the README's
-/// exit codes (a refusal inside keeps its code; after a change, 4 "failed after changes").
+/// Runs `steps` journaled in a new run `maintenance-<host>-…`; a failure maps to the exit codes
+/// of docs/reference/exit-codes.md (a refusal inside keeps its code; after a change, 4 "failed
+/// after changes").
 async fn run_steps(live: &Arc<Live>, steps: &[JournaledStep], what: &str) -> anyhow::Result<()> {
     let state = &live.state;
     let run = new_run_id(&format!("maintenance-{}", live.host));
@@ -370,9 +371,9 @@ async fn run_steps(live: &Arc<Live>, steps: &[JournaledStep], what: &str) -> any
     }
 }
 
-/// The README's exit code for a failed step: a refusal inside keeps its code; otherwise 4
-/// ("failed after changes") once any step of the run changed something (a `complete` that
-/// started etcd and then failed its gate), else 1.
+/// The exit code (docs/reference/exit-codes.md) for a failed step: a refusal inside keeps its
+/// code; otherwise 4 ("failed after changes") once any step of the run changed something (a
+/// `complete` that started etcd and then failed its gate), else 1.
 pub fn exit_code(failed: &journaled::StepFailed) -> i32 {
     match failed.inner_refusal() {
         Some(c) => c,
