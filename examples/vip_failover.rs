@@ -12,8 +12,9 @@
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
+use hactl::inventory::DEFAULT_ADVERT_INTERVAL;
 use hactl::lab::{self, Fault, Lab, LabUpOptions};
-use hactl::load_balancer::{master_down_interval_secs, priority, ADVERT_INT};
+use hactl::load_balancer::{master_down_interval_secs, priority};
 
 const POLL: Duration = Duration::from_millis(10);
 
@@ -68,6 +69,7 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() -> anyhow::Result<()> {
+    let advert = DEFAULT_ADVERT_INTERVAL.as_secs_f64();
     let runs: usize = std::env::args()
         .nth(1)
         .map(|a| a.parse())
@@ -124,7 +126,7 @@ fn main() -> anyhow::Result<()> {
         let cut = holder(&lab).ok_or_else(|| anyhow::anyhow!("no load balancer holds the VIP"))?;
         let other = if cut == "lb1" { "lb2" } else { "lb1" };
         let other_priority = priority(usize::from(other == "lb2"));
-        let bound = master_down_interval_secs(f64::from(ADVERT_INT), other_priority);
+        let bound = master_down_interval_secs(advert, other_priority);
         let t0 = Instant::now();
         lab.fault(&cut, Fault::PowerCut)?;
         while !answers(vip) {
@@ -165,16 +167,16 @@ fn main() -> anyhow::Result<()> {
     );
     let med = median(&mut times);
     println!();
-    println!("VIP failover after a power cut of the holder ({runs} runs, advert_int {ADVERT_INT} s)");
+    println!("VIP failover after a power cut of the holder ({runs} runs, advert_int {advert:.2} s)");
     println!("  median {med:.3} s   min {min:.3} s   max {max:.3} s");
     println!(
         "  keepalived bound: master down interval = 3 × advert_int + (256 − priority)/256 × advert_int = {:.3} s (priority 150) / {:.3} s (priority 140)",
-        master_down_interval_secs(f64::from(ADVERT_INT), 150),
-        master_down_interval_secs(f64::from(ADVERT_INT), 140)
+        master_down_interval_secs(advert, 150),
+        master_down_interval_secs(advert, 140)
     );
     println!(
-        "  the timer runs from the last advert heard (0 to {ADVERT_INT} s before the cut): expected window {:.3}–{bound_max:.3} s",
-        bound_max - f64::from(ADVERT_INT)
+        "  the timer runs from the last advert heard (0 to {advert:.2} s before the cut): expected window {:.3}–{bound_max:.3} s",
+        bound_max - advert
     );
     println!(
         "  floor: TCP connect to the healthy VIP {connect_ms:.2} ms (median of 20); poll interval {} ms",

@@ -2,7 +2,7 @@
 //! and command-line flags (`--drain-timeout`, `--accept-data-loss-window`).
 //!
 //! A duration is one or more `<number><unit>` terms, units in descending order, each at most once:
-//! `d` (days), `h`, `m`, `s`. So `30s`, `10m`, `1h30m`, `2d`, `1d12h`. A bare number is seconds
+//! `d` (days), `h`, `m`, `s`, `ms`. So `30s`, `10m`, `1h30m`, `2d`, `1d12h`, `500ms`, `1s500ms`. A bare number is seconds
 //! (`90`), as the inventory has always accepted. Invariant: pure; the same text gives the same
 //! duration (or the same error) wherever it is written.
 
@@ -13,7 +13,7 @@ use std::time::Duration;
 pub enum DurationError {
     #[error("{0:?} is not a duration: use e.g. 30s, 10m, 1h30m or 2d")]
     Syntax(String),
-    #[error("{text:?}: unit {unit:?} is not one of d, h, m, s (e.g. 30s, 10m, 1h30m, 2d)")]
+    #[error("{text:?}: unit {unit:?} is not one of d, h, m, s, ms (e.g. 30s, 10m, 1h30m, 2d, 500ms)")]
     Unit { text: String, unit: String },
     #[error("{0:?}: write the units largest first, each once (e.g. 1h30m, not 30m1h)")]
     Order(String),
@@ -21,7 +21,7 @@ pub enum DurationError {
     Overflow(String),
 }
 
-/// Parses `30s`, `10m`, `1h30m`, `2d`, or a bare number of seconds.
+/// Parses `30s`, `10m`, `1h30m`, `2d`, `500ms`, or a bare number of seconds.
 pub fn parse(text: &str) -> Result<Duration, DurationError> {
     let s = text.trim();
     if s.is_empty() {
@@ -34,10 +34,17 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
             .map_err(|_| DurationError::Overflow(text.to_string()));
     }
     let mut rest = s;
+    // Milliseconds.
     let mut total: u64 = 0;
     // Index into UNITS of the last unit seen: the next must come after it.
     let mut last: Option<usize> = None;
-    const UNITS: [(&str, u64); 4] = [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)];
+    const UNITS: [(&str, u64); 5] = [
+        ("d", 86_400_000),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+        ("ms", 1),
+    ];
     while !rest.is_empty() {
         let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
         if digits == 0 {
@@ -65,11 +72,11 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
             .map_err(|_| DurationError::Overflow(text.to_string()))?;
         total = n
             .checked_mul(UNITS[index].1)
-            .and_then(|secs| total.checked_add(secs))
+            .and_then(|millis| total.checked_add(millis))
             .ok_or_else(|| DurationError::Overflow(text.to_string()))?;
         rest = next;
     }
-    Ok(Duration::from_secs(total))
+    Ok(Duration::from_millis(total))
 }
 
 /// The shortest text `parse` reads back as `d` (whole seconds): `1h30m`, `2d`, `0s`.
@@ -86,6 +93,16 @@ pub fn format(d: Duration) -> String {
         }
     }
     out
+}
+
+/// Like [`format`], with a millisecond remainder: `1s500ms`, `300ms`, `10s`.
+pub fn format_millis(d: Duration) -> String {
+    let millis = d.subsec_millis();
+    match (d.as_secs(), millis) {
+        (_, 0) => format(d),
+        (0, ms) => format!("{ms}ms"),
+        (_, ms) => format!("{}{ms}ms", format(Duration::from_secs(d.as_secs()))),
+    }
 }
 
 #[cfg(test)]
@@ -111,6 +128,15 @@ mod tests {
         for (text, secs) in ok {
             assert_eq!(parse(text), Ok(Duration::from_secs(*secs)), "{text}");
         }
+        let millis: &[(&str, u64)] = &[("500ms", 500), ("1s500ms", 1_500), ("0ms", 0), ("1m5ms", 60_005)];
+        for (text, ms) in millis {
+            let d = Duration::from_millis(*ms);
+            assert_eq!(parse(text), Ok(d), "{text}");
+            assert_eq!(parse(&format_millis(d)), Ok(d), "{text}");
+        }
+        assert_eq!(format_millis(Duration::from_millis(1_500)), "1s500ms");
+        assert_eq!(format_millis(Duration::from_millis(300)), "300ms");
+        assert_eq!(format_millis(Duration::from_secs(60)), "1m");
         let bad: &[(&str, &str)] = &[
             ("", "not a duration"),
             ("h", "not a duration"),
@@ -119,7 +145,8 @@ mod tests {
             ("-1h", "not a duration"),
             ("10 m", "unit \" m\""),
             ("3w", "unit \"w\""),
-            ("1ms", "unit \"ms\""),
+            ("1us", "unit \"us\""),
+            ("500ms1s", "largest first"),
             ("30m1h", "largest first"),
             ("1h1h", "largest first"),
             ("99999999999999999999d", "too long"),

@@ -527,7 +527,14 @@ fn every_inventory_field_has_an_entry_in_the_reference() {
             vip: Some(RawVip {
                 address: "10.0.0.100".into(),
                 router_id: Some(51),
+                advert_interval: Some("300ms".into()),
             }),
+            load_balancer: RawLoadBalancer {
+                check_interval: Some("1s".into()),
+                fall: Some(2),
+                rise: Some(2),
+                connect_timeout: Some("1s".into()),
+            },
             etcd: RawEtcd {
                 version: Some("3.5.16".into()),
                 source: RawSourceKind::Release,

@@ -157,6 +157,26 @@ fn bad_inventories_report_every_problem_with_its_place() {
             vec!["lab.yaml: vip.routerId: 0 is not a virtual router id: use 1 to 255, unique on the network (default 51)".into()],
         ),
         (
+            "advert interval out of range and not in hundredths",
+            edit(&[("address: 192.168.56.100\n", "address: 192.168.56.100\n    advertInterval: 50ms\n")]),
+            vec!["lab.yaml: vip.advertInterval: 50ms is outside 100ms..10s: choose a value in that range (default 300ms)".into()],
+        ),
+        (
+            "advert interval not a multiple of 10ms",
+            edit(&[("address: 192.168.56.100\n", "address: 192.168.56.100\n    advertInterval: 305ms\n")]),
+            vec!["lab.yaml: vip.advertInterval: 305ms: keepalived counts in hundredths of a second: use a multiple of 10ms (default 300ms)".into()],
+        ),
+        (
+            "load balancer tuning out of range",
+            edit(&[("  vip:\n", "  loadBalancer:\n    checkInterval: 2m\n    connectTimeout: soon\n    fall: 0\n    rise: 11\n  vip:\n")]),
+            vec![
+                "lab.yaml: loadBalancer.checkInterval: 2m is outside 100ms..1m: choose a value in that range (default 1s)".into(),
+                "lab.yaml: loadBalancer.connectTimeout: \"soon\" is not a duration: use e.g. 30s, 10m, 1h30m or 2d".into(),
+                "lab.yaml: loadBalancer.fall: 0 is outside 1..10: choose a count in that range (default 2)".into(),
+                "lab.yaml: loadBalancer.rise: 11 is outside 1..10: choose a count in that range (default 2)".into(),
+            ],
+        ),
+        (
             "load balancer without vip",
             edit(&[("  vip:\n    address: 192.168.56.100\n", "")]),
             vec!["lab.yaml: vip: required because hosts[3] has the load-balancer role: set vip.address to a free address in the load balancers' subnet".into()],
@@ -610,6 +630,13 @@ fn a_good_inventory_gets_its_defaults() {
     assert_eq!(names, ["cp1", "cp2", "cp3", "lb1", "lb2"]);
     assert_eq!(inv.with_role(Role::Etcd).len(), 3);
     assert_eq!(inv.with_role(Role::LoadBalancer).len(), 2);
+    let vip = inv.vip.as_ref().unwrap();
+    assert_eq!(vip.advert_interval, std::time::Duration::from_millis(300));
+    assert_eq!(inv.load_balancer, hactl::inventory::LoadBalancerSpec::default());
+    assert_eq!(
+        inv.load_balancer.connect_timeout,
+        std::time::Duration::from_secs(1)
+    );
 
     let cp1 = &inv.hosts[0];
     assert_eq!(cp1.address, "192.168.56.11".parse::<IpAddr>().unwrap());

@@ -476,7 +476,7 @@ fn rendered_example_configs_pass_haproxy_and_keepalived_checks() {
     let inv = hactl::inventory::load_str(path, &text).unwrap();
     let lb1 = inv.host("lb1").unwrap();
     let cfg = hactl::phases::load_balancer::haproxy_cfg(lb1, &inv).unwrap();
-    let conf = hactl::phases::load_balancer::keepalived_conf(lb1, &inv, "host0", "abcd1234").unwrap();
+    let conf = hactl::phases::load_balancer::keepalived_conf(lb1, &inv, "host0").unwrap();
     // keepalived -t checks that the interface exists: the lab host's is host0 (the example's eth0).
     // The certificates the config names: any valid PEMs do for a syntax check.
     let dir = tempfile::tempdir().unwrap();
@@ -544,6 +544,7 @@ fn stacked_load_balancers_share_hosts_with_etcd_without_port_clashes() {
     raw.spec.vip = Some(hactl::inventory::raw::RawVip {
         address: lab.lab().vip.to_string(),
         router_id: None,
+        advert_interval: None,
     });
     std::fs::write(&path, serde_saphyr::to_string(&raw).unwrap()).unwrap();
     up(&lab);

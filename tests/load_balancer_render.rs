@@ -12,8 +12,6 @@ use hactl::phases::load_balancer::{haproxy_cfg, keepalived_conf};
 use hactl::phases::{Ctx, Phase, PlanError};
 use hactl::plan::{Plan, Step};
 
-const PASSWORD: &str = "Xy12ab34";
-
 /// `inventories/example.yaml` as written.
 fn example() -> Inventory {
     let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/inventories/example.yaml"));
@@ -51,12 +49,36 @@ fn keepalived_conf_for_the_example_inventory() {
     let inv = example();
     insta::assert_snapshot!(
         "keepalived_lb1",
-        keepalived_conf(inv.host("lb1").unwrap(), &inv, "eth0", PASSWORD).unwrap()
+        keepalived_conf(inv.host("lb1").unwrap(), &inv, "eth0").unwrap()
     );
     insta::assert_snapshot!(
         "keepalived_lb2",
-        keepalived_conf(inv.host("lb2").unwrap(), &inv, "ens3", PASSWORD).unwrap()
+        keepalived_conf(inv.host("lb2").unwrap(), &inv, "ens3").unwrap()
     );
+}
+
+/// `spec.vip.advertInterval` and `spec.loadBalancer` reach the files as keepalived's and
+/// HAProxy's syntax.
+#[test]
+fn tuning_from_the_inventory_reaches_haproxy_and_keepalived() {
+    let mut inv = example();
+    inv.vip.as_mut().unwrap().advert_interval = std::time::Duration::from_millis(1_250);
+    inv.load_balancer.check_interval = std::time::Duration::from_millis(400);
+    inv.load_balancer.connect_timeout = std::time::Duration::from_millis(700);
+    inv.load_balancer.fall = 3;
+    inv.load_balancer.rise = 4;
+    let conf = keepalived_conf(inv.host("lb1").unwrap(), &inv, "eth0").unwrap();
+    assert!(conf.contains("    advert_int 1.25\n"), "{conf}");
+    assert!(conf.contains("    vrrp_version 3\n"), "{conf}");
+    assert!(!conf.contains("auth_pass"), "{conf}");
+    let cfg = haproxy_cfg(inv.host("lb1").unwrap(), &inv).unwrap();
+    assert!(cfg.contains("    timeout connect 700ms\n"), "{cfg}");
+    assert!(cfg.contains("    timeout check 700ms\n"), "{cfg}");
+    assert!(
+        cfg.contains("default-server inter 400ms fastinter 100ms fall 3 rise 4 observe layer4"),
+        "{cfg}"
+    );
+    assert!(cfg.contains("    retries 3\n    option redispatch 1\n"), "{cfg}");
 }
 
 #[test]
@@ -86,7 +108,7 @@ fn fixture() -> Fixture {
 }
 
 fn plan(fx: &Fixture, facts: &BTreeMap<String, HostFacts>) -> Result<Plan, PlanError> {
-    let ctx = Ctx::new(&fx.inv, &fx.pki, facts).with_vrrp_password(Some(PASSWORD));
+    let ctx = Ctx::new(&fx.inv, &fx.pki, facts);
     let phases: Vec<Box<dyn Phase>> = vec![Box::new(InstallLoadBalancer), Box::new(ConfigureLoadBalancer)];
     hactl::phases::build(&phases, &ctx)
 }
@@ -168,21 +190,8 @@ fn a_fresh_load_balancer_gets_everything_and_the_vip_is_verified() {
     }
     // The load balancers get no etcd credential at all (no key, no etcd CA).
     assert!(!text.contains("lb1: write /etc/hactl/pki/haproxy/etcd"), "{text}");
-    // keepalived.conf holds the 8-character VRRP password: its hash is not printed either, since
-    // it would allow an offline search of every password against the template.
-    let conf = text
-        .lines()
-        .find(|l| l.starts_with("lb1: write /etc/keepalived/keepalived.conf"))
-        .unwrap();
-    assert!(
-        conf.ends_with("sha256=withheld (the file holds a short secret)"),
-        "{conf}"
-    );
-    // Only path, mode, owner, size and sha256 of secrets: no key, no VRRP password.
-    assert!(
-        !text.contains("PRIVATE KEY") && !text.contains(PASSWORD),
-        "{text}"
-    );
+    // Only path, mode, owner, size and sha256 of secrets: no key.
+    assert!(!text.contains("PRIVATE KEY"), "{text}");
 }
 
 #[test]

@@ -57,7 +57,9 @@ fn inventory(members: usize, key_type: KeyType) -> Inventory {
         vip: Some(Vip {
             address: "10.0.0.100".parse().unwrap(),
             router_id: 51,
+            advert_interval: hactl::inventory::DEFAULT_ADVERT_INTERVAL,
         }),
+        load_balancer: Default::default(),
         etcd: EtcdSpec {
             version: None,
             source: BinarySource::Package,

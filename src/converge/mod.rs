@@ -183,16 +183,10 @@ pub async fn prepare_with(
         .and_then(|b| binaries::reported_version(b, "etcd", &state.path.join("downloads").join("run")))
         .and_then(|v| crate::etcd::upgrade::parse(&v));
     let kubernetes = crate::kubernetes::inputs::prepare(&inv, &state).await?;
-    let vrrp_password = if inv.with_role(Role::LoadBalancer).is_empty() {
-        None
-    } else {
-        Some(crate::load_balancer::vrrp_password(&state).context("failed to prepare the VRRP password")?)
-    };
     let ctx = Ctx::new(&inv, &pki, &facts)
         .with_etcd(&view)
         .with_binaries(binaries.as_ref())
         .with_kubernetes(kubernetes.as_ref())
-        .with_vrrp_password(vrrp_password.as_deref())
         .with_backup_remote(backup_remote.as_ref());
     let mut plan = match phases::build(&phases(), &ctx) {
         Err(e) if e.is_refusal() => {

@@ -26,6 +26,7 @@ pub struct Inventory {
     pub name: String,
     pub hosts: Vec<Host>,
     pub vip: Option<Vip>,
+    pub load_balancer: LoadBalancerSpec,
     pub etcd: EtcdSpec,
     pub kubernetes: Option<KubernetesSpec>,
     pub pki: PkiSpec,
@@ -207,6 +208,38 @@ pub enum SshAuth {
 pub struct Vip {
     pub address: IpAddr,
     pub router_id: u8,
+    /// VRRP advertisement interval (`vip.advertInterval`), a multiple of 10 ms.
+    pub advert_interval: std::time::Duration,
+}
+
+/// The default VRRP advertisement interval: a backup takes over about 3 intervals (plus a skew
+/// under one interval) after the holder falls silent, so about 1.1 s; far enough above what a
+/// busy host's scheduler delays keepalived by to not move the VIP for nothing.
+pub const DEFAULT_ADVERT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(300);
+
+/// `spec.loadBalancer`, validated (see `raw::RawLoadBalancer`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadBalancerSpec {
+    /// HAProxy's `inter`: between checks of a server that is up.
+    pub check_interval: std::time::Duration,
+    pub fall: u32,
+    pub rise: u32,
+    /// HAProxy's `timeout connect` (and `timeout check`).
+    pub connect_timeout: std::time::Duration,
+}
+
+impl Default for LoadBalancerSpec {
+    /// A server that stops answering is marked down by the first failed client connection
+    /// (`observe layer4`) or after `fall` checks; a client's connection that fails is retried on
+    /// another server after at most `connect_timeout`, well under the 2 s an outage may last.
+    fn default() -> Self {
+        LoadBalancerSpec {
+            check_interval: std::time::Duration::from_secs(1),
+            fall: 2,
+            rise: 2,
+            connect_timeout: std::time::Duration::from_secs(1),
+        }
+    }
 }
 
 /// Where a component's binaries come from.

@@ -34,6 +34,9 @@ pub struct RawSpec {
     /// The floating address of the control plane, held by one load-balancer host at a time.
     #[serde(default)]
     pub vip: Option<RawVip>,
+    /// HAProxy tuning on the load-balancer hosts (defaults chosen for a LAN; see the field docs).
+    #[serde(default)]
+    pub load_balancer: RawLoadBalancer,
     #[serde(default)]
     pub etcd: RawEtcd,
     #[serde(default)]
@@ -163,6 +166,29 @@ pub struct RawVip {
     /// keepalived virtual_router_id, 1..=255 (default 51).
     #[serde(default)]
     pub router_id: Option<u8>,
+    /// VRRP advertisement interval, a duration from 100ms to 10s in steps of 10ms (default
+    /// 300ms): a backup takes the VIP over about 3 intervals after the holder falls silent.
+    #[serde(default)]
+    pub advert_interval: Option<String>,
+}
+
+/// `spec.loadBalancer`: HAProxy's health checks and connection handling on the load balancers.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawLoadBalancer {
+    /// Time between health checks of a server that is up, 100ms to 60s (default 1s).
+    #[serde(default)]
+    pub check_interval: Option<String>,
+    /// Failed checks that mark a server down, 1 to 10 (default 2).
+    #[serde(default)]
+    pub fall: Option<u32>,
+    /// Good checks that bring a server back, 1 to 10 (default 2).
+    #[serde(default)]
+    pub rise: Option<u32>,
+    /// How long a connection to a server may take before HAProxy tries another, 100ms to 30s
+    /// (default 1s).
+    #[serde(default)]
+    pub connect_timeout: Option<String>,
 }
 
 /// Where a component's binaries come from.

@@ -16,6 +16,7 @@
 use std::fmt;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use ipnet::IpNet;
 use serde_saphyr::MessageFormatter;
@@ -253,6 +254,7 @@ impl Checker {
         let drafts = self.hosts(&spec_ssh, &spec.hosts);
         self.etcd_members(&drafts, spec.allow_single_member);
         let vip = self.vip(&spec.vip, &drafts);
+        let load_balancer = self.load_balancer(&spec.load_balancer);
         let etcd = self.etcd(&spec.etcd);
         let kubernetes = self.kubernetes(&spec.kubernetes, &drafts, vip.as_ref());
         let pki = self.pki(&spec.pki);
@@ -311,6 +313,7 @@ impl Checker {
             name,
             hosts,
             vip: vip?,
+            load_balancer,
             etcd: etcd?,
             kubernetes: kubernetes?,
             pki: pki?,
@@ -872,13 +875,101 @@ impl Checker {
                 "0 is not a virtual router id: use 1 to 255, unique on the network (default 51)",
             );
         }
+        let advert_interval = match &raw.advert_interval {
+            None => super::DEFAULT_ADVERT_INTERVAL,
+            Some(text) => self
+                .duration_in(
+                    "vip.advertInterval",
+                    text,
+                    Duration::from_millis(100)..=Duration::from_secs(10),
+                    "default 300ms",
+                )
+                .inspect(|d| {
+                    if d.as_millis() % 10 != 0 {
+                        self.report(
+                            "vip.advertInterval",
+                            format!(
+                                "{text}: keepalived counts in hundredths of a second: use a \
+                                 multiple of 10ms (default 300ms)"
+                            ),
+                        );
+                    }
+                })
+                .unwrap_or(super::DEFAULT_ADVERT_INTERVAL),
+        };
         if self.problems.len() != before {
             return None;
         }
         Some(Some(Vip {
             address: address?,
             router_id,
+            advert_interval,
         }))
+    }
+
+    /// A duration field within `range`; reports the field otherwise (`hint` names the default).
+    fn duration_in(
+        &mut self,
+        field: &str,
+        text: &str,
+        range: std::ops::RangeInclusive<Duration>,
+        hint: &str,
+    ) -> Option<Duration> {
+        match super::parse_duration(text) {
+            Err(e) => {
+                self.report(field, e.to_string());
+                None
+            }
+            Ok(d) if !range.contains(&d) => {
+                self.report(
+                    field,
+                    format!(
+                        "{text} is outside {}..{}: choose a value in that range ({hint})",
+                        crate::duration::format_millis(*range.start()),
+                        crate::duration::format_millis(*range.end())
+                    ),
+                );
+                None
+            }
+            Ok(d) => Some(d),
+        }
+    }
+
+    // ── loadBalancer ─────────────────────────────────────────────────────────────────────────
+
+    fn load_balancer(&mut self, raw: &super::raw::RawLoadBalancer) -> super::LoadBalancerSpec {
+        let mut lb = super::LoadBalancerSpec::default();
+        if let Some(text) = &raw.check_interval {
+            if let Some(d) = self.duration_in(
+                "loadBalancer.checkInterval",
+                text,
+                Duration::from_millis(100)..=Duration::from_secs(60),
+                "default 1s",
+            ) {
+                lb.check_interval = d;
+            }
+        }
+        if let Some(text) = &raw.connect_timeout {
+            if let Some(d) = self.duration_in(
+                "loadBalancer.connectTimeout",
+                text,
+                Duration::from_millis(100)..=Duration::from_secs(30),
+                "default 1s",
+            ) {
+                lb.connect_timeout = d;
+            }
+        }
+        for (field, value, target) in [("fall", raw.fall, &mut lb.fall), ("rise", raw.rise, &mut lb.rise)] {
+            match value {
+                Some(n) if (1..=10).contains(&n) => *target = n,
+                Some(n) => self.report(
+                    format!("loadBalancer.{field}"),
+                    format!("{n} is outside 1..10: choose a count in that range (default 2)"),
+                ),
+                None => {}
+            }
+        }
+        lb
     }
 
     /// keepalived can only hold an address in a subnet of the interface it runs on: the VIP must

@@ -9,8 +9,6 @@
 
 pub mod status;
 
-use crate::state::StateDir;
-
 /// HAProxy's configuration (Debian's unit reads this path).
 pub const HAPROXY_CFG: &str = "/etc/haproxy/haproxy.cfg";
 pub const HAPROXY_UNIT: &str = "haproxy.service";
@@ -36,12 +34,8 @@ pub const SYSCTL_CONF: &str = "/etc/sysctl.d/90-hactl-load-balancer.conf";
 pub const STATS_PORT: u16 = 8404;
 /// The Kubernetes API port, on the VIP and on every apiserver.
 pub const API_PORT: u16 = 6443;
-/// VRRP advertisement interval, seconds.
-pub const ADVERT_INT: u32 = 1;
 /// The highest VRRP priority (the first load-balancer host); each next host gets 10 less.
 pub const TOP_PRIORITY: u8 = 150;
-/// The VRRP password in the state directory.
-pub const VRRP_PASSWORD_FILE: &str = "vrrp-password";
 /// Proxy names in haproxy.cfg; `set server <backend>/<server>` takes them.
 pub const ETCD_BACKEND: &str = "etcd-client";
 pub const KUBERNETES_BACKEND: &str = "kubernetes-api";
@@ -53,54 +47,10 @@ pub fn priority(index: usize) -> u8 {
 }
 
 /// keepalived's bound on how long a BACKUP waits before it takes over a silent MASTER:
-/// 3 × advert_int + skew, skew = (256 − priority) / 256 × advert_int (RFC 3768 §6.1).
+/// 3 × advert_int + skew, skew = (256 − priority) / 256 × advert_int (RFC 5798 §6.1, as in
+/// RFC 3768 for VRRPv2).
 pub fn master_down_interval_secs(advert_int: f64, backup_priority: u8) -> f64 {
     3.0 * advert_int + (256.0 - f64::from(backup_priority)) / 256.0 * advert_int
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum VrrpPasswordError {
-    #[error("failed to read {path}")]
-    Read {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{path} does not hold a VRRP password (1 to 8 letters or digits): remove it and run again to generate a new one")]
-    Invalid { path: String },
-    #[error("failed to keep the VRRP password in the state directory")]
-    Write(#[source] crate::state::StateError),
-}
-
-/// The cluster's VRRP password: read from the state directory, or generated (8 letters and
-/// digits, keepalived's `auth_type PASS` limit) and written there 0600 on first use.
-pub fn vrrp_password(state: &StateDir) -> Result<String, VrrpPasswordError> {
-    let path = state.file(VRRP_PASSWORD_FILE);
-    match fs_err::read_to_string(&path) {
-        Ok(text) => {
-            let pw = text.trim();
-            let ok = (1..=8).contains(&pw.len()) && pw.bytes().all(|b| b.is_ascii_alphanumeric());
-            if ok {
-                Ok(pw.to_string())
-            } else {
-                Err(VrrpPasswordError::Invalid {
-                    path: path.display().to_string(),
-                })
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            use rand::distr::{Alphanumeric, SampleString};
-            let pw = Alphanumeric.sample_string(&mut rand::rng(), 8);
-            state
-                .write_secret(VRRP_PASSWORD_FILE, format!("{pw}\n").as_bytes())
-                .map_err(VrrpPasswordError::Write)?;
-            Ok(pw)
-        }
-        Err(source) => Err(VrrpPasswordError::Read {
-            path: path.display().to_string(),
-            source,
-        }),
-    }
 }
 
 /// One server line of HAProxy's `show stat`.
@@ -171,28 +121,12 @@ mod tests {
     }
 
     #[test]
-    fn master_down_interval_follows_rfc_3768() {
+    fn master_down_interval_follows_rfc_5798() {
         let t = master_down_interval_secs(1.0, 140);
         assert!((t - (3.0 + 116.0 / 256.0)).abs() < 1e-9, "{t}");
-    }
-
-    #[test]
-    fn the_vrrp_password_is_generated_once_and_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let state = StateDir::open(&dir.path().join("s")).unwrap();
-        let first = vrrp_password(&state).unwrap();
-        assert_eq!(first.len(), 8);
-        assert!(first.bytes().all(|b| b.is_ascii_alphanumeric()));
-        assert_eq!(vrrp_password(&state).unwrap(), first);
-        use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(state.file(VRRP_PASSWORD_FILE))
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o600);
-        std::fs::write(state.file(VRRP_PASSWORD_FILE), "far too long a password\n").unwrap();
-        let err = vrrp_password(&state).unwrap_err().to_string();
-        assert!(err.contains("remove it and run again"), "{err}");
+        // The default interval: the second balancer takes over within about 1.04 s.
+        let t = master_down_interval_secs(0.3, priority(1));
+        assert!(t < 1.1, "{t}");
     }
 
     /// Recorded from HAProxy 3.0.11 (`show stat`, columns cut after check_status's neighbours).

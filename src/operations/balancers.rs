@@ -256,13 +256,7 @@ impl Balancers {
     /// Re-renders HAProxy's config from `inv` (the configure phase of `hactl up`, planned from
     /// fresh facts), so the backend lists follow a membership whose host names changed. A
     /// converged load balancer plans nothing. Returns the number of steps run.
-    pub async fn reconfigure(
-        &self,
-        mode: Mode,
-        inv: &Inventory,
-        state: &StateDir,
-        pki: &Pki,
-    ) -> anyhow::Result<usize> {
+    pub async fn reconfigure(&self, mode: Mode, inv: &Inventory, pki: &Pki) -> anyhow::Result<usize> {
         let mut facts = BTreeMap::new();
         for h in inv.with_role(Role::LoadBalancer) {
             if let Some(t) = self.transports.get(&h.name) {
@@ -273,8 +267,7 @@ impl Balancers {
                 facts.insert(h.name.clone(), f);
             }
         }
-        let password = lb::vrrp_password(state)?;
-        let ctx = Ctx::new(inv, pki, &facts).with_vrrp_password(Some(&password));
+        let ctx = Ctx::new(inv, pki, &facts);
         let mut plan = Plan::default();
         let mut n = 0;
         for mut phase in ConfigureLoadBalancer.plan(&ctx)? {

@@ -4,7 +4,7 @@
 //! out of HAProxy before it stops and put it back once it is ready.
 //!
 //! Invariant: pure and deterministic (backends in inventory order), so a converged host plans
-//! nothing; keys and the VRRP password are uploaded 0600 and never printed.
+//! nothing; keys are uploaded 0600 and never printed.
 
 use std::time::Duration;
 
@@ -16,11 +16,23 @@ use crate::load_balancer as lb;
 use crate::plan::{Check, HostSteps, Parallelism, PlannedPhase, RemoteCommand, Step, Upload};
 use crate::render;
 
-/// Health-check cadence: a stopped server is marked down after `fall` failed checks `inter`
-/// apart (about 2 s), and back up after `rise` good ones.
-pub const CHECK_INTERVAL: &str = "1s";
-pub const CHECK_FALL: u32 = 2;
-pub const CHECK_RISE: u32 = 2;
+/// keepalived's `advert_int` for `interval` (VRRPv3: seconds in hundredths).
+fn advert_int(interval: Option<Duration>) -> String {
+    let d = interval.unwrap_or(crate::inventory::DEFAULT_ADVERT_INTERVAL);
+    format!("{}.{:02}", d.as_secs(), d.subsec_millis() / 10)
+}
+
+/// HAProxy's time syntax: whole milliseconds (`300ms`, `1000ms`).
+fn haproxy_time(d: Duration) -> String {
+    format!("{}ms", d.as_millis())
+}
+
+/// How soon a server is checked again once a check has failed (HAProxy's `fastinter`): a
+/// quarter of the interval, at least 100 ms, so `fall` checks in a row take about
+/// `inter + (fall − 1) × fastinter`.
+fn fast_interval(interval: Duration) -> Duration {
+    (interval / 4).max(Duration::from_millis(100)).min(interval)
+}
 
 /// One backend server in haproxy.cfg.
 #[derive(Debug, Clone, Serialize)]
@@ -40,6 +52,8 @@ pub struct HaproxyConfig {
     pub vip: String,
     pub admin_socket: String,
     pub check_interval: String,
+    pub fast_interval: String,
+    pub connect_timeout: String,
     pub fall: u32,
     pub rise: u32,
     pub stats_port: u16,
@@ -65,8 +79,8 @@ pub struct KeepalivedConfig {
     pub interface: String,
     pub router_id: u8,
     pub priority: u8,
-    pub advert_int: u32,
-    pub password: String,
+    /// Seconds with two decimals (VRRPv3 counts in centiseconds), e.g. `0.30`.
+    pub advert_int: String,
     pub address: String,
     pub peers: Vec<String>,
     pub vip: String,
@@ -107,9 +121,11 @@ pub fn haproxy_cfg(host: &Host, inv: &Inventory) -> Result<String, PlanError> {
             address: host.url_host(),
             vip,
             admin_socket: lb::ADMIN_SOCKET.into(),
-            check_interval: CHECK_INTERVAL.into(),
-            fall: CHECK_FALL,
-            rise: CHECK_RISE,
+            check_interval: haproxy_time(inv.load_balancer.check_interval),
+            fast_interval: haproxy_time(fast_interval(inv.load_balancer.check_interval)),
+            connect_timeout: haproxy_time(inv.load_balancer.connect_timeout),
+            fall: inv.load_balancer.fall,
+            rise: inv.load_balancer.rise,
             stats_port: lb::STATS_PORT,
             api_port: lb::API_PORT,
             etcd_port: inv.etcd.client_port,
@@ -124,12 +140,7 @@ pub fn haproxy_cfg(host: &Host, inv: &Inventory) -> Result<String, PlanError> {
 }
 
 /// The rendered keepalived.conf of `host`; `interface` is the one that carries its address.
-pub fn keepalived_conf(
-    host: &Host,
-    inv: &Inventory,
-    interface: &str,
-    password: &str,
-) -> Result<String, PlanError> {
+pub fn keepalived_conf(host: &Host, inv: &Inventory, interface: &str) -> Result<String, PlanError> {
     let balancers = inv.with_role(Role::LoadBalancer);
     let index = balancers.iter().position(|h| h.name == host.name).unwrap_or(0);
     let vip = inv.vip.as_ref();
@@ -143,8 +154,7 @@ pub fn keepalived_conf(
             interface: interface.to_string(),
             router_id: vip.map(|v| v.router_id).unwrap_or(51),
             priority: lb::priority(index),
-            advert_int: lb::ADVERT_INT,
-            password: password.to_string(),
+            advert_int: advert_int(vip.map(|v| v.advert_interval)),
             address: host.address.to_string(),
             peers: balancers
                 .iter()
@@ -229,7 +239,7 @@ pub fn haproxy_cli() -> Result<Upload, PlanError> {
     ))
 }
 
-/// What keepalived reads: its track script and keepalived.conf (0600: it holds the VRRP password).
+/// What keepalived reads: its track script and keepalived.conf.
 pub fn keepalived_files(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Upload>, PlanError> {
     let interface = match &host.interface {
         Some(i) => i.clone(),
@@ -242,7 +252,6 @@ pub fn keepalived_files(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Upload>, PlanE
                 address: host.address.to_string(),
             })?,
     };
-    let password = ctx.vrrp_password.ok_or(PlanError::NoVrrpPassword)?;
     let check = render::render(
         "hactl-check-haproxy",
         &serde_json::json!({ "unit": lb::HAPROXY_UNIT, "cli": lb::HAPROXY_CLI }),
@@ -254,9 +263,8 @@ pub fn keepalived_files(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Upload>, PlanE
             0o600,
             "root",
             "root",
-            keepalived_conf(host, ctx.inv, &interface, password)?.into_bytes(),
-        )
-        .short_secret(),
+            keepalived_conf(host, ctx.inv, &interface)?.into_bytes(),
+        ),
     ])
 }
 

@@ -44,8 +44,6 @@ pub struct Ctx<'a> {
     pub binaries: Option<&'a LocalBinaries>,
     /// Kubernetes binaries and the encryption key (None without a kubernetes section).
     pub kubernetes: Option<&'a crate::kubernetes::KubernetesInputs>,
-    /// keepalived's VRRP password, from the state directory (None when there is no load balancer).
-    pub vrrp_password: Option<&'a str>,
     /// The push key and the remote's host key for `spec.backup.remote`, once `up`/`plan` reached
     /// the remote (None otherwise).
     pub backup_remote: Option<&'a crate::backup_remote::HostFiles>,
@@ -65,7 +63,6 @@ impl<'a> Ctx<'a> {
             etcd: NO_VIEW.get_or_init(EtcdView::default),
             binaries: None,
             kubernetes: None,
-            vrrp_password: None,
             backup_remote: None,
         }
     }
@@ -86,13 +83,6 @@ impl<'a> Ctx<'a> {
 
     pub fn with_kubernetes(self, kubernetes: Option<&'a crate::kubernetes::KubernetesInputs>) -> Self {
         Ctx { kubernetes, ..self }
-    }
-
-    pub fn with_vrrp_password(self, vrrp_password: Option<&'a str>) -> Self {
-        Ctx {
-            vrrp_password,
-            ..self
-        }
     }
 
     pub fn with_backup_remote(self, backup_remote: Option<&'a crate::backup_remote::HostFiles>) -> Self {
@@ -131,8 +121,6 @@ pub enum PlanError {
     Kubernetes(#[from] crate::kubernetes::KubernetesPlanError),
     #[error("{host} has no interface with address {address}, so keepalived cannot be told where to hold the VIP: set hosts[].interface for {host} in the inventory")]
     NoInterface { host: String, address: String },
-    #[error("no VRRP password was loaded for the load balancers (a bug in hactl)")]
-    NoVrrpPassword,
     /// Boxed: the refusal carries versions and names, and every phase returns this error.
     #[error(transparent)]
     EtcdUpgrade(Box<crate::etcd::upgrade::UpgradeRefusal>),

@@ -24,7 +24,6 @@ pub struct Inputs {
     pub inv: Inventory,
     pub pki: Pki,
     pub kubernetes: Option<crate::kubernetes::KubernetesInputs>,
-    pub vrrp_password: Option<String>,
     /// Members stopped by hactl maintenance (unhealthy for R-remove).
     pub in_maintenance: BTreeSet<String>,
 }
@@ -34,7 +33,6 @@ impl Inputs {
         Ctx::new(&self.inv, &self.pki, facts)
             .with_etcd(view)
             .with_kubernetes(self.kubernetes.as_ref())
-            .with_vrrp_password(self.vrrp_password.as_deref())
     }
 }
 

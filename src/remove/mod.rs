@@ -93,16 +93,10 @@ pub async fn run(inv: &Inventory, state: &StateDir, args: &RemoveArgs) -> anyhow
             ),
         ));
     }
-    let vrrp_password = if inv.with_role(Role::LoadBalancer).is_empty() {
-        None
-    } else {
-        Some(crate::load_balancer::vrrp_password(state).context("failed to read the VRRP password")?)
-    };
     let inputs = Arc::new(acts::Inputs {
         inv: inv.clone(),
         pki,
         kubernetes: crate::kubernetes::inputs::prepare(inv, state).await?,
-        vrrp_password,
         in_maintenance,
     });
     let steps = steps::build(&decisions, &inputs);

@@ -68,7 +68,7 @@ impl Run {
             if r.name != self.target {
                 let n = self
                     .balancers
-                    .reconfigure(self.mode, &self.inv, &self.state, &self.pki)
+                    .reconfigure(self.mode, &self.inv, &self.pki)
                     .await?;
                 self.journal.record(
                     "P8 lb-configure",

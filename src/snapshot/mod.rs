@@ -309,7 +309,8 @@ pub fn identity(state: &StateDir) -> Result<(age::x25519::Identity, String), Bun
 /// What a restore onto new hosts needs, relative to the state directory: the CAs (certificate and
 /// key; every leaf is re-issued from them), the service-account key pair (tokens stay valid), the
 /// encryption-at-rest key (without it no Secret in any snapshot can be read), the VRRP password
-/// (balancers still running keep theirs), the etcd lineage token a recover wrote and the
+/// of clusters set up before keepalived spoke VRRPv3 (which has no password; listed so that
+/// their bundles still restore), the etcd lineage token a recover wrote and the
 /// revision high-water mark. Not the age identity: it is what opens the bundle.
 pub const BUNDLE_FILES: &[&str] = &[
     "pki/etcd/ca.crt",
@@ -321,7 +322,7 @@ pub const BUNDLE_FILES: &[&str] = &[
     "pki/sa.key",
     "pki/sa.pub",
     crate::kubernetes::secrets::ENCRYPTION_KEY,
-    crate::load_balancer::VRRP_PASSWORD_FILE,
+    "vrrp-password",
     crate::etcd::TOKEN_FILE,
     crate::hwm::FILE,
 ];
