@@ -254,9 +254,7 @@ pub fn check_plan(inv: &Inventory, facts: &BTreeMap<String, HostFacts>) -> Plan 
 
 pub async fn run(args: &ResetArgs) -> anyhow::Result<i32> {
     let (inv, state) = super::load(&args.inventory)?;
-    let _lock = state
-        .lock("up")
-        .context("cannot reset while another hactl run changes the cluster")?;
+    let _lock = crate::operations::lock::take(&state, &inv, &(&args.connect).into(), "reset").await?;
     let hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
     let transports = crate::exec::connect::reach(&state, &hosts, &args.connect)
         .await

@@ -348,7 +348,7 @@ pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
 /// [`up`], re-issuing the leaves named in `renew` first (`hactl certs renew`).
 pub async fn up_renewing(args: &UpArgs, renew: &[String]) -> anyhow::Result<i32> {
     let (inv, state) = super::load(&args.inventory)?;
-    let _lock = state.lock("up").context("cannot start hactl up")?;
+    let _lock = crate::operations::lock::take(&state, &inv, &(&args.connect).into(), "up").await?;
     converge(inv, state, args, renew).await
 }
 

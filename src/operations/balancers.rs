@@ -12,8 +12,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::ConnectOptions;
 use super::{Journal, StepState};
-use crate::cli::ConnectArgs;
 use crate::exec::{self, Mode, Transports};
 use crate::inventory::{Host, Inventory, Role};
 use crate::load_balancer as lb;
@@ -31,9 +31,9 @@ pub struct Balancers {
 }
 
 impl Balancers {
-    pub async fn connect(inv: &Inventory, state: &StateDir, args: &ConnectArgs) -> Balancers {
+    pub async fn connect(inv: &Inventory, state: &StateDir, options: &ConnectOptions) -> Balancers {
         let hosts = inv.with_role(Role::LoadBalancer);
-        let reach = crate::exec::connect::reach(state, &hosts, args).await;
+        let reach = super::reach::connect(state, &hosts, options).await;
         Balancers {
             transports: reach.transports,
             unreachable: reach.unreachable,

@@ -4,8 +4,8 @@
 //! retry records of remediations ([`remediation`]) and the layout of a run's directory
 //! ([`run_dir`]).
 //!
-//! The operations themselves sit beside this module: `crate::recover`, `crate::replace`,
-//! `crate::heal` and `crate::maintenance`, each with its pure decisions apart from its acts.
+//! The operations themselves sit beside this module: `crate::operations::recover`, `crate::operations::replace`,
+//! `crate::operations::heal` and `crate::operations::maintenance`, each with its pure decisions apart from its acts.
 //!
 //! Invariant: every change goes through `exec` (a plan or journaled steps), so `--dry-run`
 //! prints the exact lines a live run sends; observations only read.
@@ -13,14 +13,24 @@
 pub mod balancers;
 pub mod fence;
 pub mod journal;
+pub mod lock;
 pub mod maintenance_record;
+pub mod manager;
 pub mod node;
 pub mod reach;
 pub mod remediation;
 pub mod run_dir;
+pub mod runner;
+
+pub mod heal;
+pub mod maintenance;
+pub mod recover;
+pub mod remove;
+pub mod replace;
+pub mod rotate_ca;
 
 pub use journal::{Journal, StepState};
-pub use reach::Reach;
+pub use reach::{ConnectOptions, Reach};
 
 use crate::exec::{self, Mode, Transports};
 use crate::inventory::Host;
