@@ -15,10 +15,11 @@
 //! ```
 //!
 //! Above it, `commands/` is the top floor (parse → call the library → print; only `main.rs`
-//! imports it), and the day-two operations are a wing of their own: `recover`, `replace`, `heal`
-//! and `maintenance`, each with pure decisions apart from acts, sharing `operations` (reach, the
-//! one journal, the one fence, balancers, node). The floor under both: `exit`, `exec::connect`,
-//! `phases::query_for`, `etcd::snapshot`.
+//! imports it), and the day-two operations are a wing of their own, `operations`: one manager
+//! runs every operation (`recover`, `replace`, `remove`, `heal`, `maintenance`, `rotate_ca`, each
+//! a folder with pure decisions apart from its steps and acts) with the one lock, the one journal
+//! and the one runner. The floor under both: `exit`, `exec::connect`, `phases::query_for`,
+//! `etcd::snapshot`.
 //!
 //! See ARCHITECTURE.md for the code map and the invariants.
 

@@ -548,7 +548,7 @@ fn up_is_refused_while_another_command_holds_the_cluster_lock() {
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("cluster lock held")
+        stderr.contains("the cluster lock on the state directory")
             && stderr.contains("`hactl remove cp4`")
             && stderr.contains("run remove-test-1"),
         "{stderr}"

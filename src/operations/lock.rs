@@ -169,7 +169,7 @@ pub enum LockError {
 
 fn held_message(place: &str, o: &Owner, steal: &Option<String>) -> String {
     let who = format!(
-        "cluster lock held in {place} by `hactl {}` (run {}, {}, pid {}, since {})",
+        "the cluster lock on {place} is held by `hactl {}` (run {}, {}, pid {}, since {})",
         o.command, o.run, o.operator, o.pid, o.since
     );
     let what = match o.liveness() {
@@ -183,8 +183,8 @@ fn held_message(place: &str, o: &Owner, steal: &Option<String>) -> String {
             o.run
         ),
         Liveness::Elsewhere => format!(
-            "it runs on another machine ({}), where this one cannot see whether it is still running: wait for it to finish, then run again; only if you are sure run {} is dead (that machine is down, or its pid {} gone), take the lock over with --steal-lock {}",
-            o.operator, o.run, o.pid, o.run
+            "it runs on another machine, where this one cannot see whether it still runs: wait for it to finish, then run again; only if you are sure run {} is dead (that machine is down, or its pid {} gone), take the lock over with --steal-lock {}",
+            o.run, o.pid, o.run
         ),
     };
     format!("{who}: {what}")

@@ -1,14 +1,16 @@
-//! What day-two operations share: who answered ([`reach`]), the one run journal ([`journal`]),
-//! the one fence ([`fence`]), the load balancers' backends and the VIP ([`balancers`]), the
-//! Kubernetes Node of a host ([`node`]), the maintenance record ([`maintenance_record`]) and the
-//! retry records of remediations ([`remediation`]) and the layout of a run's directory
-//! ([`run_dir`]).
+//! The day-two wing: the operation manager ([`manager`]: one driver for every operation, with the
+//! one lock ([`lock`]), the one journal ([`journal`]) and the runner of journaled steps
+//! ([`runner`])), what the operations share (who answered: [`reach`]; the one fence: [`fence`];
+//! the load balancers' backends and the VIP: [`balancers`]; the Kubernetes Node of a host:
+//! [`node`]; the maintenance record: [`maintenance_record`]; the retry records of remediations:
+//! [`remediation`]; a run's directory: [`run_dir`]), and the operations, one folder each:
+//! [`recover`], [`replace`], [`remove`], [`heal`], [`maintenance`], [`rotate_ca`], each with its
+//! pure decisions (`decide.rs`, table-tested) apart from its steps (`steps.rs`, data) and acts
+//! (`acts.rs`).
 //!
-//! The operations themselves sit beside this module: `crate::operations::recover`, `crate::operations::replace`,
-//! `crate::operations::heal` and `crate::operations::maintenance`, each with its pure decisions apart from its acts.
-//!
-//! Invariant: every change goes through `exec` (a plan or journaled steps), so `--dry-run`
-//! prints the exact lines a live run sends; observations only read.
+//! Invariants: every change goes through `exec` (a plan or journaled steps), so `--dry-run` prints
+//! the exact lines a live run sends; observations only read; nothing below this module imports
+//! it.
 
 pub mod balancers;
 pub mod fence;
@@ -35,9 +37,6 @@ pub use reach::{ConnectOptions, Reach};
 use crate::exec::{self, Mode, Transports};
 use crate::inventory::Host;
 use crate::plan::{HostSteps, Parallelism, Plan, PlannedPhase, Step};
-
-/// The local lock every quorum-changing operation takes (one change in flight per cluster).
-pub const OPERATION_LOCK: &str = "etcd-operation";
 
 /// Kubernetes units a control-plane host may run; stopped and started only when present.
 pub use crate::phases::query::KUBE_UNITS;
