@@ -681,7 +681,7 @@ pub enum LabCommand {
     Ssh {
         #[arg(long, default_value = "hactl")]
         name: String,
-        /// Host name: cp1, lb1, spare1, …
+        /// Host name: cp1, lb1, spare1, w1, …
         host: String,
         /// The command and its arguments, after `--`; none opens a login shell.
         #[arg(last = true)]
@@ -715,6 +715,9 @@ pub struct LabUpArgs {
     pub load_balancers: u8,
     #[arg(long, default_value_t = 0)]
     pub spares: u8,
+    /// Worker hosts (w1, w2, …), given the `worker` role in the inventory. Needs Kubernetes.
+    #[arg(long, default_value_t = 0)]
+    pub workers: u8,
     /// Debian suite of the hosts: trixie (etcd 3.5) or bookworm (etcd 3.4).
     #[arg(long, default_value = "trixie")]
     pub suite: String,

@@ -36,6 +36,7 @@ pub mod exec;
 pub mod exit;
 pub mod facts;
 pub mod hwm;
+pub mod images;
 pub mod inventory;
 pub mod kubernetes;
 pub mod lab;

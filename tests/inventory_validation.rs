@@ -258,9 +258,25 @@ fn bad_inventories_report_every_problem_with_its_place() {
             "bad role and duplicate role",
             edit(&[("roles: [etcd, control-plane]", "roles: [etcd, master, etcd, control-plane]")]),
             vec![
-                "lab.yaml: hosts[0].roles[1]: unknown role \"master\": use etcd, control-plane or load-balancer".into(),
+                "lab.yaml: hosts[0].roles[1]: unknown role \"master\": use etcd, control-plane, load-balancer or worker".into(),
                 "lab.yaml: hosts[0].roles[2]: duplicate of roles[0]".into(),
             ],
+        ),
+        (
+            "a worker with another role",
+            edit(&[("roles: [load-balancer]", "roles: [load-balancer, worker]")]),
+            vec!["lab.yaml: hosts[3].roles[1]: a worker holds no other role: remove worker, or the other roles".into()],
+        ),
+        (
+            "workers without a kubernetes section",
+            edit(&[
+                ("roles: [load-balancer]\n    - name: lb2", "roles: [worker]\n    - name: lb2"),
+                ("roles: [load-balancer]\n  vip", "roles: [worker]\n  vip"),
+                ("  vip:\n    address: 192.168.56.100\n", ""),
+                ("  kubernetes:\n", "  pki:\n"),
+                ("    version: 1.31.4\n    source: release\n    releaseUrl: https://example.com/kubernetes-server-linux-amd64.tar.gz\n    sha256: abababababababababababababababababababababababababababababababab\n", "    keyType: ecdsa-p256\n"),
+            ]),
+            vec!["lab.yaml: kubernetes: required because hosts[3] has the worker role: add a kubernetes section (version and source), or remove the worker role".into()],
         ),
         (
             "no hosts",
@@ -704,6 +720,25 @@ fn inventory_durations_take_days_and_compound_terms_like_the_flags() {
         problems(Path::new("/srv"), &text),
         vec!["lab.yaml: heal.retryPeriod: \"30m1h\": write the units largest first, each once (e.g. 1h30m, not 30m1h)"]
     );
+}
+
+#[test]
+fn workers_are_read_with_their_role_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = edit(&[(
+        "      roles: [load-balancer]\n  vip:",
+        "      roles: [load-balancer]\n    - name: w1\n      address: 192.168.56.41\n      roles: [worker]\n  vip:",
+    )]);
+    let inv = inventory::load_str(&dir.path().join("lab.yaml"), &text).unwrap_or_else(|e| panic!("{e}"));
+    let workers: Vec<&str> = inv
+        .with_role(Role::Worker)
+        .iter()
+        .map(|h| h.name.as_str())
+        .collect();
+    assert_eq!(workers, ["w1"]);
+    assert_eq!(inv.host("w1").unwrap().roles, [Role::Worker]);
+    assert_eq!(Role::Worker.as_str(), "worker");
+    assert_eq!(Role::parse("worker"), Some(Role::Worker));
 }
 
 #[test]

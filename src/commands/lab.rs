@@ -26,9 +26,17 @@ fn run_blocking(cmd: LabCommand) -> Result<Option<PathBuf>> {
             opts.control_planes = args.control_planes;
             opts.load_balancers = args.load_balancers;
             opts.spares = args.spares;
+            opts.workers = args.workers;
             opts.suite = args.suite;
             if let Some(out) = args.out {
                 opts.out = out;
+            }
+            if args.workers > 0 && args.no_kubernetes {
+                bail!(
+                    "--workers {} with --no-kubernetes: an inventory with workers needs its kubernetes \
+                     section; drop --no-kubernetes, or --workers",
+                    args.workers
+                );
             }
             // The binaries first: a build that fails leaves no lab behind.
             let kube_dir = if args.no_kubernetes {

@@ -125,13 +125,17 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, crate::duration::D
     crate::duration::parse(s)
 }
 
-/// What a host does in the cluster. A host may hold several roles.
+/// What a host does in the cluster. A host may hold several roles, except `worker`, which is a
+/// host's only role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Role {
     Etcd,
     ControlPlane,
     LoadBalancer,
+    /// Runs the node components only (kubelet, container runtime, kube-proxy) and ordinary pods.
+    /// Nothing installs them yet: `plan` and `up` have no steps for a worker.
+    Worker,
 }
 
 impl Role {
@@ -140,6 +144,7 @@ impl Role {
             Role::Etcd => "etcd",
             Role::ControlPlane => "control-plane",
             Role::LoadBalancer => "load-balancer",
+            Role::Worker => "worker",
         }
     }
     pub fn parse(s: &str) -> Option<Role> {
@@ -147,6 +152,7 @@ impl Role {
             "etcd" => Some(Role::Etcd),
             "control-plane" => Some(Role::ControlPlane),
             "load-balancer" => Some(Role::LoadBalancer),
+            "worker" => Some(Role::Worker),
             _ => None,
         }
     }

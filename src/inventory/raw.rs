@@ -146,6 +146,7 @@ pub struct RawHost {
     #[serde(default)]
     pub prefix_length: Option<u8>,
     /// `etcd`, `control-plane`, `load-balancer`; a host may hold several, or none (a spare).
+    /// `worker` (a host that runs only the node components) is a host's only role.
     #[serde(default)]
     pub roles: Vec<String>,
     /// Network interface that carries `address` (keepalived binds the VIP there); default: detected.

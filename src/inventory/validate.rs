@@ -727,7 +727,7 @@ impl Checker {
                 match Role::parse(role) {
                     None => self.report(
                         role_place,
-                        format!("unknown role {role:?}: use etcd, control-plane or load-balancer"),
+                        format!("unknown role {role:?}: use etcd, control-plane, load-balancer or worker"),
                     ),
                     Some(r) => match host.roles.iter().position(|o| o == role) {
                         Some(first) if first < k => {
@@ -736,6 +736,13 @@ impl Checker {
                         _ => roles.push(r),
                     },
                 }
+            }
+            if roles.contains(&Role::Worker) && roles.len() > 1 {
+                let k = host.roles.iter().position(|r| r == "worker").unwrap_or(0);
+                self.report(
+                    format!("{place}.roles[{k}]"),
+                    "a worker holds no other role: remove worker, or the other roles",
+                );
             }
 
             if let Some(interface) = &host.interface {
@@ -1164,6 +1171,16 @@ impl Checker {
         // Without a kubernetes section the control-plane hosts run etcd only: the Kubernetes
         // components are installed once the section names a version and a source.
         let Some(raw) = raw else {
+            if let Some(i) = hosts.iter().position(|h| h.has(Role::Worker)) {
+                self.report(
+                    "kubernetes",
+                    format!(
+                        "required because hosts[{i}] has the worker role: add a kubernetes section \
+                         (version and source), or remove the worker role"
+                    ),
+                );
+                return None;
+            }
             return Some(None);
         };
         let before = self.problems.len();

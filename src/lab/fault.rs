@@ -4,7 +4,7 @@
 //! Invariant: a fault only touches the one host it names (its own processes and its own veth on
 //! the lab's bridge); `poweron` boots the same overlay, so the host keeps its disk, address and keys.
 
-use super::{host, image, net, proc, Lab, LabError, Result, SHUTDOWN_GRACE};
+use super::{host, net, proc, Lab, LabError, Result, SHUTDOWN_GRACE};
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -83,11 +83,11 @@ pub(super) fn apply(lab: &mut Lab, name: &str, fault: Fault) -> Result<()> {
                     message: format!("systemd-nspawn (pid {nspawn}) survived the power cut"),
                 });
             }
+            host::release_cgroups(&h)?;
         }
         Fault::Poweron => {
             if host::nspawn_pid(&h).is_none() {
-                let base = image::ensure_base(&lab.root, &lab.suite, &mut |_| {})?;
-                host::mount_overlay(&h, &base)?;
+                host::mount_overlay(&h, &lab.base_image()?)?;
                 // After a reboot of this machine the bridge is gone; the lab still owns its name.
                 if !net::bridge_exists(&lab.bridge) {
                     net::create_bridge(&lab.bridge, lab.operator_address)?;

@@ -7,7 +7,7 @@
 //! the host's console.log) so it outlives the `hactl` that started it.
 
 use super::proc::{self, run};
-use super::{net, HostState, Lab, LabError, LabHost, Result};
+use super::{cgroup, net, HostState, Lab, LabError, LabHost, Result};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -136,8 +136,22 @@ pub fn mount_overlay(h: &LabHost, base: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Starts the host's systemd-nspawn detached and returns its pid. Double fork through `sh`: the
-/// process is then not a child of this one, so it outlives `hactl lab up`.
+/// The launcher: moves itself into the host's own cgroups (each `cgroup.procs` file given before
+/// the command; writing `0` moves the writer), then execs the command detached, output to the log.
+/// A move that fails stops the launch, with the reason in the log.
+const LAUNCHER: &str = r#"log=$1; n=$2; shift 2
+(
+  while [ "$n" -gt 0 ]; do
+    echo 0 >"$1" || { echo "hactl lab: cannot move the launcher into $1" >>"$log"; exit 1; }
+    shift; n=$((n - 1))
+  done
+  exec setsid "$@" </dev/null >>"$log" 2>&1
+) &
+echo $!"#;
+
+/// Starts the host's systemd-nspawn detached, in cgroups of its own (see `cgroup.rs`), and returns
+/// its pid. Double fork through `sh`: the process is then not a child of this one, so it outlives
+/// `hactl lab up`.
 pub fn spawn(lab: &Lab, h: &LabHost) -> Result<u32> {
     use std::io::Write;
     let mut log = fs_err::OpenOptions::new()
@@ -155,11 +169,20 @@ pub fn spawn(lab: &Lab, h: &LabHost) -> Result<u32> {
             .unwrap_or(0)
     )?;
     drop(log);
+    let procs = cgroup::create(&h.machine).map_err(|e| LabError::Host {
+        host: h.name.clone(),
+        message: format!(
+            "cannot create its cgroups ({}<machine> in each hierarchy): {e}",
+            cgroup::PREFIX
+        ),
+    })?;
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
-        .arg(r#"log=$1; shift; setsid "$@" </dev/null >>"$log" 2>&1 & echo $!"#)
+        .arg(LAUNCHER)
         .arg("sh")
         .arg(&h.log)
+        .arg(procs.len().to_string())
+        .args(&procs)
         .arg("systemd-nspawn")
         .args(["--keep-unit", "--register=no", "--link-journal=no", "-D"])
         .arg(&h.merged)
@@ -239,21 +262,42 @@ pub fn wait_ready(h: &LabHost, deadline: Duration) -> Result<()> {
 /// SIGKILL to the host's PID 1, then to systemd-nspawn. Returns once both are gone.
 pub fn stop(h: &LabHost, grace: Duration) -> Result<()> {
     let Some(nspawn) = nspawn_pid(h) else {
-        return Ok(());
+        return release_cgroups(h);
     };
     proc::signal(nspawn, "TERM");
     if proc::wait_gone(&[nspawn], grace).is_empty() {
-        return Ok(());
+        return release_cgroups(h);
     }
     kill_hard(nspawn);
     if proc::wait_gone(&[nspawn], Duration::from_secs(10)).is_empty() {
-        Ok(())
+        release_cgroups(h)
     } else {
         Err(LabError::Host {
             host: h.name.clone(),
             message: format!("systemd-nspawn (pid {nspawn}) survived SIGKILL"),
         })
     }
+}
+
+/// How long a stopped host's cgroups may stay busy while its last processes exit.
+pub const CGROUP_RELEASE_WAIT: Duration = Duration::from_secs(5);
+
+/// Removes the cgroups of `h`, which has stopped (see `cgroup.rs`).
+pub fn release_cgroups(h: &LabHost) -> Result<()> {
+    let left = cgroup::remove(&h.machine, CGROUP_RELEASE_WAIT);
+    if left.is_empty() {
+        return Ok(());
+    }
+    Err(LabError::Host {
+        host: h.name.clone(),
+        message: format!(
+            "its cgroups could not be removed (a process still in them?): {}",
+            left.iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    })
 }
 
 /// Power cut: SIGKILL to the container's PID 1 (the kernel then kills its whole PID namespace),
@@ -289,13 +333,17 @@ pub fn processes_of(dir: &Path, lab: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Whether `machine` is `<lab>-<host>` with a host name the lab gives (`cp1`, `lb2`, `spare1`):
-/// lab `a` must not claim lab `a-b`'s machines.
+/// Whether `machine` is `<lab>-<host>` with a host name the lab gives (`cp1`, `lb2`, `spare1`,
+/// `w1`): lab `a` must not claim lab `a-b`'s machines.
 pub fn is_machine_of(machine: &str, lab: &str) -> bool {
     machine
         .strip_prefix(lab)
         .and_then(|r| r.strip_prefix('-'))
-        .and_then(|host| ["cp", "lb", "spare"].iter().find_map(|p| host.strip_prefix(p)))
+        .and_then(|host| {
+            ["cp", "lb", "spare", "w"]
+                .iter()
+                .find_map(|p| host.strip_prefix(p))
+        })
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
@@ -325,6 +373,10 @@ pub fn stop_all_under(dir: &Path, lab: &str, grace: Duration) {
         proc::signal(p, "KILL");
     }
     proc::wait_gone(&stray, Duration::from_secs(5));
+    // What is left is reported by `down` (see `cgroup::machines_of`).
+    for machine in cgroup::machines_of(lab) {
+        cgroup::remove(&machine, CGROUP_RELEASE_WAIT);
+    }
 }
 
 /// `nsenter -t <pid1> -a` running `argv` (or a login shell) with a clean environment.
@@ -367,5 +419,8 @@ mod tests {
         assert!(is_machine_of("a-b-cp1", "a-b"));
         assert!(!is_machine_of("a-cp", "a"));
         assert!(!is_machine_of("ab-cp1", "a"));
+        assert!(is_machine_of("a-w3", "a"));
+        assert!(!is_machine_of("a-w", "a"));
+        assert!(!is_machine_of("a-b-w1", "a"));
     }
 }

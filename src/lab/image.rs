@@ -1,20 +1,46 @@
-//! The base image: one Debian root filesystem per suite, built once with `debootstrap` and shared
-//! read-only by every host (it is each host's overlayfs lower layer).
+//! The base image: one Debian root filesystem per suite and content, built once with `debootstrap`
+//! and shared read-only by every host (it is each host's overlayfs lower layer).
 //!
-//! Invariants: `<root>/base/<suite>/` exists only when complete (built in a temporary directory,
-//! then renamed into place); one builder at a time (a lock file; a second `up` waits for the
+//! It carries what any lab host may run as OS packages, since hosts have no network: etcd,
+//! HAProxy, keepalived, and a node's containerd, runc, CNI plugins, iptables and conntrack; the
+//! Debian units of what hactl installs itself are disabled. It also carries the lab's node-prep
+//! unit (`node_prep.rs`).
+//!
+//! Invariants: `<root>/base/<suite>-<key>/` exists only when complete (built in a temporary
+//! directory, then renamed into place); the key is a hash of everything that decides the content
+//! (packages, units, baked-in files), so a change to any of them builds a new image instead of
+//! reusing an old one; one builder per image at a time (a lock file; a second `up` waits for the
 //! first); nothing host-specific is in it (no sshd host keys, an empty machine-id).
 
 use super::proc::{self, run};
-use super::Result;
+use super::{node_prep, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-/// Debian's own units for what hactl installs itself; disabled in the base.
-const DISABLED_UNITS: &[&str] = &["etcd.service", "haproxy.service", "keepalived.service"];
+/// Debian's own units for what hactl installs and configures itself; disabled in the base.
+const DISABLED_UNITS: &[&str] = &[
+    "etcd.service",
+    "haproxy.service",
+    "keepalived.service",
+    "containerd.service",
+];
 /// Units a lab host needs at boot.
-const ENABLED_UNITS: &[&str] = &["systemd-networkd.service", "ssh.service"];
+const ENABLED_UNITS: &[&str] = &["systemd-networkd.service", "ssh.service", node_prep::UNIT_NAME];
+/// Raise it when `customize` changes what it writes, so cached images are rebuilt.
+const CUSTOMIZE_VERSION: u32 = 2;
+
+/// What a node (kubelet, kube-proxy, pods) needs from the OS, for hosts that cannot install
+/// anything: the runtime, the CNI reference plugins (in /usr/lib/cni), and what kube-proxy and the
+/// kubelet call. runc needs libseccomp2 (a dependency, named to say so).
+const NODE_PACKAGES: &[&str] = &[
+    "containerd",
+    "runc",
+    "libseccomp2",
+    "containernetworking-plugins",
+    "iptables",
+    "conntrack",
+];
 
 /// The packages of the base image; the etcd packages are named per suite.
 pub fn packages(suite: &str) -> Vec<&'static str> {
@@ -38,17 +64,63 @@ pub fn packages(suite: &str) -> Vec<&'static str> {
         "buster" | "bullseye" => p.push("etcd"),
         _ => p.extend(["etcd-server", "etcd-client"]),
     }
+    p.extend(NODE_PACKAGES);
     p
+}
+
+/// The cache key of `suite`'s image: the first 12 hex digits of a SHA-256 over the package list,
+/// the units disabled and enabled, the node-prep files and [`CUSTOMIZE_VERSION`].
+pub fn key(suite: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    let mut feed = |part: &str| {
+        h.update(part.as_bytes());
+        h.update([0u8]);
+    };
+    feed(&format!("customize {CUSTOMIZE_VERSION}"));
+    for p in packages(suite) {
+        feed(p);
+    }
+    feed("disabled");
+    DISABLED_UNITS.iter().for_each(|u| feed(u));
+    feed("enabled");
+    ENABLED_UNITS.iter().for_each(|u| feed(u));
+    for (path, content, _) in node_prep::files() {
+        feed(path);
+        feed(&content);
+    }
+    hex::encode(h.finalize())[..12].to_string()
+}
+
+/// Where the image of `suite` is cached: `<root>/base/<suite>-<key>`.
+pub fn base_path(root: &Path, suite: &str) -> PathBuf {
+    root.join("base").join(format!("{suite}-{}", key(suite)))
+}
+
+/// Where images were cached before they had a key (labs made then still boot from it).
+pub fn legacy_base(root: &Path, suite: &str) -> PathBuf {
+    root.join("base").join(suite)
 }
 
 /// Returns the cached base image for `suite`, building it first if there is none.
 pub fn ensure_base(root: &Path, suite: &str, progress: &mut dyn FnMut(String)) -> Result<PathBuf> {
     let base_dir = root.join("base");
-    let target = base_dir.join(suite);
+    let target = base_path(root, suite);
     if target.is_dir() {
         return Ok(target);
     }
-    let _lock = proc::lock_file_or(&base_dir.join(format!("{suite}.lock")), || {
+    let image = target
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if legacy_base(root, suite).is_dir() {
+        progress(format!(
+            "the cached base image {} lacks what this hactl puts in one: building {image} (labs made \
+             on the old one keep it; remove it once none is left)",
+            legacy_base(root, suite).display()
+        ));
+    }
+    let _lock = proc::lock_file_or(&base_dir.join(format!("{image}.lock")), || {
         progress(format!(
             "waiting for another hactl building the base image for {suite}…"
         ))
@@ -60,7 +132,7 @@ pub fn ensure_base(root: &Path, suite: &str, progress: &mut dyn FnMut(String)) -
     let started = Instant::now();
     // A spinner on a terminal (debootstrap takes a minute or two), a plain line otherwise.
     let spinner = crate::output::Progress::new(format!("building base image for {suite} (once)…"));
-    let tmp = base_dir.join(format!(".build-{suite}"));
+    let tmp = base_dir.join(format!(".build-{image}"));
     if tmp.exists() {
         // Left by a crashed build: nothing in it is trusted.
         proc::unmount_all_under(&tmp)?;
@@ -75,7 +147,7 @@ pub fn ensure_base(root: &Path, suite: &str, progress: &mut dyn FnMut(String)) -
     if let Some(mirror) = std::env::var_os("HACTL_LAB_MIRROR").filter(|m| !m.is_empty()) {
         debootstrap.arg(mirror);
     }
-    let log = base_dir.join(format!("{suite}.debootstrap.log"));
+    let log = base_dir.join(format!("{image}.debootstrap.log"));
     let log_file = fs_err::File::create(&log)?.into_file();
     debootstrap
         .stdout(log_file.try_clone()?)
@@ -101,6 +173,7 @@ pub fn ensure_base(root: &Path, suite: &str, progress: &mut dyn FnMut(String)) -
 /// Makes a fresh debootstrap tree into a lab base: hactl's units only, networkd and sshd on,
 /// root by key only, nothing host-specific.
 fn customize(dir: &Path) -> Result<()> {
+    node_prep::install(dir)?;
     let root_arg = format!("--root={}", dir.display());
     // `systemctl --root` edits unit symlinks offline; no chroot, no /proc needed.
     run(Command::new("systemctl")
@@ -165,5 +238,23 @@ mod tests {
         assert!(packages("bookworm").contains(&"etcd-client"));
         assert!(packages("bullseye").contains(&"etcd"));
         assert!(!packages("bullseye").contains(&"etcd-server"));
+    }
+
+    #[test]
+    fn every_image_carries_the_node_packages_and_its_key_follows_its_content() {
+        for suite in ["trixie", "bookworm"] {
+            for p in NODE_PACKAGES {
+                assert!(packages(suite).contains(p), "{suite} lacks {p}");
+            }
+        }
+        // The suite names the directory; the key follows the content (bullseye has other etcd packages).
+        assert_ne!(key("trixie"), key("bullseye"));
+        assert_eq!(key("trixie"), key("trixie"));
+        let path = base_path(Path::new("/r"), "trixie");
+        assert_eq!(
+            path,
+            Path::new("/r/base").join(format!("trixie-{}", key("trixie")))
+        );
+        assert_ne!(path, legacy_base(Path::new("/r"), "trixie"));
     }
 }

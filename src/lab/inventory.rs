@@ -87,6 +87,7 @@ pub fn render(lab: &Lab) -> Result<String> {
                         HostKind::ControlPlane => vec!["etcd", "control-plane"],
                         HostKind::LoadBalancer => vec!["load-balancer"],
                         HostKind::Spare => vec![],
+                        HostKind::Worker => vec!["worker"],
                     },
                     interface: "host0",
                 })
@@ -140,11 +141,13 @@ mod tests {
     fn inventory_parses_with_the_raw_schema() {
         let mut opts = LabUpOptions::new("t1");
         opts.spares = 1;
+        opts.workers = 1;
         let dir = Path::new("/var/lib/hactl-lab/labs/t1");
         let lab = Lab {
             name: "t1".into(),
             suite: "trixie".into(),
             root: "/var/lib/hactl-lab".into(),
+            base: "/var/lib/hactl-lab/base/trixie-0123456789ab".into(),
             dir: dir.into(),
             bridge: "hlab-t1".into(),
             subnet: "10.213.7.0/24".into(),
@@ -163,10 +166,13 @@ mod tests {
         assert_eq!(raw.metadata.name, "t1");
         assert_eq!(raw.spec.ssh.user.as_deref(), Some("root"));
         assert_eq!(raw.spec.ssh.key_file, Some(dir.join("id_ed25519")));
-        assert_eq!(raw.spec.hosts.len(), 6);
+        assert_eq!(raw.spec.hosts.len(), 7);
         assert_eq!(raw.spec.hosts[0].roles, ["etcd", "control-plane"]);
         assert_eq!(raw.spec.hosts[3].roles, ["load-balancer"]);
         assert!(raw.spec.hosts[5].roles.is_empty());
+        assert_eq!(raw.spec.hosts[6].name, "w1");
+        assert_eq!(raw.spec.hosts[6].roles, ["worker"]);
+        assert_eq!(raw.spec.hosts[6].address, "10.213.7.41");
         assert_eq!(raw.spec.hosts[4].address, "10.213.7.22");
         assert_eq!(raw.spec.hosts[4].prefix_length, Some(24));
         assert_eq!(raw.spec.hosts[4].interface.as_deref(), Some("host0"));

@@ -1,59 +1,116 @@
-//! Kubernetes in the lab: the server binaries built on this machine from Debian's source package
-//! (`scripts/kube-binaries.sh`, embedded here so an installed hactl needs no checkout), and the
-//! `kubernetes` section a lab inventory gets.
+//! Kubernetes in the lab: the binaries built on this machine from Debian's source package
+//! (`scripts/kube-binaries.sh`), the node images packed from them (`scripts/node-images.sh`),
+//! both embedded here so an installed hactl needs no checkout, and the `kubernetes` section a lab
+//! inventory gets.
 //!
-//! The cache is `<HACTL_KUBE_CACHE or /var/cache/hactl/kubernetes>/<version>/`; a complete one is
-//! reused at once, a missing one is built with progress on stderr (about 6 minutes on two idle
-//! cores), and one left half-built is rebuilt by the script.
+//! The binaries' cache is `<HACTL_KUBE_CACHE or /var/cache/hactl/kubernetes>/<version>/`, the
+//! images' `<HACTL_IMAGE_CACHE or /var/cache/hactl/images>/<version>/`; a complete one is reused at
+//! once, a missing one is built with progress on stderr (the binaries take about 8 minutes on two
+//! idle cores, the images about a minute), and one left half-built is rebuilt by its script.
+//!
+//! Invariant: the scripts run with an environment made here (`PATH` and the `HACTL_*` settings
+//! they read), nothing else inherited: a `CARGO_*`, `OUT_DIR` or `GOFLAGS` of the caller never
+//! reaches them.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use super::{LabError, Result};
 
-/// The build script, as in the repository.
+/// The binaries' build script, as in the repository.
 pub const BUILD_SCRIPT: &str = include_str!("../../scripts/kube-binaries.sh");
+
+/// The images' build script, as in the repository.
+pub const IMAGES_SCRIPT: &str = include_str!("../../scripts/node-images.sh");
 
 /// The only server release whose source this machine's package archive carries.
 pub const DEFAULT_VERSION: &str = "1.20.2";
 
-/// The cache root (`HACTL_KUBE_CACHE` overrides it).
+/// What the scripts may take from this process's environment.
+const PASSED_ENV: [&str; 4] = [
+    "HACTL_KUBE_CACHE",
+    "HACTL_DEBIAN_MIRROR",
+    "HACTL_IMAGE_CACHE",
+    "HACTL_KUBE_BIN_DIR",
+];
+
+/// The binaries' cache root (`HACTL_KUBE_CACHE` overrides it).
 pub fn cache_root() -> PathBuf {
     std::env::var_os("HACTL_KUBE_CACHE")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("/var/cache/hactl/kubernetes"))
 }
 
-/// The cache directory of `version` (`1.20.2` → `<root>/v1.20.2`).
+/// The binaries' cache directory of `version` (`1.20.2` → `<root>/v1.20.2`).
 pub fn cache_dir(version: &str) -> PathBuf {
     cache_root().join(format!("v{}", version.trim_start_matches('v')))
+}
+
+/// The images' cache root (`HACTL_IMAGE_CACHE` overrides it).
+pub fn image_cache_root() -> PathBuf {
+    std::env::var_os("HACTL_IMAGE_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/hactl/images"))
 }
 
 /// Builds the binaries of `version` into the cache unless it is complete there; returns the
 /// directory. Progress goes to this process's stderr.
 pub fn ensure_binaries(version: &str) -> Result<PathBuf> {
-    let root = cache_root();
-    fs_err::create_dir_all(&root)?;
-    let script = root.join("kube-binaries.sh");
-    // Written each time: the embedded copy is the one this hactl was built with.
-    fs_err::write(&script, BUILD_SCRIPT)?;
-    let command = format!("bash {} v{}", script.display(), version.trim_start_matches('v'));
-    let out = Command::new("bash")
-        .arg(&script)
-        .arg(format!("v{}", version.trim_start_matches('v')))
-        .env("HACTL_KUBE_CACHE", &root)
+    run_script(&cache_root(), "kube-binaries.sh", BUILD_SCRIPT, version, &[])
+}
+
+/// Packs the node images of `version` (pause, busybox, the control plane) from the binaries in
+/// `bin_dir` unless the image cache holds them already; returns the image directory, whose
+/// `images.json` [`crate::images::ImageSet::load`] reads.
+pub fn ensure_images(version: &str, bin_dir: &Path) -> Result<PathBuf> {
+    let bin_dir = bin_dir.to_string_lossy();
+    run_script(
+        &image_cache_root(),
+        "node-images.sh",
+        IMAGES_SCRIPT,
+        version,
+        &[("HACTL_KUBE_BIN_DIR", bin_dir.as_ref())],
+    )
+}
+
+/// Writes `script` to `<root>/<name>` and runs it for `version` with a clean environment plus
+/// `env`; returns the directory it prints last.
+fn run_script(root: &Path, name: &str, script: &str, version: &str, env: &[(&str, &str)]) -> Result<PathBuf> {
+    fs_err::create_dir_all(root)?;
+    let path = root.join(name);
+    // Written each time (the embedded copy is the one this hactl was built with), to a new file
+    // renamed over the old: a bash still reading the old one keeps reading the old one.
+    let tmp = root.join(format!(".{name}.{}", std::process::id()));
+    fs_err::write(&tmp, script)?;
+    fs_err::rename(&tmp, &path)?;
+    let version = format!("v{}", version.trim_start_matches('v'));
+    let command = format!("bash {} {version}", path.display());
+    let mut cmd = Command::new("bash");
+    cmd.arg(&path)
+        .arg(&version)
+        .env_clear()
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        .env("LANG", "C.UTF-8");
+    for key in PASSED_ENV {
+        if let Some(value) = std::env::var_os(key) {
+            cmd.env(key, value);
+        }
+    }
+    cmd.envs(env.iter().copied())
         .stdin(Stdio::null())
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|source| LabError::Spawn {
-            command: command.clone(),
-            source,
-        })?;
+        .stderr(Stdio::inherit());
+    let out = cmd.output().map_err(|source| LabError::Spawn {
+        command: command.clone(),
+        source,
+    })?;
     if !out.status.success() {
         return Err(LabError::Command {
             command,
             status: out.status.to_string(),
-            stderr: "see the lines above (kube-binaries: …)".into(),
+            stderr: format!("see the lines above ({}: …)", name.trim_end_matches(".sh")),
         });
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -62,7 +119,7 @@ pub fn ensure_binaries(version: &str) -> Result<PathBuf> {
         return Err(LabError::Command {
             command,
             status: out.status.to_string(),
-            stderr: "it printed no cache directory".into(),
+            stderr: "it printed no directory".into(),
         });
     }
     Ok(PathBuf::from(dir))
@@ -114,10 +171,43 @@ mod tests {
     }
 
     #[test]
-    fn the_embedded_script_is_the_repository_one() {
-        let on_disk =
-            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/kube-binaries.sh"))
-                .unwrap();
-        assert_eq!(BUILD_SCRIPT, on_disk);
+    fn the_embedded_scripts_are_the_repository_ones() {
+        for (file, embedded) in [
+            ("kube-binaries.sh", BUILD_SCRIPT),
+            ("node-images.sh", IMAGES_SCRIPT),
+        ] {
+            let on_disk =
+                std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(file))
+                    .unwrap();
+            assert_eq!(embedded, on_disk, "{file}");
+        }
+    }
+
+    #[test]
+    fn a_script_runs_with_a_clean_environment_and_its_last_line_is_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let script =
+            "echo \"progress\" >&2\nenv | sort >\"$HACTL_KUBE_BIN_DIR/env\"\necho \"$1\"\necho /the/dir\n";
+        let bin_dir = dir.path().to_string_lossy().into_owned();
+        let got = run_script(
+            dir.path(),
+            "t.sh",
+            script,
+            "1.20.2",
+            &[("HACTL_KUBE_BIN_DIR", &bin_dir)],
+        )
+        .unwrap();
+        assert_eq!(got, Path::new("/the/dir"));
+        let env = std::fs::read_to_string(dir.path().join("env")).unwrap();
+        // Cargo sets CARGO_* (and the build OUT_DIR) for tests; none reaches the script.
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        assert!(!env.contains("CARGO"), "{env}");
+        assert!(!env.contains("OUT_DIR"), "{env}");
+        assert!(
+            env.lines().any(|l| l == format!("HACTL_KUBE_BIN_DIR={bin_dir}")),
+            "{env}"
+        );
+        let failing = run_script(dir.path(), "f.sh", "exit 3\n", "1.20.2", &[]).unwrap_err();
+        assert!(failing.to_string().contains("exit status: 3"), "{failing}");
     }
 }

@@ -5,22 +5,30 @@
 //! lab sit on a private Linux bridge with its own /24; the operator side holds `.1` on it.
 //!
 //! ```text
-//! <root>/base/<suite>/                      cached base image (renamed into place when complete)
+//! <root>/base/<suite>-<key>/                cached base image (renamed into place when complete;
+//!                                           the key hashes its package list and baked-in files)
 //! <root>/labs/<name>/lab.json               what `up` made: bridge, subnet, hosts, paths
 //! <root>/labs/<name>/id_ed25519             the lab's SSH key; inventory.yaml, known_hosts, state/
 //! <root>/labs/<name>/hosts/<host>/          upper/ work/ merged/ console.log
 //! ```
 //!
+//! Each host runs in cgroups of its own, `hactl-lab-<machine>` at the root of every cgroup
+//! hierarchy (`cgroup.rs`), so the hosts' systemd units and kubelets never share a cgroup tree.
+//!
 //! Invariants: everything a lab makes lives under its directory or is named after it (bridge,
-//! machine names), so `down` can find and remove all of it even from a half-built lab; traffic only
-//! ever goes to the lab's own hosts on its own bridge; nothing host-specific is in the base image.
+//! machine names, cgroups), so `down` can find and remove all of it even from a half-built lab;
+//! traffic only ever goes to the lab's own hosts on its own bridge; nothing host-specific is in the
+//! base image; the machine's own settings (sysctls and the like) are left alone, except the inotify
+//! limits, which are only ever raised.
 
+mod cgroup;
 mod fault;
 mod host;
 mod image;
 mod inventory;
 pub mod kubernetes;
 mod net;
+mod node_prep;
 mod proc;
 
 pub use fault::Fault;
@@ -123,6 +131,8 @@ pub struct LabUpOptions {
     pub control_planes: u8,
     pub load_balancers: u8,
     pub spares: u8,
+    /// Hosts with the `worker` role (`w1`, `w2`, …), after the others.
+    pub workers: u8,
     /// Debian suite of the base image: `trixie` (etcd 3.5) or `bookworm` (etcd 3.4).
     pub suite: String,
     /// Where the inventory YAML is written.
@@ -141,6 +151,7 @@ impl LabUpOptions {
             control_planes: 3,
             load_balancers: 2,
             spares: 0,
+            workers: 0,
             suite: "trixie".to_string(),
             out: lab_dir(&root, name).join("inventory.yaml"),
             root,
@@ -155,12 +166,13 @@ pub enum HostKind {
     ControlPlane,
     LoadBalancer,
     Spare,
+    Worker,
 }
 
 /// One host of a lab, as recorded in `lab.json`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LabHost {
-    /// Host name inside the lab: `cp1`, `lb1`, `spare1`.
+    /// Host name inside the lab: `cp1`, `lb1`, `spare1`, `w1`.
     pub name: String,
     pub kind: HostKind,
     pub ip: Ipv4Addr,
@@ -181,6 +193,10 @@ pub struct Lab {
     pub name: String,
     pub suite: String,
     pub root: PathBuf,
+    /// The base image the hosts' overlays were made on (empty in a `lab.json` written before it
+    /// was recorded: then `<root>/base/<suite>`).
+    #[serde(default)]
+    pub base: PathBuf,
     pub dir: PathBuf,
     pub bridge: String,
     /// The lab's subnet, `10.213.X.0/24`.
@@ -305,9 +321,9 @@ fn validate(opts: &LabUpOptions) -> Result<()> {
     if name.starts_with('-') || name.ends_with('-') {
         return bad("it must not start or end with -");
     }
-    if opts.control_planes > 9 || opts.load_balancers > 9 || opts.spares > 9 {
+    if opts.control_planes > 9 || opts.load_balancers > 9 || opts.spares > 9 || opts.workers > 9 {
         return Err(LabError::InvalidShape(
-            "at most 9 hosts of each kind (addresses .11-.19, .21-.29, .31-.39)".into(),
+            "at most 9 hosts of each kind (addresses .11-.19, .21-.29, .31-.39, .41-.49)".into(),
         ));
     }
     if opts.control_planes == 0 {
@@ -322,13 +338,15 @@ fn validate(opts: &LabUpOptions) -> Result<()> {
     Ok(())
 }
 
-/// Hosts of a lab in inventory order: cp1.. at .11, lb1.. at .21, spare1.. at .31.
+/// Hosts of a lab in inventory order: cp1.. at .11, lb1.. at .21, spare1.. at .31, w1.. at .41
+/// (the VIP is .100).
 fn plan_hosts(opts: &LabUpOptions, dir: &Path, net: Ipv4Addr) -> Vec<LabHost> {
     let [a, b, c, _] = net.octets();
     let kinds = [
         (HostKind::ControlPlane, "cp", opts.control_planes, 11u8),
         (HostKind::LoadBalancer, "lb", opts.load_balancers, 21),
         (HostKind::Spare, "spare", opts.spares, 31),
+        (HostKind::Worker, "w", opts.workers, 41),
     ];
     let mut hosts = Vec::new();
     for (kind, prefix, count, first) in kinds {
@@ -364,6 +382,7 @@ pub fn up(opts: &LabUpOptions) -> Result<Lab> {
     let started = Instant::now();
     let name = opts.name.as_str();
     let base = image::ensure_base(&opts.root, &opts.suite, &mut |m| progress(name, m))?;
+    let base = base.as_path();
 
     let dir = lab_dir(&opts.root, name);
     if dir.exists() || net::bridge_exists(&net::bridge_name(name)) {
@@ -391,13 +410,13 @@ pub fn up(opts: &LabUpOptions) -> Result<Lab> {
         let [a, b, c, _] = net_addr.octets();
         let operator = Ipv4Addr::new(a, b, c, 1);
         // Record the lab before the bridge exists, so a crash leaves something `down` can read.
-        let lab = new_lab(opts, &dir, &bridge, net_addr, operator);
+        let lab = new_lab(opts, base, &dir, &bridge, net_addr, operator);
         save(&lab)?;
         net::create_bridge(&bridge, operator)?;
         (bridge, net_addr)
     };
     let [a, b, c, _] = net_addr.octets();
-    let mut lab = new_lab(opts, &dir, &bridge, net_addr, Ipv4Addr::new(a, b, c, 1));
+    let mut lab = new_lab(opts, base, &dir, &bridge, net_addr, Ipv4Addr::new(a, b, c, 1));
     progress(
         name,
         format!(
@@ -412,7 +431,7 @@ pub fn up(opts: &LabUpOptions) -> Result<Lab> {
 
     let mut known_hosts = String::new();
     for h in &lab.hosts {
-        let host_key = host::prepare(&lab, h, &base, &public_key)?;
+        let host_key = host::prepare(&lab, h, base, &public_key)?;
         known_hosts.push_str(&format!("{} {}\n", h.ip, host_key.trim()));
     }
     fs_err::write(&lab.known_hosts, known_hosts)?;
@@ -463,7 +482,14 @@ pub fn up(opts: &LabUpOptions) -> Result<Lab> {
     Ok(lab)
 }
 
-fn new_lab(opts: &LabUpOptions, dir: &Path, bridge: &str, net_addr: Ipv4Addr, operator: Ipv4Addr) -> Lab {
+fn new_lab(
+    opts: &LabUpOptions,
+    base: &Path,
+    dir: &Path,
+    bridge: &str,
+    net_addr: Ipv4Addr,
+    operator: Ipv4Addr,
+) -> Lab {
     let [a, b, c, _] = net_addr.octets();
     let out = if opts.out.is_absolute() {
         opts.out.clone()
@@ -476,6 +502,7 @@ fn new_lab(opts: &LabUpOptions, dir: &Path, bridge: &str, net_addr: Ipv4Addr, op
         name: opts.name.clone(),
         suite: opts.suite.clone(),
         root: opts.root.clone(),
+        base: base.to_path_buf(),
         dir: dir.to_path_buf(),
         bridge: bridge.to_string(),
         subnet: format!("{net_addr}/24"),
@@ -537,6 +564,28 @@ impl Lab {
                     .collect::<Vec<_>>()
                     .join(", "),
             })
+    }
+
+    /// The base image this lab's overlays were made on; an error when it is gone (a host booted
+    /// on another lower layer than the one its upper layer was made on would be corrupt).
+    pub fn base_image(&self) -> Result<PathBuf> {
+        let base = if self.base.as_os_str().is_empty() {
+            image::legacy_base(&self.root, &self.suite)
+        } else {
+            self.base.clone()
+        };
+        if base.is_dir() {
+            Ok(base)
+        } else {
+            Err(LabError::Host {
+                host: format!("lab {}", self.name),
+                message: format!(
+                    "its base image {} is gone: run `hactl lab down --name {}`, then `hactl lab up` again",
+                    base.display(),
+                    self.name
+                ),
+            })
+        }
     }
 
     /// The running host's PID 1 as seen from outside, if it is running.
@@ -627,6 +676,9 @@ pub fn down_at(root: &Path, name: &str) -> Result<()> {
     if net::bridge_exists(&bridge) {
         leftovers.push(format!("bridge {bridge} still exists"));
     }
+    for machine in cgroup::machines_of(name) {
+        leftovers.push(format!("the cgroups {} still exist", cgroup::name(&machine)));
+    }
     if dir.exists() {
         leftovers.push(format!("{} still exists", dir.display()));
     }
@@ -693,6 +745,7 @@ mod tests {
     fn hosts_get_fixed_addresses_and_unique_machine_names() {
         let mut opts = LabUpOptions::new("t1");
         opts.spares = 1;
+        opts.workers = 2;
         let hosts = plan_hosts(&opts, Path::new("/x"), Ipv4Addr::new(10, 213, 7, 0));
         let got: Vec<String> = hosts
             .iter()
@@ -707,8 +760,11 @@ mod tests {
                 "lb1 10.213.7.21 t1-lb1",
                 "lb2 10.213.7.22 t1-lb2",
                 "spare1 10.213.7.31 t1-spare1",
+                "w1 10.213.7.41 t1-w1",
+                "w2 10.213.7.42 t1-w2",
             ]
         );
+        assert!(hosts.iter().all(|h| host::is_machine_of(&h.machine, "t1")));
     }
 
     #[test]

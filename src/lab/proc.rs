@@ -186,7 +186,7 @@ pub fn mounts_under(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape_mount(s: &str) -> String {
+pub(super) fn unescape_mount(s: &str) -> String {
     let b = s.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

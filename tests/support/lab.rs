@@ -67,6 +67,17 @@ impl TestLab {
     /// (`trixie`, `bookworm`); `None` (after printing `SKIPPED`) when not root. Panics if the lab
     /// does not come up.
     pub fn up(test_name: &str, cps: u8, lbs: u8, spares: u8, suite: &str) -> Option<TestLab> {
+        Self::up_with(test_name, |opts| {
+            opts.control_planes = cps;
+            opts.load_balancers = lbs;
+            opts.spares = spares;
+            opts.suite = suite.to_string();
+        })
+    }
+
+    /// Like [`TestLab::up`], with the lab's shape set by `shape` (name, root and inventory path
+    /// are the test's).
+    pub fn up_with(test_name: &str, shape: impl FnOnce(&mut LabUpOptions)) -> Option<TestLab> {
         if !have_root(test_name) {
             return None;
         }
@@ -74,10 +85,7 @@ impl TestLab {
         remove_stale(&root, test_name);
         let name = lab_name(test_name, std::process::id());
         let mut opts = LabUpOptions::new(&name);
-        opts.control_planes = cps;
-        opts.load_balancers = lbs;
-        opts.spares = spares;
-        opts.suite = suite.to_string();
+        shape(&mut opts);
         opts.root = root.clone();
         opts.out = lab::lab_dir(&root, &name).join("inventory.yaml");
         let started = Instant::now();
@@ -106,6 +114,50 @@ impl TestLab {
                 panic!("{test_name}: lab {name} did not come up: {e}");
             }
         }
+    }
+
+    /// `hactl lab up --name <the test's lab> ARGS` (the binary, as a user runs it), which must
+    /// succeed; the lab it made is torn down on drop like any other.
+    pub fn up_cli(test_name: &str, args: &[&str]) -> Option<TestLab> {
+        if !have_root(test_name) {
+            return None;
+        }
+        let root = lab::lab_root();
+        remove_stale(&root, test_name);
+        let name = lab_name(test_name, std::process::id());
+        let started = Instant::now();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hactl"))
+            .args(["lab", "up", "--name", &name])
+            .args(args)
+            .env("HACTL_LAB_DIR", &root)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run hactl lab up");
+        let loaded = Lab::load(&root, &name);
+        let lab = TestLab {
+            lab: match loaded {
+                Ok(lab) => lab,
+                Err(e) => {
+                    let _ = lab::down_at(&root, &name);
+                    panic!(
+                        "{test_name}: hactl lab up {args:?} left no lab ({e}): {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                }
+            },
+            root,
+            removed: false,
+        };
+        assert!(
+            out.status.success(),
+            "{test_name}: hactl lab up {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        eprintln!(
+            "{test_name}: lab {name} up (hactl lab up {args:?}) in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        Some(lab)
     }
 
     pub fn lab(&self) -> &Lab {
