@@ -239,7 +239,7 @@ pub async fn list(
     state: &StateDir,
     remote: &BackupRemote,
     cluster: &str,
-    args: &crate::cli::ConnectArgs,
+    args: &crate::exec::connect::ConnectSettings,
 ) -> Result<Vec<RemoteSnapshot>, String> {
     let host = remote.host();
     let conns = crate::exec::connect::connect(state, &[&host], args).await;
@@ -270,7 +270,7 @@ pub async fn status(
     state: &StateDir,
     remote: &BackupRemote,
     cluster: &str,
-    args: &crate::cli::ConnectArgs,
+    args: &crate::exec::connect::ConnectSettings,
 ) -> RemoteStatus {
     match list(state, remote, cluster, args).await {
         Ok(l) => RemoteStatus {
@@ -313,7 +313,7 @@ pub async fn fetch(
     state: &StateDir,
     remote: &BackupRemote,
     snap: &RemoteSnapshot,
-    args: &crate::cli::ConnectArgs,
+    args: &crate::exec::connect::ConnectSettings,
 ) -> anyhow::Result<PathBuf> {
     let sha256 = snap
         .sha256

@@ -204,23 +204,13 @@ pub struct ConnectArgs {
     pub connect_timeout: Option<u64>,
 }
 
-impl From<&ConnectArgs> for crate::operations::ConnectOptions {
-    fn from(a: &ConnectArgs) -> Self {
-        crate::operations::ConnectOptions {
-            concurrency: a.concurrency,
-            accept_new_host_key: a.accept_new_host_key.clone(),
-            connect_timeout: a.connect_timeout,
-        }
-    }
-}
-
-/// The way back, while `exec::connect` still takes the flags' type.
-impl From<&crate::operations::ConnectOptions> for ConnectArgs {
-    fn from(o: &crate::operations::ConnectOptions) -> Self {
-        ConnectArgs {
-            concurrency: o.concurrency,
-            accept_new_host_key: o.accept_new_host_key.clone(),
-            connect_timeout: o.connect_timeout,
+impl ConnectArgs {
+    /// What the library is told: the same three settings, without clap.
+    pub fn settings(&self) -> crate::exec::connect::ConnectSettings {
+        crate::exec::connect::ConnectSettings {
+            concurrency: self.concurrency,
+            accept_new_host_key: self.accept_new_host_key.clone(),
+            connect_timeout: self.connect_timeout,
         }
     }
 }
@@ -287,6 +277,16 @@ pub struct UpArgs {
     /// Do not ask before disruptive steps (restarts of running members).
     #[arg(long, short = 'y')]
     pub yes: bool,
+}
+
+impl UpArgs {
+    /// What the library is told (`converge::Options`), without clap.
+    pub fn options(&self) -> crate::converge::Options {
+        crate::converge::Options {
+            connect: self.connect.settings(),
+            yes: self.yes,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]

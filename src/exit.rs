@@ -4,8 +4,6 @@
 //! and the message names the rule, what was seen and what to run instead. Every layer may refuse;
 //! only `main` turns the error into a process exit code ([`exit_code_of`]).
 
-use crate::etcd::safety::Refused;
-
 /// Exit code 0: success.
 pub const OK: i32 = 0;
 /// A failure before any change (or checks that did not pass, a Ctrl-C before any change).
@@ -37,8 +35,9 @@ pub fn exit_code_of(err: &anyhow::Error) -> i32 {
         .unwrap_or(FAILED)
 }
 
-/// A refusal from a safety rule, as an error with exit code 2.
-pub fn refusal(r: Refused) -> anyhow::Error {
+/// A refusal from a safety rule (such as an `etcd::safety::Refused`, whose text names the rule,
+/// what was seen and what to run instead), as an error with exit code 2.
+pub fn refusal(r: impl std::fmt::Display) -> anyhow::Error {
     anyhow::Error::new(Refusal {
         code: REFUSED,
         message: r.to_string(),

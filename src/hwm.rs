@@ -33,7 +33,7 @@ impl Hwm {
     pub fn now(revision: i64, cluster_id: &str, source: &str) -> Hwm {
         Hwm {
             revision,
-            time: crate::operations::journal::timestamp(time::OffsetDateTime::now_utc()),
+            time: crate::clock::timestamp(time::OffsetDateTime::now_utc()),
             cluster_id: cluster_id.to_string(),
             source: source.to_string(),
         }

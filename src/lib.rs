@@ -7,34 +7,48 @@
 //!       ▼                                  ▼
 //! facts::gather(&inv) ──(read-only SSH)──▶ Facts       (units, file hashes, etcd members per host)
 //!       ▼
-//! commands::up::phases() ──▶ Plan of Steps           (pure: no I/O)
+//! converge::phases() ──▶ Plan of Steps           (pure: no I/O)
 //!       ▼
 //! exec::run(&plan, Mode::{Live | DryRun}) ──▶ Report   (the one place where a run and a dry-run differ)
 //!       ▼
 //! Step::Wait(Check) inside the plan = verification
 //! ```
 //!
-//! Above it, `commands/` is the top floor (parse → call the library → print; only `main.rs`
-//! imports it), and the day-two operations are a wing of their own, `operations`: one manager
-//! runs every operation (`recover`, `replace`, `remove`, `heal`, `maintenance`, `rotate_ca`, each
-//! a folder with pure decisions apart from its steps and acts) with the one lock, the one journal
-//! and the one runner. The floor under both: `exit`, `exec::connect`, `phases::query_for`,
-//! `etcd::snapshot`.
+//! The modules form a stack of layers, each importing only its own layer and those below
+//! (ARCHITECTURE.md, "Layers", which `tests/layers.rs` enforces), bottom to top:
+//!
+//! ```text
+//! commands                      parse → call the library → print (only main.rs imports it)
+//! cli                           clap types
+//! day-two wing                  operations: one manager (the one lock, journal and runner)
+//!                               runs recover, replace, remove, heal, maintenance, rotate_ca,
+//!                               journaled steps that survive a crash
+//! bring-up                      phases (pure), converge (prepare, apply; reset, check, status)
+//! components                    facts, etcd, kubernetes, load_balancer, snapshot, backup,
+//!                               backup_remote, certs, hwm, fence
+//! transport, local artifacts    ssh, exec, render, pki, binaries, images
+//! model                         inventory, state, plan
+//! basics                        clock, duration, exit, output, quote
+//! ```
+//!
+//! `lab` stands beside the stack (basics and the model only).
 //!
 //! See ARCHITECTURE.md for the code map and the invariants.
 
 pub mod backup;
 pub mod backup_remote;
 pub mod binaries;
-pub mod bolt;
 pub mod certs;
 pub mod cli;
+pub mod clock;
 pub mod commands;
+pub mod converge;
 pub mod duration;
 pub mod etcd;
 pub mod exec;
 pub mod exit;
 pub mod facts;
+pub mod fence;
 pub mod hwm;
 pub mod images;
 pub mod inventory;
@@ -46,6 +60,7 @@ pub mod output;
 pub mod phases;
 pub mod pki;
 pub mod plan;
+pub mod quote;
 pub mod render;
 pub mod snapshot;
 pub mod ssh;

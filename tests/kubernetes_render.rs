@@ -14,7 +14,7 @@ use base64::Engine as _;
 use hactl::facts::{FileState, HostFacts, UnitState};
 use hactl::inventory::{self, BinarySource, Inventory, KubernetesMode, Role};
 use hactl::kubernetes::{files, secrets::EncryptionKey, Component, KubernetesInputs};
-use hactl::phases::{self, Ctx, EtcdView, Phase};
+use hactl::phases::{self, Ctx, Phase};
 use hactl::pki::{self, Pki};
 use hactl::plan::Upload;
 use rcgen::PublicKeyData;
@@ -450,7 +450,7 @@ fn converged(uploads: &[Upload], version: &str) -> HostFacts {
 
 /// The Kubernetes phases of `up` (the etcd and load-balancer phases come first).
 fn kube_phases() -> Vec<Box<dyn Phase>> {
-    let phases: Vec<Box<dyn Phase>> = hactl::commands::up::phases()
+    let phases: Vec<Box<dyn Phase>> = hactl::converge::phases()
         .into_iter()
         .filter(|p| !p.title().contains("etcd") && !p.title().contains("load balancer"))
         .collect();
@@ -470,16 +470,7 @@ fn plan_text(
     facts: &BTreeMap<String, HostFacts>,
     inputs: &KubernetesInputs,
 ) -> Result<String, String> {
-    let view = EtcdView::default();
-    let ctx = Ctx {
-        inv,
-        pki,
-        facts,
-        etcd: &view,
-        binaries: None,
-        kubernetes: Some(inputs),
-        vrrp_password: None,
-    };
+    let ctx = Ctx::new(inv, pki, facts).with_kubernetes(Some(inputs));
     phases::build(&kube_phases(), &ctx)
         .map(|p| p.to_string())
         .map_err(|e| e.to_string())

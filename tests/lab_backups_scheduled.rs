@@ -228,7 +228,7 @@ fn snapshot_save_reads_the_status_etcdutl_reports_for_the_same_file() {
     let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
     let sidecar: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(format!("{path}.json")).unwrap()).unwrap();
-    let ours = hactl::bolt::status(Path::new(&path)).unwrap();
+    let ours = hactl::snapshot::bolt::status(Path::new(&path)).unwrap();
     assert_eq!(sidecar["revision"].as_i64(), Some(ours.revision));
     assert_eq!(sidecar["totalKey"].as_u64(), Some(ours.total_key));
     // The same file on a host, read by etcd's own tool.

@@ -9,6 +9,7 @@
 //! - A dies after a step (`HACTL_CRASH_AFTER`): B is still refused (it cannot see A's process, so
 //!   it offers `--steal-lock`), while A's own next run, on the machine where the dead process ran,
 //!   takes the lock over; then B runs.
+//!
 //! Needs root; without it the test prints `SKIPPED <name>: needs root`.
 
 #[path = "support/cli.rs"]

@@ -342,7 +342,7 @@ fn try_run_plan(
         .unwrap();
     rt.block_on(async {
         let hosts: Vec<&hactl::inventory::Host> = inv.with_role(hactl::inventory::Role::LoadBalancer);
-        let args = hactl::cli::ConnectArgs {
+        let args = hactl::exec::connect::ConnectSettings {
             concurrency: 4,
             accept_new_host_key: vec![],
             connect_timeout: None,

@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hactl::exec::{Transport, UploadOutcome};
+use hactl::exec::UploadOutcome;
 use hactl::inventory::Host;
 use hactl::plan::{RemoteCommand, Upload};
 use hactl::ssh::{ConnectOptions, KnownHosts, Session};

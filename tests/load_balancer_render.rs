@@ -9,7 +9,7 @@ use hactl::inventory::Inventory;
 use hactl::phases::configure_load_balancer::ConfigureLoadBalancer;
 use hactl::phases::install_load_balancer::InstallLoadBalancer;
 use hactl::phases::load_balancer::{haproxy_cfg, keepalived_conf};
-use hactl::phases::{Ctx, EtcdView, Phase, PlanError};
+use hactl::phases::{Ctx, Phase, PlanError};
 use hactl::plan::{Plan, Step};
 
 const PASSWORD: &str = "Xy12ab34";
@@ -86,16 +86,7 @@ fn fixture() -> Fixture {
 }
 
 fn plan(fx: &Fixture, facts: &BTreeMap<String, HostFacts>) -> Result<Plan, PlanError> {
-    let view = EtcdView::default();
-    let ctx = Ctx {
-        inv: &fx.inv,
-        pki: &fx.pki,
-        facts,
-        etcd: &view,
-        binaries: None,
-        kubernetes: None,
-        vrrp_password: Some(PASSWORD),
-    };
+    let ctx = Ctx::new(&fx.inv, &fx.pki, facts).with_vrrp_password(Some(PASSWORD));
     let phases: Vec<Box<dyn Phase>> = vec![Box::new(InstallLoadBalancer), Box::new(ConfigureLoadBalancer)];
     hactl::phases::build(&phases, &ctx)
 }

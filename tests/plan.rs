@@ -129,16 +129,8 @@ fn members(inv: &Inventory, n: usize) -> MemberList {
 fn build(inv: &Inventory, facts: &BTreeMap<String, HostFacts>) -> Result<Plan, PlanError> {
     let pki = hactl::pki::ensure(&inv.state_dir.join("pki"), inv, fixed_now()).unwrap();
     let view = EtcdView::from_facts(inv, facts)?;
-    let ctx = Ctx {
-        inv,
-        pki: &pki,
-        facts,
-        etcd: &view,
-        binaries: None,
-        kubernetes: None,
-        vrrp_password: None,
-    };
-    phases::build(&hactl::commands::up::phases(), &ctx)
+    let ctx = Ctx::new(inv, &pki, facts).with_etcd(&view);
+    phases::build(&hactl::converge::phases(), &ctx)
 }
 
 /// The plan text with key-dependent values (sizes, hashes) blanked, so it can be compared.
@@ -407,15 +399,9 @@ fn a_bundle_binary_that_is_not_the_declared_version_is_refused() {
         files: vec![("etcd".into(), b"etcd 3.5.17".to_vec())],
         origin: "bundle /srv/etcd-3.5.17".into(),
     };
-    let ctx = Ctx {
-        inv: &inv,
-        pki: &pki,
-        facts: &facts,
-        etcd: &view,
-        binaries: Some(&bins),
-        kubernetes: None,
-        vrrp_password: None,
-    };
-    let err = phases::build(&hactl::commands::up::phases(), &ctx).unwrap_err();
+    let ctx = Ctx::new(&inv, &pki, &facts)
+        .with_etcd(&view)
+        .with_binaries(Some(&bins));
+    let err = phases::build(&hactl::converge::phases(), &ctx).unwrap_err();
     assert_eq!(err.to_string(), "refused by rule U-binary: the etcd binary from bundle /srv/etcd-3.5.17 is version 3.5.17, but the inventory declares etcd.version 3.5.16; nothing was restarted: make bundle /srv/etcd-3.5.17 provide etcd 3.5.16 (a bundle: its binaries; a package: the version apt installs), or set etcd.version to 3.5.17, and run again");
 }

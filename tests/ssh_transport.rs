@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use hactl::exec::connect::{connect_with, Reach};
 use hactl::exec::parallel::for_each_host;
-use hactl::exec::{Transport, UploadOutcome};
+use hactl::exec::UploadOutcome;
 use hactl::inventory::{Host, Role, SshAuth, SshSpec};
 use hactl::plan::{RemoteCommand, Upload};
 use hactl::ssh::{ConnectOptions, Error, KnownHosts, OutputChunk, PassphraseSource, Session};

@@ -26,10 +26,10 @@ pub async fn check(args: &CertsCheckArgs) -> anyhow::Result<i32> {
         );
     }
     let hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
-    let conns = crate::exec::connect::connect(&state, &hosts, &args.connect).await;
+    let conns = crate::exec::connect::connect(&state, &hosts, &args.connect.settings()).await;
     let results: Vec<(String, HostRead)> = futures::stream::iter(hosts.iter().map(|h| {
         let conn = conns.get(&h.name).cloned();
-        let paths = crate::certs::host_paths(&super::up::query_for(&inv, h).files);
+        let paths = crate::certs::host_paths(&crate::phases::query_for(&inv, h).files);
         async move {
             let r = match conn {
                 Some(Ok(t)) => match t.run(&crate::certs::probe_command(&paths)).await {
@@ -182,7 +182,7 @@ pub async fn rotate_ca(args: &CertsRotateCaArgs) -> anyhow::Result<i32> {
         stop_after: args.stop_after.clone(),
         roll: Arc::new(Roll { args: up }),
     });
-    let connect = (&args.connect).into();
+    let connect = args.connect.settings();
     let ctx = Context {
         inv: &inv,
         state: &state,

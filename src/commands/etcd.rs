@@ -1,19 +1,20 @@
 //! `hactl etcd snapshot save|verify`: snapshots on the operator machine (the streaming and the
-//! checks are [`crate::etcd::snapshot`]).
+//! checks are [`crate::snapshot`]).
 
 use anyhow::{anyhow, Context as _};
 
 use crate::cli::{SnapshotSaveArgs, SnapshotVerifyArgs};
-use crate::etcd::snapshot::{refuse_bad_hash, take, verify_on};
 use crate::inventory::Role;
 use crate::snapshot;
+use crate::snapshot::{refuse_bad_hash, take, verify_on};
 
 /// `hactl etcd snapshot save`.
 pub async fn save(args: &SnapshotSaveArgs) -> anyhow::Result<i32> {
     let (inv, state) = super::load(&args.inventory)?;
-    let transports = crate::exec::connect::reach(&state, &inv.with_role(Role::Etcd), &args.connect)
-        .await
-        .warn_unreachable();
+    let transports =
+        crate::exec::connect::reach(&state, &inv.with_role(Role::Etcd), &args.connect.settings())
+            .await
+            .warn_unreachable();
     let out_dir = args.out.clone().unwrap_or_else(|| state.file("backups"));
     let saved = take(&inv, &state, &transports, &out_dir, !args.no_bundle).await?;
     let s = &saved.sidecar;
@@ -52,9 +53,10 @@ pub async fn verify(args: &SnapshotVerifyArgs) -> anyhow::Result<i32> {
         snapshot::check_file(&args.file).with_context(|| format!("cannot read {}", args.file.display()))?;
     refuse_bad_hash(&args.file, &check, args.skip_hash_check)?;
     let (inv, state) = super::load(&args.inventory)?;
-    let transports = crate::exec::connect::reach(&state, &inv.with_role(Role::Etcd), &args.connect)
-        .await
-        .warn_unreachable();
+    let transports =
+        crate::exec::connect::reach(&state, &inv.with_role(Role::Etcd), &args.connect.settings())
+            .await
+            .warn_unreachable();
     let t = transports
         .values()
         .next()

@@ -10,7 +10,7 @@ use crate::operations::manager::Context;
 /// `hactl heal`.
 pub async fn run(args: &HealArgs) -> anyhow::Result<i32> {
     let (inv, state) = super::load(&args.inventory)?;
-    let connect = (&args.connect).into();
+    let connect = args.connect.settings();
     let ctx = Context {
         inv: &inv,
         state: &state,
@@ -32,10 +32,7 @@ pub async fn run(args: &HealArgs) -> anyhow::Result<i32> {
     );
     loop {
         if let Err(e) = heal::round(&ctx, &opts).await {
-            println!(
-                "{} heal: round failed: {e:#}",
-                crate::operations::journal::now_rfc3339()
-            );
+            println!("{} heal: round failed: {e:#}", crate::clock::now_rfc3339());
         }
         // A Ctrl-C stops the operation under way between its steps, and the watch with it.
         if crate::exec::run::interrupted() {

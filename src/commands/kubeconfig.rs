@@ -19,7 +19,7 @@ pub fn run(args: &KubeconfigArgs) -> anyhow::Result<i32> {
              add one (see `hactl init`) and run `hactl up`"
         );
     }
-    let path = inv.state_dir.join(super::up::ADMIN_KUBECONFIG);
+    let path = inv.state_dir.join(crate::converge::ADMIN_KUBECONFIG);
     let text = match fs_err::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(

@@ -135,7 +135,7 @@ pub async fn readyz_through_vip(inv: &crate::inventory::Inventory) -> Result<()>
         }
         _ => "kubectl".to_string(),
     };
-    let kubeconfig = inv.state_dir.join(super::up::ADMIN_KUBECONFIG);
+    let kubeconfig = inv.state_dir.join(crate::converge::ADMIN_KUBECONFIG);
     let argv = [
         "--kubeconfig".to_string(),
         kubeconfig.display().to_string(),

@@ -22,7 +22,7 @@ pub async fn run(cmd: &MaintenanceCommand) -> anyhow::Result<i32> {
         MaintenanceCommand::Start(a) | MaintenanceCommand::Complete(a) => &a.target,
     };
     let (inv, state) = super::load(&target.inventory)?;
-    let connect = (&target.connect).into();
+    let connect = target.connect.settings();
     let ctx = Context {
         inv: &inv,
         state: &state,

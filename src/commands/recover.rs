@@ -22,7 +22,7 @@ pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
         members: args.members.clone(),
         bump_revision: args.bump_revision.0,
     });
-    let connect = (&args.connect).into();
+    let connect = args.connect.settings();
     let ctx = Context {
         inv: &inv,
         state: &state,

@@ -22,7 +22,7 @@ pub async fn run(args: &RemoveArgs) -> anyhow::Result<i32> {
         confirm_dead: !args.confirm_dead.is_empty(),
         resume: args.resume.clone(),
     });
-    let connect = (&args.connect).into();
+    let connect = args.connect.settings();
     let ctx = Context {
         inv: &inv,
         state: &state,

@@ -17,7 +17,7 @@ pub async fn run(args: &ReplaceArgs) -> anyhow::Result<i32> {
         cleanup_learner: args.cleanup_learner.clone(),
         confirm_dead: args.confirm_dead.clone(),
     });
-    let connect = (&args.connect).into();
+    let connect = args.connect.settings();
     let ctx = Context {
         inv: &inv,
         state: &state,

@@ -10,7 +10,6 @@ pub mod errors;
 pub mod health;
 pub mod observer;
 pub mod safety;
-pub mod snapshot;
 pub mod upgrade;
 
 use serde::Deserialize;
@@ -22,9 +21,9 @@ pub const PKI_DIR: &str = "/etc/hactl/pki/etcd";
 /// The unit hactl installs; it overrides the distribution's unit of the same name.
 pub const UNIT_PATH: &str = "/etc/systemd/system/etcd.service";
 pub const UNIT: &str = "etcd.service";
-/// The CN of every member's peer certificate; the only CN the peer port admits once every member
-/// holds such a certificate (`--peer-cert-allowed-cn`, see `phases::etcd_files::peer_cn_enforced`).
-pub const PEER_CN: &str = "etcd-peer";
+/// The CN of every member's peer certificate, which the PKI issues: the only CN the peer port
+/// admits once every member holds such a certificate (`--peer-cert-allowed-cn`).
+pub use crate::pki::ETCD_PEER_CN as PEER_CN;
 /// How a member first met its cluster; written only while its data dir is empty.
 pub const INITIAL_ENV_PATH: &str = "/etc/hactl/etcd-initial.env";
 /// etcdctl with the host's client certificate.

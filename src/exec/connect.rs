@@ -14,18 +14,44 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use crate::cli::ConnectArgs;
 use crate::exec::{Transport, Transports};
 use crate::inventory::Host;
 use crate::ssh::{ConnectOptions, Session};
 use crate::state::StateDir;
+
+/// How to reach hosts: what every command that connects is told (`cli::ConnectArgs` on the
+/// command line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectSettings {
+    /// Hosts contacted at once.
+    pub concurrency: usize,
+    /// Hosts whose changed SSH host key is accepted (after a re-install).
+    pub accept_new_host_key: Vec<String>,
+    /// Seconds to wait for each SSH connection (`None`: the inventory's `connectTimeout`).
+    pub connect_timeout: Option<u64>,
+}
+
+impl Default for ConnectSettings {
+    /// The command line's defaults: 16 hosts at once, no changed key accepted.
+    fn default() -> Self {
+        ConnectSettings {
+            concurrency: 16,
+            accept_new_host_key: vec![],
+            connect_timeout: None,
+        }
+    }
+}
 
 /// A host's connection, or why there is none.
 pub type Connection = Result<Arc<dyn Transport>, String>;
 
 /// Connects to `hosts` (at most `args.concurrency` at once), verifying host keys against the
 /// cluster's known_hosts. Every host gets an entry: its connection or its error chain.
-pub async fn connect(state: &StateDir, hosts: &[&Host], args: &ConnectArgs) -> BTreeMap<String, Connection> {
+pub async fn connect(
+    state: &StateDir,
+    hosts: &[&Host],
+    args: &ConnectSettings,
+) -> BTreeMap<String, Connection> {
     let known = match crate::ssh::KnownHosts::load(state.known_hosts_path()) {
         Ok(k) => Arc::new(k),
         Err(e) => {
@@ -72,7 +98,7 @@ pub struct Reach {
 }
 
 /// Connects to `hosts` and sorts the answers.
-pub async fn reach(state: &StateDir, hosts: &[&Host], args: &ConnectArgs) -> Reach {
+pub async fn reach(state: &StateDir, hosts: &[&Host], args: &ConnectSettings) -> Reach {
     Reach::sort(hosts, connect(state, hosts, args).await)
 }
 

@@ -269,6 +269,11 @@ pub struct PkiSpec {
     pub renew_before_days: u32,
 }
 
+/// `spec.pki.renewBeforeDays` when the inventory leaves it out. A leaf is renewed, and a CA warned
+/// about, when it expires within this many days, or within a third of its lifetime when that is
+/// shorter (so short-lived certificates are not re-issued on every run: `pki::renewal_window`).
+pub const DEFAULT_RENEW_BEFORE_DAYS: u32 = 30;
+
 impl Inventory {
     /// Hosts holding `role`, in inventory order.
     pub fn with_role(&self, role: Role) -> Vec<&Host> {

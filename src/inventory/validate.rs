@@ -1337,9 +1337,7 @@ impl Checker {
                 ),
             );
         }
-        let renew = raw
-            .renew_before_days
-            .unwrap_or(crate::pki::RENEW_WITHIN_DAYS as u32);
+        let renew = raw.renew_before_days.unwrap_or(super::DEFAULT_RENEW_BEFORE_DAYS);
         if renew == 0 || (cert != 0 && renew >= cert) {
             self.report(
                 "pki.renewBeforeDays",

@@ -144,7 +144,7 @@ pub fn restarted_after(component: Component, host: &Host, file: &str) -> RemoteC
 [ -n \"$p\" ] || exit 1; \
 start=$(( $(awk '{{print $22}}' /proc/$p/stat) / $(getconf CLK_TCK) + $(awk '/^btime/ {{print $2}}' /proc/stat) )); \
 [ \"$start\" -ge \"$(stat -c %Y \"$2\")\" ] && {}",
-        crate::ssh::quote::command_line(&healthy(component, host).argv, false)
+        crate::quote::command_line(&healthy(component, host).argv, false)
     );
     RemoteCommand {
         read_only: true,

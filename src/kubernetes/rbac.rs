@@ -20,8 +20,8 @@ pub enum RbacError {
     Api(#[from] ApiError),
 }
 
-/// The group (`O=`) of the apiserver's kubelet client certificate.
-pub const KUBELET_CLIENT_GROUP: &str = "hactl:apiserver-kubelet-client";
+/// The group (`O=`) of the apiserver's kubelet client certificate, which the PKI issues.
+pub use crate::pki::KUBELET_CLIENT_GROUP;
 /// The ClusterRoleBinding that binds [`KUBELET_CLIENT_GROUP`] to [`KUBELET_API_ROLE`].
 pub const KUBELET_CLIENT_BINDING: &str = "hactl:apiserver-kubelet-client";
 /// The built-in ClusterRole for the kubelet API (every apiserver bootstraps it).

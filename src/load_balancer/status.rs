@@ -109,7 +109,7 @@ fn parse_probe(host: &Host, vip: Option<std::net::IpAddr>, text: &str) -> (Balan
 pub async fn gather(
     inv: &Inventory,
     state: &crate::state::StateDir,
-    connect: &crate::cli::ConnectArgs,
+    connect: &crate::exec::connect::ConnectSettings,
 ) -> Option<LoadBalancerStatus> {
     let hosts: Vec<&Host> = inv.with_role(Role::LoadBalancer);
     if hosts.is_empty() {

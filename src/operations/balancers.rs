@@ -12,14 +12,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::ConnectOptions;
 use super::{Journal, StepState};
+use crate::exec::connect::ConnectSettings;
 use crate::exec::{self, Mode, Transports};
 use crate::inventory::{Host, Inventory, Role};
 use crate::load_balancer as lb;
 use crate::phases::configure_load_balancer::ConfigureLoadBalancer;
 use crate::phases::load_balancer::{drain_backend_steps, ready_backend_steps, Backend};
-use crate::phases::{Ctx, EtcdView, Phase};
+use crate::phases::{Ctx, Phase};
 use crate::pki::Pki;
 use crate::plan::{HostSteps, Parallelism, Plan, PlannedPhase, RemoteCommand, Step};
 use crate::state::StateDir;
@@ -31,9 +31,9 @@ pub struct Balancers {
 }
 
 impl Balancers {
-    pub async fn connect(inv: &Inventory, state: &StateDir, options: &ConnectOptions) -> Balancers {
+    pub async fn connect(inv: &Inventory, state: &StateDir, settings: &ConnectSettings) -> Balancers {
         let hosts = inv.with_role(Role::LoadBalancer);
-        let reach = super::reach::connect(state, &hosts, options).await;
+        let reach = crate::exec::connect::reach(state, &hosts, settings).await;
         Balancers {
             transports: reach.transports,
             unreachable: reach.unreachable,
@@ -274,16 +274,7 @@ impl Balancers {
             }
         }
         let password = lb::vrrp_password(state)?;
-        let view = EtcdView::default();
-        let ctx = Ctx {
-            inv,
-            pki,
-            facts: &facts,
-            etcd: &view,
-            binaries: None,
-            kubernetes: None,
-            vrrp_password: Some(&password),
-        };
+        let ctx = Ctx::new(inv, pki, &facts).with_vrrp_password(Some(&password));
         let mut plan = Plan::default();
         let mut n = 0;
         for mut phase in ConfigureLoadBalancer.plan(&ctx)? {

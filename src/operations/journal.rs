@@ -9,7 +9,7 @@
 //! involved, so another workstation can see what happened.
 //!
 //! Invariants: lines are only ever appended; a journal is evidence, never the authority: a resumed
-//! run re-checks each step's postcondition on the hosts (see `exec::journaled`).
+//! run re-checks each step's postcondition on the hosts (see [`crate::operations::runner`]).
 //! `HACTL_CRASH_AFTER=<step-id>` makes the process exit with 137 right after that step's `done`
 //! (or `skipped`) line is journaled, so tests can crash a run at every step. A dry run's journal
 //! writes nothing: [`Journal::dry_run`] only prints. One run-id generator ([`new_run_id`]) names
@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::clock::timestamp;
 use crate::exec::Transports;
 use crate::operations::run_dir::RunDir;
 use crate::plan::RemoteCommand;
@@ -120,33 +121,6 @@ pub fn valid_run_id(s: &str) -> bool {
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && !s.starts_with('-')
-}
-
-/// The current time as journals write it.
-pub fn timestamp(now: time::OffsetDateTime) -> String {
-    now.format(time::macros::format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
-    ))
-    .unwrap_or_default()
-}
-
-/// [`timestamp`] of now.
-pub fn now_rfc3339() -> String {
-    timestamp(time::OffsetDateTime::now_utc())
-}
-
-/// A compact UTC stamp for names: `20261122t023412z` (lowercase: it may become part of a run id).
-pub fn stamp() -> String {
-    let t = time::OffsetDateTime::now_utc();
-    format!(
-        "{:04}{:02}{:02}t{:02}{:02}{:02}z",
-        t.year(),
-        u8::from(t.month()),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second()
-    )
 }
 
 /// The journal of one run: a file on the operator machine, or nothing in a dry run.

@@ -67,7 +67,7 @@ impl Owner {
             operator: format!("{user}@{}", hostname()),
             machine: machine_id(),
             pid: std::process::id(),
-            since: crate::operations::journal::timestamp(time::OffsetDateTime::now_utc()),
+            since: crate::clock::timestamp(time::OffsetDateTime::now_utc()),
         }
     }
 
@@ -562,7 +562,7 @@ pub fn cluster_hosts(inv: &Inventory) -> Vec<String> {
 pub async fn take(
     state: &StateDir,
     inv: &Inventory,
-    connect: &super::ConnectOptions,
+    connect: &crate::exec::connect::ConnectSettings,
     command: &str,
 ) -> anyhow::Result<ClusterLock> {
     let run = crate::operations::journal::new_run_id(command);
@@ -570,7 +570,7 @@ pub async fn take(
     // The local half first: two processes of this machine never race to the hosts.
     let local = LocalLock::acquire(state, &owner).map_err(|e| anyhow::Error::new(e.refusal()))?;
     let hosts: Vec<&crate::inventory::Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
-    let reach = super::reach::connect(state, &hosts, connect).await;
+    let reach = crate::exec::connect::reach(state, &hosts, connect).await;
     ClusterLock::on_hosts(local, &reach.transports, &cluster_hosts(inv), owner, None)
         .await
         .map_err(|e| anyhow::Error::new(e.refusal()))

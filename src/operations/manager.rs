@@ -36,7 +36,7 @@ use super::journal::{Journal, StepState};
 use super::lock::{self, ClusterLock, Owner};
 use super::run_dir::RunDir;
 use super::runner::{self, JournaledStep, Outcome, RunOptions, Stage, StepFailed, StepId};
-use super::ConnectOptions;
+use crate::exec::connect::ConnectSettings;
 use crate::exec::Transports;
 use crate::exit;
 use crate::inventory::Inventory;
@@ -51,7 +51,7 @@ pub const PLAN_KIND: &str = "OperationPlan";
 pub struct Context<'a> {
     pub inv: &'a Inventory,
     pub state: &'a StateDir,
-    pub connect: &'a ConnectOptions,
+    pub connect: &'a ConnectSettings,
 }
 
 /// Asks the operator a y/N question: `Ok` is yes.

@@ -1,19 +1,18 @@
 //! The day-two wing: the operation manager ([`manager`]: one driver for every operation, with the
 //! one lock ([`lock`]), the one journal ([`journal`]) and the runner of journaled steps
-//! ([`runner`])), what the operations share (who answered: [`reach`]; the one fence: [`fence`];
-//! the load balancers' backends and the VIP: [`balancers`]; the Kubernetes Node of a host:
-//! [`node`]; the maintenance record: [`maintenance_record`]; the retry records of remediations:
-//! [`remediation`]; a run's directory: [`run_dir`]), and the operations, one folder each:
-//! [`recover`], [`replace`], [`remove`], [`heal`], [`maintenance`], [`rotate_ca`], each with its
-//! pure decisions (`decide.rs`, table-tested) apart from its steps (`steps.rs`, data) and acts
-//! (`acts.rs`).
+//! ([`runner`])), what the operations share (who answered: [`reach`]; the load balancers'
+//! backends and the VIP: [`balancers`]; the Kubernetes Node of a host: [`node`]; the maintenance
+//! record: [`maintenance_record`]; the retry records of remediations: [`remediation`]; a run's
+//! directory: [`run_dir`]), and the operations, one folder each: [`recover`], [`replace`],
+//! [`remove`], [`heal`], [`maintenance`], [`rotate_ca`], each with its pure decisions
+//! (`decide.rs`, table-tested) apart from its steps (`steps.rs`, data) and acts (`acts.rs`). The
+//! fence they set is [`crate::fence`] (reset and bring-up lift it too).
 //!
 //! Invariants: every change goes through `exec` (a plan or journaled steps), so `--dry-run` prints
 //! the exact lines a live run sends; observations only read; nothing below this module imports
 //! it.
 
 pub mod balancers;
-pub mod fence;
 pub mod journal;
 pub mod lock;
 pub mod maintenance_record;
@@ -32,7 +31,7 @@ pub mod replace;
 pub mod rotate_ca;
 
 pub use journal::{Journal, StepState};
-pub use reach::{ConnectOptions, Reach};
+pub use reach::Reach;
 
 use crate::exec::{self, Mode, Transports};
 use crate::inventory::Host;

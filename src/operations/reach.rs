@@ -8,31 +8,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::etcd::health::{self, Observation};
+use crate::exec::connect::ConnectSettings;
 use crate::exec::{Transport, Transports};
 use crate::facts::{self, HostFacts};
 use crate::inventory::{Host, Inventory, Role};
 use crate::state::StateDir;
-
-/// How an operation reaches its hosts: what `--concurrency`, `--accept-new-host-key` and
-/// `--connect-timeout` say (the command layer converts its flags to this).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ConnectOptions {
-    /// Hosts contacted at once.
-    pub concurrency: usize,
-    /// Hosts whose changed SSH host key is accepted.
-    pub accept_new_host_key: Vec<String>,
-    /// Seconds to wait for each SSH connection (default: the inventory's `connectTimeout`).
-    pub connect_timeout: Option<u64>,
-}
-
-/// The one place operations connect: `exec::connect::reach` with these options.
-pub async fn connect(
-    state: &StateDir,
-    hosts: &[&Host],
-    options: &ConnectOptions,
-) -> crate::exec::connect::Reach {
-    crate::exec::connect::reach(state, hosts, &options.into()).await
-}
 
 /// The hosts that answered, their facts, and why the others did not.
 pub struct Reach {
@@ -43,8 +23,8 @@ pub struct Reach {
 
 /// Connects to `hosts` and gathers facts from those that answer; an unreachable host is
 /// recorded, not fatal (the member being replaced may be dead with its host).
-pub async fn reach(inv: &Inventory, state: &StateDir, hosts: &[&Host], options: &ConnectOptions) -> Reach {
-    let connected = connect(state, hosts, options).await;
+pub async fn reach(inv: &Inventory, state: &StateDir, hosts: &[&Host], settings: &ConnectSettings) -> Reach {
+    let connected = crate::exec::connect::reach(state, hosts, settings).await;
     let mut r = Reach {
         transports: Transports::new(),
         facts: BTreeMap::new(),

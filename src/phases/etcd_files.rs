@@ -280,7 +280,6 @@ pub fn initial_env(host: &Host, ctx: &Ctx<'_>) -> Result<Option<Upload>, PlanErr
 mod tests {
     use super::*;
     use crate::facts::{FileState, HostFacts};
-    use crate::phases::EtcdView;
     use std::collections::BTreeMap;
 
     const YAML: &str = "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata: {name: t}\nspec:\n  ssh: {user: root, keyFile: k}\n  hosts:\n  - {name: cp1, address: 10.0.0.11, roles: [etcd]}\n  - {name: cp2, address: 10.0.0.12, roles: [etcd]}\n  - {name: cp3, address: 10.0.0.13, roles: [etcd]}\n";
@@ -333,17 +332,8 @@ mod tests {
             let server = crate::pki::inspect(&pki.etcd_server(h).unwrap().cert_pem).unwrap();
             assert_eq!(server.subject_cn, h, "server certificates keep the host's CN");
         }
-        let view = EtcdView::default();
         let ctx_with = |facts: &BTreeMap<String, HostFacts>| -> (bool, String) {
-            let ctx = Ctx {
-                inv: &inv,
-                pki: &pki,
-                facts,
-                etcd: &view,
-                binaries: None,
-                kubernetes: None,
-                vrrp_password: None,
-            };
+            let ctx = Ctx::new(&inv, &pki, facts);
             let host = inv.host("cp1").unwrap();
             (
                 peer_cn_enforced(&ctx),
@@ -385,15 +375,7 @@ mod tests {
         // A renewal: cp2's certificate differs from the state's again, but its unit carries the
         // flag already (a renewed certificate keeps the CN): the flag stays.
         let cp2_unit = {
-            let ctx = Ctx {
-                inv: &inv,
-                pki: &pki,
-                facts: &rolled,
-                etcd: &view,
-                binaries: None,
-                kubernetes: None,
-                vrrp_password: None,
-            };
+            let ctx = Ctx::new(&inv, &pki, &rolled);
             unit_text(inv.host("cp2").unwrap(), &ctx, Some(etcd::PEER_CN)).unwrap()
         };
         assert!(cp2_unit.contains(flag));

@@ -46,9 +46,62 @@ pub struct Ctx<'a> {
     pub kubernetes: Option<&'a crate::kubernetes::KubernetesInputs>,
     /// keepalived's VRRP password, from the state directory (None when there is no load balancer).
     pub vrrp_password: Option<&'a str>,
+    /// The push key and the remote's host key for `spec.backup.remote`, once `up`/`plan` reached
+    /// the remote (None otherwise).
+    pub backup_remote: Option<&'a crate::backup_remote::HostFiles>,
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    /// A context that knows the inventory, the PKI and the facts, and nothing else: no etcd view
+    /// (no member, nothing running), no binaries, no Kubernetes inputs, no VRRP password. A
+    /// bring-up adds what it gathered with the `with_*` methods; a day-two operation that plans
+    /// a few phases for its hosts adds only what those phases read.
+    pub fn new(inv: &'a Inventory, pki: &'a Pki, facts: &'a BTreeMap<String, HostFacts>) -> Self {
+        static NO_VIEW: std::sync::OnceLock<EtcdView> = std::sync::OnceLock::new();
+        Ctx {
+            inv,
+            pki,
+            facts,
+            etcd: NO_VIEW.get_or_init(EtcdView::default),
+            binaries: None,
+            kubernetes: None,
+            vrrp_password: None,
+            backup_remote: None,
+        }
+    }
+
+    /// [`Ctx::new`] without facts (nothing known about any host).
+    pub fn without_facts(inv: &'a Inventory, pki: &'a Pki) -> Self {
+        static NO_FACTS: BTreeMap<String, HostFacts> = BTreeMap::new();
+        Ctx::new(inv, pki, &NO_FACTS)
+    }
+
+    pub fn with_etcd(self, etcd: &'a EtcdView) -> Self {
+        Ctx { etcd, ..self }
+    }
+
+    pub fn with_binaries(self, binaries: Option<&'a LocalBinaries>) -> Self {
+        Ctx { binaries, ..self }
+    }
+
+    pub fn with_kubernetes(self, kubernetes: Option<&'a crate::kubernetes::KubernetesInputs>) -> Self {
+        Ctx { kubernetes, ..self }
+    }
+
+    pub fn with_vrrp_password(self, vrrp_password: Option<&'a str>) -> Self {
+        Ctx {
+            vrrp_password,
+            ..self
+        }
+    }
+
+    pub fn with_backup_remote(self, backup_remote: Option<&'a crate::backup_remote::HostFiles>) -> Self {
+        Ctx {
+            backup_remote,
+            ..self
+        }
+    }
+
     pub fn facts(&self, host: &Host) -> &HostFacts {
         static EMPTY: std::sync::OnceLock<HostFacts> = std::sync::OnceLock::new();
         self.facts

@@ -65,9 +65,7 @@ pub fn start_on_replacement(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, Pla
     super::install_kubernetes::refuse(ctx)?;
     let units: Vec<String> = Component::ALL.iter().map(|c| c.unit()).collect();
     let units: Vec<&str> = units.iter().map(String::as_str).collect();
-    let mut steps = vec![Step::Run(RemoteCommand::script(
-        crate::operations::fence::lift_all(&units),
-    ))];
+    let mut steps = vec![Step::Run(RemoteCommand::script(crate::fence::lift_all(&units)))];
     steps.extend(InstallKubernetes.steps(host, ctx)?);
     steps.extend(ConfigureKubernetes.steps(host, ctx)?);
     // Its backend is out of rotation (drained in P2, or not rendered yet): restart in place.
@@ -133,7 +131,6 @@ mod tests {
     use super::*;
     use crate::facts::{FileState, HostFacts, UnitState};
     use crate::kubernetes::{secrets::EncryptionKey, KubernetesInputs};
-    use crate::phases::EtcdView;
     use crate::plan::Upload;
     use std::collections::BTreeMap;
 
@@ -227,16 +224,7 @@ mod tests {
     ) -> BTreeMap<String, HostFacts> {
         let mut facts = BTreeMap::new();
         let none = BTreeMap::new();
-        let view = EtcdView::default();
-        let ctx = Ctx {
-            inv: old,
-            pki,
-            facts: &none,
-            etcd: &view,
-            binaries: None,
-            kubernetes: Some(inputs),
-            vrrp_password: None,
-        };
+        let ctx = Ctx::new(old, pki, &none).with_kubernetes(Some(inputs));
         for name in ["cp1", "cp2"] {
             let h = old.host(name).unwrap();
             let (mut up, runners) = super::super::configure_kubernetes::uploads(h, &ctx).unwrap();
@@ -262,16 +250,7 @@ mod tests {
         let (_d2, old, old_pki) = setup(&old_yaml);
         let inputs = inputs();
         let facts = before_replace(&old, &old_pki, &inputs);
-        let view = EtcdView::default();
-        let ctx = Ctx {
-            inv: &inv,
-            pki: &pki,
-            facts: &facts,
-            etcd: &view,
-            binaries: None,
-            kubernetes: Some(&inputs),
-            vrrp_password: None,
-        };
+        let ctx = Ctx::new(&inv, &pki, &facts).with_kubernetes(Some(&inputs));
         let cp1 = inv.host("cp1").unwrap();
         assert_eq!(
             etcd_servers_flag(&inv, cp1).unwrap(),
@@ -359,16 +338,7 @@ mod tests {
         let (_d, inv, pki) = setup(YAML);
         let inputs = inputs();
         let facts = BTreeMap::new();
-        let view = EtcdView::default();
-        let ctx = Ctx {
-            inv: &inv,
-            pki: &pki,
-            facts: &facts,
-            etcd: &view,
-            binaries: None,
-            kubernetes: Some(&inputs),
-            vrrp_password: None,
-        };
+        let ctx = Ctx::new(&inv, &pki, &facts).with_kubernetes(Some(&inputs));
         let cp4 = inv.host("cp4").unwrap();
         let got = lines(&[HostSteps {
             host: "cp4".into(),

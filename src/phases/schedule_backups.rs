@@ -125,7 +125,7 @@ impl Phase for ScheduleBackups {
             }
             return Ok(vec![]);
         }
-        let mut steps = uploads_needed(f, files(ctx.inv, ctx.pki.backup_remote.as_ref())?);
+        let mut steps = uploads_needed(f, files(ctx.inv, ctx.backup_remote)?);
         let units_changed = steps
             .iter()
             .any(|s| matches!(s, Step::Upload(u) if u.path == SERVICE_PATH || u.path == TIMER_PATH));

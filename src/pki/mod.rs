@@ -30,7 +30,6 @@
 //! sa.key, sa.pub                         service-account signing key pair (PKCS#8 / SPKI PEM)
 //! ```
 
-mod ca;
 mod issue;
 pub mod rotate;
 mod store;
@@ -42,13 +41,12 @@ use time::OffsetDateTime;
 
 use crate::inventory::{Inventory, KeyType};
 
-pub use ca::CaKind;
 pub(crate) use issue::pem_to_der;
-pub use issue::{bundle_ders, inspect, is_signed_by, requests, CertInfo, CertRequest, San, Usage};
-
-/// A leaf is renewed, and a CA warned about, when it expires within this many days, or within a
-/// third of its lifetime when that is shorter (so short-lived certificates are not re-issued on every run).
-pub const RENEW_WITHIN_DAYS: i64 = 30;
+pub use issue::CaKind;
+pub use issue::{
+    bundle_ders, inspect, is_signed_by, requests, CertInfo, CertRequest, San, Usage, ETCD_PEER_CN,
+    KUBELET_CLIENT_GROUP,
+};
 
 /// How long before `not_after` a certificate valid from `not_before` is due for renewal, when
 /// leaves are renewed `renew_before_days` before they expire (`spec.pki.renewBeforeDays`).
@@ -271,9 +269,6 @@ pub struct Pki {
     pub warnings: Vec<String>,
     /// CAs trusted beside a signing CA during its rotation (`ca-next`, then `ca-previous`).
     pub extra_trust: Vec<(CaKind, String)>,
-    /// The push key and the remote's host key for `spec.backup.remote`, filled in by `up`/`plan`
-    /// once the remote was reached (`None` from [`ensure`]).
-    pub backup_remote: Option<crate::backup_remote::HostFiles>,
 }
 
 impl Pki {
@@ -366,7 +361,7 @@ impl Pki {
     }
 }
 
-/// What a run of `ensure` accumulates; shared by `ca.rs` and `issue.rs`.
+/// What a run of `ensure` accumulates; used by `issue.rs` and `rotate.rs`.
 pub(crate) struct Ledger<'a> {
     pub dir: &'a Path,
     pub now: OffsetDateTime,
@@ -444,7 +439,7 @@ pub fn ensure_renewing(
     let mut extra_trust = Vec::new();
     for &kind in kinds {
         ensure_dir(&mut ledger, &dir.join(kind.dir()), kind.dir())?;
-        cas.push(ca::ensure(&mut ledger, kind, &inv.name)?);
+        cas.push(issue::ensure_ca(&mut ledger, kind, &inv.name)?);
         extra_trust.extend(rotate::extra_trust(dir, kind)?.into_iter().map(|pem| (kind, pem)));
     }
     for request in issue::requests(inv) {
@@ -455,7 +450,7 @@ pub fn ensure_renewing(
         issue::ensure_leaf(&mut ledger, &request, ca)?;
     }
     let service_account = if inv.kubernetes.is_some() {
-        Some(ca::ensure_service_account_key(&mut ledger)?)
+        Some(issue::ensure_service_account_key(&mut ledger)?)
     } else {
         None
     };
@@ -467,7 +462,6 @@ pub fn ensure_renewing(
         report: ledger.report,
         warnings: ledger.warnings,
         extra_trust,
-        backup_remote: None,
     })
 }
 

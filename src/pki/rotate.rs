@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use rcgen::KeyPair;
 use time::OffsetDateTime;
 
-use super::{ca, issue, store, CaKind, Ledger, PkiError};
+use super::{issue, store, CaKind, Ledger, PkiError};
 use crate::inventory::Inventory;
 
 /// Where a rotation of one CA stands, read from the state directory.
@@ -133,7 +133,7 @@ pub fn create_next(dir: &Path, inv: &Inventory, kind: CaKind, now: OffsetDateTim
         warnings: Vec::new(),
     };
     let cn = format!("{} {run}", kind.common_name(&inv.name));
-    let cert = ca::self_signed_named(&ledger, kind, &cn, &key)?;
+    let cert = issue::self_signed_named(&ledger, kind, &cn, &key)?;
     store::write_atomic(
         &path(dir, kind, "ca-next", "crt"),
         cert.as_bytes(),

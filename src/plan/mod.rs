@@ -3,7 +3,7 @@
 //! Invariants:
 //! - nothing in this module or in `phases/` opens a connection or touches a file;
 //! - the text printed for a [`RemoteCommand`] is the exact line `Live` sends over SSH
-//!   (both come from [`crate::ssh::quote::command_line`]);
+//!   (both come from [`crate::quote::command_line`]);
 //! - an [`Upload`] prints path, mode, owner, size and sha256, never its content.
 
 use std::fmt;
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use crate::ssh::quote;
+use crate::quote;
 
 /// One change or check on one host. Built by phases; run or recorded by `exec`.
 #[derive(Debug, Clone)]

@@ -4,17 +4,18 @@
 //!   uploads and port forwards each open their own channel on it, so they run in parallel.
 //! - [`KnownHosts`] is the cluster's own known_hosts file: trust on first use, and a changed key
 //!   refuses the host before anything is run on it.
-//! - [`quote`] is the one place where argv becomes a shell line.
+//! - Commands reach the shell as [`crate::quote`] wrote them (the one place argv becomes a shell line).
 //!
 //! Invariants: upload content and key material never appear in argv, logs or errors; every log
 //! line about a host starts with the host's name.
 
 pub mod known_hosts;
-pub mod quote;
 pub mod session;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+
+use crate::quote;
 
 pub use known_hosts::{HostKeyCheck, KnownHosts};
 pub use session::{ConnectOptions, ForwardGuard, OutputChunk, PassphraseSource, Session, PASSPHRASE_ENV};
@@ -179,6 +180,34 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+}
+
+/// What a command left behind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    /// Exit status; `None` when the command was killed by a signal or the channel closed early.
+    pub status: Option<u32>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+impl Output {
+    pub fn success(&self) -> bool {
+        self.status == Some(0)
+    }
+    pub fn stdout_str(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+    pub fn stderr_str(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UploadOutcome {
+    /// The remote file already had this sha256, mode and owner: nothing was written.
+    Unchanged,
+    Written,
 }
 
 /// The command line this process was started with, quoted for a shell, with

@@ -15,7 +15,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use russh::client;
 use russh::keys::agent::client::AgentClient;
 use russh::keys::ssh_key::PublicKey;
@@ -29,10 +28,10 @@ use tokio::sync::OnceCell;
 use tracing::{debug, info, warn};
 
 use super::known_hosts::{fingerprint, Verdict};
-use super::{quote, Error, KnownHosts};
-use crate::exec::{Output, Transport, UploadOutcome};
+use super::{Error, KnownHosts, Output, UploadOutcome};
 use crate::inventory::{SshAuth, SshSpec};
 use crate::plan::{RemoteCommand, Upload};
+use crate::quote;
 
 /// How to connect, shared by all hosts of a run.
 #[derive(Debug, Clone)]
@@ -653,17 +652,20 @@ impl Session {
     }
 }
 
-#[async_trait]
-impl Transport for Session {
-    fn host(&self) -> &str {
+/// What a transport needs from a session (`exec::Transport` delegates to these).
+impl Session {
+    /// The inventory name of the host.
+    pub fn host(&self) -> &str {
         &self.host
     }
 
-    fn sudo(&self) -> bool {
+    /// Whether commands go through `sudo -n --`.
+    pub fn sudo(&self) -> bool {
         self.sudo
     }
 
-    async fn run(&self, cmd: &RemoteCommand) -> Result<Output, Error> {
+    /// Runs `cmd` and collects its output; a non-zero exit is not an error here.
+    pub async fn run(&self, cmd: &RemoteCommand) -> Result<Output, Error> {
         let mut stdout = Vec::new();
         let mut stderr = Vec::new();
         let status = self
@@ -679,7 +681,8 @@ impl Transport for Session {
         })
     }
 
-    async fn upload(&self, upload: &Upload) -> Result<UploadOutcome, Error> {
+    /// Places a file atomically; skipped when the remote sha256, mode and owner already match.
+    pub async fn upload(&self, upload: &Upload) -> Result<UploadOutcome, Error> {
         self.upload_unwrapped(upload)
             .await
             .map_err(|source| Error::Upload {
@@ -687,10 +690,6 @@ impl Transport for Session {
                 path: upload.path.clone(),
                 source: Box::new(source),
             })
-    }
-
-    async fn forward(&self, remote_host: &str, remote_port: u16) -> Result<(u16, ForwardGuard), Error> {
-        Session::forward(self, remote_host, remote_port).await
     }
 }
 

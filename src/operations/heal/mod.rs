@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
+use crate::clock::now_rfc3339;
 use crate::etcd::client::{self};
 use crate::etcd::errors::identity_error;
 use crate::etcd::safety::Counts;
@@ -33,7 +34,6 @@ use crate::exit;
 use crate::exit::refuse;
 use crate::inventory::{Inventory, Role};
 use crate::kubernetes::api::REMEDIATION_ANNOTATION;
-use crate::operations::journal::now_rfc3339;
 use crate::operations::manager::{self, Confirmation, Context, Flags, Operation, Planned, Report, RunId};
 use crate::operations::runner::Outcome;
 use crate::operations::{self, maintenance_record, Reach};

@@ -31,7 +31,7 @@ pub struct Live {
     pub inv: Inventory,
     pub state: StateDir,
     pub host: String,
-    pub connect: crate::operations::ConnectOptions,
+    pub connect: crate::exec::connect::ConnectSettings,
     pub reach: Reach,
     /// Connected before the run (start needs it for Cordon and Drain); `None` for complete,
     /// whose acts connect when they need the API (quorum may only return during the run).

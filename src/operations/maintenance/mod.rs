@@ -10,7 +10,7 @@
 //! start and complete are lists of journaled steps ([`steps`], pure, from facts read first) run
 //! by [`crate::operations::runner`]: each with a postcondition read from the hosts, an act and a
 //! verification; `--dry-run` prints them as the live run sends them. Every unit start stops is
-//! fenced ([`crate::operations::fence`], a drop-in under `/etc`), so a host rebooted during
+//! fenced ([`crate::fence`], a drop-in under `/etc`), so a host rebooted during
 //! maintenance does not start etcd or the apiserver; complete lifts each fence before the start.
 //!
 //! complete gates on the returning member being healthy (a linearizable read through it, so
@@ -37,13 +37,13 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use async_trait::async_trait;
 
+use crate::clock::now_rfc3339;
 use crate::etcd::health::Observation;
 use crate::etcd::safety;
 use crate::exec::Transports;
 use crate::exit;
 use crate::inventory::{Host, Inventory, Role};
 use crate::operations::balancers::Balancers;
-use crate::operations::journal::now_rfc3339;
 use crate::operations::maintenance_record::{self, read_record, Stage};
 use crate::operations::manager::{self, Confirmation, Context, Operation, Planned, Report, RunId};
 use crate::operations::node::{self, Kube};

@@ -6,7 +6,7 @@
 //! `stop-etcd`, `others-healthy`; for complete `cancel`, `start-etcd`, `start-<unit>`, `lb-ready`,
 //! `vip-restore`, `uncordon`, `stage-Complete`.
 //!
-//! Invariant: every unit start stops is fenced ([`crate::operations::fence`]: a drop-in under
+//! Invariant: every unit start stops is fenced ([`crate::fence`]: a drop-in under
 //! `/etc`, so a reboot during maintenance does not start it), and complete lifts the fence right
 //! before it starts the unit. A stop step's postcondition is "fenced and inactive", a start
 //! step's "unfenced and active", so a second run of either does nothing twice.
@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use super::acts::{self, Live};
 use crate::etcd::{self, probe, UNIT};
+use crate::fence;
 use crate::load_balancer::KEEPALIVED_UNIT;
-use crate::operations::fence;
 use crate::operations::maintenance_record::{MaintenanceRecord, Stage};
 use crate::operations::node::CORDON_MARK;
 use crate::operations::runner::{JournaledStep, StepCode, StepId};

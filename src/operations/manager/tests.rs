@@ -78,7 +78,7 @@ struct Lab {
     tmp: tempfile::TempDir,
     inv: Inventory,
     state: StateDir,
-    connect: ConnectOptions,
+    connect: ConnectSettings,
 }
 
 impl Lab {
@@ -90,7 +90,7 @@ impl Lab {
             tmp,
             inv,
             state,
-            connect: ConnectOptions::default(),
+            connect: ConnectSettings::default(),
         }
     }
     fn ctx(&self) -> Context<'_> {
@@ -347,7 +347,7 @@ async fn a_live_run_takes_the_lock_journals_its_decisions_runs_every_step_and_gi
 async fn crash_in(dir: &Path) {
     let inv = crate::inventory::load_str(Path::new("t.yaml"), INV).unwrap();
     let state = StateDir::open(&dir.join("state")).unwrap();
-    let connect = ConnectOptions::default();
+    let connect = ConnectSettings::default();
     let shell = Arc::new(Shell {
         locks: dir.join("host-locks"),
         refuse_changes: false,

@@ -260,7 +260,7 @@ impl LocalAct for Baseline {
         )
     }
     async fn act(&self, transports: &Transports) -> anyhow::Result<serde_json::Value> {
-        let saved = crate::etcd::snapshot::take(
+        let saved = crate::snapshot::take(
             &self.inv,
             &self.state,
             transports,
@@ -327,7 +327,7 @@ impl LocalAct for Finalize {
             &self.state,
             crate::hwm::Hwm::now(revision, &self.cluster_id, "recover"),
         )?;
-        crate::etcd::snapshot::record_hwm_on_hosts(transports, &mark).await;
+        crate::snapshot::record_hwm_on_hosts(transports, &mark).await;
         let finished = RemoteCommand::new([
             "sh",
             "-c",

@@ -21,7 +21,7 @@ use super::{self as rec, Source};
 /// The source the options name (or `--auto` finds) for a recover of `targets`.
 pub async fn choose(
     args: &super::Options,
-    connect: &crate::operations::ConnectOptions,
+    connect: &crate::exec::connect::ConnectSettings,
     inv: &Inventory,
     state: &StateDir,
     transports: &Transports,
@@ -55,9 +55,9 @@ pub fn file_source(path: &Path, skip_hash_check: bool) -> anyhow::Result<Source>
     let path = std::path::absolute(path)?;
     let check =
         crate::snapshot::check_file(&path).with_context(|| format!("cannot read {}", path.display()))?;
-    crate::etcd::snapshot::refuse_bad_hash(&path, &check, skip_hash_check)?;
+    crate::snapshot::refuse_bad_hash(&path, &check, skip_hash_check)?;
     let sidecar: Option<crate::snapshot::Sidecar> =
-        fs_err::read_to_string(crate::etcd::snapshot::sidecar_path(&path))
+        fs_err::read_to_string(crate::snapshot::sidecar_path(&path))
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
     if let Some(s) = &sidecar {
@@ -99,7 +99,7 @@ async fn auto_source(
     transports: &Transports,
     hosts: &[HostAssessment],
     targets: &[String],
-    connect: &crate::operations::ConnectOptions,
+    connect: &crate::exec::connect::ConnectSettings,
 ) -> anyhow::Result<Source> {
     let mut candidates: Vec<rec::AutoCandidate> = Vec::new();
     // Survivors: a running member reports its revision; a stopped one's db is read on a copy.
@@ -172,7 +172,7 @@ async fn auto_source(
     candidates.extend(local_candidates(state, &inv.name));
     // The copies the leader pushed to spec.backup.remote (the newest few: older ones rank lower).
     if let Some(remote) = &inv.backup.remote {
-        match crate::backup_remote::list(state, remote, &inv.name, &connect.into()).await {
+        match crate::backup_remote::list(state, remote, &inv.name, connect).await {
             Ok(list) => candidates.extend(list.into_iter().take(3).map(|s| rec::AutoCandidate {
                 revision: s.revision,
                 raft_index: 0,
@@ -213,7 +213,7 @@ async fn auto_source(
                 .remote
                 .as_ref()
                 .expect("a remote candidate comes from spec.backup.remote");
-            let local = crate::backup_remote::fetch(state, remote, snapshot, &connect.into())
+            let local = crate::backup_remote::fetch(state, remote, snapshot, connect)
                 .await
                 .map_err(|e| {
                     refuse(
@@ -266,7 +266,7 @@ fn with_candidate_facts(source: Source, c: &rec::AutoCandidate) -> Source {
             revision: revision.or(c.revision),
             time: time.or_else(|| {
                 c.age
-                    .map(|a| crate::operations::journal::timestamp(time::OffsetDateTime::now_utc() - a))
+                    .map(|a| crate::clock::timestamp(time::OffsetDateTime::now_utc() - a))
             }),
         },
         other => other,
@@ -285,7 +285,7 @@ fn local_candidates(state: &StateDir, cluster: &str) -> Vec<rec::AutoCandidate> 
         if p.extension().and_then(|x| x.to_str()) != Some("db") {
             continue;
         }
-        let Some(s) = fs_err::read_to_string(crate::etcd::snapshot::sidecar_path(&p))
+        let Some(s) = fs_err::read_to_string(crate::snapshot::sidecar_path(&p))
             .ok()
             .and_then(|t| serde_json::from_str::<crate::snapshot::Sidecar>(&t).ok())
         else {

@@ -7,13 +7,13 @@ use anyhow::Context as _;
 use super::decide::{self, Assessed};
 use super::steps::R;
 use super::{Decisions, Options};
+use crate::exec::connect::ConnectSettings;
 use crate::exec::connect::Reach;
 use crate::exec::Transports;
 use crate::exit::refuse;
 use crate::inventory::Inventory;
 use crate::operations::run_dir::RunDir;
 use crate::operations::runner::StepId;
-use crate::operations::ConnectOptions;
 use crate::state::StateDir;
 
 /// A resumed run: its saved decisions, and transports to every host it acts on that is not
@@ -57,7 +57,7 @@ pub fn resume(
 /// R0: read-only assessment, the source, and the decisions of run `run`.
 pub async fn assess_and_decide(
     opts: &Options,
-    connect: &ConnectOptions,
+    connect: &ConnectSettings,
     inv: &Inventory,
     state: &StateDir,
     run: &str,

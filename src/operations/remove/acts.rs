@@ -31,15 +31,10 @@ pub struct Inputs {
 
 impl Inputs {
     fn ctx<'a>(&'a self, facts: &'a BTreeMap<String, HostFacts>, view: &'a EtcdView) -> Ctx<'a> {
-        Ctx {
-            inv: &self.inv,
-            pki: &self.pki,
-            facts,
-            etcd: view,
-            binaries: None,
-            kubernetes: self.kubernetes.as_ref(),
-            vrrp_password: self.vrrp_password.as_deref(),
-        }
+        Ctx::new(&self.inv, &self.pki, facts)
+            .with_etcd(view)
+            .with_kubernetes(self.kubernetes.as_ref())
+            .with_vrrp_password(self.vrrp_password.as_deref())
     }
 }
 

@@ -1,4 +1,4 @@
-//! The steps of `hactl remove`, as data for the journaled runner (`exec::journaled`): each with a
+//! The steps of `hactl remove`, as data for the journaled runner ([`crate::operations::runner`]): each with a
 //! postcondition read from the hosts, so `--resume` (or a second run) skips what is done, and
 //! `--dry-run` prints the exact commands.
 //!
@@ -17,9 +17,9 @@ use std::time::Duration;
 use super::acts::{CheckRemove, Inputs, ReconfigureBalancers, RollApiserver};
 use super::decide::Decisions;
 use crate::etcd::{self, hex_id, probe};
+use crate::fence;
 use crate::inventory::Role;
 use crate::load_balancer as lb;
-use crate::operations::fence;
 use crate::operations::runner::{JournaledStep, StepCode};
 use crate::plan::{Check, RemoteCommand};
 
@@ -80,7 +80,7 @@ fn why(run: &str) -> [String; 2] {
     ]
 }
 
-/// Fences (the one fence, [`crate::operations::fence`], which survives reboots) each present
+/// Fences (the one fence, [`crate::fence`], which survives reboots) each present
 /// unit of `$@`, disables it, then stops it. A unit the host does not have is skipped.
 fn fence_units(run: &str, units: &[&str]) -> RemoteCommand {
     let why = why(run);

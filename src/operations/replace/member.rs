@@ -1,16 +1,16 @@
 //! The pure step builders P1–P7 send (fence, remove, move aside, the learner's env; unit-tested).
 //!
-//! Invariant: the fence is [`crate::operations::fence`]'s, the one recover and maintenance use.
+//! Invariant: the fence is [`crate::fence`]'s, the one recover and maintenance use.
 
 use std::time::Duration;
 
 use crate::etcd::{self, hex_id, Member, UNIT};
+use crate::fence;
 use crate::inventory::{Host, Inventory};
-use crate::operations::fence;
 use crate::plan::{Check, RemoteCommand, Step, Upload};
 use crate::render;
 
-/// The fence ([`crate::operations::fence`]) on etcd, then stop.
+/// The fence ([`crate::fence`]) on etcd, then stop.
 pub fn fence_steps(member: &str, id: Option<u64>) -> Vec<Step> {
     let who = match id {
         Some(id) => format!("member {member} ({})", hex_id(id)),

@@ -54,6 +54,7 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use async_trait::async_trait;
 
+use crate::clock::stamp;
 use crate::etcd::client::ClientTls;
 use crate::etcd::errors::{classify, ErrorClass};
 use crate::etcd::health::Observation;
@@ -63,7 +64,6 @@ use crate::exec::Transports;
 use crate::exit::{self, refuse};
 use crate::inventory::{Host, Inventory, Role};
 use crate::operations::balancers::Balancers;
-use crate::operations::journal::stamp;
 use crate::operations::manager::{Confirmation, Context, Operation, Planned, Report, RunId};
 use crate::operations::runner::{JournaledStep, Outcome, StepFailed};
 use crate::operations::{self, Journal, Reach};

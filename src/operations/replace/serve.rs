@@ -13,7 +13,7 @@ use crate::exec::Mode;
 use crate::exit::{self};
 use crate::inventory::{Host, Role};
 use crate::operations::{self, StepState};
-use crate::phases::{Ctx, EtcdView};
+use crate::phases::Ctx;
 use crate::plan::Step;
 
 impl Run {
@@ -48,16 +48,7 @@ impl Run {
         if kube {
             let inputs = crate::kubernetes::inputs::prepare(&self.inv, &self.state).await?;
             let facts = self.fresh_facts(&[r]).await?;
-            let view = EtcdView::default();
-            let ctx = Ctx {
-                inv: &self.inv,
-                pki: &self.pki,
-                facts: &facts,
-                etcd: &view,
-                binaries: None,
-                kubernetes: inputs.as_ref(),
-                vrrp_password: None,
-            };
+            let ctx = Ctx::new(&self.inv, &self.pki, &facts).with_kubernetes(inputs.as_ref());
             let steps = crate::phases::replace_control_plane::start_on_replacement(r, &ctx)?;
             operations::run_on(
                 Mode::Live,
@@ -153,16 +144,7 @@ impl Run {
                 }
                 _ => false,
             };
-            let view = EtcdView::default();
-            let ctx = Ctx {
-                inv: &self.inv,
-                pki: &self.pki,
-                facts: &facts,
-                etcd: &view,
-                binaries: None,
-                kubernetes: inputs.as_ref(),
-                vrrp_password: None,
-            };
+            let ctx = Ctx::new(&self.inv, &self.pki, &facts).with_kubernetes(inputs.as_ref());
             let hosts: Vec<crate::plan::HostSteps> =
                 crate::phases::replace_control_plane::propagate_to(host, &ctx, stale)?
                     .into_iter()

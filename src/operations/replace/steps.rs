@@ -15,10 +15,11 @@ use super::{Run, F1_ORDER, F2_ORDER, PROMOTE_TIMEOUT_SECS};
 use crate::etcd::health::Observation;
 use crate::etcd::{self, hex_id, probe, Member, UNIT};
 use crate::exit::{self, refuse};
+use crate::fence;
 use crate::inventory::Role;
+use crate::operations;
 use crate::operations::runner::{JournaledStep, LocalAct};
-use crate::operations::{self, fence};
-use crate::phases::{etcd_files, install_etcd::InstallEtcd, Ctx, EtcdView, Phase};
+use crate::phases::{etcd_files, install_etcd::InstallEtcd, Ctx, Phase};
 use crate::plan::{Check, RemoteCommand, Step};
 
 crate::step_codes! {
@@ -342,16 +343,7 @@ fn p3_remove(run: &Arc<Run>, observer: &str) -> JournaledStep {
 fn p4_prepare(run: &Run, observer: &str) -> anyhow::Result<JournaledStep> {
     let r = &run.replacement;
     let old = run.old.as_ref().map(|o| o.id);
-    let view = EtcdView::default();
-    let ctx = Ctx {
-        inv: &run.inv,
-        pki: &run.pki,
-        facts: &run.reach.facts,
-        etcd: &view,
-        binaries: None,
-        kubernetes: None,
-        vrrp_password: None,
-    };
+    let ctx = Ctx::new(&run.inv, &run.pki, &run.reach.facts);
     let mut step = JournaledStep::new(
         P::Prepare,
         "prepare the replacement host: old data aside, etcd installed and configured",

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+use crate::exec::connect::ConnectSettings;
 use crate::exec::Transports;
 use crate::inventory::{Inventory, Role};
 use crate::operations::runner::LocalAct;
-use crate::operations::ConnectOptions;
 use crate::pki::rotate::{self, Stage};
 use crate::pki::CaKind;
 use crate::state::StateDir;
@@ -162,7 +162,7 @@ pub struct PublishTrust {
     pub dir: PathBuf,
     pub inv: Arc<Inventory>,
     pub state: StateDir,
-    pub connect: ConnectOptions,
+    pub connect: ConnectSettings,
 }
 
 impl PublishTrust {
@@ -182,7 +182,7 @@ impl PublishTrust {
         let key = self.key()?;
         let trust = rotate::trust_bundle(&self.dir, self.kind)?;
         let hosts = self.inv.with_role(Role::ControlPlane);
-        let reach = crate::operations::reach::connect(&self.state, &hosts, &self.connect).await;
+        let reach = crate::exec::connect::reach(&self.state, &hosts, &self.connect).await;
         let (host, api) = crate::kubernetes::rbac::first_ready(&self.inv, &reach.transports, &self.dir)
             .await
             .map_err(|e| {

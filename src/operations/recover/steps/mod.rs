@@ -33,10 +33,10 @@ use super::acts;
 use super::Mode as RecoverMode;
 use super::{Bump, Decisions, Source};
 use crate::etcd::client::ClientTls;
+use crate::fence as unit_fence;
 use crate::inventory::{Host, Inventory};
-use crate::operations::fence as unit_fence;
 use crate::operations::runner::{JournaledStep, StepCode};
-use crate::phases::{Ctx, EtcdView};
+use crate::phases::Ctx;
 use crate::pki::Pki;
 use crate::plan::{Check, RemoteCommand, Step, Upload};
 use crate::state::StateDir;
@@ -100,7 +100,7 @@ fn sh(script: &str, name: &str, args: &[&str]) -> RemoteCommand {
     RemoteCommand::new(argv)
 }
 
-/// Fences units with the one fence ([`crate::operations::fence`]: a runtime drop-in whose start
+/// Fences units with the one fence ([`crate::fence`]: a runtime drop-in whose start
 /// assertion fails while it exists), then stops them.
 fn fence(run: &str, units: &[String]) -> RemoteCommand {
     let args: Vec<&str> = units.iter().map(String::as_str).collect();

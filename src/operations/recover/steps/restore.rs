@@ -78,17 +78,7 @@ pub(super) fn r2_restore(s: &Shared<'_>, steps: &mut Vec<JournaledStep>) {
     let initial = &s.initial;
     let helper = &s.helper;
     // R2.3: certificates, scripts and the unit on every target (the same files `up` writes).
-    let no_facts = Default::default();
-    let view = EtcdView::default();
-    let ctx = Ctx {
-        inv,
-        pki: i.pki,
-        facts: &no_facts,
-        etcd: &view,
-        binaries: None,
-        kubernetes: None,
-        vrrp_password: None,
-    };
+    let ctx = Ctx::without_facts(inv, i.pki);
     for h in &d.targets {
         let mut files =
             crate::phases::etcd_files::member_files(host(inv, h), &ctx).expect("member files render");

@@ -350,7 +350,7 @@ mod tests {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/snapshot/lab-3.5.16.db"
     );
-    const FIXTURE_STATUS: &str = include_str!("../tests/fixtures/snapshot/lab-3.5.16.status.json");
+    const FIXTURE_STATUS: &str = include_str!("../../tests/fixtures/snapshot/lab-3.5.16.status.json");
 
     #[test]
     fn a_lab_snapshot_reads_as_etcdutl_reported_it() {

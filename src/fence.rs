@@ -1,4 +1,6 @@
 //! The fence: the one way recover, replace, remove and maintenance keep a unit from starting.
+//! It sits below the day-two wing because bring-up lifts fences too (`reset`, and replace's P8
+//! phase in `phases::replace_control_plane`).
 //!
 //! A fenced unit has a drop-in, `/etc/systemd/system/<unit>.d/hactl-fence.conf`, whose `[Unit]`
 //! section says `AssertPathExists=!<that same file>`. While the file exists every start of the

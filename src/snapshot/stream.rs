@@ -3,9 +3,9 @@
 //! [`take`] streams a snapshot from the **leader** (a lagging member would silently lose writes)
 //! through an SSH tunnel with the etcd client, hashing it as it arrives (the whole file and the
 //! sha256 etcd appends), reads the facts `snapshot status` reports from the file itself
-//! ([`crate::bolt`]: no second transfer), and writes the sidecar JSON and the encrypted key
+//! ([`crate::snapshot::bolt`]: no second transfer), and writes the sidecar JSON and the encrypted key
 //! bundle beside it. [`verify_on`] checks a file, runs the host's own `snapshot status` on a copy
-//! (which must agree with [`crate::bolt`]) and trial-restores it into a scratch dir on a host.
+//! (which must agree with [`crate::snapshot::bolt`]) and trial-restores it into a scratch dir on a host.
 //! `hactl etcd snapshot save|verify` and recover's R0.5 both use them.
 //!
 //! Invariant: the snapshot appears under its final name only once whole, fsynced and checked.
@@ -83,7 +83,7 @@ pub async fn take(
         .client
         .put(
             CANARY_KEY,
-            crate::operations::journal::timestamp(time::OffsetDateTime::now_utc()),
+            crate::clock::timestamp(time::OffsetDateTime::now_utc()),
             None,
         )
         .await
@@ -183,7 +183,7 @@ pub async fn take(
     // `snapshot status`, read from the file itself: no second copy to a host.
     let status = {
         let path = path.clone();
-        tokio::task::spawn_blocking(move || crate::bolt::status(&path)).await?
+        tokio::task::spawn_blocking(move || crate::snapshot::bolt::status(&path)).await?
     }
     .with_context(|| {
         format!(
@@ -239,7 +239,7 @@ pub async fn take(
         total_key: status.total_key,
         revision_before,
         hwm: Some(hwm_now),
-        time: crate::operations::journal::timestamp(now),
+        time: crate::clock::timestamp(now),
         bundle: bundle_name,
     };
     let json = serde_json::to_string_pretty(&sidecar)?;
@@ -369,7 +369,7 @@ pub async fn verify_on(
         // The host's tool and hactl's own reader (which `save` relies on) must agree.
         let local = {
             let path = path.to_path_buf();
-            tokio::task::spawn_blocking(move || crate::bolt::status(&path)).await?
+            tokio::task::spawn_blocking(move || crate::snapshot::bolt::status(&path)).await?
         };
         match local {
             Ok(l) if l == status => {}

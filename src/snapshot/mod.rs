@@ -1,11 +1,20 @@
-//! etcd snapshots on the operator machine: taking one from the leader through an SSH tunnel,
-//! checking a file (size rule, the sha256 etcd appends), its sidecar JSON, and the encrypted
-//! bundle of key material a restore onto fresh hosts needs.
+//! etcd snapshots on the operator machine, in one place: taking one from the leader through an
+//! SSH tunnel and checking one on a host (`stream.rs`), reading a snapshot's bbolt file
+//! ([`bolt`]), checking a file (size rule, the sha256 etcd appends), its sidecar JSON, and the
+//! encrypted bundle of key material a restore onto fresh hosts needs (here).
 //!
 //! Invariants: a snapshot file appears under its final name only whole and fsynced (`.part`,
 //! then rename); `snapshot status` runs on a copy on a host, never on the file itself (old tools
 //! altered it); key material goes into the bundle only encrypted (age, X25519) and is never
 //! written in the clear or logged.
+
+pub mod bolt;
+mod stream;
+
+pub use stream::{
+    record_hwm_on_hosts, refuse_bad_hash, sidecar_path, take, upload_helper, verify_on, Saved, Verified,
+    CANARY_KEY,
+};
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

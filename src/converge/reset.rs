@@ -1,0 +1,451 @@
+//! Reset's plan: what undoes `up` on the hosts, on every role: the Kubernetes control plane,
+//! then etcd, then the load balancers (`hactl reset` runs it).
+//!
+//! Invariant: data dirs are moved aside (`<dir>.hactl-reset-<UTC time>`), never deleted, and
+//! only under the data-directory rule ([`crate::etcd::data_dir`]), checked on every etcd host
+//! before anything changes; secrets hactl placed (keys, the encryption config, the VRRP
+//! password in `keepalived.conf`) are removed; a config hactl took over is given back from its
+//! `.hactl-orig`; distribution packages stay installed (other software may use them).
+
+use std::collections::BTreeMap;
+
+use anyhow::Context as _;
+
+use crate::etcd;
+use crate::exec::connect::ConnectSettings;
+use crate::exec::{self, Mode, Transports};
+use crate::facts::HostFacts;
+use crate::inventory::{Host, Inventory, Role};
+use crate::phases::etcd_files::managed_paths;
+use crate::plan::{HostSteps, Parallelism, Plan, PlannedPhase, RemoteCommand, Step};
+use crate::state::StateDir;
+
+/// `rm -f --` of the `paths` the facts show present, or nothing.
+fn remove_present(facts: &HostFacts, paths: impl IntoIterator<Item = String>) -> Option<Step> {
+    let present: Vec<String> = paths
+        .into_iter()
+        .filter(|p| facts.files.contains_key(p))
+        .collect();
+    (!present.is_empty()).then(|| {
+        let mut argv = vec!["rm".to_string(), "-f".to_string(), "--".to_string()];
+        argv.extend(present);
+        Step::Run(RemoteCommand::new(argv))
+    })
+}
+
+/// `systemctl disable --now` of those `(unit, file)` pairs whose file (the unit file hactl
+/// wrote, or the config that makes the service hactl's) the facts show, or whose unit runs, and
+/// their fences lifted; or nothing.
+fn stop_units(facts: &HostFacts, units: &[(String, Option<String>)]) -> Option<Step> {
+    let known: Vec<&str> = units
+        .iter()
+        .filter(|(unit, file)| {
+            file.as_ref().is_some_and(|f| facts.files.contains_key(f))
+                || facts.units.get(unit).is_some_and(|u| u.active == "active")
+        })
+        .map(|(unit, _)| unit.as_str())
+        .collect();
+    (!known.is_empty()).then(|| {
+        // A fence an interrupted recover, replace or maintenance left goes too: reset gives the
+        // host back, and the data it guarded is moved aside.
+        let script = format!(
+            "systemctl disable --now \"$@\"\n{}",
+            crate::fence::lift_all(&known)
+        );
+        let mut argv = vec!["sh", "-c", &script, "hactl-stop"];
+        argv.extend(known.iter().copied());
+        Step::Run(RemoteCommand::new(argv))
+    })
+}
+
+/// A config hactl took over (one of [`crate::phases::KEPT_CONFIGS`]) and wrote: given back from
+/// its `.hactl-orig` when one was kept, removed otherwise. One the operator wrote since (no
+/// hactl header) is left alone.
+fn give_back(facts: &HostFacts, path: &str) -> Option<Step> {
+    (facts.files.contains_key(path) && !facts.foreign.contains(path)).then(|| {
+        Step::Run(RemoteCommand::new([
+            "sh",
+            "-c",
+            r#"if [ -e "$1.hactl-orig" ]; then mv -f -- "$1.hactl-orig" "$1"; else rm -f -- "$1"; fi"#,
+            "hactl-give-back",
+            path,
+        ]))
+    })
+}
+
+/// The steps that undo `up` on one etcd host, from what its facts show is there.
+pub fn reset_steps(inv: &Inventory, facts: &HostFacts, stamp: &str) -> Vec<Step> {
+    let mut steps = Vec::new();
+    // Scheduled backups first, so no snapshot starts while etcd stops; the snapshots stay.
+    if facts.files.contains_key(crate::backup::TIMER_PATH)
+        || facts
+            .units
+            .get(crate::backup::TIMER)
+            .is_some_and(|u| u.active == "active")
+    {
+        steps.push(Step::Run(RemoteCommand::new([
+            "systemctl",
+            "disable",
+            "--now",
+            crate::backup::TIMER,
+        ])));
+    }
+    steps.extend(stop_units(
+        facts,
+        &[(etcd::UNIT.to_string(), Some(etcd::UNIT_PATH.to_string()))],
+    ));
+    if facts.data_dir.is_some() {
+        steps.push(Step::Run(move_aside(&inv.etcd.data_dir, stamp)));
+    }
+    // hactl's unit goes back to the one it replaced, if it kept one.
+    steps.extend(give_back(facts, etcd::UNIT_PATH));
+    steps.extend(remove_present(
+        facts,
+        managed_paths(&inv.etcd.source)
+            .into_iter()
+            .filter(|p| p != etcd::UNIT_PATH)
+            .chain(crate::backup::managed_paths()),
+    ));
+    if facts.files.contains_key(etcd::UNIT_PATH) || facts.files.contains_key(crate::backup::TIMER_PATH) {
+        steps.push(Step::Run(RemoteCommand::new(["systemctl", "daemon-reload"])));
+    }
+    steps
+}
+
+/// Moves the data dir aside under the data-directory rule: a directory holding files but no
+/// etcd `member/` is refused (exit 2) and stays.
+pub fn move_aside(data_dir: &str, stamp: &str) -> RemoteCommand {
+    let script =
+        crate::etcd::data_dir::guarded("move $1 aside", "hactl reset", r#"mv --no-clobber -- "$1" "$2""#);
+    let aside = format!("{data_dir}.hactl-reset-{stamp}");
+    RemoteCommand::new(["sh", "-c", &script, "hactl-reset-data-dir", data_dir, &aside])
+}
+
+/// Read-only: the data-directory rule for `data_dir`, before anything changes.
+pub fn check_data_dir(data_dir: &str) -> RemoteCommand {
+    let script = crate::etcd::data_dir::guarded("move $1 aside", "hactl reset", "true");
+    RemoteCommand::read_only(["sh", "-c", &script, "hactl-check-data-dir", data_dir])
+}
+
+/// The steps that undo `up`'s Kubernetes layer on one control-plane host: the units stopped and
+/// disabled (or the static-pod manifests removed, so the kubelet stops the pods), then every
+/// file hactl placed: keys (the Kubernetes CA key, `sa.key`), the encryption config,
+/// kubeconfigs, units and binaries. The audit log stays.
+pub fn kubernetes_steps(inv: &Inventory, host: &Host, facts: &HostFacts) -> Vec<Step> {
+    let Some(spec) = crate::kubernetes::spec_for(inv, host) else {
+        return vec![];
+    };
+    let mut steps = Vec::new();
+    let units: Vec<(String, Option<String>)> = crate::kubernetes::Component::ALL
+        .iter()
+        .map(|c| (c.unit(), Some(c.unit_path())))
+        .collect();
+    steps.extend(stop_units(facts, &units));
+    let paths: Vec<String> = crate::kubernetes::managed_paths(spec)
+        .into_iter()
+        .filter(|p| p != crate::kubernetes::files::AUDIT_LOG)
+        .collect();
+    let had_units = units
+        .iter()
+        .any(|(_, f)| f.as_ref().is_some_and(|f| facts.files.contains_key(f)));
+    steps.extend(remove_present(facts, paths));
+    if had_units {
+        steps.push(Step::Run(RemoteCommand::new(["systemctl", "daemon-reload"])));
+    }
+    steps
+}
+
+/// The steps that undo `up` on one load balancer: keepalived stopped first (the VIP leaves),
+/// then HAProxy; `haproxy.cfg` and `keepalived.conf` (which holds the VRRP password) given back
+/// or removed; hactl's scripts, sysctl file and the CA copy (and an old health-check key)
+/// removed. The packages stay installed, disabled.
+pub fn load_balancer_steps(inv: &Inventory, facts: &HostFacts) -> Vec<Step> {
+    let lb = crate::load_balancer::KEEPALIVED_UNIT;
+    let mut steps = Vec::new();
+    let configs = [
+        (
+            lb.to_string(),
+            Some(crate::load_balancer::KEEPALIVED_CONF.to_string()),
+        ),
+        (
+            crate::load_balancer::HAPROXY_UNIT.to_string(),
+            Some(crate::load_balancer::HAPROXY_CFG.to_string()),
+        ),
+    ];
+    // Only what hactl configured: a config the operator wrote means the service is theirs.
+    let ours: Vec<(String, Option<String>)> = configs
+        .into_iter()
+        .filter(|(_, f)| f.as_ref().is_some_and(|f| !facts.foreign.contains(f)))
+        .collect();
+    steps.extend(stop_units(facts, &ours));
+    steps.extend(give_back(facts, crate::load_balancer::KEEPALIVED_CONF));
+    steps.extend(give_back(facts, crate::load_balancer::HAPROXY_CFG));
+    steps.extend(remove_present(
+        facts,
+        crate::phases::load_balancer::managed_paths(inv)
+            .into_iter()
+            .filter(|p| !crate::phases::KEPT_CONFIGS.contains(&p.as_str())),
+    ));
+    steps
+}
+
+fn phase(title: &str, hosts: Vec<HostSteps>) -> PlannedPhase {
+    PlannedPhase {
+        title: title.into(),
+        parallelism: Parallelism::All,
+        disruptive: true,
+        hosts,
+    }
+}
+
+fn host_steps(
+    inv: &Inventory,
+    role: Role,
+    facts: &BTreeMap<String, HostFacts>,
+    steps: impl Fn(&Host, &HostFacts) -> Vec<Step>,
+) -> Vec<HostSteps> {
+    inv.with_role(role)
+        .into_iter()
+        .map(|h| HostSteps {
+            host: h.name.clone(),
+            sudo: h.ssh.sudo,
+            steps: facts.get(&h.name).map(|f| steps(h, f)).unwrap_or_default(),
+        })
+        .collect()
+}
+
+/// Every role, in order: the Kubernetes control plane (it writes to etcd), etcd, then the load
+/// balancers (the VIP stays until nothing behind it serves).
+pub fn plan(inv: &Inventory, facts: &BTreeMap<String, HostFacts>, stamp: &str) -> Plan {
+    let mut plan = Plan::default();
+    plan.push(phase(
+        "Stop and remove the Kubernetes control plane",
+        host_steps(inv, Role::ControlPlane, facts, |h, f| kubernetes_steps(inv, h, f)),
+    ));
+    plan.push(phase(
+        "Stop and remove etcd",
+        host_steps(inv, Role::Etcd, facts, |_, f| reset_steps(inv, f, stamp)),
+    ));
+    plan.push(phase(
+        "Stop and remove the load balancers",
+        host_steps(inv, Role::LoadBalancer, facts, |_, f| load_balancer_steps(inv, f)),
+    ));
+    plan
+}
+
+/// Read-only, run before anything changes: the data-directory rule on every etcd host that has
+/// a data dir.
+pub fn check_plan(inv: &Inventory, facts: &BTreeMap<String, HostFacts>) -> Plan {
+    let mut plan = Plan::default();
+    plan.push(PlannedPhase {
+        title: "Check the data dirs".into(),
+        parallelism: Parallelism::All,
+        disruptive: false,
+        hosts: host_steps(inv, Role::Etcd, facts, |_, f| {
+            if f.data_dir.is_some() {
+                vec![Step::Run(check_data_dir(&inv.etcd.data_dir))]
+            } else {
+                vec![]
+            }
+        }),
+    });
+    plan
+}
+
+/// What `reset` runs, built from the hosts' facts.
+pub struct Prepared {
+    pub transports: Transports,
+    /// The UTC time that names the moved-aside data dirs (`<dir>.hactl-reset-<stamp>`).
+    pub stamp: String,
+    /// Every role undone, in order ([`plan`]).
+    pub plan: Plan,
+    /// The data-directory rule, read-only ([`check_plan`]).
+    pub check: Plan,
+}
+
+/// Connects to every host with a role (all must answer), gathers facts and builds reset's plan
+/// and its data-directory check. Changes nothing.
+pub async fn prepare(
+    inv: &Inventory,
+    state: &StateDir,
+    connect: &ConnectSettings,
+) -> anyhow::Result<Prepared> {
+    let hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
+    let transports = crate::exec::connect::reach(state, &hosts, connect)
+        .await
+        .require_all()?;
+    let facts = super::gather_facts(inv, &hosts, &transports, connect.concurrency).await?;
+    let stamp = time::OffsetDateTime::now_utc()
+        .format(time::macros::format_description!(
+            "[year][month][day]T[hour][minute][second]Z"
+        ))
+        .context("failed to format the time")?;
+    Ok(Prepared {
+        plan: plan(inv, &facts, &stamp),
+        check: check_plan(inv, &facts),
+        transports,
+        stamp,
+    })
+}
+
+/// Runs the data-directory rule on every etcd host before anything changes anywhere (read-only,
+/// so a dry run runs it too); a refusal (exit 2) naming the hosts where it failed.
+pub async fn check_data_dirs(inv: &Inventory, prepared: &Prepared) -> anyhow::Result<()> {
+    if let Err(failed) = exec::run(&prepared.check, Mode::Live, &prepared.transports).await {
+        eprint!("{}", failed.details());
+        let hosts: Vec<&str> = failed.hosts.iter().map(|(h, _)| h.as_str()).collect();
+        return Err(crate::exit::refuse(
+            crate::exit::REFUSED,
+            format!(
+                "reset refused by the data-directory rule on {}: {} holds what is not etcd's (above); nothing was changed on any host",
+                hosts.join(", "),
+                inv.etcd.data_dir
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::FileState;
+
+    fn inventory() -> Inventory {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("inventories/example.yaml");
+        crate::inventory::load(&path).unwrap()
+    }
+
+    /// Facts of a host where everything `up` placed for its roles is present.
+    fn installed(inv: &Inventory, host: &str) -> HostFacts {
+        let q = crate::phases::query_for(inv, inv.host(host).unwrap());
+        let mut f = HostFacts {
+            data_dir: inv.host(host).unwrap().has(Role::Etcd).then(FileState::default),
+            ..Default::default()
+        };
+        for p in q.files {
+            f.files.insert(p, FileState::default());
+        }
+        f
+    }
+
+    fn text(steps: &[Step]) -> String {
+        steps
+            .iter()
+            .map(|s| match s {
+                Step::Run(c) => format!("{}\n", c.line(false)),
+                Step::Upload(u) => format!("{u}\n"),
+                Step::Wait(c) => format!("{c}\n"),
+            })
+            .collect()
+    }
+
+    fn lines(plan: &Plan, phase: &str, host: &str) -> String {
+        let p = plan
+            .phases
+            .iter()
+            .find(|p| p.title == phase)
+            .unwrap_or_else(|| panic!("no phase {phase}"));
+        let h = p.hosts.iter().find(|h| h.host == host).unwrap();
+        text(&h.steps)
+    }
+
+    #[test]
+    fn reset_stops_and_removes_every_roles_files_and_secrets_in_order() {
+        let inv = inventory();
+        let facts: BTreeMap<String, HostFacts> = inv
+            .hosts
+            .iter()
+            .map(|h| (h.name.clone(), installed(&inv, &h.name)))
+            .collect();
+        let plan = plan(&inv, &facts, "20261122T000000Z");
+        let titles: Vec<&str> = plan.phases.iter().map(|p| p.title.as_str()).collect();
+        assert_eq!(
+            titles,
+            [
+                "Stop and remove the Kubernetes control plane",
+                "Stop and remove etcd",
+                "Stop and remove the load balancers"
+            ]
+        );
+        let kube = lines(&plan, titles[0], "cp1");
+        assert!(kube.contains("systemctl disable --now"), "{kube}");
+        assert!(
+            kube.contains(
+                "hactl-stop kube-apiserver.service kube-controller-manager.service kube-scheduler.service"
+            ),
+            "{kube}"
+        );
+        assert!(
+            kube.contains("/etc/systemd/system/kube-apiserver.service.d/hactl-fence.conf"),
+            "a fence left by an interrupted operation is lifted: {kube}"
+        );
+        for secret in [
+            crate::kubernetes::files::CA_KEY,
+            crate::kubernetes::files::SA_KEY,
+            crate::kubernetes::files::ENCRYPTION_CONFIG,
+            crate::kubernetes::files::ETCD_CLIENT_KEY,
+        ] {
+            assert!(kube.contains(secret), "{secret} stays: {kube}");
+        }
+        assert!(!kube.contains(crate::kubernetes::files::AUDIT_LOG), "{kube}");
+        let etcd = lines(&plan, titles[1], "cp1");
+        assert!(
+            etcd.contains("hactl_data_dir_guard \"$1\" \"move $1 aside\""),
+            "{etcd}"
+        );
+        assert!(
+            etcd.contains("/var/lib/etcd.hactl-reset-20261122T000000Z"),
+            "{etcd}"
+        );
+        assert!(etcd.contains("/etc/hactl/pki/etcd/server.key"), "{etcd}");
+        assert!(!etcd.contains("rm -rf"), "{etcd}");
+        let lb = lines(&plan, titles[2], "lb1");
+        assert!(
+            lb.contains("hactl-stop keepalived.service haproxy.service"),
+            "keepalived first, so the VIP leaves before HAProxy stops: {lb}"
+        );
+        for path in [
+            crate::load_balancer::KEEPALIVED_CONF,
+            crate::load_balancer::HAPROXY_CFG,
+            crate::load_balancer::ETCD_HEALTHCHECK_PEM,
+            crate::load_balancer::HAPROXY_CLI,
+        ] {
+            assert!(lb.contains(path), "{path} stays: {lb}");
+        }
+        assert!(lb.contains(".hactl-orig"), "{lb}");
+        // Nothing of another role's on a host without it.
+        assert!(plan.phases[2].hosts.iter().all(|h| h.host.starts_with("lb")));
+    }
+
+    #[test]
+    fn a_config_the_operator_wrote_and_an_empty_host_are_left_alone() {
+        let inv = inventory();
+        let mut f = installed(&inv, "lb1");
+        f.foreign.insert(crate::load_balancer::HAPROXY_CFG.to_string());
+        let steps = text(&load_balancer_steps(&inv, &f));
+        assert!(!steps.contains(crate::load_balancer::HAPROXY_CFG), "{steps}");
+        assert!(!steps.contains("haproxy.service"), "{steps}");
+        assert!(steps.contains(crate::load_balancer::KEEPALIVED_CONF), "{steps}");
+        let nothing = HostFacts::default();
+        assert!(load_balancer_steps(&inv, &nothing).is_empty());
+        assert!(kubernetes_steps(&inv, inv.host("cp1").unwrap(), &nothing).is_empty());
+        assert!(reset_steps(&inv, &nothing, "t").is_empty());
+    }
+
+    #[test]
+    fn the_data_dir_check_runs_only_where_a_data_dir_exists_and_only_reads() {
+        let inv = inventory();
+        let mut facts: BTreeMap<String, HostFacts> = BTreeMap::new();
+        facts.insert("cp1".into(), installed(&inv, "cp1"));
+        facts.insert("cp2".into(), HostFacts::default());
+        let plan = check_plan(&inv, &facts);
+        let hosts: Vec<&str> = plan.phases[0].hosts.iter().map(|h| h.host.as_str()).collect();
+        assert_eq!(hosts, ["cp1"]);
+        let Step::Run(cmd) = &plan.phases[0].hosts[0].steps[0] else {
+            panic!()
+        };
+        assert!(cmd.read_only);
+        assert!(cmd.line(false).contains("/var/lib/etcd"));
+    }
+}
