@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # The fresh-machine check (CI): proves that scripts/install-deps.sh installs everything a new Debian
-# machine needs to build hactl. In a Debian bookworm root holding only the build-machine prerequisites
-# the README names (gcc, git, curl, ca-certificates; debootstrap --variant=minbase plus those), booted
-# as a container with systemd-nspawn (never the host's root), it runs scripts/install-deps.sh and then
-# `cargo check --locked`. From the host it takes only:
+# machine needs to build hactl, and scripts/vagrant-deps.sh what the Vagrant lab needs. In a Debian
+# bookworm root holding only the build-machine prerequisites the README names (gcc, git, curl,
+# ca-certificates; debootstrap --variant=minbase plus those), booted as a container with
+# systemd-nspawn (never the host's root), it runs scripts/install-deps.sh, then
+# scripts/vagrant-deps.sh and checks that Vagrant's libvirt provider, libvirtd, virsh and QEMU run,
+# then `cargo check --locked`. From the host it takes only:
 #   - a clean copy of the repository (tracked and new files, no target/, no .git), read-only;
 #   - the host's Rust toolchain (~/.cargo and ~/.rustup), read-only;
 #   - the host's CA file (the one SSL_CERT_FILE names, when set), read-only.
 # The pristine root is built once and cached; every run starts from it again (systemd-nspawn
 # --volatile=overlay: writes go to a tmpfs that is dropped at exit), so install-deps.sh always meets
-# a fresh machine. Between runs only these are kept, outside the checkout: cargo's registry cache and
-# a target dir. Build scripts that call system tools or the C toolchain would not run again from a
-# warm target dir and could hide a missing package, so their packages (and hactl's own build script)
-# are cleaned before every check: see `rebuilt` below.
+# a fresh machine. Between runs only these are kept, outside the checkout: cargo's registry cache, a
+# target dir, and apt's cache of downloaded .deb files (not its package lists: each run reads those
+# from the archive as a fresh machine does, so a moved archive shows here). Build scripts that call
+# system tools or the C toolchain would not run again from a warm target dir and could hide a
+# missing package, so their packages (and hactl's own build script) are cleaned before every
+# check: see `rebuilt` below.
 #
 # Needs root, debootstrap and systemd-nspawn (scripts/install-deps.sh installs both).
 # Environment:
@@ -46,7 +50,7 @@ if [ "${HACTL_FRESH_COLD:-}" = 1 ]; then
   say "cold run: dropping the registry cache and target dir"
   rm -rf "$keep"
 fi
-mkdir -p "$keep/cargo-home" "$keep/target"
+mkdir -p "$keep/cargo-home" "$keep/target" "$keep/apt-archives"
 # One check at a time uses the kept target dir.
 exec 8>"$keep/.lock"
 flock 8
@@ -67,7 +71,8 @@ binds=(--bind-ro="$work/src:/src"
        --bind-ro="$rustup_home:/opt/rustup"
        --bind-ro="$cargo_bin_home/bin:/opt/cargo-bin"
        --bind="$keep/cargo-home:/var/cache/cargo-home"
-       --bind="$keep/target:/var/cache/target")
+       --bind="$keep/target:/var/cache/target"
+       --bind="$keep/apt-archives:/var/cache/apt/archives")
 envs=(--setenv=RUSTUP_HOME=/opt/rustup
       --setenv=RUSTUP_AUTO_INSTALL=0
       --setenv=CARGO_HOME=/var/cache/cargo-home
@@ -84,17 +89,24 @@ if [ -n "${SSL_CERT_FILE:-}" ]; then
 fi
 
 # 5. In the container: install-deps.sh, then cargo check.
-say "checking in a fresh $suite container: scripts/install-deps.sh && cargo check --locked"
+say "checking in a fresh $suite container: scripts/install-deps.sh, scripts/vagrant-deps.sh, cargo check --locked"
 t0=$(date +%s)
 status=0
 systemd-nspawn --quiet --register=no --keep-unit --link-journal=no --volatile=overlay \
   --directory="$root" --chdir=/src "${binds[@]}" "${envs[@]}" \
   /bin/bash -c "set -euo pipefail
+    t=\$(date +%s)
     scripts/install-deps.sh
+    echo \"fresh-machine-check: install-deps.sh took \$(( \$(date +%s) - t )) s\" >&2
+    t=\$(date +%s)
+    scripts/vagrant-deps.sh
+    vagrant plugin list | grep -q vagrant-libvirt || { echo 'vagrant-libvirt is not a Vagrant plugin' >&2; exit 1; }
+    libvirtd --version >&2 && virsh --version >/dev/null && qemu-system-x86_64 --version | head -n1 >&2 && qemu-img --version >/dev/null
+    echo \"fresh-machine-check: vagrant-deps.sh and its tools took \$(( \$(date +%s) - t )) s\" >&2
     cargo clean --quiet $(printf -- '-p %s ' "${rebuilt[@]}")
     cargo check --locked" || status=$?
 now=$(date +%s)
 if [ "$status" -ne 0 ]; then
-  fail "FAILED (exit $status) after $(( now - started )) s: a fresh $suite machine cannot build hactl with scripts/install-deps.sh"
+  fail "FAILED (exit $status) after $(( now - started )) s: a fresh $suite machine cannot build hactl with scripts/install-deps.sh, or get the Vagrant lab's packages with scripts/vagrant-deps.sh (above)"
 fi
 say "passed in $(( now - started )) s (container $(( now - t0 )) s)"

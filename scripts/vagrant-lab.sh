@@ -9,7 +9,10 @@
 #   (networks, storage pool, nftables tables and LIBVIRT_* chains, ip_forward as it was, the
 #   daemons this script started).
 #
-# Exit codes: 0 passed, 77 skipped (a line `SKIPPED vagrant_lab: <what is missing>`), else failed.
+# Exit codes: 0 passed, 77 skipped (a line `SKIPPED vagrant_lab: <why>`), else failed. It skips
+# only without root, or, saying `this machine cannot run it: <what>`, for what no script can
+# install (scripts/check-skips.sh fails any other skip of a run as root). Packages that cannot be
+# installed, or daemons that do not start, fail it.
 # Environment:
 #   HACTL_BIN                      the hactl binary (default target/debug/hactl)
 #   HACTL_VAGRANT_LIBVIRT_DRIVER   qemu (default here: software emulation) or kvm
@@ -25,6 +28,7 @@ t0=$(date +%s)
 elapsed() { echo $(( $(date +%s) - t0 )); }
 say() { printf 'vagrant-lab: [%4ss] %s\n' "$(elapsed)" "$*" >&2; }
 skip() { echo "SKIPPED vagrant_lab: $*"; exit 77; }
+cannot() { skip "this machine cannot run it: $*"; }
 fail() { say "FAILED: $*"; exit 1; }
 declare -A took=()
 timed() { # timed NAME command...: runs it, records its seconds
@@ -38,17 +42,15 @@ timed() { # timed NAME command...: runs it, records its seconds
 }
 
 [ "$(id -u)" = 0 ] || skip "needs root (libvirt's daemons, networks and VMs)"
-[ -e /dev/net/tun ] || skip "no /dev/net/tun (libvirt's networks need it)"
+[ -e /dev/net/tun ] || cannot "no /dev/net/tun (libvirt's networks need the kernel's TUN device)"
 
-# Packages, from the project's own script (bookworm-backports through a private sources list).
-if ! scripts/vagrant-deps.sh >&2; then
-  skip "scripts/vagrant-deps.sh could not install Vagrant, libvirt and QEMU"
-fi
+# Packages, from the project's own script (QEMU and libvirt from bookworm-backports where apt can).
+scripts/vagrant-deps.sh >&2 || fail "scripts/vagrant-deps.sh could not install Vagrant, libvirt and QEMU (above)"
 for tool in vagrant virsh libvirtd virtlogd qemu-system-x86_64 qemu-img nft ssh-keygen curl; do
-  command -v "$tool" >/dev/null 2>&1 || skip "$tool is missing after scripts/vagrant-deps.sh"
+  command -v "$tool" >/dev/null 2>&1 || fail "$tool is missing after scripts/vagrant-deps.sh"
 done
 plugins=$(vagrant plugin list 2>/dev/null || true)
-grep -q vagrant-libvirt <<<"$plugins" || skip "Vagrant's libvirt provider (vagrant-libvirt) is missing"
+grep -q vagrant-libvirt <<<"$plugins" || fail "Vagrant's libvirt provider (vagrant-libvirt) is missing after scripts/vagrant-deps.sh"
 
 hactl=${HACTL_BIN:-$repo/target/debug/hactl}
 [ -x "$hactl" ] || fail "no hactl binary at $hactl: run cargo build first (or set HACTL_BIN)"
@@ -161,18 +163,18 @@ trap 'exit 130' INT
 rm -f /etc/libvirt/qemu/networks/autostart/default.xml
 running() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 if ! running /run/virtlogd.pid; then
-  virtlogd -d || skip "virtlogd does not start"
+  virtlogd -d || fail "virtlogd does not start"
   started_daemons+=(/run/virtlogd.pid)
 fi
 if ! running /run/libvirtd.pid; then
-  libvirtd -d >/dev/null 2>&1 || skip "libvirtd does not start"
+  libvirtd -d >/dev/null 2>&1 || fail "libvirtd does not start"
   started_daemons=(/run/libvirtd.pid "${started_daemons[@]}")
 fi
 for _ in $(seq 1 50); do virsh version >/dev/null 2>&1 && break; sleep 0.2; done
-virsh version >/dev/null 2>&1 || skip "libvirtd does not answer on qemu:///system"
+virsh version >/dev/null 2>&1 || fail "libvirtd does not answer on qemu:///system"
 caps=$(virsh capabilities 2>/dev/null || true)
-grep -q "<domain type='qemu'" <<<"$caps" || skip "libvirt finds no QEMU that can run x86_64 guests"
-say "libvirt is up ($(virsh version --daemon 2>/dev/null | awk '/libvirt daemon/ { print $NF }'), QEMU driver: $HACTL_VAGRANT_LIBVIRT_DRIVER)"
+grep -q "<domain type='qemu'" <<<"$caps" || fail "libvirt finds no QEMU that can run x86_64 guests"
+say "libvirt is up (libvirt $(virsh version --daemon 2>/dev/null | awk '/daemon/ { print $NF }'), QEMU driver: $HACTL_VAGRANT_LIBVIRT_DRIVER)"
 
 mkdir -p "$pool_dir"
 virsh pool-info "$HACTL_VAGRANT_POOL" >/dev/null 2>&1 || virsh pool-define-as "$HACTL_VAGRANT_POOL" dir --target "$pool_dir" >/dev/null
@@ -195,6 +197,15 @@ say "vagrant up: 3 VMs in parallel under ${HACTL_VAGRANT_LIBVIRT_DRIVER} (severa
 # vagrant-libvirt waits a fixed ~300 tries (10 to 15 minutes) for a guest's first DHCP lease,
 # whatever boot_timeout says, and destroys a guest that missed it; at load 15 to 35 on 2 cores one
 # guest in three sometimes did. One more `vagrant up` recreates only the missing ones.
+# A try stopped by the timeout may leave a VM running whose private interface Vagrant had not
+# configured yet; a second `vagrant up` leaves a running VM as it is. So before the second try,
+# a VM that does not answer on its private address is destroyed, to be created anew.
+hosts=$(sed -nE 's/.*name: *([a-z0-9-]+), *address: *([0-9.]+).*/\1 \2/p' "$inventory")
+answers() { timeout 5 bash -c "exec 3<>/dev/tcp/$1/22" 2>/dev/null; }
+unreachable() {
+  local name addr
+  while read -r name addr; do answers "$addr" || echo "$name"; done <<<"$hosts"
+}
 up_ok=0
 for attempt in 1 2; do
   step="vagrant up"
@@ -205,9 +216,17 @@ for attempt in 1 2; do
   fi
   # Vagrant's message, without the Ruby stack traces that follow an exception.
   grep -v '^/.*:in `' "$work/up.log" | tail -n 40 >&2
-  [ "$attempt" = 1 ] && say "vagrant up failed; once more for the VMs that are not up"
+  if [ "$attempt" = 1 ]; then
+    for vm in $(unreachable); do
+      say "$vm does not answer on its private address: destroying it, to be created again"
+      timeout 300 vagrant destroy -f "$vm" >>"$work/destroy-retry.log" 2>&1 || tail -n 20 "$work/destroy-retry.log" >&2
+    done
+    say "vagrant up failed; once more for the VMs that are not up"
+  fi
 done
 [ "$up_ok" = 1 ] || fail "vagrant up"
+missing=$(unreachable | paste -sd' ' -)
+[ -z "$missing" ] || fail "vagrant up succeeded, but these VMs do not answer on port 22 of their private address: $missing"
 grep -h "hactl: clock\|hactl: could not set" "$work/up.log" >&2 || true
 
 # ── hactl on the VMs ────────────────────────────────────────────────────────────────────────

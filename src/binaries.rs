@@ -229,7 +229,7 @@ pub fn reported_version(bins: &LocalBinaries, name: &str, scratch_dir: &Path) ->
         fs_err::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).ok()?;
         fs_err::rename(&tmp, &path).ok()?;
     }
-    let out = std::process::Command::new(&path).arg("--version").output().ok()?;
+    let out = crate::local_command::new(&path).arg("--version").output().ok()?;
     if !out.status.success() {
         return None;
     }

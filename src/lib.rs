@@ -28,7 +28,7 @@
 //!                               backup_remote, certs, hwm, fence
 //! transport, local artifacts    ssh, exec, render, pki, binaries, images
 //! model                         inventory, state, plan
-//! basics                        clock, duration, exit, output, quote
+//! basics                        clock, duration, exit, output, quote, local_command
 //! ```
 //!
 //! `lab` stands beside the stack (basics and the model only).
@@ -55,6 +55,7 @@ pub mod inventory;
 pub mod kubernetes;
 pub mod lab;
 pub mod load_balancer;
+pub mod local_command;
 pub mod operations;
 pub mod output;
 pub mod phases;

@@ -176,7 +176,7 @@ fn current_uid() -> io::Result<u32> {
     if cfg!(target_os = "linux") {
         return Ok(fs_err::metadata("/proc/self")?.uid());
     }
-    let out = std::process::Command::new("id").arg("-u").output()?;
+    let out = crate::local_command::new("id").arg("-u").output()?;
     String::from_utf8_lossy(&out.stdout)
         .trim()
         .parse()

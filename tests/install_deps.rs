@@ -89,7 +89,7 @@ fn install_deps_as_a_user_without_root_says_exactly_what_to_install() {
     }
     for tool in ["runuser", "dpkg-query", "apt-get"] {
         if which(tool).is_none() {
-            println!("SKIPPED install_deps_as_a_user_without_root_says_exactly_what_to_install: no {tool} (not Debian)");
+            println!("SKIPPED install_deps_as_a_user_without_root_says_exactly_what_to_install: this machine cannot run it: no {tool} (not Debian)");
             return;
         }
     }

@@ -80,7 +80,7 @@ pub fn check(dir: &Path, want: &Version) -> Vec<BundleError> {
 
 /// What `path --version` prints (first line, trimmed), within 20 s.
 fn version_of(path: &Path) -> Result<String, String> {
-    let mut child = std::process::Command::new(path)
+    let mut child = crate::local_command::new(path)
         .arg("--version")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())

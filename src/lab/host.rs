@@ -8,6 +8,7 @@
 
 use super::proc::{self, run};
 use super::{cgroup, net, HostState, Lab, LabError, LabHost, Result};
+use crate::local_command;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -50,7 +51,7 @@ pub fn raise_inotify_limits(progress: &mut dyn FnMut(String)) {
 /// `ssh-keygen -t ed25519 -N ''` into `path` (and `path.pub`), unless the key exists; 0600.
 pub fn generate_key(path: &Path, comment: &str) -> Result<()> {
     if !path.exists() {
-        run(Command::new("ssh-keygen")
+        run(local_command::new("ssh-keygen")
             .args(["-q", "-t", "ed25519", "-N", "", "-C", comment, "-f"])
             .arg(path))?;
     }
@@ -101,7 +102,7 @@ pub fn prepare(lab: &Lab, h: &LabHost, base: &Path, public_key: &str) -> Result<
 
     let host_key = m.join("etc/ssh/ssh_host_ed25519_key");
     if !host_key.exists() {
-        run(Command::new("ssh-keygen")
+        run(local_command::new("ssh-keygen")
             .args([
                 "-q",
                 "-t",
@@ -124,7 +125,7 @@ pub fn mount_overlay(h: &LabHost, base: &Path) -> Result<()> {
     if proc::is_mounted(&h.merged) {
         return Ok(());
     }
-    run(Command::new("mount")
+    run(local_command::new("mount")
         .args(["-t", "overlay", "overlay", "-o"])
         .arg(format!(
             "lowerdir={},upperdir={},workdir={}",
@@ -176,7 +177,7 @@ pub fn spawn(lab: &Lab, h: &LabHost) -> Result<u32> {
             cgroup::PREFIX
         ),
     })?;
-    let mut cmd = Command::new("sh");
+    let mut cmd = local_command::new("sh");
     cmd.arg("-c")
         .arg(LAUNCHER)
         .arg("sh")
@@ -381,7 +382,7 @@ pub fn stop_all_under(dir: &Path, lab: &str, grace: Duration) {
 
 /// `nsenter -t <pid1> -a` running `argv` (or a login shell) with a clean environment.
 pub fn nsenter_command(pid1: u32, argv: &[String]) -> Command {
-    let mut cmd = Command::new("nsenter");
+    let mut cmd = local_command::new("nsenter");
     cmd.args(["-t", &pid1.to_string(), "-a", "--", "/usr/bin/env", "-i"])
         .arg(format!("PATH={HOST_PATH}"))
         .args(["HOME=/root", "USER=root", "LOGNAME=root", "LANG=C.UTF-8"]);

@@ -14,8 +14,8 @@
 
 use super::proc::{self, run};
 use super::{node_prep, Result};
+use crate::local_command;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
 
 /// Debian's own units for what hactl installs and configures itself; disabled in the base.
@@ -138,7 +138,7 @@ pub fn ensure_base(root: &Path, suite: &str, progress: &mut dyn FnMut(String)) -
         proc::unmount_all_under(&tmp)?;
         fs_err::remove_dir_all(&tmp)?;
     }
-    let mut debootstrap = Command::new("debootstrap");
+    let mut debootstrap = local_command::new("debootstrap");
     debootstrap
         .arg("--variant=minbase")
         .arg(format!("--include={}", packages(suite).join(",")))
@@ -176,11 +176,11 @@ fn customize(dir: &Path) -> Result<()> {
     node_prep::install(dir)?;
     let root_arg = format!("--root={}", dir.display());
     // `systemctl --root` edits unit symlinks offline; no chroot, no /proc needed.
-    run(Command::new("systemctl")
+    run(local_command::new("systemctl")
         .arg(&root_arg)
         .arg("disable")
         .args(DISABLED_UNITS))?;
-    run(Command::new("systemctl")
+    run(local_command::new("systemctl")
         .arg(&root_arg)
         .arg("enable")
         .args(ENABLED_UNITS))?;

@@ -13,7 +13,7 @@
 //! reaches them.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use super::{LabError, Result};
 
@@ -25,14 +25,6 @@ pub const IMAGES_SCRIPT: &str = include_str!("../../scripts/node-images.sh");
 
 /// The only server release whose source this machine's package archive carries.
 pub const DEFAULT_VERSION: &str = "1.20.2";
-
-/// What the scripts may take from this process's environment.
-const PASSED_ENV: [&str; 4] = [
-    "HACTL_KUBE_CACHE",
-    "HACTL_DEBIAN_MIRROR",
-    "HACTL_IMAGE_CACHE",
-    "HACTL_KUBE_BIN_DIR",
-];
 
 /// The binaries' cache root (`HACTL_KUBE_CACHE` overrides it).
 pub fn cache_root() -> PathBuf {
@@ -56,7 +48,15 @@ pub fn image_cache_root() -> PathBuf {
 /// Builds the binaries of `version` into the cache unless it is complete there; returns the
 /// directory. Progress goes to this process's stderr.
 pub fn ensure_binaries(version: &str) -> Result<PathBuf> {
-    run_script(&cache_root(), "kube-binaries.sh", BUILD_SCRIPT, version, &[])
+    let root = cache_root();
+    let root_text = root.to_string_lossy().into_owned();
+    run_script(
+        &root,
+        "kube-binaries.sh",
+        BUILD_SCRIPT,
+        version,
+        &[("HACTL_KUBE_CACHE", root_text.as_str())],
+    )
 }
 
 /// Packs the node images of `version` (pause, busybox, the control plane) from the binaries in
@@ -64,17 +64,23 @@ pub fn ensure_binaries(version: &str) -> Result<PathBuf> {
 /// `images.json` [`crate::images::ImageSet::load`] reads.
 pub fn ensure_images(version: &str, bin_dir: &Path) -> Result<PathBuf> {
     let bin_dir = bin_dir.to_string_lossy();
+    let root = image_cache_root();
+    let root_text = root.to_string_lossy().into_owned();
     run_script(
-        &image_cache_root(),
+        &root,
         "node-images.sh",
         IMAGES_SCRIPT,
         version,
-        &[("HACTL_KUBE_BIN_DIR", bin_dir.as_ref())],
+        &[
+            ("HACTL_KUBE_BIN_DIR", bin_dir.as_ref()),
+            ("HACTL_IMAGE_CACHE", root_text.as_str()),
+        ],
     )
 }
 
-/// Writes `script` to `<root>/<name>` and runs it for `version` with a clean environment plus
-/// `env`; returns the directory it prints last.
+/// Writes `script` to `<root>/<name>` and runs it for `version` with a clean environment
+/// (`crate::local_command`: none of hactl's build variables, such as `cargo run`'s `OUT_DIR`,
+/// which Kubernetes' Makefile would honour) plus `env`; returns the directory it prints last.
 fn run_script(root: &Path, name: &str, script: &str, version: &str, env: &[(&str, &str)]) -> Result<PathBuf> {
     fs_err::create_dir_all(root)?;
     let path = root.join(name);
@@ -85,21 +91,10 @@ fn run_script(root: &Path, name: &str, script: &str, version: &str, env: &[(&str
     fs_err::rename(&tmp, &path)?;
     let version = format!("v{}", version.trim_start_matches('v'));
     let command = format!("bash {} {version}", path.display());
-    let mut cmd = Command::new("bash");
+    let mut cmd = crate::local_command::new("bash");
     cmd.arg(&path)
         .arg(&version)
-        .env_clear()
-        .env(
-            "PATH",
-            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        )
-        .env("LANG", "C.UTF-8");
-    for key in PASSED_ENV {
-        if let Some(value) = std::env::var_os(key) {
-            cmd.env(key, value);
-        }
-    }
-    cmd.envs(env.iter().copied())
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stderr(Stdio::inherit());
     let out = cmd.output().map_err(|source| LabError::Spawn {
@@ -168,6 +163,71 @@ mod tests {
         let kube = raw.spec.kubernetes.unwrap();
         assert_eq!(kube.version.as_deref(), Some("1.20.2"));
         assert_eq!(cache_dir("v1.20.2").file_name().unwrap(), "v1.20.2");
+    }
+
+    /// The build step with hostile build variables in hactl's own environment (`cargo run`'s
+    /// `OUT_DIR` and `CARGO_*`, `GOFLAGS`, `MAKEFLAGS`, …): this test runs itself again as a child
+    /// process with them set, and there the real spawn code runs a small script in place of the
+    /// build, which writes down the environment it got. None of them may reach it.
+    #[test]
+    fn the_build_script_sees_none_of_hactls_build_variables() {
+        const NAME: &str = "lab::kubernetes::tests::the_build_script_sees_none_of_hactls_build_variables";
+        const CHILD: &str = "HACTL_TEST_BUILD_SCRIPT_CACHE";
+        const HOSTILE: &[(&str, &str)] = &[
+            ("OUT_DIR", "/nonexistent/target/release/build/hactl-0/out"),
+            ("CARGO_TARGET_DIR", "/nonexistent/target"),
+            ("CARGO_PKG_NAME", "hactl"),
+            ("CARGO_MANIFEST_DIR", "/nonexistent"),
+            ("GOFLAGS", "-mod=mod"),
+            ("GOPATH", "/nonexistent/go"),
+            ("MAKEFLAGS", "-j99 OUT_DIR=/nonexistent"),
+            ("LD_LIBRARY_PATH", "/nonexistent/target/release/deps"),
+            ("RUSTFLAGS", "-Ctarget-cpu=native"),
+            ("CC", "/nonexistent/cc"),
+        ];
+        if let Some(cache) = std::env::var_os(CHILD) {
+            let script = "set -eu\nenv >\"$HACTL_KUBE_CACHE/seen-env\"\nmkdir -p \"$HACTL_KUBE_CACHE/$1\"\necho \"$HACTL_KUBE_CACHE/$1\"\n";
+            let cache = PathBuf::from(cache);
+            assert_eq!(
+                run_script(
+                    &cache,
+                    "kube-binaries.sh",
+                    script,
+                    "1.20.2",
+                    &[("HACTL_KUBE_CACHE", cache.to_str().unwrap())]
+                )
+                .unwrap(),
+                cache.join("v1.20.2")
+            );
+            return;
+        }
+        let cache = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+            .envs(HOSTILE.iter().copied())
+            .env(CHILD, cache.path())
+            .output()
+            .unwrap();
+        let said = format!(
+            "{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{said}");
+        let seen = std::fs::read_to_string(cache.path().join("seen-env"))
+            .unwrap_or_else(|e| panic!("the script did not run ({e}):\n{said}"));
+        for (name, _) in HOSTILE {
+            assert!(
+                !seen.lines().any(|l| l.starts_with(&format!("{name}="))),
+                "{name} reached the script:\n{seen}"
+            );
+        }
+        // cargo sets CARGO_* for this very test process: none of them either.
+        assert!(!seen.lines().any(|l| l.starts_with("CARGO")), "{seen}");
+        assert!(seen.lines().any(|l| l == "LANG=C"), "{seen}");
+        let cache_line = format!("HACTL_KUBE_CACHE={}", cache.path().display());
+        assert!(seen.lines().any(|l| l == cache_line), "{seen}");
+        assert!(seen.lines().any(|l| l.starts_with("PATH=")), "{seen}");
     }
 
     #[test]

@@ -33,6 +33,7 @@ mod proc;
 
 pub use fault::Fault;
 
+use crate::local_command;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -292,10 +293,12 @@ pub fn ensure_host_tools() -> Result<()> {
         return Err(LabError::MissingTools { tools, install });
     }
     eprintln!("lab: installing missing host tools ({tools}): {install}");
-    let mut apt = Command::new("apt-get");
-    apt.args(["install", "-y"]).args(&packages);
+    let mut apt = local_command::new("apt-get");
+    apt.env("DEBIAN_FRONTEND", "noninteractive")
+        .args(["install", "-y"])
+        .args(&packages);
     if proc::run(&mut apt).is_err() {
-        proc::run(Command::new("apt-get").arg("update"))?;
+        proc::run(local_command::new("apt-get").arg("update"))?;
         proc::run(&mut apt)?;
     }
     Ok(())

@@ -8,11 +8,11 @@
 
 use super::proc::run;
 use super::{LabError, Result};
+use crate::local_command;
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 /// Linux interface names hold at most 15 bytes (IFNAMSIZ - 1).
@@ -45,7 +45,7 @@ pub fn bridge_exists(bridge: &str) -> bool {
 
 /// The third octets of 10.213.X.* addresses on this machine's interfaces.
 fn octets_in_use() -> Result<BTreeSet<u8>> {
-    let out = run(Command::new("ip").args(["-o", "-4", "addr", "show"]))?;
+    let out = run(local_command::new("ip").args(["-o", "-4", "addr", "show"]))?;
     let text = String::from_utf8_lossy(&out.stdout);
     Ok(text
         .split_whitespace()
@@ -82,21 +82,21 @@ pub fn choose_subnet(root: &Path, lab: &str) -> Result<Ipv4Addr> {
 
 /// Creates the bridge, gives the operator side its address, brings it up.
 pub fn create_bridge(bridge: &str, operator: Ipv4Addr) -> Result<()> {
-    run(Command::new("ip").args(["link", "add", "name", bridge, "type", "bridge"]))?;
-    run(Command::new("ip").args(["addr", "add", &format!("{operator}/24"), "dev", bridge]))?;
-    run(Command::new("ip").args(["link", "set", "dev", bridge, "up"]))?;
+    run(local_command::new("ip").args(["link", "add", "name", bridge, "type", "bridge"]))?;
+    run(local_command::new("ip").args(["addr", "add", &format!("{operator}/24"), "dev", bridge]))?;
+    run(local_command::new("ip").args(["link", "set", "dev", bridge, "up"]))?;
     Ok(())
 }
 
 pub fn delete_bridge(bridge: &str) -> Result<()> {
-    run(Command::new("ip").args(["link", "del", "dev", bridge]))?;
+    run(local_command::new("ip").args(["link", "del", "dev", bridge]))?;
     Ok(())
 }
 
 /// The bridge-side veth of the container whose PID 1 is `pid1`: the interface whose ifindex is
 /// the peer index of the container's `host0` (`host0@ifN`).
 pub fn host_veth(bridge: &str, pid1: u32) -> Result<Option<String>> {
-    let inside = run(Command::new("nsenter").args([
+    let inside = run(local_command::new("nsenter").args([
         "-t",
         &pid1.to_string(),
         "-n",
@@ -116,7 +116,7 @@ pub fn host_veth(bridge: &str, pid1: u32) -> Result<Option<String>> {
     else {
         return Ok(None);
     };
-    let ports = run(Command::new("ip").args(["-o", "link", "show", "master", bridge]))?;
+    let ports = run(local_command::new("ip").args(["-o", "link", "show", "master", bridge]))?;
     Ok(String::from_utf8_lossy(&ports.stdout).lines().find_map(|l| {
         let mut w = l.split_whitespace();
         let index: u32 = w.next()?.trim_end_matches(':').parse().ok()?;
@@ -134,7 +134,7 @@ pub fn link_up(ifname: &str) -> bool {
 }
 
 pub fn set_link(ifname: &str, up: bool) -> Result<()> {
-    run(Command::new("ip").args(["link", "set", "dev", ifname, if up { "up" } else { "down" }]))?;
+    run(local_command::new("ip").args(["link", "set", "dev", ifname, if up { "up" } else { "down" }]))?;
     Ok(())
 }
 

@@ -5,6 +5,7 @@
 //! /proc rather than trusted from a recorded pid (pids are reused).
 
 use super::{LabError, Result};
+use crate::local_command;
 use std::fs::File;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -152,7 +153,7 @@ pub fn container_init(nspawn: u32) -> Option<u32> {
 
 /// Sends `signal` (`TERM`, `KILL`) to `pid`; a process already gone is not an error.
 pub fn signal(pid: u32, signal: &str) {
-    let _ = Command::new("kill")
+    let _ = local_command::new("kill")
         .args(["-s", signal, &pid.to_string()])
         .output();
 }
@@ -213,8 +214,8 @@ pub fn is_mounted(path: &Path) -> bool {
 /// Unmounts every mount at or under `dir`, lazily when one is busy.
 pub fn unmount_all_under(dir: &Path) -> Result<()> {
     for m in mounts_under(dir) {
-        if run(Command::new("umount").arg(&m)).is_err() {
-            run(Command::new("umount").arg("-l").arg(&m))?;
+        if run(local_command::new("umount").arg(&m)).is_err() {
+            run(local_command::new("umount").arg("-l").arg(&m))?;
         }
     }
     Ok(())

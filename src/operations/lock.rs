@@ -127,7 +127,7 @@ fn pid_alive(pid: u32) -> bool {
     if cfg!(target_os = "linux") {
         return Path::new("/proc").join(pid.to_string()).exists();
     }
-    std::process::Command::new("kill")
+    crate::local_command::new("kill")
         .args(["-0", &pid.to_string()])
         .stderr(std::process::Stdio::null())
         .status()
