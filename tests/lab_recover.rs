@@ -561,14 +561,14 @@ fn recover_refuses_when_quorum_is_restorable() {
             .success());
     }
     assert!(is_active(&lab, "cp1"));
-    // A wrong typed name changes nothing.
+    // A wrong typed name changes nothing: declined at the prompt (exit 6), not a safety refusal.
     let out = hactl(
         &lab,
         &["recover", "--auto", "--force-destructive", "--yes"],
         &[],
         Some("nope\n"),
     );
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(6), "declined, exit 6: {}", text(&out));
     assert!(is_active(&lab, "cp1"));
     // With the typed cluster name it proceeds: --auto takes survivor cp1 (A2: from its data).
     lab.exec_ok("cp1", &["systemctl", "stop", "etcd.service"]);
