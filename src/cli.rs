@@ -129,12 +129,8 @@ pub struct CertsRotateCaArgs {
     /// The CA to replace.
     #[arg(value_enum)]
     pub ca: CaName,
-    /// Print the steps (and where a rotation in progress stands) and change nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Do not ask before restarting members and control-plane components.
-    #[arg(long, short = 'y')]
-    pub yes: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// Stop once this step (C1, C1.roll, C2, …) is done, e.g. `C1.roll` to restart workloads
     /// while both CAs are trusted; running the command again resumes.
     #[arg(long, value_name = "STEP")]
@@ -226,6 +222,40 @@ pub enum OutputFormat {
     Table,
     /// JSON for machines.
     Json,
+}
+
+/// The flags every day-two operation shares (the operation manager's): `--dry-run`, `--yes`,
+/// `-o json` with `--dry-run`, and `--steal-lock`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Print the steps exactly as a live run sends them; change nothing (no lock, no journal).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not ask before changing anything (needed when stdin is not a terminal).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+    /// With --dry-run, `json`: the plan as data, `{"apiVersion", "kind": "OperationPlan",
+    /// "operation", "run", "resumed", "summary", "confirmation", "resume", "decisions", "steps":
+    /// [{"id", "code", "title", "host", "skipWhen", "checkFirst", "acts", "verify", "onFailure",
+    /// "group", "changesCluster"}]}`, the same content as the text.
+    #[arg(short, long, value_enum, default_value_t, requires = "dry_run")]
+    pub output: OutputFormat,
+    /// Take the cluster lock over from run RUN of another machine, once you are sure that run no
+    /// longer runs (a holder running on this machine is never taken over).
+    #[arg(long, value_name = "RUN")]
+    pub steal_lock: Option<String>,
+}
+
+impl From<&RunArgs> for crate::operations::manager::Flags {
+    fn from(a: &RunArgs) -> Self {
+        crate::operations::manager::Flags {
+            dry_run: a.dry_run,
+            yes: a.yes,
+            json: a.output == OutputFormat::Json,
+            steal_lock: a.steal_lock.clone(),
+            ..Default::default()
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -341,8 +371,7 @@ pub struct SnapshotVerifyArgs {
     pub skip_hash_check: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum RecoverMode {
     /// Restore one seed member, then join the others one at a time as learners.
     #[default]
@@ -370,7 +399,7 @@ pub struct RecoverArgs {
     /// `seed` (restore one member, then join the others as learners) or `all`.
     #[arg(long, value_enum, default_value_t)]
     pub mode: RecoverMode,
-    /// Hosts that cannot be reached and that you attest are powered off (comma-separated).
+    /// Hosts that cannot be reached and that you attest are powered off (repeatable, or comma-separated).
     #[arg(long, value_name = "HOST,...", value_delimiter = ',')]
     pub confirm_dead: Vec<String>,
     /// Proceed although quorum could be restored by starting the members (a deliberate rollback).
@@ -387,23 +416,11 @@ pub struct RecoverArgs {
     /// Restore a snapshot that has no appended sha256 (a raw member/snap/db copy).
     #[arg(long)]
     pub skip_hash_check: bool,
-    /// Print the full plan with the exact commands per host; change nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// With --dry-run, `json`: `{"decisions", "dataDir", "asideDataDir", "leftOutByMembers",
-    /// "steps": [{"id", "title", "host", "skipWhen", "checkFirst", "acts", "verify", "group",
-    /// "changesCluster"}]}`, the same content as the text.
-    #[arg(short, long, value_enum, default_value_t, requires = "dry_run")]
-    pub output: OutputFormat,
     /// Resume an interrupted run: every step's postcondition is checked again on the hosts.
     #[arg(long, value_name = "RUN")]
     pub resume: Option<String>,
-    /// Take over the operation lock held by this run (only when you know it is not running).
-    #[arg(long, value_name = "RUN")]
-    pub steal_lock: Option<String>,
-    /// Do not ask for confirmation (the plan is still printed).
-    #[arg(long, short = 'y')]
-    pub yes: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
     /// The new membership, NAME=IP,... (default: every reachable etcd host of the inventory).
     /// Each NAME must be an etcd host of the inventory, at its inventory address.
     #[arg(long, value_name = "NAME=IP,...", value_delimiter = ',', value_parser = parse_member)]
@@ -412,6 +429,15 @@ pub struct RecoverArgs {
     /// emulated on etcd 3.4) or a number N ≥ 1 that must take the revision past the high-water mark.
     #[arg(long, value_name = "N|auto", default_value = "auto", value_parser = parse_bump)]
     pub bump_revision: BumpRequest,
+}
+
+impl From<RecoverMode> for crate::operations::recover::Mode {
+    fn from(m: RecoverMode) -> Self {
+        match m {
+            RecoverMode::Seed => crate::operations::recover::Mode::Seed,
+            RecoverMode::All => crate::operations::recover::Mode::All,
+        }
+    }
 }
 
 /// `--bump-revision`: `auto` (None) or N.
@@ -435,24 +461,18 @@ pub struct ReplaceArgs {
     /// The member is healthy: add the new member first, then remove the old one (needs --host).
     #[arg(long)]
     pub planned: bool,
-    /// Print the steps; change nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// Continue run RUN-ID after a failure or crash (every step re-checks its postcondition).
-    #[arg(long, value_name = "RUN-ID")]
+    /// Continue run RUN after a failure or crash (every step re-checks its postcondition).
+    #[arg(long, value_name = "RUN")]
     pub resume: Option<String>,
     /// Remove this learner (hex ID) that no hactl run owns before starting.
     #[arg(long, value_name = "ID")]
     pub cleanup_learner: Option<String>,
-    /// The operator attests this host is powered off (it cannot be fenced over SSH).
-    #[arg(long, value_name = "HOST")]
+    /// The operator attests this host is powered off (it cannot be fenced over SSH); repeatable,
+    /// or comma-separated.
+    #[arg(long, value_name = "HOST,...", value_delimiter = ',')]
     pub confirm_dead: Vec<String>,
-    /// Do not ask before changing the membership (needed when stdin is not a terminal).
-    #[arg(long, short = 'y')]
-    pub yes: bool,
-    /// With --dry-run, `json`: the steps as data (the same lines the table prints).
-    #[arg(short, long, value_enum, default_value_t)]
-    pub output: OutputFormat,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -464,17 +484,14 @@ pub struct RemoveArgs {
     /// The etcd member (its name, which was its host's inventory name).
     pub member: String,
     /// The member's host is gone for good: no SSH to it, so nothing is fenced or moved there.
-    #[arg(long)]
-    pub confirm_dead: bool,
-    /// Print the steps; change nothing.
-    #[arg(long)]
-    pub dry_run: bool,
+    /// Name the member: `--confirm-dead MEMBER`.
+    #[arg(long, value_name = "HOST,...", value_delimiter = ',')]
+    pub confirm_dead: Vec<String>,
     /// Continue run RUN after a failure or crash (every step re-checks its postcondition).
     #[arg(long, value_name = "RUN")]
     pub resume: Option<String>,
-    /// Do not ask for confirmation (the steps are still printed).
-    #[arg(long, short = 'y')]
-    pub yes: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -492,7 +509,7 @@ pub struct HealArgs {
     /// Seconds between two looks with --watch.
     #[arg(long, default_value_t = 30)]
     pub interval: u64,
-    /// Say what would be done and why; change nothing.
+    /// Say what would be done and why, with the steps it would run; change nothing.
     #[arg(long)]
     pub dry_run: bool,
 }
@@ -500,13 +517,14 @@ pub struct HealArgs {
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum MaintenanceCommand {
     /// Print the stop order, what would block it, and the budget left.
-    Plan(MaintenanceArgs),
+    Plan(MaintenancePlanArgs),
     /// Cordon, drain, stop the control plane on HOST (R-maint gated).
-    Start(MaintenanceArgs),
+    Start(MaintenanceRunArgs),
     /// Bring HOST back in reverse order (also cancels a maintenance under way).
-    Complete(MaintenanceArgs),
+    Complete(MaintenanceRunArgs),
 }
 
+/// What every `maintenance` subcommand names: the host and the budget.
 #[derive(Debug, Clone, Args)]
 pub struct MaintenanceArgs {
     #[command(flatten)]
@@ -523,15 +541,27 @@ pub struct MaintenanceArgs {
     /// pods to go (`30s`, `10m`, `1h`, `2d`).
     #[arg(long, value_name = "DUR", default_value = "30m", value_parser = parse_window)]
     pub drain_timeout: std::time::Duration,
-    /// Print the steps; change nothing.
-    #[arg(long)]
-    pub dry_run: bool,
-    /// `start`: proceed without asking (without it, a terminal is needed to confirm).
-    #[arg(long)]
-    pub yes: bool,
-    /// `plan`: `json` gives the budget, blockers, verdict and start's journaled steps as data.
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct MaintenancePlanArgs {
+    #[command(flatten)]
+    pub target: MaintenanceArgs,
+    /// `json`: `{"apiVersion", "kind": "MaintenancePlan", "host", "counts", "maxUnavailable",
+    /// "blockers", "order", "verdict", "exitCode", "steps"}`, start's steps as `start --dry-run
+    /// -o json` gives them.
     #[arg(short, long, value_enum, default_value_t)]
     pub output: OutputFormat,
+}
+
+/// `maintenance start|complete`: the host, and the operation manager's flags (`complete` asks
+/// nothing: it brings the host back).
+#[derive(Debug, Clone, Args)]
+pub struct MaintenanceRunArgs {
+    #[command(flatten)]
+    pub target: MaintenanceArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 #[derive(Debug, Clone, Args)]

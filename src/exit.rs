@@ -6,16 +6,19 @@
 
 /// Exit code 0: success.
 pub const OK: i32 = 0;
-/// A failure, or checks that did not pass.
+/// A failure before any change (or checks that did not pass, a Ctrl-C before any change).
 pub const FAILED: i32 = 1;
-/// Refused by a safety rule; nothing changed.
+/// Refused by a safety rule (or a check a step makes first); nothing changed.
 pub const REFUSED: i32 = 2;
-/// Needs operator input (attestation, a lock held by another run).
+/// Needs operator input: an attestation, `--yes` where there is no terminal to ask on, a lock
+/// held by another run, a data-loss window to accept.
 pub const NEEDS_INPUT: i32 = 3;
-/// Failed after changes; `--resume` possible.
+/// Failed (or interrupted with Ctrl-C) after changes; the message names the command that resumes.
 pub const FAILED_AFTER_CHANGES: i32 = 4;
-/// Post-verification failed; state safe but degraded.
+/// Done, but the verification afterwards found the cluster degraded.
 pub const DEGRADED: i32 = 5;
+/// The operator answered no at the prompt (or typed another name): nothing was changed.
+pub const DECLINED: i32 = 6;
 
 /// A refusal: a safety rule said no. Carries its exit code so `main` can return it.
 #[derive(Debug, thiserror::Error)]

@@ -20,11 +20,12 @@
 //! ```text
 //! commands                      parse → call the library → print (only main.rs imports it)
 //! cli                           clap types
-//! day-two wing                  operations, exec::journaled, recover, replace, remove, heal,
-//!                               maintenance, rotate_ca: journaled steps that survive a crash
+//! day-two wing                  operations: one manager (the one lock, journal and runner)
+//!                               runs recover, replace, remove, heal, maintenance, rotate_ca,
+//!                               journaled steps that survive a crash
 //! bring-up                      phases (pure), converge (prepare, apply; reset, check, status)
 //! components                    facts, etcd, kubernetes, load_balancer, snapshot, backup,
-//!                               backup_remote, certs, hwm, lock, fence
+//!                               backup_remote, certs, hwm, fence
 //! transport, local artifacts    ssh, exec, render, pki, binaries, images
 //! model                         inventory, state, plan
 //! basics                        clock, duration, exit, output, quote, local_command
@@ -48,7 +49,6 @@ pub mod exec;
 pub mod exit;
 pub mod facts;
 pub mod fence;
-pub mod heal;
 pub mod hwm;
 pub mod images;
 pub mod inventory;
@@ -56,19 +56,13 @@ pub mod kubernetes;
 pub mod lab;
 pub mod load_balancer;
 pub mod local_command;
-pub mod lock;
-pub mod maintenance;
 pub mod operations;
 pub mod output;
 pub mod phases;
 pub mod pki;
 pub mod plan;
 pub mod quote;
-pub mod recover;
-pub mod remove;
 pub mod render;
-pub mod replace;
-pub mod rotate_ca;
 pub mod snapshot;
 pub mod ssh;
 pub mod state;

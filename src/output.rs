@@ -283,7 +283,7 @@ pub fn confirm(what: &str) -> anyhow::Result<()> {
         Ok(())
     } else {
         Err(anyhow::Error::new(crate::exit::Refusal {
-            code: crate::exit::REFUSED,
+            code: crate::exit::DECLINED,
             message: "not confirmed: nothing was changed".into(),
         }))
     }

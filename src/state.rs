@@ -1,13 +1,10 @@
-//! The state directory on the operator machine: CA keys, issued certificates, `known_hosts`, locks.
+//! The state directory on the operator machine: CA keys, issued certificates, `known_hosts`, the
+//! cluster lock's local half (`locks/`, see `operations::lock`).
 //!
 //! Invariant: nothing in it is ever readable by another user. The directory is 0700 and owned
 //! by the current user (an existing one that is not is refused, never silently fixed), secrets
 //! are created 0600 from their first byte and moved into place by rename, so a reader sees either
 //! the old file or the whole new one.
-//!
-//! Only one hactl changes a cluster at a time: [`StateDir::lock`] takes `locks/<what>.lock`,
-//! created with `O_CREAT|O_EXCL` and holding the owner's pid; a lock whose pid is gone is stale
-//! and taken over.
 
 use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -37,18 +34,6 @@ pub enum StateError {
     NotOwned { path: PathBuf, owner: u32, uid: u32 },
     #[error("{rel} is not a relative path inside the state directory")]
     OutsideState { rel: PathBuf },
-    #[error(
-        "another hactl {what} is running (pid {pid}, since {since}); wait for it or remove \
-         {path} if that process is gone"
-    )]
-    Locked {
-        what: String,
-        pid: u32,
-        since: String,
-        path: PathBuf,
-    },
-    #[error("lock file {path} cannot be read as a hactl lock: remove it if no hactl is running")]
-    BadLock { path: PathBuf },
 }
 
 /// An opened (and checked) state directory.
@@ -154,107 +139,6 @@ impl StateDir {
     pub fn known_hosts_path(&self) -> PathBuf {
         self.file("known_hosts")
     }
-
-    /// Takes the lock `locks/<what>.lock`. A lock held by a live process is refused with its pid
-    /// and start time; one whose process is gone is stale and taken over. Dropping the
-    /// [`StateLock`] releases it.
-    pub fn lock(&self, what: &str) -> Result<StateLock, StateError> {
-        debug_assert!(
-            !what.is_empty() && !what.contains(['/', '\0']),
-            "lock names are single path components"
-        );
-        let dir = self.subdir("locks")?;
-        let path = dir.join(format!("{what}.lock"));
-        let content = format!(
-            "pid {}\nsince {}\n",
-            std::process::id(),
-            time::OffsetDateTime::now_utc()
-                .format(&time::format_description::well_known::Rfc3339)
-                .unwrap_or_else(|_| "an unknown time".to_string())
-        );
-        // Two attempts: the second follows the removal of a stale lock.
-        for _ in 0..2 {
-            match fs_err::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&path)
-            {
-                Ok(mut file) => {
-                    // From here on the lock is ours: dropping it on a failed write removes it.
-                    let lock = StateLock { path };
-                    file.write_all(content.as_bytes())?;
-                    file.sync_all()?;
-                    return Ok(lock);
-                }
-                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
-                    let held = fs_err::read_to_string(&path)?;
-                    let Some((pid, since)) = parse_lock(&held) else {
-                        return Err(StateError::BadLock { path });
-                    };
-                    if pid_alive(pid) {
-                        return Err(StateError::Locked {
-                            what: what.to_string(),
-                            pid,
-                            since,
-                            path,
-                        });
-                    }
-                    tracing::warn!("taking over stale lock {} (pid {pid} is gone)", path.display());
-                    match fs_err::remove_file(&path) {
-                        Ok(()) => {}
-                        Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-                        Err(err) => return Err(err.into()),
-                    }
-                }
-                Err(err) => return Err(err.into()),
-            }
-        }
-        // Someone else took it between our removal and our creation.
-        let held = fs_err::read_to_string(&path)?;
-        match parse_lock(&held) {
-            Some((pid, since)) => Err(StateError::Locked {
-                what: what.to_string(),
-                pid,
-                since,
-                path,
-            }),
-            None => Err(StateError::BadLock { path }),
-        }
-    }
-}
-
-/// A held lock; dropping it removes the lock file.
-#[derive(Debug)]
-pub struct StateLock {
-    path: PathBuf,
-}
-
-impl StateLock {
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for StateLock {
-    fn drop(&mut self) {
-        if let Err(err) = fs_err::remove_file(&self.path) {
-            tracing::warn!("failed to release lock: {err}");
-        }
-    }
-}
-
-fn parse_lock(text: &str) -> Option<(u32, String)> {
-    let mut pid = None;
-    let mut since = None;
-    for line in text.lines() {
-        if let Some(p) = line.strip_prefix("pid ") {
-            pid = p.trim().parse().ok();
-        } else if let Some(s) = line.strip_prefix("since ") {
-            since = Some(s.trim().to_string());
-        }
-    }
-    Some((pid?, since.unwrap_or_else(|| "an unknown time".to_string())))
 }
 
 /// `rel` must stay inside the state directory: relative, no `..`.
@@ -297,22 +181,6 @@ fn current_uid() -> io::Result<u32> {
         .trim()
         .parse()
         .map_err(|_| io::Error::other("`id -u` did not print a uid"))
-}
-
-/// Whether a process with this pid exists (for stale-lock detection).
-fn pid_alive(pid: u32) -> bool {
-    if pid == std::process::id() {
-        return true;
-    }
-    if cfg!(target_os = "linux") {
-        return Path::new("/proc").join(pid.to_string()).exists();
-    }
-    crate::local_command::new("kill")
-        .args(["-0", &pid.to_string()])
-        .stderr(std::process::Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(true) // cannot tell: assume held, the message says how to clear it
 }
 
 #[cfg(test)]
@@ -435,54 +303,5 @@ mod tests {
             );
         }
         assert!(state.subdir("../x").is_err());
-    }
-
-    #[test]
-    fn a_live_lock_is_refused_and_released_on_drop() {
-        let tmp = tempfile::tempdir().unwrap();
-        let state = StateDir::open(&tmp.path().join("s")).unwrap();
-        let lock = state.lock("up").unwrap();
-        assert_eq!(mode(lock.path()), 0o600);
-        let err = state.lock("up").unwrap_err();
-        let message = err.to_string();
-        assert!(
-            message.starts_with(&format!(
-                "another hactl up is running (pid {}, since ",
-                std::process::id()
-            )),
-            "{message}"
-        );
-        assert!(message.ends_with(&format!(
-            "); wait for it or remove {} if that process is gone",
-            lock.path().display()
-        )));
-        // A different lock name is independent.
-        let other = state.lock("recover").unwrap();
-        let path = lock.path().to_path_buf();
-        drop(lock);
-        assert!(!path.exists());
-        drop(other);
-        state.lock("up").unwrap();
-    }
-
-    #[test]
-    fn a_stale_lock_is_taken_over() {
-        let tmp = tempfile::tempdir().unwrap();
-        let state = StateDir::open(&tmp.path().join("s")).unwrap();
-        let path = state.subdir("locks").unwrap().join("up.lock");
-        // A pid above the kernel's maximum (4194304) cannot be alive.
-        fs_err::write(&path, "pid 4194305\nsince 2020-01-01T00:00:00Z\n").unwrap();
-        let lock = state.lock("up").unwrap();
-        let held = fs_err::read_to_string(lock.path()).unwrap();
-        assert!(held.starts_with(&format!("pid {}\n", std::process::id())));
-    }
-
-    #[test]
-    fn a_garbled_lock_is_refused() {
-        let tmp = tempfile::tempdir().unwrap();
-        let state = StateDir::open(&tmp.path().join("s")).unwrap();
-        let path = state.subdir("locks").unwrap().join("up.lock");
-        fs_err::write(&path, "").unwrap();
-        assert!(matches!(state.lock("up"), Err(StateError::BadLock { .. })));
     }
 }

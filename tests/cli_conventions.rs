@@ -176,6 +176,70 @@ fn colour_only_on_a_terminal_and_never_with_no_color() {
     );
 }
 
+/// Every file under `dir`, relative, sorted: what a command that changes nothing leaves alone
+/// (the cluster lock's directory, `locks/`, empty once the lock is given back, is left out).
+fn tree(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            out.push(p.strip_prefix(dir).unwrap().display().to_string());
+            if p.is_dir() {
+                todo.push(p);
+            }
+        }
+    }
+    out.sort();
+    out.retain(|p| p != "locks");
+    out
+}
+
+/// The operation manager's confirmation, on the built binary: without a terminal and without
+/// `--yes` it needs input (exit 3); on a terminal, answering "n" declines (exit 6, not the 2 of a
+/// safety refusal) and changes nothing. `certs rotate-ca` plans from the state directory alone,
+/// so the hosts (unreachable here) are not needed to reach the question.
+#[test]
+fn answering_no_at_the_prompt_changes_nothing_and_exits_6() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = loopback_inventory(dir.path());
+    let inv = hactl::inventory::load(&path).unwrap();
+    let state = hactl::state::StateDir::open(&inv.state_dir).unwrap();
+    hactl::pki::ensure(&state.path.join("pki"), &inv, time::OffsetDateTime::now_utc()).unwrap();
+    let before = tree(&state.path);
+    let out = hactl(&["certs", "rotate-ca", "etcd", "-i", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(text(&out).contains("run again with --yes"), "{}", text(&out));
+    assert_eq!(tree(&state.path), before);
+    let line = format!(
+        "{} certs rotate-ca etcd -i {}",
+        env!("CARGO_BIN_EXE_hactl"),
+        path.display()
+    );
+    let Ok(mut child) = std::process::Command::new("script")
+        .args(["-qec", &line, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+    else {
+        eprintln!("SKIPPED answering_no_at_the_prompt_changes_nothing_and_exits_6 (terminal part): script(1) is missing (apt-get install bsdutils)");
+        return;
+    };
+    use std::io::Write as _;
+    child.stdin.take().unwrap().write_all(b"n\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(6), "{}", text(&out));
+    assert!(screen.contains("Proceed? [y/N]"), "{screen}");
+    assert!(screen.contains("not confirmed: nothing was changed"), "{screen}");
+    assert_eq!(
+        tree(&state.path),
+        before,
+        "a declined run changed the state directory"
+    );
+}
+
 #[test]
 fn kubeconfig_says_what_is_missing() {
     let dir = tempfile::tempdir().unwrap();

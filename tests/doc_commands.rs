@@ -443,13 +443,13 @@ fn a_made_up_flag_is_caught_with_its_file_and_line() {
 
 #[test]
 fn a_made_up_flag_or_subcommand_in_a_synopsis_is_caught() {
-    let good =
-        "`hactl maintenance plan|start|complete HOST [--max-unavailable N] [--dry-run] [--yes] [-o json]`";
+    let good = "`hactl maintenance start|complete HOST [--max-unavailable N] [--dry-run] [-y] [-o json]`";
     assert_eq!(failures("x.md", good).1, Vec::<String>::new());
-    // `maintenance` has `--yes` but no `-y`: one of the three subcommands lacking it is enough.
-    let (found, failed) = failures("x.md", "`hactl maintenance plan|start HOST [-y]`");
+    // `maintenance plan` prints a plan and has no `--dry-run`: one of the subcommands lacking it
+    // is enough.
+    let (found, failed) = failures("x.md", "`hactl maintenance plan|start HOST [--dry-run]`");
     assert_eq!(found[0].shape, Shape::Synopsis);
-    assert!(failed[0].contains("has no flag -y"), "{failed:?}");
+    assert!(failed[0].contains("has no flag --dry-run"), "{failed:?}");
     let (_, failed) = failures("x.md", "`hactl certs renew|revoke NAME...`");
     assert!(failed[0].contains("no subcommand \"revoke\""), "{failed:?}");
     let (_, failed) = failures("x.md", "`hactl replace MEMBER (--reuse-host | --new-host NEW)`");

@@ -521,7 +521,7 @@ fn reset_stops_and_removes_what_hactl_installed_on_every_role() {
 }
 
 #[test]
-fn a_second_up_while_one_runs_is_refused_by_the_state_lock() {
+fn up_is_refused_while_another_command_holds_the_cluster_lock() {
     let dir = tempfile::tempdir().unwrap();
     let inv = dir.path().join("lock.yaml");
     std::fs::write(
@@ -535,11 +535,21 @@ fn a_second_up_while_one_runs_is_refused_by_the_state_lock() {
         ),
     )
     .unwrap();
+    // This process holds the cluster lock (as a `remove` would) in the state directory: `up`,
+    // which takes the same one lock, is refused before it connects anywhere (exit 3).
     let state = hactl::state::StateDir::open(&dir.path().join(".hactl/locked")).unwrap();
-    let held = state.lock("up").unwrap();
+    let holder = hactl::operations::lock::Owner::new("remove cp4", "remove-test-1");
+    let path = state.subdir("locks").unwrap().join("cluster.lock");
+    std::fs::write(&path, serde_json::to_string(&holder).unwrap()).unwrap();
     let out = hactl(&["up", "-i", inv.to_str().unwrap(), "--yes"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("another hactl up is running"), "{stderr}");
-    drop(held);
+    assert!(
+        stderr.contains("the cluster lock on the state directory")
+            && stderr.contains("`hactl remove cp4`")
+            && stderr.contains("run remove-test-1"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("wait for it to finish"), "{stderr}");
+    assert!(path.exists(), "the holder's lock was taken");
 }

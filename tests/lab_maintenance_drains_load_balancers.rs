@@ -171,7 +171,7 @@ fn maintenance_drains_haproxy_before_etcd_stops_and_vip_clients_keep_writing() {
         serde_json::from_str(&std::fs::read_to_string(state.join("maintenance/cp1.json")).unwrap()).unwrap()
     };
     assert_eq!(record(&state)["stage"], "Drain");
-    let lock = state.join("locks/etcd-operation.lock");
+    let lock = state.join("locks/cluster.lock");
     assert!(lock.exists(), "the crashed start left no lock to release");
     // In Drain cp1 holds the budget: the plan for another host is refused (plan takes no lock,
     // so the stale one stays for complete to take over and release).

@@ -67,7 +67,9 @@ fn maintenance_then_a_power_cut_leads_through_complete_to_heal() {
         .iter()
         .find(|s| s["id"] == "stop-etcd")
         .unwrap_or_else(|| panic!("no stop-etcd step: {plan}"));
-    let run = stop["act"][0]["run"].as_str().unwrap();
+    assert_eq!(plan["apiVersion"], "hactl.io/v1alpha1", "{plan}");
+    assert_eq!(plan["kind"], "MaintenancePlan", "{plan}");
+    let run = stop["acts"][0]["command"].as_str().unwrap();
     assert!(run.contains("hactl-fence.conf"), "{run}");
     let dry = hactl(&inv, &["maintenance", "start", "cp1", "--dry-run"]);
     assert_eq!(dry.status.code(), Some(0), "{}", text(&dry));

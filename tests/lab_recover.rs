@@ -350,7 +350,7 @@ fn recover_restores_quorum_after_losing_two_of_three() {
         .map(|e| e["step"].as_str().unwrap().to_string())
         .collect();
     for want in [
-        "R0.1", "R0.4@cp1", "R1.1", "R1.3@cp1", "R1.4@cp1", "R2.4@cp1", "R2.7@cp1", "R3.4@cp3", "R4.2", "R6",
+        "R0.1", "R0.4@cp1", "R1.3@cp1", "R1.4@cp1", "R2.4@cp1", "R2.7@cp1", "R3.4@cp3", "R4.2", "R6",
     ] {
         assert!(
             steps.iter().any(|s| s == want),
@@ -364,7 +364,7 @@ fn recover_restores_quorum_after_losing_two_of_three() {
     );
     assert!(mirrored.contains("\"step\":\"R6\""));
     assert!(!lab
-        .exec("cp1", &["test", "-e", "/var/lib/hactl/locks/recover"])
+        .exec("cp1", &["test", "-e", "/var/lib/hactl/locks/cluster"])
         .status
         .success());
     // A second `hactl up` changes nothing; a resume of the finished run does nothing.
@@ -561,14 +561,14 @@ fn recover_refuses_when_quorum_is_restorable() {
             .success());
     }
     assert!(is_active(&lab, "cp1"));
-    // A wrong typed name changes nothing.
+    // A wrong typed name changes nothing: declined at the prompt (exit 6), not a safety refusal.
     let out = hactl(
         &lab,
         &["recover", "--auto", "--force-destructive", "--yes"],
         &[],
         Some("nope\n"),
     );
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(6), "declined, exit 6: {}", text(&out));
     assert!(is_active(&lab, "cp1"));
     // With the typed cluster name it proceeds: --auto takes survivor cp1 (A2: from its data).
     lab.exec_ok("cp1", &["systemctl", "stop", "etcd.service"]);

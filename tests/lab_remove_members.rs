@@ -46,6 +46,55 @@ fn names(lab: &TestLab, from: &str) -> Vec<String> {
     v
 }
 
+/// `hactl remove MEMBER --yes`, sent SIGINT (Ctrl-C) once its third step has started: exit 4,
+/// naming the step it stopped before and the command that resumes it. Returns the run.
+fn interrupted_removal(inv: &std::path::Path, member: &str) -> String {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hactl"))
+        .args(["remove", member, "--yes", "-i", inv.to_str().unwrap()])
+        .env_remove("HACTL_CRASH_AFTER")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut seen = String::new();
+    let mut line = String::new();
+    while stderr.read_line(&mut line).unwrap() > 0 {
+        seen.push_str(&line);
+        if line.starts_with("step 3/") {
+            let pid = child.id().to_string();
+            assert!(std::process::Command::new("kill")
+                .args(["-INT", &pid])
+                .status()
+                .unwrap()
+                .success());
+            break;
+        }
+        line.clear();
+    }
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    seen.push_str(&rest);
+    let status = child.wait().unwrap();
+    eprintln!("interrupted remove {member}:\n{seen}");
+    assert_eq!(status.code(), Some(4), "{seen}");
+    assert!(
+        seen.contains("interrupt: stopping after the steps under way"),
+        "{seen}"
+    );
+    assert!(seen.contains("remove interrupted before step"), "{seen}");
+    let run = seen
+        .split(&format!("{member} --resume "))
+        .nth(1)
+        .and_then(|r| r.split('`').next())
+        .unwrap_or_else(|| panic!("no resume command: {seen}"))
+        .to_string();
+    assert!(run.starts_with("remove-"), "{run}");
+    run
+}
+
 #[test]
 fn remove_takes_five_members_to_three_under_a_vip_writer_and_refuses_two() {
     let name = "remove_takes_five_members_to_three_under_a_vip_writer_and_refuses_two";
@@ -80,13 +129,44 @@ fn remove_takes_five_members_to_three_under_a_vip_writer_and_refuses_two() {
     }
     assert_eq!(names(&lab, "cp1").len(), 5);
 
+    // As data: the one document of every dry run.
+    let o = hactl(&inv, &["remove", "cp4", "--dry-run", "-o", "json"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let doc: serde_json::Value = serde_json::from_slice(&o.stdout).expect("remove --dry-run -o json");
+    assert_eq!(doc["apiVersion"], "hactl.io/v1alpha1");
+    assert_eq!(doc["kind"], "OperationPlan");
+    assert_eq!(doc["operation"], "remove");
+    assert_eq!(doc["decisions"]["member"], "cp4");
+    let ids: Vec<&str> = doc["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert!(ids.contains(&"RM6@cp4") && ids.contains(&"RM10"), "{ids:?}");
+    // Without --dry-run, -o json is a usage error: a live run never ignores it.
+    assert_eq!(
+        hactl(&inv, &["remove", "cp4", "-o", "json", "--yes"])
+            .status
+            .code(),
+        Some(64)
+    );
+    assert_eq!(names(&lab, "cp1").len(), 5);
+
     let lab = Arc::new(lab);
     let writer = VipWriter::start(lab.clone(), "cp1", "remove");
     std::thread::sleep(Duration::from_secs(2));
     let started = Instant::now();
+    // Ctrl-C while the removal of cp4 runs: it stops before its next step, says how to resume,
+    // and the resume finishes the removal.
+    let resume = interrupted_removal(&inv, "cp4");
     for member in ["cp4", "cp5"] {
         let t = Instant::now();
-        let o = hactl(&inv, &["remove", member, "--yes"]);
+        let o = if member == "cp4" {
+            hactl(&inv, &["remove", member, "--resume", &resume, "--yes"])
+        } else {
+            hactl(&inv, &["remove", member, "--yes"])
+        };
         assert!(o.status.success(), "remove {member}: {}", text(&o));
         eprintln!("remove {member}: {:.1} s", t.elapsed().as_secs_f64());
     }

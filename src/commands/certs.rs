@@ -1,7 +1,7 @@
 //! `hactl certs check`, `hactl certs renew` and `hactl certs rotate-ca`: wiring only; the report
 //! is `crate::certs`, the renewal is `pki::ensure_renewing` followed by `up`'s own plan (a
 //! re-issued certificate makes `up` upload it and restart what reads it, one host at a time),
-//! the rotation is `crate::rotate_ca`'s journaled steps with `up`'s plan as each roll.
+//! the rotation is `crate::operations::rotate_ca`'s journaled steps with `up`'s plan as each roll.
 
 use anyhow::Context as _;
 use futures::StreamExt;
@@ -127,7 +127,7 @@ struct Roll {
 }
 
 #[async_trait::async_trait]
-impl crate::exec::journaled::LocalAct for Roll {
+impl crate::operations::runner::LocalAct for Roll {
     fn describe(&self) -> String {
         "`hactl up`'s plan, built afresh: upload the changed trust files and certificates, restart \
 etcd members one at a time (leader last, each HAProxy backend drained, health gates before and \
@@ -154,9 +154,12 @@ converged cluster plans nothing"
     }
 }
 
-/// `hactl certs rotate-ca`: the etcd, kubernetes and front-proxy CAs as journaled steps; the
-/// two Kubernetes CAs refused without a `kubernetes` section (`rotate_ca::refused`).
+/// `hactl certs rotate-ca`: the etcd, kubernetes and front-proxy CAs as an operation the
+/// manager runs ([`crate::operations::rotate_ca`]); the two Kubernetes CAs refused without a
+/// `kubernetes` section.
 pub async fn rotate_ca(args: &CertsRotateCaArgs) -> anyhow::Result<i32> {
+    use crate::operations::manager::{self, Context};
+    use crate::operations::rotate_ca::{Options, RotateCa};
     let kind = match args.ca {
         CaName::Etcd => crate::pki::CaKind::Etcd,
         CaName::FrontProxy => crate::pki::CaKind::FrontProxy,
@@ -164,140 +167,26 @@ pub async fn rotate_ca(args: &CertsRotateCaArgs) -> anyhow::Result<i32> {
     };
     // Refused before the state directory is opened (or created): nothing changes.
     let inv = super::load_inventory(&args.inventory)?;
-    if let Some(message) = crate::rotate_ca::refused(kind, &inv) {
+    if let Some(message) = crate::operations::rotate_ca::refused(kind, &inv) {
         return Err(super::exit::refuse(super::exit::REFUSED, message));
     }
     let state = crate::state::StateDir::open(&inv.state_dir)
         .with_context(|| format!("cannot use the state directory of cluster {}", inv.name))?;
-    let pki_dir = state.path.join("pki");
-    if !pki_dir.join(kind.name()).with_extension("crt").exists() {
-        anyhow::bail!(
-            "no {} CA in {}: run `hactl up` first (or point --state-dir at the cluster's state)",
-            kind.dir(),
-            pki_dir.display()
-        );
-    }
-    let stage = crate::pki::rotate::stage(&pki_dir, kind)?;
-    let run = match &stage {
-        crate::pki::rotate::Stage::Idle => crate::operations::journal::new_run_id("rotate-ca"),
-        crate::pki::rotate::Stage::Started { run }
-        | crate::pki::rotate::Stage::Trusting { run }
-        | crate::pki::rotate::Stage::Promoted { run }
-        | crate::pki::rotate::Stage::Retired { run } => run.clone(),
-    };
     let up = UpArgs {
         inventory: args.inventory.clone(),
         connect: args.connect.clone(),
         yes: true,
     };
-    let steps = crate::rotate_ca::steps(
-        pki_dir.clone(),
-        Arc::new(inv.clone()),
+    let mut op = RotateCa::new(Options {
         kind,
-        &run,
-        Arc::new(Roll { args: up }),
-        crate::kubernetes::published_ca::key_of(kind).map(|_| {
-            Arc::new(crate::rotate_ca::PublishTrust {
-                kind,
-                dir: pki_dir.clone(),
-                inv: Arc::new(inv.clone()),
-                state: state.clone(),
-                connect: args.connect.clone(),
-            }) as Arc<dyn crate::exec::journaled::LocalAct>
-        }),
-    );
-    let upto = match &args.stop_after {
-        None => steps.len(),
-        Some(id) => match steps.iter().position(|s| &s.id == id) {
-            Some(i) => i + 1,
-            None => {
-                let ids: Vec<&str> = steps.iter().map(|s| s.id.as_str()).collect();
-                return Err(super::exit::refuse(
-                    super::exit::REFUSED,
-                    format!(
-                        "refused: --stop-after {id}: no such step in a rotation of the {} CA; nothing was changed. \
-The steps are: {}",
-                        kind.dir(),
-                        ids.join(", ")
-                    ),
-                ));
-            }
-        },
+        stop_after: args.stop_after.clone(),
+        roll: Arc::new(Roll { args: up }),
+    });
+    let connect = args.connect.settings();
+    let ctx = Context {
+        inv: &inv,
+        state: &state,
+        connect: &connect,
     };
-    let stops_early = upto < steps.len();
-    let steps = &steps[..upto];
-    let header = match &stage {
-        crate::pki::rotate::Stage::Idle => format!("rotate the {} CA: run {run}\n", kind.dir()),
-        s => format!(
-            "rotate the {} CA: resuming run {run} (state directory: {s:?}); steps already done are skipped\n",
-            kind.dir()
-        ),
-    };
-    if args.dry_run {
-        print!("{header}");
-        for s in steps {
-            print!("{}", s.render(false));
-        }
-        return Ok(super::exit::OK);
-    }
-    eprint!("{header}");
-    for s in steps {
-        eprintln!("  [{}] {}", s.id, s.title);
-    }
-    if !args.yes {
-        crate::output::confirm(match kind {
-            crate::pki::CaKind::FrontProxy => {
-                "this rotation restarts every apiserver and controller-manager one at a time, three times"
-            }
-            crate::pki::CaKind::Kubernetes => {
-                "this rotation restarts every apiserver, controller-manager and scheduler one at a time, three times; \
-kubeconfigs made outside hactl, kubelets and pods that read the CA once must take the new CA between the \
-first roll and the last (docs/ca-rotation.md)"
-            }
-            _ => "this rotation restarts every etcd member and apiserver one at a time, three times",
-        })?;
-    }
-    let _lock = state.lock("up").context("cannot start hactl certs rotate-ca")?;
-    let mut journal =
-        crate::operations::journal::Journal::open_or_create(&state, &run, crate::exec::Mode::Live)?;
-    crate::exec::run::stop_between_steps_on_ctrl_c();
-    let started = std::time::Instant::now();
-    let transports = crate::exec::Transports::new();
-    match crate::exec::journaled::run(
-        steps,
-        &transports,
-        &mut journal,
-        &crate::exec::journaled::RunOptions::default(),
-    )
-    .await
-    {
-        Ok(outcome) => {
-            let how = match &args.stop_after {
-                Some(id) if stops_early => format!("stopped after {id} as asked"),
-                _ => "done".to_string(),
-            };
-            println!(
-                "rotate-ca {}: run {run} {how} in {:.1}s ({} steps done, {} already done)",
-                kind.dir(),
-                started.elapsed().as_secs_f64(),
-                outcome.done.len(),
-                outcome.skipped.len()
-            );
-            if stops_early {
-                println!(
-                    "to go on: hactl certs rotate-ca {} -i {}",
-                    kind.dir(),
-                    args.inventory.inventory.display()
-                );
-            }
-            Ok(super::exit::OK)
-        }
-        Err(failed) => Err(anyhow::Error::new(failed).context(format!(
-            "hactl certs rotate-ca {} stopped (run {run}, journal {}); the state directory records how far it got: fix the cause and run `hactl certs rotate-ca {} -i {}` again to resume",
-            kind.dir(),
-            journal.path().map(|p| p.display().to_string()).unwrap_or_default(),
-            kind.dir(),
-            args.inventory.inventory.display()
-        ))),
-    }
+    manager::run(&mut op, &ctx, &(&args.run).into()).await
 }

@@ -22,7 +22,7 @@ pub async fn run(args: &EtcdMaintenanceArgs) -> anyhow::Result<i32> {
     }
     let (inv, state) = super::load(&args.inventory)?;
     let hosts = inv.with_role(Role::Etcd);
-    let reach = operations::reach::reach(&inv, &state, &hosts, &args.connect).await;
+    let reach = operations::reach::reach(&inv, &state, &hosts, &args.connect.settings()).await;
     let obs = reach.observe(&inv, &[]).await?;
     let observer = inv.host(&obs.observer).expect("observer from inventory");
     let ctl = etcd::ETCDCTL_WRAPPER;

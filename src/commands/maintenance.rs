@@ -1,24 +1,39 @@
-//! `hactl maintenance plan|start|complete HOST` (the stages are [`crate::maintenance`]).
+//! `hactl maintenance plan|start|complete HOST`: the flags become
+//! [`crate::operations::maintenance::Options`]; `plan` prints, the operation manager runs `start`
+//! and `complete`.
 
-use crate::cli::MaintenanceCommand;
-use crate::maintenance;
+use crate::cli::{MaintenanceArgs, MaintenanceCommand, OutputFormat};
+use crate::operations::maintenance::{self, Complete, Options, Start};
+use crate::operations::manager::{self, Context};
+
+fn options(a: &MaintenanceArgs) -> Options {
+    Options {
+        host: a.host.clone(),
+        max_unavailable: a.max_unavailable,
+        reason: a.reason.clone(),
+        drain_timeout: a.drain_timeout,
+    }
+}
 
 /// `hactl maintenance`.
 pub async fn run(cmd: &MaintenanceCommand) -> anyhow::Result<i32> {
+    let target = match cmd {
+        MaintenanceCommand::Plan(a) => &a.target,
+        MaintenanceCommand::Start(a) | MaintenanceCommand::Complete(a) => &a.target,
+    };
+    let (inv, state) = super::load(&target.inventory)?;
+    let connect = target.connect.settings();
+    let ctx = Context {
+        inv: &inv,
+        state: &state,
+        connect: &connect,
+    };
+    let opts = options(target);
     match cmd {
-        MaintenanceCommand::Plan(a) => {
-            let (inv, state) = super::load(&a.inventory)?;
-            maintenance::plan(inv, state, a).await
-        }
-        MaintenanceCommand::Start(a) => {
-            let (inv, state) = super::load(&a.inventory)?;
-            // Confirmed like `reset` and `recover`: `--yes` skips it; no terminal and no `--yes`
-            // refuses, naming the flag.
-            maintenance::start(inv, state, a, &crate::output::confirm).await
-        }
+        MaintenanceCommand::Plan(a) => maintenance::plan(&ctx, &opts, a.output == OutputFormat::Json).await,
+        MaintenanceCommand::Start(a) => manager::run(&mut Start::new(opts), &ctx, &(&a.run).into()).await,
         MaintenanceCommand::Complete(a) => {
-            let (inv, state) = super::load(&a.inventory)?;
-            maintenance::complete(inv, state, a).await
+            manager::run(&mut Complete::new(opts), &ctx, &(&a.run).into()).await
         }
     }
 }

@@ -1,9 +1,32 @@
-//! `hactl remove MEMBER`: the recipe lives in [`crate::remove`]; this loads the inventory once.
+//! `hactl remove MEMBER`: the flags become [`crate::operations::remove::Options`]; the operation
+//! manager runs it.
 
 use crate::cli::RemoveArgs;
+use crate::operations::manager::{self, Context};
+use crate::operations::remove::{Options, Remove};
 
 /// `hactl remove`.
 pub async fn run(args: &RemoveArgs) -> anyhow::Result<i32> {
     let (inv, state) = super::load(&args.inventory)?;
-    crate::remove::run(&inv, &state, args).await
+    if let Some(other) = args.confirm_dead.iter().find(|h| **h != args.member) {
+        return Err(super::exit::refuse(
+            super::exit::REFUSED,
+            format!(
+                "--confirm-dead {other}: remove attests only the member it removes; write --confirm-dead {}",
+                args.member
+            ),
+        ));
+    }
+    let mut op = Remove::new(Options {
+        member: args.member.clone(),
+        confirm_dead: !args.confirm_dead.is_empty(),
+        resume: args.resume.clone(),
+    });
+    let connect = args.connect.settings();
+    let ctx = Context {
+        inv: &inv,
+        state: &state,
+        connect: &connect,
+    };
+    manager::run(&mut op, &ctx, &(&args.run).into()).await
 }

@@ -7,17 +7,13 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 
-use anyhow::Context as _;
-
 use crate::cli::ResetArgs;
 use crate::converge::reset;
 use crate::exec::{self, Mode};
 
 pub async fn run(args: &ResetArgs) -> anyhow::Result<i32> {
     let (inv, state) = super::load(&args.inventory)?;
-    let _lock = state
-        .lock("up")
-        .context("cannot reset while another hactl run changes the cluster")?;
+    let _lock = crate::operations::lock::take(&state, &inv, &args.connect.settings(), "reset").await?;
     let prepared = reset::prepare(&inv, &state, &args.connect.settings()).await?;
     reset::check_data_dirs(&inv, &prepared).await?;
     let (plan, transports, stamp) = (&prepared.plan, &prepared.transports, &prepared.stamp);

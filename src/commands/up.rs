@@ -2,8 +2,6 @@
 //! read-only and the plan is built from [`crate::converge::phases`]; `up` executes it under the
 //! state's `up` lock and `plan` prints it.
 
-use anyhow::Context as _;
-
 use crate::cli::{OutputFormat, PlanArgs, UpArgs};
 use crate::exec::{self, Mode};
 use crate::inventory::Inventory;
@@ -32,7 +30,7 @@ pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
 /// [`up`], re-issuing the leaves named in `renew` first (`hactl certs renew`).
 pub async fn up_renewing(args: &UpArgs, renew: &[String]) -> anyhow::Result<i32> {
     let (inv, state) = super::load(&args.inventory)?;
-    let _lock = state.lock("up").context("cannot start hactl up")?;
+    let _lock = crate::operations::lock::take(&state, &inv, &args.connect.settings(), "up").await?;
     converge(inv, state, args, renew).await
 }
 

@@ -73,7 +73,7 @@ pub struct Header {
     pub revision: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 pub struct Member {
     #[serde(rename = "ID")]
     pub id: u64,

@@ -1,7 +1,6 @@
 //! Runs plans: `Live` sends each step over a [`Transport`]; `DryRun` only prints it.
 
 pub mod connect;
-pub mod journaled;
 pub mod parallel;
 pub mod run;
 pub mod transport;

@@ -41,6 +41,11 @@ pub fn stop_between_steps_on_ctrl_c() {
     });
 }
 
+/// Whether the operator pressed Ctrl-C (runners stop before their next step).
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
 /// What a live run did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Report {

@@ -9,7 +9,7 @@
 //! terminal pods (`Succeeded`, `Failed`) are skipped.
 //!
 //! Invariant: pure. The API is read and written by [`super::api`]; the loop that drives it is
-//! in `crate::maintenance`. Everything here is tested on recorded JSON.
+//! in `crate::operations::maintenance`. Everything here is tested on recorded JSON.
 
 use std::time::Duration;
 

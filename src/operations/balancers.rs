@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::{Journal, StepState};
-use crate::cli::ConnectArgs;
+use crate::exec::connect::ConnectSettings;
 use crate::exec::{self, Mode, Transports};
 use crate::inventory::{Host, Inventory, Role};
 use crate::load_balancer as lb;
@@ -31,9 +31,9 @@ pub struct Balancers {
 }
 
 impl Balancers {
-    pub async fn connect(inv: &Inventory, state: &StateDir, args: &ConnectArgs) -> Balancers {
+    pub async fn connect(inv: &Inventory, state: &StateDir, settings: &ConnectSettings) -> Balancers {
         let hosts = inv.with_role(Role::LoadBalancer);
-        let reach = crate::exec::connect::reach(state, &hosts, &args.settings()).await;
+        let reach = crate::exec::connect::reach(state, &hosts, settings).await;
         Balancers {
             transports: reach.transports,
             unreachable: reach.unreachable,

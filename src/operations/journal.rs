@@ -9,7 +9,7 @@
 //! involved, so another workstation can see what happened.
 //!
 //! Invariants: lines are only ever appended; a journal is evidence, never the authority: a resumed
-//! run re-checks each step's postcondition on the hosts (see `exec::journaled`).
+//! run re-checks each step's postcondition on the hosts (see [`crate::operations::runner`]).
 //! `HACTL_CRASH_AFTER=<step-id>` makes the process exit with 137 right after that step's `done`
 //! (or `skipped`) line is journaled, so tests can crash a run at every step. A dry run's journal
 //! writes nothing: [`Journal::dry_run`] only prints. One run-id generator ([`new_run_id`]) names

@@ -1,22 +1,34 @@
-//! What day-two operations share: who answered ([`reach`]), the one run journal ([`journal`]),
-//! the load balancers' backends and the VIP ([`balancers`]), the
-//! Kubernetes Node of a host ([`node`]), the maintenance record ([`maintenance_record`]) and the
-//! retry records of remediations ([`remediation`]) and the layout of a run's directory
-//! ([`run_dir`]).
+//! The day-two wing: the operation manager ([`manager`]: one driver for every operation, with the
+//! one lock ([`lock`]), the one journal ([`journal`]) and the runner of journaled steps
+//! ([`runner`])), what the operations share (who answered: [`reach`]; the load balancers'
+//! backends and the VIP: [`balancers`]; the Kubernetes Node of a host: [`node`]; the maintenance
+//! record: [`maintenance_record`]; the retry records of remediations: [`remediation`]; a run's
+//! directory: [`run_dir`]), and the operations, one folder each: [`recover`], [`replace`],
+//! [`remove`], [`heal`], [`maintenance`], [`rotate_ca`], each with its pure decisions
+//! (`decide.rs`, table-tested) apart from its steps (`steps.rs`, data) and acts (`acts.rs`). The
+//! fence they set is [`crate::fence`] (reset and bring-up lift it too).
 //!
-//! The operations themselves sit beside this module: `crate::recover`, `crate::replace`,
-//! `crate::heal` and `crate::maintenance`, each with its pure decisions apart from its acts.
-//!
-//! Invariant: every change goes through `exec` (a plan or journaled steps), so `--dry-run`
-//! prints the exact lines a live run sends; observations only read.
+//! Invariants: every change goes through `exec` (a plan or journaled steps), so `--dry-run` prints
+//! the exact lines a live run sends; observations only read; nothing below this module imports
+//! it.
 
 pub mod balancers;
 pub mod journal;
+pub mod lock;
 pub mod maintenance_record;
+pub mod manager;
 pub mod node;
 pub mod reach;
 pub mod remediation;
 pub mod run_dir;
+pub mod runner;
+
+pub mod heal;
+pub mod maintenance;
+pub mod recover;
+pub mod remove;
+pub mod replace;
+pub mod rotate_ca;
 
 pub use journal::{Journal, StepState};
 pub use reach::Reach;
@@ -24,9 +36,6 @@ pub use reach::Reach;
 use crate::exec::{self, Mode, Transports};
 use crate::inventory::Host;
 use crate::plan::{HostSteps, Parallelism, Plan, PlannedPhase, Step};
-
-/// The local lock every quorum-changing operation takes (one change in flight per cluster).
-pub const OPERATION_LOCK: &str = "etcd-operation";
 
 /// Kubernetes units a control-plane host may run; stopped and started only when present.
 pub use crate::phases::query::KUBE_UNITS;

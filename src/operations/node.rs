@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
-use crate::cli::ConnectArgs;
+use crate::exec::connect::ConnectSettings;
 use crate::exec::{Mode, Transports};
 use crate::exit;
 use crate::exit::refuse;
@@ -40,7 +40,7 @@ pub async fn connect_api(
     inv: &Inventory,
     state: &StateDir,
     transports: &Transports,
-    connect: &ConnectArgs,
+    connect: &ConnectSettings,
     avoid: &str,
 ) -> anyhow::Result<ApiClient> {
     let mut hosts = inv.with_role(Role::ControlPlane);
@@ -53,7 +53,7 @@ pub async fn connect_api(
     let extra = if missing.is_empty() {
         Default::default()
     } else {
-        crate::exec::connect::connect(state, &missing, &connect.settings()).await
+        crate::exec::connect::connect(state, &missing, connect).await
     };
     let pki = state.path.join("pki");
     let mut errors = Vec::new();
@@ -102,7 +102,7 @@ pub async fn kube_for(
     inv: &Inventory,
     state: &StateDir,
     transports: &Transports,
-    connect: &ConnectArgs,
+    connect: &ConnectSettings,
     node: &str,
 ) -> anyhow::Result<Option<Kube>> {
     if inv.kubernetes.is_none() {

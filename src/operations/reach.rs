@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::cli::ConnectArgs;
 use crate::etcd::health::{self, Observation};
+use crate::exec::connect::ConnectSettings;
 use crate::exec::{Transport, Transports};
 use crate::facts::{self, HostFacts};
 use crate::inventory::{Host, Inventory, Role};
@@ -23,8 +23,8 @@ pub struct Reach {
 
 /// Connects to `hosts` and gathers facts from those that answer; an unreachable host is
 /// recorded, not fatal (the member being replaced may be dead with its host).
-pub async fn reach(inv: &Inventory, state: &StateDir, hosts: &[&Host], args: &ConnectArgs) -> Reach {
-    let connected = crate::exec::connect::reach(state, hosts, &args.settings()).await;
+pub async fn reach(inv: &Inventory, state: &StateDir, hosts: &[&Host], settings: &ConnectSettings) -> Reach {
+    let connected = crate::exec::connect::reach(state, hosts, settings).await;
     let mut r = Reach {
         transports: Transports::new(),
         facts: BTreeMap::new(),

@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 
 /// The one runner of the `hactl` binary built for these tests: `hactl ARGS [-i INV]` with extra
 /// environment and, when given, `stdin` piped in (else stdin is closed). The test-only variables
-/// (`HACTL_CRASH_AFTER`, `HACTL_PROMOTE_TIMEOUT_SECS`) are cleared unless `env` sets them, so a
+/// (`HACTL_CRASH_AFTER`, `HACTL_PROMOTE_TIMEOUT_SECS`, `HACTL_MACHINE_ID`) are cleared unless `env` sets them, so a
 /// crash request never leaks into the next command. Logs the exit code and output to stderr
 /// (shown when the test fails).
 pub fn run(inv: Option<&Path>, args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Output {
@@ -21,6 +21,7 @@ pub fn run(inv: Option<&Path>, args: &[&str], env: &[(&str, &str)], stdin: Optio
     }
     cmd.env_remove("HACTL_CRASH_AFTER")
         .env_remove("HACTL_PROMOTE_TIMEOUT_SECS")
+        .env_remove("HACTL_MACHINE_ID")
         .envs(env.iter().copied())
         .stdin(if stdin.is_some() {
             Stdio::piped()

@@ -1,0 +1,614 @@
+//! maintenance's journaled steps, built from what was read before the run (pure: no I/O; a dry
+//! run prints them, and the runner sends exactly that).
+//!
+//! Step ids ([`M`]) are the journal's step names: `stage-<Stage>`, `cordon`, `drain`,
+//! `lease-read`, `stop-<unit>`, `lease-handover`, `vip-move`, `lb-drain`, `move-leader`,
+//! `stop-etcd`, `others-healthy`; for complete `cancel`, `start-etcd`, `start-<unit>`, `lb-ready`,
+//! `vip-restore`, `uncordon`, `stage-Complete`.
+//!
+//! Invariant: every unit start stops is fenced ([`crate::fence`]: a drop-in under
+//! `/etc`, so a reboot during maintenance does not start it), and complete lifts the fence right
+//! before it starts the unit. A stop step's postcondition is "fenced and inactive", a start
+//! step's "unfenced and active", so a second run of either does nothing twice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::acts::{self, Live};
+use crate::etcd::{self, probe, UNIT};
+use crate::fence;
+use crate::load_balancer::KEEPALIVED_UNIT;
+use crate::operations::maintenance_record::{MaintenanceRecord, Stage};
+use crate::operations::node::CORDON_MARK;
+use crate::operations::runner::{JournaledStep, StepCode, StepId};
+use crate::plan::{Check, RemoteCommand};
+
+crate::step_codes! {
+    /// maintenance's steps; `stage`, `stop` and `start` name what they act on
+    /// (`stage-Drain`, `stop-etcd`, `start-kube-apiserver.service`).
+    pub enum M {
+        Stage = "stage",
+        Cordon = "cordon",
+        Drain = "drain",
+        LeaseRead = "lease-read",
+        Stop = "stop",
+        LeaseHandover = "lease-handover",
+        VipMove = "vip-move",
+        LbDrain = "lb-drain",
+        MoveLeader = "move-leader",
+        OthersHealthy = "others-healthy",
+        Cancel = "cancel",
+        Start = "start",
+        LbReady = "lb-ready",
+        VipRestore = "vip-restore",
+        Uncordon = "uncordon",
+    }
+}
+
+/// The id of the step that stops (`M::Stop`) or starts (`M::Start`) `unit`: `stop-etcd` for
+/// etcd, else `stop-<unit>`.
+fn unit_step(code: M, unit: &str) -> StepId {
+    code.with(if unit == UNIT { "etcd" } else { unit })
+}
+
+/// Marks in the record's `stopped` list: the host's HAProxy servers are in MAINT, and
+/// keepalived was stopped on it (so complete undoes exactly what start did).
+pub const DRAIN_MARK: &str = "haproxy-backends";
+pub const VIP_MARK: &str = "keepalived.service";
+
+/// The Kubernetes units start stops, in stop order (scheduler first).
+pub const KUBE_STOP_ORDER: [&str; 2] = ["kube-scheduler.service", "kube-controller-manager.service"];
+const APISERVER: &str = "kube-apiserver.service";
+
+/// What start's steps follow from, read before anything changed.
+#[derive(Debug, Clone, Default)]
+pub struct StartFacts {
+    pub host: String,
+    pub since: String,
+    pub reason: String,
+    /// `None`: cordon; `Some(why)`: nothing to cordon (no Node, no kubernetes section, or cordoned
+    /// by someone else).
+    pub cordon_skip: Option<String>,
+    /// `None`: drain; `Some(why)`: nothing to drain.
+    pub drain_skip: Option<String>,
+    /// The Kubernetes API answered (the Lease handover is awaited through it).
+    pub kube: bool,
+    /// Kubernetes control-plane units active on the host.
+    pub kube_active: Vec<String>,
+    /// The host is a load balancer too, reachable: keepalived stops so the VIP moves.
+    pub moves_vip: bool,
+    /// The inventory has load balancers.
+    pub balancers: bool,
+    /// The host is an etcd member.
+    pub etcd: bool,
+    /// Its etcd runs now.
+    pub etcd_active: bool,
+    /// The member host that checks the rest of the cluster after etcd stopped, and the client
+    /// URLs of the members that were healthy (and not in maintenance) before.
+    pub observer: Option<(String, String)>,
+}
+
+/// What complete's steps follow from.
+#[derive(Debug, Clone)]
+pub struct CompleteFacts {
+    pub record: MaintenanceRecord,
+    pub etcd: bool,
+    /// Its etcd runs now.
+    pub etcd_active: bool,
+    pub balancers: bool,
+    pub now: String,
+}
+
+fn why(host: &str) -> [String; 2] {
+    [
+        format!("Written by hactl maintenance: {host} is out of service."),
+        format!("`hactl maintenance complete {host}` lifts it."),
+    ]
+}
+
+/// `sh -c` with a read-only script.
+fn probe_script(script: String) -> RemoteCommand {
+    RemoteCommand {
+        read_only: true,
+        ..RemoteCommand::script(script)
+    }
+}
+
+/// Stops `unit` on `host` behind a fence.
+pub fn stop_fenced(host: &str, unit: &str) -> JournaledStep {
+    let w = why(host);
+    let why: Vec<&str> = w.iter().map(String::as_str).collect();
+    let stopped = if unit == UNIT {
+        format!("! systemctl is-active --quiet {unit} && ! pgrep -x etcd >/dev/null")
+    } else {
+        format!("! systemctl is-active --quiet {unit}")
+    };
+    JournaledStep::new(
+        unit_step(M::Stop, unit),
+        format!("stop and fence {unit}"),
+        Some(host),
+    )
+    .done_when(probe_script(format!("{} && {stopped}", fence::is_fenced(unit))))
+    .run(RemoteCommand::script(fence::fence_and_stop(&[unit], &why)))
+    .verify(Check::command(
+        format!("{unit} on {host} is stopped"),
+        probe_script(stopped),
+        Duration::from_secs(60),
+    ))
+}
+
+/// Lifts the fence of `unit` on `host` and starts it.
+pub fn start_unfenced(host: &str, unit: &str) -> JournaledStep {
+    JournaledStep::new(
+        unit_step(M::Start, unit),
+        format!("lift the fence of {unit} and start it"),
+        Some(host),
+    )
+    .done_when(probe_script(format!(
+        "{} && systemctl is-active --quiet {unit}",
+        fence::is_unfenced(unit)
+    )))
+    .run(RemoteCommand::script(fence::lift_all(&[unit])))
+    // etcd's start returns when it is ready, which needs quorum: not waited for here, the
+    // step's verification waits for its health.
+    .run(if unit == UNIT {
+        RemoteCommand::new(["systemctl", "start", "--no-block", unit])
+    } else {
+        RemoteCommand::new(["systemctl", "start", unit])
+    })
+}
+
+fn record(base: &StartFacts, stage: Stage, stopped: &[String]) -> MaintenanceRecord {
+    MaintenanceRecord {
+        host: base.host.clone(),
+        stage,
+        since: base.since.clone(),
+        reason: base.reason.clone(),
+        stopped: stopped.to_vec(),
+    }
+}
+
+/// `maintenance start`: Cordon, Drain, StopControlPlane.
+pub fn start(f: &StartFacts, live: &Arc<Live>) -> Vec<JournaledStep> {
+    let host = f.host.as_str();
+    let mut steps = Vec::new();
+    let mut marks: Vec<String> = Vec::new();
+    if f.cordon_skip.is_none() {
+        marks.push(CORDON_MARK.into());
+    }
+    let stage = |stage: Stage, marks: &[String]| {
+        JournaledStep::new(
+            M::Stage.with(&stage.to_string()),
+            format!("enter stage {stage}"),
+            None,
+        )
+        .local(Arc::new(acts::EnterStage {
+            live: live.clone(),
+            record: record(f, stage, marks),
+        }))
+    };
+    steps.push(stage(Stage::Cordon, &marks));
+    steps.push(match &f.cordon_skip {
+        None => JournaledStep::new(M::Cordon, format!("cordon Node {host}"), None).local(Arc::new(
+            acts::Schedulable {
+                live: live.clone(),
+                unschedulable: true,
+            },
+        )),
+        Some(why) => skip(M::Cordon, &format!("cordon Node {host}"), why),
+    });
+    steps.push(stage(Stage::Drain, &marks));
+    steps.push(match &f.drain_skip {
+        None => JournaledStep::new(M::Drain, format!("drain Node {host}"), None)
+            .local(Arc::new(acts::Drain { live: live.clone() })),
+        Some(why) => skip(M::Drain, &format!("drain Node {host}"), why),
+    });
+    // Everything StopControlPlane stops is marked before the first stop, so a complete after a
+    // crash anywhere in the stage brings all of it back (starting a running unit is a no-op).
+    for u in KUBE_STOP_ORDER {
+        if f.kube_active.iter().any(|a| a == u) {
+            marks.push(u.into());
+        }
+    }
+    if f.moves_vip {
+        marks.push(VIP_MARK.into());
+    }
+    marks.push(DRAIN_MARK.into());
+    if f.kube_active.iter().any(|a| a == APISERVER) {
+        marks.push(APISERVER.into());
+    }
+    if f.etcd {
+        marks.push(UNIT.into());
+    }
+    steps.push(stage(Stage::StopControlPlane, &marks));
+    if f.kube {
+        steps.push(
+            JournaledStep::new(M::LeaseRead, "read the Leases before the controllers stop", None)
+                .no_cluster_change()
+                .local(Arc::new(acts::ReadLeases { live: live.clone() })),
+        );
+    }
+    for u in KUBE_STOP_ORDER {
+        if f.kube_active.iter().any(|a| a == u) {
+            steps.push(stop_fenced(host, u));
+        }
+    }
+    if f.kube {
+        steps.push(
+            JournaledStep::new(M::LeaseHandover, "the Leases move to another host", None)
+                .local(Arc::new(acts::LeaseHandover { live: live.clone() })),
+        );
+    }
+    // HAProxy next: no new client reaches this host's apiserver or etcd through the VIP, and the
+    // VIP leaves it if it is a load balancer itself, before either stops.
+    if f.moves_vip {
+        steps.push(
+            JournaledStep::new(M::VipMove, "stop keepalived: the VIP moves to a peer", Some(host))
+                .done_when(probe_script(format!(
+                    "! systemctl is-active --quiet {KEEPALIVED_UNIT}"
+                )))
+                .run(RemoteCommand::new(["systemctl", "stop", KEEPALIVED_UNIT])),
+        );
+    }
+    steps.push(if f.balancers {
+        JournaledStep::new(M::LbDrain, format!("take {host} out of the load balancers"), None).local(
+            Arc::new(acts::Backends {
+                live: live.clone(),
+                ready: false,
+            }),
+        )
+    } else {
+        skip(
+            M::LbDrain,
+            "take the host out of the load balancers",
+            "no load balancer in the inventory",
+        )
+    });
+    if f.kube_active.iter().any(|a| a == APISERVER) {
+        steps.push(stop_fenced(host, APISERVER));
+    }
+    if f.etcd {
+        if f.etcd_active {
+            steps.push(
+                JournaledStep::new(
+                    M::MoveLeader,
+                    "R-maint again; move etcd leadership off the host",
+                    None,
+                )
+                .local(Arc::new(acts::GateAndMoveLeader { live: live.clone() })),
+            );
+        }
+        steps.push(stop_fenced(host, UNIT));
+        if let Some((observer, endpoints)) = f.observer.as_ref().filter(|(_, e)| !e.is_empty()) {
+            steps.push(
+                JournaledStep::new(
+                    M::OthersHealthy,
+                    "the rest of the cluster is healthy",
+                    Some(observer),
+                )
+                .no_cluster_change()
+                .verify(Check::command(
+                    format!("the members that were healthy still are ({endpoints})"),
+                    RemoteCommand::read_only([
+                        etcd::ETCDCTL_WRAPPER.to_string(),
+                        format!("--endpoints={endpoints}"),
+                        "endpoint".into(),
+                        "health".into(),
+                    ]),
+                    Duration::from_secs(30),
+                )),
+            );
+        }
+    }
+    steps
+}
+
+/// A step with nothing to do: journaled `skipped`, with the reason in the plan.
+fn skip(id: M, title: &str, why: &str) -> JournaledStep {
+    JournaledStep::new(id, title, None)
+        .no_cluster_change()
+        .done_when_local(Arc::new(acts::Nothing(why.to_string())))
+}
+
+/// Whether complete cancels: during Idle, Cordon or Drain nothing was stopped but the cordon.
+pub fn cancels(r: &MaintenanceRecord) -> bool {
+    r.stage.cancels() && r.stopped.iter().all(|x| x == CORDON_MARK)
+}
+
+/// `maintenance complete`: StopControlPlane backwards (etcd caught up first), then uncordon and
+/// Complete. Gates on the returning member being healthy, which needs quorum (a linearizable
+/// read through it), not on every member: another member may be down.
+pub fn complete(f: &CompleteFacts, live: &Arc<Live>) -> Vec<JournaledStep> {
+    let r = &f.record;
+    let host = r.host.as_str();
+    let was = |u: &str| r.stopped.iter().any(|x| x == u);
+    let mut steps = Vec::new();
+    if cancels(r) {
+        steps.push(
+            JournaledStep::new(M::Cancel, "cancel: nothing was stopped", None).local(Arc::new(acts::Note(
+                format!(
+                    "cancelled during {}: nothing was stopped, straight to Complete",
+                    r.stage
+                ),
+            ))),
+        );
+    } else {
+        if f.etcd && (was(UNIT) || !f.etcd_active) {
+            steps.push(
+                start_unfenced(host, UNIT)
+                    // A linearizable read through the member waits until it applied the
+                    // leader's commit index: healthy here means caught up, and quorum is back.
+                    .verify(probe::member_healthy(host, Duration::from_secs(120))),
+            );
+        }
+        if was(APISERVER) {
+            steps.push(start_unfenced(host, APISERVER));
+        }
+        if was(DRAIN_MARK) && f.balancers {
+            steps.push(
+                JournaledStep::new(M::LbReady, format!("put {host} back behind the VIP"), None).local(
+                    Arc::new(acts::Backends {
+                        live: live.clone(),
+                        ready: true,
+                    }),
+                ),
+            );
+        }
+        if was(VIP_MARK) {
+            steps.push(
+                JournaledStep::new(M::VipRestore, "start keepalived again", Some(host))
+                    .done_when(probe_script(format!(
+                        "systemctl is-active --quiet {KEEPALIVED_UNIT}"
+                    )))
+                    .run(RemoteCommand::new(["systemctl", "start", KEEPALIVED_UNIT])),
+            );
+        }
+        for u in KUBE_STOP_ORDER.iter().rev() {
+            if was(u) {
+                steps.push(start_unfenced(host, u));
+            }
+        }
+    }
+    steps.push(if was(CORDON_MARK) {
+        JournaledStep::new(M::Uncordon, format!("uncordon Node {host}"), None).local(Arc::new(
+            acts::Schedulable {
+                live: live.clone(),
+                unschedulable: false,
+            },
+        ))
+    } else {
+        skip(
+            M::Uncordon,
+            &format!("uncordon Node {host}"),
+            &format!("hactl did not cordon Node {host}: it stays as it was"),
+        )
+    });
+    steps.push(
+        JournaledStep::new(M::Stage.with("Complete"), "enter stage Complete", None).local(Arc::new(
+            acts::EnterStage {
+                live: live.clone(),
+                record: MaintenanceRecord {
+                    stage: Stage::Complete,
+                    since: f.now.clone(),
+                    stopped: vec![],
+                    ..r.clone()
+                },
+            },
+        )),
+    );
+    steps
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::Transports;
+    use crate::operations::balancers::Balancers;
+    use crate::operations::Reach;
+    use std::collections::BTreeMap;
+    use std::sync::{Mutex, OnceLock};
+
+    const INV: &str = concat!(
+        "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: lab\nspec:\n  ssh:\n    agent: true\n",
+        "  hosts:\n",
+        "    - { name: cp1, address: 10.0.0.11, roles: [etcd, load-balancer] }\n",
+        "    - { name: cp2, address: 10.0.0.12, roles: [etcd, load-balancer] }\n",
+        "    - { name: cp3, address: 10.0.0.13, roles: [etcd] }\n",
+        "  vip:\n    address: 10.0.0.100\n",
+        "  stateDir: /tmp/hactl-maintenance-steps-test\n",
+    );
+
+    fn live() -> (tempfile::TempDir, Arc<Live>) {
+        let tmp = tempfile::tempdir().unwrap();
+        let inv = crate::inventory::load_str(std::path::Path::new("lab.yaml"), INV).unwrap();
+        let state = crate::state::StateDir::open(&tmp.path().join("s")).unwrap();
+        let live = Arc::new(Live {
+            inv,
+            state,
+            host: "cp1".into(),
+            connect: Default::default(),
+            reach: Reach {
+                transports: Transports::new(),
+                facts: BTreeMap::new(),
+                unreachable: BTreeMap::new(),
+            },
+            kube: None,
+            balancers: Balancers {
+                transports: Transports::new(),
+                unreachable: BTreeMap::new(),
+            },
+            max_unavailable: 1,
+            drain_timeout: Duration::from_secs(60),
+            leases: Mutex::new(vec![]),
+            journal: OnceLock::new(),
+        });
+        (tmp, live)
+    }
+
+    fn facts() -> StartFacts {
+        StartFacts {
+            host: "cp1".into(),
+            since: "t".into(),
+            cordon_skip: Some("no kubernetes section in the inventory".into()),
+            drain_skip: Some("no kubernetes section in the inventory".into()),
+            moves_vip: true,
+            balancers: true,
+            etcd: true,
+            etcd_active: true,
+            observer: Some(("cp2".into(), "https://10.0.0.12:2379".into())),
+            ..StartFacts::default()
+        }
+    }
+
+    fn ids(steps: &[JournaledStep]) -> Vec<&str> {
+        steps.iter().map(|s| s.id.as_str()).collect()
+    }
+
+    #[test]
+    fn start_drains_the_balancers_before_etcd_stops_behind_a_fence() {
+        let (_t, live) = live();
+        let steps = start(&facts(), &live);
+        assert_eq!(
+            ids(&steps),
+            [
+                "stage-Cordon",
+                "cordon",
+                "stage-Drain",
+                "drain",
+                "stage-StopControlPlane",
+                "vip-move",
+                "lb-drain",
+                "move-leader",
+                "stop-etcd",
+                "others-healthy"
+            ]
+        );
+        let stop = steps.iter().find(|s| s.id == "stop-etcd").unwrap().render(false);
+        // The fence is written under /etc (it survives a reboot) before the unit stops, and the
+        // step is done only when the unit is fenced and stopped.
+        assert!(
+            stop.contains("/etc/systemd/system/etcd.service.d/hactl-fence.conf"),
+            "{stop}"
+        );
+        assert!(
+            stop.contains("systemctl daemon-reload && systemctl stop etcd.service"),
+            "{stop}"
+        );
+        assert!(stop.contains("skip when: sh -c"), "{stop}");
+        assert!(stop.contains("complete cp1"), "{stop}");
+        // The record at StopControlPlane marks everything the stage stops, before the first stop.
+        let rec = steps
+            .iter()
+            .find(|s| s.id == "stage-StopControlPlane")
+            .unwrap()
+            .render(false);
+        assert!(
+            rec.contains("marks: keepalived.service, haproxy-backends, etcd.service"),
+            "{rec}"
+        );
+        // With Kubernetes units active: scheduler, controller-manager, Lease handover, then the
+        // apiserver after the balancers, each fenced.
+        let f = StartFacts {
+            kube: true,
+            kube_active: vec![
+                "kube-apiserver.service".into(),
+                "kube-controller-manager.service".into(),
+                "kube-scheduler.service".into(),
+            ],
+            moves_vip: false,
+            ..facts()
+        };
+        let steps = start(&f, &live);
+        let order = ids(&steps);
+        let at = |id: &str| order.iter().position(|x| *x == id).unwrap();
+        assert!(at("lease-read") < at("stop-kube-scheduler.service"));
+        assert!(at("stop-kube-scheduler.service") < at("stop-kube-controller-manager.service"));
+        assert!(at("stop-kube-controller-manager.service") < at("lease-handover"));
+        assert!(at("lease-handover") < at("lb-drain"));
+        assert!(at("lb-drain") < at("stop-kube-apiserver.service"));
+        assert!(at("stop-kube-apiserver.service") < at("stop-etcd"));
+    }
+
+    #[test]
+    fn complete_lifts_each_fence_before_the_start_and_gates_on_the_member_only() {
+        let (_t, live) = live();
+        let f = CompleteFacts {
+            record: MaintenanceRecord {
+                host: "cp1".into(),
+                stage: Stage::StopControlPlane,
+                since: "t".into(),
+                reason: String::new(),
+                stopped: vec![VIP_MARK.into(), DRAIN_MARK.into(), UNIT.into()],
+            },
+            etcd: true,
+            etcd_active: false,
+            balancers: true,
+            now: "t2".into(),
+        };
+        let steps = complete(&f, &live);
+        assert_eq!(
+            ids(&steps),
+            [
+                "start-etcd",
+                "lb-ready",
+                "vip-restore",
+                "uncordon",
+                "stage-Complete"
+            ]
+        );
+        let start = steps[0].render(false);
+        let lift = start.find("hactl-fence.conf").unwrap();
+        let run = start.find("systemctl start --no-block etcd.service").unwrap();
+        assert!(lift < run, "{start}");
+        // The gate: this member healthy (a linearizable read through it), not `--cluster`.
+        assert!(
+            start.contains("verify: wait up to 120s: etcd member cp1 is healthy"),
+            "{start}"
+        );
+        assert!(!start.contains("--cluster"), "{start}");
+        // Not cordoned by hactl: uncordon is skipped with the reason.
+        assert!(steps[3]
+            .render(false)
+            .contains("skip when: hactl did not cordon Node cp1"));
+    }
+
+    #[test]
+    fn complete_during_drain_cancels_and_starts_nothing() {
+        let (_t, live) = live();
+        let f = CompleteFacts {
+            record: MaintenanceRecord {
+                host: "cp1".into(),
+                stage: Stage::Drain,
+                since: "t".into(),
+                reason: String::new(),
+                stopped: vec![CORDON_MARK.into()],
+            },
+            etcd: true,
+            etcd_active: true,
+            balancers: true,
+            now: "t2".into(),
+        };
+        let steps = complete(&f, &live);
+        assert_eq!(ids(&steps), ["cancel", "uncordon", "stage-Complete"]);
+    }
+
+    #[test]
+    fn a_step_as_json_carries_what_the_dry_run_prints() {
+        let s = stop_fenced("cp1", UNIT);
+        let v = s.to_json(true);
+        assert_eq!(v["id"], "stop-etcd");
+        assert_eq!(v["code"], "stop");
+        assert_eq!(v["host"], "cp1");
+        let run = v["acts"][0]["command"].as_str().unwrap();
+        assert!(s.render(true).contains(run), "{run}");
+        assert!(run.starts_with("sudo -n -- sh -c"), "{run}");
+        assert!(v["skipWhen"]["command"]
+            .as_str()
+            .unwrap()
+            .contains("hactl-fence.conf"));
+        assert_eq!(
+            stop_fenced("cp1", "kube-scheduler.service").id,
+            "stop-kube-scheduler.service"
+        );
+    }
+}
