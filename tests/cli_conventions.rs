@@ -1,6 +1,7 @@
 //! The conventions users know from other tools, checked on the built binary: usage errors with an
 //! exit code of their own, `--version` naming the commit, shell completions, man pages, JSON from
-//! `validate`, colour only on a terminal and never with `NO_COLOR`, and `kubeconfig`.
+//! `validate`, colour only on a terminal and never with `NO_COLOR`, `kubeconfig`, and a refusal
+//! that needs no host (replace's retry limit) given before any host is reached.
 
 #[path = "support/cli.rs"]
 mod cli_support;
@@ -260,4 +261,52 @@ fn kubeconfig_says_what_is_missing() {
     let out = hactl(&["kubeconfig", "-i", inv.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert_eq!(out.stdout, b"apiVersion: v1\nkind: Config\n");
+}
+
+/// The retry limit reads only the state dir: `replace` refuses at it (exit 2, naming the rule and
+/// the record to remove) before it reaches any host, so a slow or unreachable host neither delays
+/// nor hides the refusal. Every host here is on loopback port 1, where nothing listens.
+#[test]
+fn replace_refuses_at_the_retry_limit_before_reaching_any_host() {
+    let dir = tempfile::tempdir().unwrap();
+    let inv = loopback_inventory(dir.path());
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let records = format!(
+        r#"{{"members":{{"cp1":{{"retryCount":3,"lastFailure":{now},"lastRemediation":{now},"lastError":"learner did not catch up"}}}}}}"#
+    );
+    std::fs::write(state.join("heal.json"), records).unwrap();
+    let args = [
+        "replace",
+        "cp1",
+        "--reuse-host",
+        "--yes",
+        "-i",
+        inv.to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+    ];
+    let out = hactl(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        stderr.contains("refused by retry-limit") && stderr.contains("heal.json"),
+        "{}",
+        text(&out)
+    );
+    assert!(!stderr.contains("cannot reach"), "{}", text(&out));
+    // Below the limit the same command goes on to the hosts, and fails there.
+    std::fs::write(state.join("heal.json"), r#"{"members":{}}"#).unwrap();
+    let out = hactl(&args);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot reach"),
+        "{}",
+        text(&out)
+    );
 }

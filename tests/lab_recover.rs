@@ -884,7 +884,7 @@ fn recover_refuses_a_source_older_than_the_accepted_data_loss_window() {
     assert!(table.contains(&format!("seed {}", norm(&d["seed"]))), "{table}");
     assert!(table.contains(&format!("token {}", norm(&d["token"]))), "{table}");
     assert!(
-        table.contains(&format!("moved aside to {}", norm(&json["asideDataDir"]))),
+        table.contains(&format!("moved aside to {}", norm(&d["asideDataDir"]))),
         "{table}"
     );
     let steps = json["steps"].as_array().unwrap();

@@ -33,7 +33,24 @@ fn assert_five(lab: &TestLab) {
     );
 }
 
-/// `kill -9` of cp5's etcd and its data dir gone; then etcd's 5 s "connected" window passes.
+/// The members of cp1..cp4 answer a health check (a linearizable read, so a leader exists):
+/// what a test waits for after stopping cp5's etcd, whose members' election (when cp5 led) takes
+/// as long as the machine makes it.
+fn assert_four_healthy(lab: &TestLab) {
+    let endpoints = format!(
+        "--endpoints={}",
+        HOSTS[..4]
+            .iter()
+            .map(|h| format!("https://{}:2379", lab.ip(h)))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let health = || ctl(lab, "cp1", &[&endpoints, "endpoint", "health"]);
+    let ok = eventually(Duration::from_secs(60), || health().0);
+    assert!(ok, "cp1..cp4 not healthy with cp5 down: {}", health().1);
+}
+
+/// `kill -9` of cp5's etcd and its data dir gone; then the four others serve.
 fn wipe_cp5(lab: &TestLab) {
     lab.exec_ok(
         "cp5",
@@ -43,7 +60,7 @@ fn wipe_cp5(lab: &TestLab) {
             "systemctl kill -s KILL etcd; systemctl stop etcd; rm -rf /var/lib/etcd",
         ],
     );
-    std::thread::sleep(Duration::from_secs(6));
+    assert_four_healthy(lab);
 }
 
 #[test]
@@ -95,7 +112,7 @@ fn five_members_crash_resume_nospace_budget_and_cancel() {
     assert_five(&lab);
     // U=1 (cp5's etcd stopped by hand): one host still fits, a second does not.
     lab.exec_ok("cp5", &["systemctl", "stop", "etcd"]);
-    std::thread::sleep(Duration::from_secs(2));
+    assert_four_healthy(&lab);
     assert!(hactl(
         &inv,
         &["maintenance", "start", "--yes", "cp1", "--max-unavailable", "2"]
@@ -225,6 +242,8 @@ fn five_members_crash_resume_nospace_budget_and_cancel() {
         ctl(&lab, "cp1", &[&endpoints, "move-leader", &cp5]).0
     });
     assert!(led, "{}", ctl(&lab, "cp1", &[&endpoints, "endpoint", "status"]).1);
+    // The new leader serves reads through every member before the replace looks.
+    assert_five(&lab);
     let o = hactl_env(
         &inv,
         &["replace", "cp5", "--reuse-host", "--yes"],

@@ -18,7 +18,7 @@ use crate::exec::{self, Mode, Transports};
 use crate::inventory::{Host, Inventory, Role};
 use crate::load_balancer as lb;
 use crate::phases::configure_load_balancer::ConfigureLoadBalancer;
-use crate::phases::load_balancer::{drain_backend_steps, ready_backend_steps, Backend};
+use crate::phases::load_balancer::{drain_backend_steps, ready_backend_steps, servers_known_steps, Backend};
 use crate::phases::{Ctx, Phase};
 use crate::pki::Pki;
 use crate::plan::{HostSteps, Parallelism, Plan, PlannedPhase, RemoteCommand, Step};
@@ -277,6 +277,27 @@ impl Balancers {
         }
         if n == 0 {
             return Ok(0);
+        }
+        // Then until every HAProxy's new worker lists the servers of the new config, so the next
+        // `set server … state ready` does not meet the old worker's "No such server".
+        for backend in Self::backends(inv) {
+            let role = match backend {
+                Backend::EtcdClient => Role::Etcd,
+                Backend::KubernetesApi => Role::ControlPlane,
+            };
+            let servers: Vec<String> = inv.with_role(role).iter().map(|h| h.name.clone()).collect();
+            let hosts = self.reachable(servers_known_steps(
+                inv,
+                backend,
+                &servers,
+                Duration::from_secs(30),
+            ));
+            plan.push(PlannedPhase {
+                title: format!("Wait until HAProxy lists the servers of {}", backend.name()),
+                parallelism: Parallelism::All,
+                disruptive: false,
+                hosts,
+            });
         }
         exec::run(&plan, mode, &self.transports).await.map_err(|failed| {
             let details = failed.details();

@@ -360,6 +360,38 @@ fn on_every_balancer(inv: &Inventory, steps: impl Fn() -> Vec<Step>) -> Vec<Host
         .collect()
 }
 
+/// Steps, on every load-balancer host, that wait up to `timeout` until the running HAProxy lists
+/// every server of `servers` in `backend`. `systemctl reload haproxy` returns before the new
+/// worker answers on the admin socket; until it does, the old one answers "No such server" for a
+/// server only the new config has (seen when replace readied a new host right after re-rendering
+/// haproxy.cfg, on a loaded machine).
+pub fn servers_known_steps(
+    inv: &Inventory,
+    backend: Backend,
+    servers: &[String],
+    timeout: Duration,
+) -> Vec<HostSteps> {
+    let script = format!(
+        "b=$1; shift; out=$({} show stat) || exit 1; for s in \"$@\"; do printf '%s\\n' \"$out\" | grep -q \"^$b,$s,\" || exit 1; done",
+        lb::HAPROXY_CLI
+    );
+    let mut argv = vec![
+        "sh".to_string(),
+        "-c".into(),
+        script,
+        "hactl-servers-known".into(),
+        backend.name().into(),
+    ];
+    argv.extend(servers.iter().cloned());
+    on_every_balancer(inv, || {
+        vec![Step::Wait(Check::command(
+            format!("HAProxy lists {} in {}", servers.join(", "), backend.name()),
+            RemoteCommand::read_only(argv.clone()),
+            timeout,
+        ))]
+    })
+}
+
 /// How long a drain waits for the sessions already open to a server to end.
 pub const DRAIN_SESSIONS: Duration = Duration::from_secs(10);
 

@@ -263,8 +263,17 @@ impl client::Handler for Client {
 
 impl Session {
     /// Connects to `spec` (through its bastion if it has one), checks the host key and logs in.
-    /// The whole of it is bounded by the connect timeout.
+    /// The whole of it is bounded by the connect timeout, except reading the key files: a key
+    /// file is read (decrypted, its passphrase asked for on a terminal) first and kept, so neither
+    /// a person typing nor the key derivation (slow on a busy machine) counts against it.
     pub async fn connect(host_name: &str, spec: &SshSpec, opts: &ConnectOptions) -> Result<Session, Error> {
+        let mut hop = Some(spec);
+        while let Some(s) = hop {
+            if let SshAuth::KeyFile(path) = &s.auth {
+                load_key_file(path, &opts.key_passphrase)?;
+            }
+            hop = s.bastion.as_deref();
+        }
         let limit = opts
             .timeout
             .unwrap_or(Duration::from_secs(spec.connect_timeout_secs.max(1)));

@@ -150,9 +150,13 @@ pub(crate) struct Run {
     observer: TunnelObserver,
 }
 
-/// The deadline of each request an observation makes: a member that does not answer within it
-/// counts as unhealthy for this look (the safety rules then refuse, never allow, on a slow member).
-const OBSERVE_DEADLINE: Duration = Duration::from_secs(2);
+/// The deadline of each request an observation makes (and of each connection it opens): a member
+/// that does not answer within it counts as unhealthy for this look (the safety rules then refuse,
+/// never allow, on a slow member). etcdctl's own default command timeout: on a loaded machine
+/// (load ~25 on 2 cores) 2 s was too short right after a leadership move, and P0 refused a
+/// healthy cluster as "quorum lost" (H=1 of 5). Only a member that accepts connections and then
+/// hangs (a stopped process) costs the whole deadline; one whose etcd is down refuses at once.
+const OBSERVE_DEADLINE: Duration = Duration::from_secs(5);
 
 /// `hactl replace` as an [`Operation`].
 pub struct Replace {
@@ -196,6 +200,16 @@ impl Operation for Replace {
     async fn reach(&mut self, ctx: &Context<'_>) -> anyhow::Result<Transports> {
         let inv = ctx.inv;
         let target = self.opts.member.as_str();
+        // P0.10 first: it reads only the state dir, so no host needs to answer for it (a slow
+        // SSH connect must neither delay nor hide this refusal).
+        decide::retry_limit(
+            &operations::remediation::load_records(ctx.state),
+            &inv.heal,
+            target,
+            operations::remediation::unix_now(),
+            &ctx.state.path.join("heal.json").display().to_string(),
+            inv.etcd.peer_port,
+        )?;
         let replacement_name = self.replacement_name()?;
         let Some(replacement) = inv.host(&replacement_name).filter(|h| h.has(Role::Etcd)) else {
             return Err(refuse(

@@ -1,4 +1,4 @@
-//! P0's reading of the hosts: the retry limit, a fresh observation and what the hosts' facts say
+//! P0's reading of the hosts: a fresh observation and what the hosts' facts say
 //! (member sets, cluster IDs, etcd versions), handed to the pure [`super::decide`].
 
 use std::collections::BTreeSet;
@@ -10,21 +10,13 @@ use crate::inventory::Role;
 use crate::operations;
 
 impl Run {
-    /// P0: the retry limit, then every precondition of docs/recovery.md, "Replace and heal
+    /// P0 (the retry limit was asked in `reach`, before any host): every precondition of docs/recovery.md, "Replace and heal
     /// (P0–P10)" that hactl can see ([`decide::decide`]), or a refusal naming the rule.
     pub(super) async fn preflight(
         &self,
         resumed_old: Option<u64>,
     ) -> anyhow::Result<(Observation, Decisions)> {
         eprintln!("P0: replace {} on {}", self.target, self.replacement.name);
-        decide::retry_limit(
-            &operations::remediation::load_records(&self.state),
-            &self.inv.heal,
-            &self.target,
-            operations::remediation::unix_now(),
-            &self.state.path.join("heal.json").display().to_string(),
-            self.inv.etcd.peer_port,
-        )?;
         let obs = self.observe().await?;
         let facts = self.reach.facts.values().filter_map(|f| f.members.as_ref());
         let member_sets: BTreeSet<Vec<u64>> = facts
