@@ -108,24 +108,20 @@ stop_probe
 floor=$(longest_gap)
 report quiet
 
-holder=$(vip_holder)
-start_probe
-"$HACTL" lab fault --name "$name" "$holder" power-cut >/dev/null
-sleep "$settle"
-stop_probe
-report vip-holder "$floor"
-"$HACTL" lab fault --name "$name" "$holder" poweron >/dev/null
-wait_whole
-
-holder=$(lease_holder)
-[ -n "$holder" ] || { echo "api_availability: the controller-manager Lease has no holder" >&2; exit 1; }
-start_probe
-"$HACTL" lab fault --name "$name" "$holder" power-cut >/dev/null
-sleep "$settle"
-stop_probe
-report lease-holder "$floor"
-"$HACTL" lab fault --name "$name" "$holder" poweron >/dev/null
-wait_whole
+# power_cut LABEL HOST: the client runs while HOST is power-cut; then HOST is powered on again
+# and the cluster waited for.
+power_cut() {
+  [ -n "$2" ] || { echo "api_availability: no host to power-cut for $1" >&2; exit 1; }
+  start_probe
+  "$HACTL" lab fault --name "$name" "$2" power-cut >/dev/null
+  sleep "$settle"
+  stop_probe
+  report "$1" "$floor"
+  "$HACTL" lab fault --name "$name" "$2" poweron >/dev/null
+  wait_whole
+}
+power_cut vip-holder "$(vip_holder)"
+power_cut lease-holder "$(lease_holder)"
 
 holder=$(lease_holder)
 start_probe
