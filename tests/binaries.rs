@@ -200,7 +200,7 @@ fn up_from_a_release_tarball_installs_the_verified_binaries_on_every_host() {
         return;
     };
     // A tarball of the real etcd 3.5 binaries from the lab's own base image.
-    let bin = hactl::lab::lab_root().join("base/trixie/usr/bin");
+    let bin = lab.lab().base_image().unwrap().join("usr/bin");
     let files: Vec<(&str, Vec<u8>)> = ["etcd", "etcdctl", "etcdutl"]
         .iter()
         .map(|n| (*n, std::fs::read(bin.join(n)).unwrap()))
