@@ -53,10 +53,25 @@ pub struct HostFiles {
 
 /// Loads the push key pair from the state directory, generating it on first use.
 pub fn ensure_key(state: &StateDir, cluster: &str) -> anyhow::Result<PushKey> {
+    let (key, new) = load_or_generate(&state.file(STATE_KEY), cluster)?;
+    if new {
+        state.write_secret(STATE_KEY, key.private_openssh.as_bytes())?;
+    }
+    Ok(key)
+}
+
+/// [`ensure_key`] for a read-only command: the stored key, or one made in memory for this run
+/// only (never written).
+pub fn preview_key(view: &crate::state::StateView, cluster: &str) -> anyhow::Result<PushKey> {
+    Ok(load_or_generate(&view.file(STATE_KEY), cluster)?.0)
+}
+
+/// The key at `path`, or a new one (`true`) when there is none.
+fn load_or_generate(path: &std::path::Path, cluster: &str) -> anyhow::Result<(PushKey, bool)> {
     use russh::keys::ssh_key::{private::Ed25519Keypair, LineEnding, PrivateKey};
-    let path = state.file(STATE_KEY);
-    let key = if path.exists() {
-        let text = fs_err::read_to_string(&path)?;
+    let new = !path.exists();
+    let key = if !new {
+        let text = fs_err::read_to_string(path)?;
         PrivateKey::from_openssh(&text)
             .with_context(|| format!("{} is not an OpenSSH private key", path.display()))?
     } else {
@@ -64,10 +79,6 @@ pub fn ensure_key(state: &StateDir, cluster: &str) -> anyhow::Result<PushKey> {
         rand::RngCore::fill_bytes(&mut rand::rng(), &mut seed);
         let mut key = PrivateKey::from(Ed25519Keypair::from_seed(&seed));
         key.set_comment(format!("hactl backup push {cluster}"));
-        let text = key
-            .to_openssh(LineEnding::LF)
-            .context("failed to encode the push key")?;
-        state.write_secret(STATE_KEY, text.as_bytes())?;
         key
     };
     let private_openssh = key
@@ -78,17 +89,25 @@ pub fn ensure_key(state: &StateDir, cluster: &str) -> anyhow::Result<PushKey> {
         .public_key()
         .to_openssh()
         .context("failed to encode the push key")?;
-    Ok(PushKey {
-        private_openssh,
-        public_line,
-    })
+    Ok((
+        PushKey {
+            private_openssh,
+            public_line,
+        },
+        new,
+    ))
+}
+
+/// [`known_hosts_lines`] from the keys a run checked (recorded or seen for the first time).
+pub fn known_hosts_lines_of(known: &crate::ssh::KnownHosts, remote: &BackupRemote) -> String {
+    known.lines_for(&host_token(remote))
 }
 
 /// The remote's lines of the cluster's known_hosts (OpenSSH format: `addr` for port 22,
 /// `[addr]:port` otherwise); empty when hactl has not connected to it yet.
-pub fn known_hosts_lines(state: &StateDir, remote: &BackupRemote) -> String {
+pub fn known_hosts_lines(known_hosts: &std::path::Path, remote: &BackupRemote) -> String {
     let token = host_token(remote);
-    fs_err::read_to_string(state.known_hosts_path())
+    fs_err::read_to_string(known_hosts)
         .unwrap_or_default()
         .lines()
         .filter(|l| {
@@ -236,7 +255,7 @@ pub struct RemoteStatus {
 
 /// Connects to the remote and lists it (read-only).
 pub async fn list(
-    state: &StateDir,
+    state: crate::exec::connect::HostKeys<'_>,
     remote: &BackupRemote,
     cluster: &str,
     args: &crate::exec::connect::ConnectSettings,
@@ -267,7 +286,7 @@ pub async fn list(
 
 /// [`list`] as `status` shows it.
 pub async fn status(
-    state: &StateDir,
+    state: crate::exec::connect::HostKeys<'_>,
     remote: &BackupRemote,
     cluster: &str,
     args: &crate::exec::connect::ConnectSettings,
@@ -434,7 +453,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            known_hosts_lines(&state, &remote()),
+            known_hosts_lines(&state.known_hosts_path(), &remote()),
             "10.0.0.30 ssh-ed25519 AAAA2\n"
         );
     }

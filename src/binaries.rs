@@ -61,6 +61,28 @@ pub async fn ensure(
     wanted: &[&str],
     optional: &[&str],
 ) -> Result<Option<LocalBinaries>, BinariesError> {
+    obtain(source, cache_dir, wanted, optional, true).await
+}
+
+/// [`ensure`] for a read-only command (`hactl plan`): a verified copy in `cache_dir` is used,
+/// and a release that is not cached yet is downloaded into a temporary directory outside it
+/// (removed afterwards), so `cache_dir` is never created or written.
+pub async fn ensure_read_only(
+    source: &BinarySource,
+    cache_dir: &Path,
+    wanted: &[&str],
+    optional: &[&str],
+) -> Result<Option<LocalBinaries>, BinariesError> {
+    obtain(source, cache_dir, wanted, optional, false).await
+}
+
+async fn obtain(
+    source: &BinarySource,
+    cache_dir: &Path,
+    wanted: &[&str],
+    optional: &[&str],
+    write_cache: bool,
+) -> Result<Option<LocalBinaries>, BinariesError> {
     match source {
         BinarySource::Package => Ok(None),
         BinarySource::Bundle { dir } => {
@@ -88,7 +110,15 @@ pub async fn ensure(
                 Some(s) => s.clone(),
                 None => published_sha256(url).await?,
             };
-            let archive = download_verified(url, &sha256, cache_dir).await?;
+            let cached = cache_dir.join(format!("{}.tar.gz", sha256.to_ascii_lowercase()));
+            let scratch;
+            let dir = if write_cache || verified(&cached, &sha256) {
+                cache_dir
+            } else {
+                scratch = tempfile::tempdir()?;
+                scratch.path()
+            };
+            let archive = download_verified(url, &sha256, dir).await?;
             let files = extract(&archive, wanted, optional)?;
             Ok(Some(LocalBinaries {
                 files,
@@ -121,6 +151,11 @@ pub async fn published_sha256(url: &str) -> Result<String, BinariesError> {
     let sha256 = word.to_ascii_lowercase();
     tracing::info!("{sums}: {sha256} (set `sha256: {sha256}` in the inventory to pin it)");
     Ok(sha256)
+}
+
+/// Whether `path` exists with this sha256.
+fn verified(path: &Path, sha256: &str) -> bool {
+    fs_err::read(path).is_ok_and(|bytes| hex::encode(Sha256::digest(&bytes)) == sha256.to_ascii_lowercase())
 }
 
 /// Downloads `url` into `cache_dir/<sha256>.tar.gz` unless a verified copy is there.

@@ -60,7 +60,20 @@ pub struct HostFacts {
     pub foreign: std::collections::BTreeSet<String>,
     /// Addresses on the host's interfaces (`ip -o addr show`), in the order `ip` lists them.
     pub addresses: Vec<InterfaceAddress>,
+    /// The CA trust files hactl installs, wherever present on this host, whatever its roles
+    /// ([`TRUST_FILES`]): path → PEM text (certificates only: public). What the cluster identity
+    /// check ([`crate::identity`]) compares with the state directory.
+    pub trusted: BTreeMap<String, String>,
 }
+
+/// The CA trust files the probe reads on every host (certificates, never keys).
+pub const TRUST_FILES: [&str; 5] = [
+    "/etc/hactl/pki/etcd/ca.crt",
+    "/etc/hactl/pki/apiserver-etcd/ca.crt",
+    "/etc/hactl/pki/kubernetes/ca.crt",
+    "/etc/hactl/pki/kubernetes/signing-ca.crt",
+    "/etc/hactl/pki/front-proxy/ca.crt",
+];
 
 impl HostFacts {
     /// The interface that carries `address`, when the host has it.
@@ -178,6 +191,9 @@ ip -o addr show 2>/dev/null | awk '{print "addr", $2, $4}'
 command -v etcd >/dev/null 2>&1 && echo "etcdversion $(etcd --version 2>/dev/null | head -n1)"
 for k in kube-apiserver kube-controller-manager kube-scheduler; do
   [ -x "/usr/local/bin/$k" ] && echo "kubeversion $k $("/usr/local/bin/$k" --version 2>/dev/null | head -n1)"
+done
+for c in /etc/hactl/pki/etcd/ca.crt /etc/hactl/pki/apiserver-etcd/ca.crt /etc/hactl/pki/kubernetes/ca.crt /etc/hactl/pki/kubernetes/signing-ca.crt /etc/hactl/pki/front-proxy/ca.crt; do
+  [ -f "$c" ] && echo "trust $c $(base64 -w0 "$c" 2>/dev/null)"
 done
 for a in "$@"; do
   case $a in
@@ -317,6 +333,15 @@ pub fn parse(text: &str) -> HostFacts {
                         }
                     }
                     f.units.insert(name.to_string(), u);
+                }
+            }
+            "trust" => {
+                use base64::Engine as _;
+                if let [path, b64] = rest.as_slice() {
+                    if let Ok(pem) = base64::engine::general_purpose::STANDARD.decode(b64) {
+                        f.trusted
+                            .insert(path.to_string(), String::from_utf8_lossy(&pem).into_owned());
+                    }
                 }
             }
             "foreign" => {

@@ -24,7 +24,7 @@
 //!                               runs recover, replace, remove, heal, maintenance, rotate_ca,
 //!                               journaled steps that survive a crash
 //! bring-up                      phases (pure), converge (prepare, apply; reset, check, status)
-//! components                    facts, etcd, kubernetes, load_balancer, snapshot, backup,
+//! components                    facts, identity, etcd, kubernetes, load_balancer, snapshot, backup,
 //!                               backup_remote, certs, hwm, fence
 //! transport, local artifacts    ssh, exec, render, pki, binaries, images
 //! model                         inventory, state, plan
@@ -50,6 +50,7 @@ pub mod exit;
 pub mod facts;
 pub mod fence;
 pub mod hwm;
+pub mod identity;
 pub mod images;
 pub mod inventory;
 pub mod kubernetes;

@@ -50,30 +50,29 @@ impl StateDir {
         if !path.exists() {
             create_private_dir(path)?;
         }
-        let meta = fs_err::metadata(path)?;
-        if !meta.is_dir() {
-            return Err(StateError::NotADirectory {
-                path: path.to_path_buf(),
-            });
-        }
-        let uid = current_uid()?;
-        if meta.uid() != uid {
-            return Err(StateError::NotOwned {
-                path: path.to_path_buf(),
-                owner: meta.uid(),
-                uid,
-            });
-        }
-        let mode = meta.mode() & 0o7777;
-        if mode & 0o077 != 0 {
-            return Err(StateError::TooOpen {
-                path: path.to_path_buf(),
-                mode,
-            });
-        }
+        check_dir(path)?;
         Ok(StateDir {
             path: path.to_path_buf(),
         })
+    }
+
+    /// [`StateDir::open`] of a directory that exists; `None` (nothing created) when it does not.
+    pub fn open_existing(path: &Path) -> Result<Option<StateDir>, StateError> {
+        if fs_err::symlink_metadata(path).is_err() {
+            return Ok(None);
+        }
+        check_dir(path)?;
+        Ok(Some(StateDir {
+            path: path.to_path_buf(),
+        }))
+    }
+
+    /// The same directory, for reading only.
+    pub fn view(&self) -> StateView {
+        StateView {
+            path: self.path.clone(),
+            exists: true,
+        }
     }
 
     /// The path of `rel` inside the directory (nothing is created).
@@ -136,6 +135,87 @@ impl StateDir {
     }
 
     /// Where hactl records the SSH host keys it has seen (trust on first use).
+    pub fn known_hosts_path(&self) -> PathBuf {
+        self.file("known_hosts")
+    }
+}
+
+/// An existing state directory must be a directory, owned by the current user and closed to
+/// group and others.
+fn check_dir(path: &Path) -> Result<(), StateError> {
+    let meta = fs_err::metadata(path)?;
+    if !meta.is_dir() {
+        return Err(StateError::NotADirectory {
+            path: path.to_path_buf(),
+        });
+    }
+    let uid = current_uid()?;
+    if meta.uid() != uid {
+        return Err(StateError::NotOwned {
+            path: path.to_path_buf(),
+            owner: meta.uid(),
+            uid,
+        });
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o077 != 0 {
+        return Err(StateError::TooOpen {
+            path: path.to_path_buf(),
+            mode,
+        });
+    }
+    Ok(())
+}
+
+/// A state directory opened for reading only: what planning and reporting get (`plan`,
+/// `status`, `check`, `certs check`, `kubeconfig`, every `--dry-run`). It has no method that
+/// writes, and opening it creates nothing: a missing directory is a view of nothing (every
+/// file reads as absent), so a read-only command never makes a state directory appear.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateView {
+    pub path: PathBuf,
+    exists: bool,
+}
+
+impl StateView {
+    /// Opens `path` for reading. A missing directory is accepted (nothing is created); an
+    /// existing one is checked as [`StateDir::open`] checks it.
+    pub fn open(path: &Path) -> Result<StateView, StateError> {
+        let exists = match fs_err::symlink_metadata(path) {
+            Ok(_) => true,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+            Err(e) => return Err(e.into()),
+        };
+        if exists {
+            check_dir(path)?;
+        }
+        Ok(StateView {
+            path: path.to_path_buf(),
+            exists,
+        })
+    }
+
+    /// Whether the directory exists (a cluster hactl has state for on this machine).
+    pub fn exists(&self) -> bool {
+        self.exists
+    }
+
+    /// The path of `rel` inside the directory.
+    pub fn file(&self, rel: impl AsRef<Path>) -> PathBuf {
+        self.path.join(rel)
+    }
+
+    /// `rel`'s text, or `None` when it does not exist.
+    pub fn read(&self, rel: impl AsRef<Path>) -> Result<Option<String>, StateError> {
+        let rel = inside(rel.as_ref())?;
+        match fs_err::read_to_string(self.path.join(rel)) {
+            Ok(text) => Ok(Some(text)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The SSH host keys hactl recorded (read only: see [`StateDir::known_hosts_path`]).
     pub fn known_hosts_path(&self) -> PathBuf {
         self.file("known_hosts")
     }
@@ -230,6 +310,25 @@ mod tests {
             shared.contains(&format!("such as {}/hactl", tmpdir.display())),
             "{shared}"
         );
+    }
+
+    #[test]
+    fn a_view_creates_nothing_and_checks_an_existing_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join(".hactl/lab");
+        let view = StateView::open(&path).unwrap();
+        assert!(!view.exists());
+        assert_eq!(view.read("pki/etcd/ca.crt").unwrap(), None);
+        assert!(!tmp.path().join(".hactl").exists(), "a view created a directory");
+        let state = StateDir::open(&path).unwrap();
+        state.write_file("hwm.json", b"{}", 0o600).unwrap();
+        let view = StateView::open(&path).unwrap();
+        assert!(view.exists());
+        assert_eq!(view, state.view());
+        assert_eq!(view.read("hwm.json").unwrap().as_deref(), Some("{}"));
+        assert!(view.read("../x").is_err());
+        fs_err::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(matches!(StateView::open(&path), Err(StateError::TooOpen { .. })));
     }
 
     #[test]

@@ -789,3 +789,44 @@ fn ecdsa_leaves_only_sign_and_rsa_leaves_may_also_encipher_keys() {
         }
     }
 }
+
+#[test]
+fn a_preview_reports_what_ensure_would_do_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("state/pki");
+    let inv = inventory(3, KeyType::EcdsaP256);
+    // No PKI yet: everything would be created, and nothing appears on disk.
+    let preview = pki::preview(&dir, &inv, NOW).expect("preview");
+    assert!(
+        !tmp.path().join("state").exists(),
+        "a preview created a directory"
+    );
+    assert_eq!(action_of(&preview, "etcd/ca.crt"), &Action::Created);
+    assert_eq!(action_of(&preview, "etcd/server-cp1.crt"), &Action::Created);
+    assert!(
+        preview.etcd_server("cp1").is_some(),
+        "a preview holds the leaves it would make"
+    );
+    let created = ensure(&dir, &inv, NOW);
+    let report = |p: &Pki| p.report.iter().map(|c| c.to_string()).collect::<Vec<_>>();
+    assert_eq!(report(&preview), report(&created));
+    // With a PKI: the same report as ensure would give, byte for byte the same directory.
+    let before = snapshot(&dir);
+    let mut grown = inventory(4, KeyType::EcdsaP256);
+    grown.name = inv.name.clone();
+    let key = dir.join("etcd/ca.key");
+    fs_err::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let preview = pki::preview(&dir, &grown, NOW).expect("preview");
+    assert_eq!(snapshot(&dir), before, "a preview changed the PKI directory");
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        fs_err::metadata(&key).unwrap().permissions().mode() & 0o777,
+        0o644,
+        "a preview tightened a key"
+    );
+    assert_eq!(action_of(&preview, "etcd/ca.crt"), &Action::Reused);
+    assert_eq!(action_of(&preview, "etcd/server-cp4.crt"), &Action::Created);
+    assert!(preview.changes().count() > 0);
+    let ensured = ensure(&dir, &grown, NOW);
+    assert_eq!(report(&preview), report(&ensured));
+}

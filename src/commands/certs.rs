@@ -16,7 +16,7 @@ type HostRead = Result<Vec<(String, String)>, String>;
 
 /// `hactl certs check`: one read-only round trip per host.
 pub async fn check(args: &CertsCheckArgs) -> anyhow::Result<i32> {
-    let (inv, state) = super::load(&args.inventory)?;
+    let (inv, state) = super::load_read_only(&args.inventory)?;
     let pki_dir = state.path.join("pki");
     let local = crate::certs::read_state(&pki_dir);
     if local.is_empty() {
@@ -170,8 +170,7 @@ pub async fn rotate_ca(args: &CertsRotateCaArgs) -> anyhow::Result<i32> {
     if let Some(message) = crate::operations::rotate_ca::refused(kind, &inv) {
         return Err(super::exit::refuse(super::exit::REFUSED, message));
     }
-    let state = crate::state::StateDir::open(&inv.state_dir)
-        .with_context(|| format!("cannot use the state directory of cluster {}", inv.name))?;
+    let state = super::open_state_for(&inv, args.run.dry_run)?;
     let up = UpArgs {
         inventory: args.inventory.clone(),
         connect: args.connect.clone(),
@@ -183,10 +182,6 @@ pub async fn rotate_ca(args: &CertsRotateCaArgs) -> anyhow::Result<i32> {
         roll: Arc::new(Roll { args: up }),
     });
     let connect = args.connect.settings();
-    let ctx = Context {
-        inv: &inv,
-        state: &state,
-        connect: &connect,
-    };
+    let ctx = Context::new(&inv, &state, &connect);
     manager::run(&mut op, &ctx, &(&args.run).into()).await
 }

@@ -9,7 +9,7 @@ use crate::inventory::Host;
 
 /// Runs the preflight; returns the exit code (0 when every check passed).
 pub async fn run(args: &CheckArgs) -> anyhow::Result<i32> {
-    let (inv, state) = super::load(&args.inventory)?;
+    let (inv, state) = super::load_read_only(&args.inventory)?;
     let hosts: Vec<&Host> = inv.hosts.iter().collect();
     let rows = check::check_hosts(&inv, &state, &hosts, &args.connect.settings()).await;
     match args.output {

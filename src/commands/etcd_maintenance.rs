@@ -22,7 +22,18 @@ pub async fn run(args: &EtcdMaintenanceArgs) -> anyhow::Result<i32> {
     }
     let (inv, state) = super::load(&args.inventory)?;
     let hosts = inv.with_role(Role::Etcd);
-    let reach = operations::reach::reach(&inv, &state, &hosts, &args.connect.settings()).await;
+    let reach = operations::reach::reach(&inv, (&state).into(), &hosts, &args.connect.settings()).await;
+    // Compaction and defragmentation change the cluster: the one lock, like every such command.
+    let run = operations::journal::new_run_id("etcd-maintenance");
+    let lock = operations::lock::ClusterLock::acquire(
+        &state,
+        &reach.transports,
+        &operations::lock::cluster_hosts(&inv),
+        operations::lock::Owner::new("etcd maintenance", &run),
+        None,
+    )
+    .await
+    .map_err(|e| anyhow::Error::new(e.refusal()))?;
     let obs = reach.observe(&inv, &[]).await?;
     let observer = inv.host(&obs.observer).expect("observer from inventory");
     let ctl = etcd::ETCDCTL_WRAPPER;
@@ -54,7 +65,9 @@ pub async fn run(args: &EtcdMaintenanceArgs) -> anyhow::Result<i32> {
         "after maintenance",
         Duration::from_secs(60),
     )));
-    operations::run_on(Mode::Live, &reach.transports, "etcd maintenance", observer, steps).await?;
+    let done = operations::run_on(Mode::Live, &reach.transports, "etcd maintenance", observer, steps).await;
+    lock.release().await;
+    done?;
     println!("etcd maintenance: done on {} member(s)", obs.voters().count());
     Ok(exit::OK)
 }

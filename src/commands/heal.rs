@@ -9,12 +9,11 @@ use crate::operations::manager::Context;
 
 /// `hactl heal`.
 pub async fn run(args: &HealArgs) -> anyhow::Result<i32> {
-    let (inv, state) = super::load(&args.inventory)?;
+    let (inv, state) = super::load_for(&args.inventory, args.dry_run)?;
     let connect = args.connect.settings();
     let ctx = Context {
-        inv: &inv,
-        state: &state,
-        connect: &connect,
+        dry_run: args.dry_run,
+        ..Context::new(&inv, &state, &connect)
     };
     let opts = Options {
         dry_run: args.dry_run,

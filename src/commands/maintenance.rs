@@ -21,12 +21,16 @@ pub async fn run(cmd: &MaintenanceCommand) -> anyhow::Result<i32> {
         MaintenanceCommand::Plan(a) => &a.target,
         MaintenanceCommand::Start(a) | MaintenanceCommand::Complete(a) => &a.target,
     };
-    let (inv, state) = super::load(&target.inventory)?;
+    // `maintenance plan` and every dry run write nothing (no state directory is created).
+    let read_only = match cmd {
+        MaintenanceCommand::Plan(_) => true,
+        MaintenanceCommand::Start(a) | MaintenanceCommand::Complete(a) => a.run.dry_run,
+    };
+    let (inv, state) = super::load_for(&target.inventory, read_only)?;
     let connect = target.connect.settings();
     let ctx = Context {
-        inv: &inv,
-        state: &state,
-        connect: &connect,
+        dry_run: read_only,
+        ..Context::new(&inv, &state, &connect)
     };
     let opts = options(target);
     match cmd {

@@ -127,6 +127,43 @@ pub fn load_inventory(args: &InventoryArgs) -> anyhow::Result<Inventory> {
     Ok(inv)
 }
 
+/// Loads the inventory and opens its state directory for reading only: nothing is created (a
+/// missing directory is a view of nothing), nothing can be written through it.
+pub fn load_read_only(args: &InventoryArgs) -> anyhow::Result<(Inventory, crate::state::StateView)> {
+    let inv = load_inventory(args)?;
+    let view = crate::state::StateView::open(&inv.state_dir)
+        .with_context(|| format!("cannot use the state directory of cluster {}", inv.name))?;
+    Ok((inv, view))
+}
+
+/// [`load`] for a command that may be a dry run: a dry run opens an existing state directory
+/// and never creates one (it writes nothing; an operation without state is refused, exit 2).
+pub fn load_for(args: &InventoryArgs, dry_run: bool) -> anyhow::Result<(Inventory, StateDir)> {
+    let inv = load_inventory(args)?;
+    let state = open_state_for(&inv, dry_run)?;
+    Ok((inv, state))
+}
+
+/// The state directory of `inv`, created unless `dry_run` ([`load_for`]).
+pub fn open_state_for(inv: &Inventory, dry_run: bool) -> anyhow::Result<StateDir> {
+    let context = || format!("cannot use the state directory of cluster {}", inv.name);
+    if !dry_run {
+        return StateDir::open(&inv.state_dir).with_context(context);
+    }
+    match StateDir::open_existing(&inv.state_dir).with_context(context)? {
+        Some(state) => Ok(state),
+        None => Err(exit::refuse(
+            exit::REFUSED,
+            format!(
+                "no state directory at {}: a dry run creates nothing, and this command needs the \
+                 cluster's state (its CAs and journals): restore it (`hactl etcd snapshot \
+                 restore-bundle`), or point --state-dir at it",
+                inv.state_dir.display()
+            ),
+        )),
+    }
+}
+
 /// Loads the inventory and opens its state directory (created 0700; refused when too open).
 pub fn load(args: &InventoryArgs) -> anyhow::Result<(Inventory, StateDir)> {
     let inv = load_inventory(args)?;

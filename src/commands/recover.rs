@@ -7,7 +7,7 @@ use crate::operations::recover::{Options, Recover};
 
 /// `hactl recover`.
 pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
-    let (inv, state) = super::load(&args.inventory)?;
+    let (inv, state) = super::load_for(&args.inventory, args.run.dry_run)?;
     let mut op = Recover::new(Options {
         from_snapshot: args.from_snapshot.clone(),
         from_member: args.from_member.clone(),
@@ -23,10 +23,6 @@ pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
         bump_revision: args.bump_revision.0,
     });
     let connect = args.connect.settings();
-    let ctx = Context {
-        inv: &inv,
-        state: &state,
-        connect: &connect,
-    };
+    let ctx = Context::new(&inv, &state, &connect);
     manager::run(&mut op, &ctx, &(&args.run).into()).await
 }

@@ -7,7 +7,7 @@ use crate::operations::remove::{Options, Remove};
 
 /// `hactl remove`.
 pub async fn run(args: &RemoveArgs) -> anyhow::Result<i32> {
-    let (inv, state) = super::load(&args.inventory)?;
+    let (inv, state) = super::load_for(&args.inventory, args.run.dry_run)?;
     if let Some(other) = args.confirm_dead.iter().find(|h| **h != args.member) {
         return Err(super::exit::refuse(
             super::exit::REFUSED,
@@ -23,10 +23,6 @@ pub async fn run(args: &RemoveArgs) -> anyhow::Result<i32> {
         resume: args.resume.clone(),
     });
     let connect = args.connect.settings();
-    let ctx = Context {
-        inv: &inv,
-        state: &state,
-        connect: &connect,
-    };
+    let ctx = Context::new(&inv, &state, &connect);
     manager::run(&mut op, &ctx, &(&args.run).into()).await
 }

@@ -7,7 +7,7 @@ use crate::operations::replace::{Options, Replace};
 
 /// `hactl replace`.
 pub async fn run(args: &ReplaceArgs) -> anyhow::Result<i32> {
-    let (inv, state) = super::load(&args.inventory)?;
+    let (inv, state) = super::load_for(&args.inventory, args.run.dry_run)?;
     let mut op = Replace::new(Options {
         member: args.member.clone(),
         reuse_host: args.reuse_host,
@@ -18,10 +18,6 @@ pub async fn run(args: &ReplaceArgs) -> anyhow::Result<i32> {
         confirm_dead: args.confirm_dead.clone(),
     });
     let connect = args.connect.settings();
-    let ctx = Context {
-        inv: &inv,
-        state: &state,
-        connect: &connect,
-    };
+    let ctx = Context::new(&inv, &state, &connect);
     manager::run(&mut op, &ctx, &(&args.run).into()).await
 }

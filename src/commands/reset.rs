@@ -12,17 +12,26 @@ use crate::converge::reset;
 use crate::exec::{self, Mode};
 
 pub async fn run(args: &ResetArgs) -> anyhow::Result<i32> {
+    let connect = args.connect.settings();
+    if args.dry_run {
+        // A dry run writes nothing: no lock, no state directory created, no host key recorded.
+        let (inv, view) = super::load_read_only(&args.inventory)?;
+        let prepared = reset::prepare(&inv, (&view).into(), &connect).await?;
+        reset::check_data_dirs(&inv, &prepared).await?;
+        if prepared.plan.is_empty() {
+            println!("no changes: nothing of hactl's is installed");
+        } else {
+            exec::run(&prepared.plan, Mode::DryRun, &prepared.transports).await?;
+        }
+        return Ok(crate::exit::OK);
+    }
     let (inv, state) = super::load(&args.inventory)?;
-    let _lock = crate::operations::lock::take(&state, &inv, &args.connect.settings(), "reset").await?;
-    let prepared = reset::prepare(&inv, &state, &args.connect.settings()).await?;
+    let _lock = crate::operations::lock::take(&state, &inv, &connect, "reset").await?;
+    let prepared = reset::prepare(&inv, (&state).into(), &connect).await?;
     reset::check_data_dirs(&inv, &prepared).await?;
     let (plan, transports, stamp) = (&prepared.plan, &prepared.transports, &prepared.stamp);
     if plan.is_empty() {
         println!("no changes: nothing of hactl's is installed");
-        return Ok(crate::exit::OK);
-    }
-    if args.dry_run {
-        exec::run(plan, Mode::DryRun, transports).await?;
         return Ok(crate::exit::OK);
     }
     eprint!("{plan}");

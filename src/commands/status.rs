@@ -7,9 +7,13 @@ use crate::cli::{OutputFormat, StatusArgs};
 use crate::converge::status;
 
 pub async fn run(args: &StatusArgs) -> anyhow::Result<i32> {
-    let (inv, state) = super::load(&args.inventory)?;
-    let status = status::gather(&inv, &state, &args.connect.settings()).await?;
-    status::record_hwm(&state, &status);
+    let (inv, view) = super::load_read_only(&args.inventory)?;
+    let status = status::gather(&inv, &view, &args.connect.settings()).await?;
+    // The one write of a read-only command: the revision high-water mark, raised only, and
+    // only in a state directory that exists (docs/reference/files-on-hosts.md).
+    if let Some(state) = crate::state::StateDir::open_existing(&view.path)? {
+        status::record_hwm(&state, &status);
+    }
     match args.output {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&status)?),
         OutputFormat::Table => print!("{}", status::table(&status)),

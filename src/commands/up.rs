@@ -1,18 +1,29 @@
 //! `hactl up` and `hactl plan`: one code path ([`crate::converge`]). Facts are gathered
 //! read-only and the plan is built from [`crate::converge::phases`]; `up` executes it under the
-//! state's `up` lock and `plan` prints it.
+//! cluster lock and `plan` prints it.
+//!
+//! Invariant: `plan` opens the state directory read-only ([`StateView`]): it creates and
+//! changes nothing there or on a host. `up` writes nothing anywhere, its state directory
+//! included, before the cluster identity was checked (the lock is taken on the hosts first,
+//! in the state directory once the check passed).
 
 use crate::cli::{OutputFormat, PlanArgs, UpArgs};
-use crate::exec::{self, Mode};
+use crate::converge::Gate;
+use crate::exec::{self, Mode, Transports};
 use crate::inventory::Inventory;
+use crate::operations::lock::{self, ClusterLock, Owner};
 use crate::state::StateDir;
 
 /// `hactl plan`: prints what `up` would do.
 pub async fn plan(args: &PlanArgs) -> anyhow::Result<i32> {
-    let (inv, state) = super::load(&args.up.inventory)?;
-    let prepared = crate::converge::prepare(inv, state, &args.up.connect.settings(), &[]).await?;
+    let (inv, view) = super::load_read_only(&args.up.inventory)?;
+    let fresh = !view.exists();
+    let prepared = crate::converge::preview(inv, view, &args.up.connect.settings()).await?;
     match args.output {
         OutputFormat::Table => {
+            if fresh || !prepared.unrecorded_host_keys.is_empty() {
+                eprint!("{}", first_use(&prepared, fresh));
+            }
             exec::run(&prepared.plan, Mode::DryRun, &prepared.transports).await?;
         }
         OutputFormat::Json => {
@@ -22,6 +33,31 @@ pub async fn plan(args: &PlanArgs) -> anyhow::Result<i32> {
     Ok(crate::exit::OK)
 }
 
+/// What `up` would create before its first step, for a plan without state (or with hosts
+/// whose keys are not recorded yet): the state directory, the CAs and certificates, the host
+/// keys (to compare with the hosts' own).
+fn first_use(p: &crate::converge::Prepared, fresh: bool) -> String {
+    let mut out = String::new();
+    if fresh {
+        out.push_str(&format!(
+            "no state directory at {}: `hactl up` would create it, with:\n",
+            p.state.path.display()
+        ));
+        for change in p.pki.changes() {
+            out.push_str(&format!("  pki/{change}\n"));
+        }
+    }
+    if !p.unrecorded_host_keys.is_empty() {
+        out.push_str(
+            "host keys `hactl up` would record (compare each with `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on its host):\n",
+        );
+        for line in &p.unrecorded_host_keys {
+            out.push_str(&format!("  {line}\n"));
+        }
+    }
+    out
+}
+
 /// `hactl up`: converges the hosts on the inventory.
 pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
     up_renewing(args, &[]).await
@@ -29,18 +65,63 @@ pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
 
 /// [`up`], re-issuing the leaves named in `renew` first (`hactl certs renew`).
 pub async fn up_renewing(args: &UpArgs, renew: &[String]) -> anyhow::Result<i32> {
-    let (inv, state) = super::load(&args.inventory)?;
-    let _lock = crate::operations::lock::take(&state, &inv, &args.connect.settings(), "up").await?;
-    converge(inv, state, args, renew).await
+    let (inv, view) = super::load_read_only(&args.inventory)?;
+    let command = if renew.is_empty() { "up" } else { "certs renew" };
+    let mut gate = LockGate::new(&inv, command);
+    crate::converge::apply(inv, view, &args.options(), renew, &mut gate).await
 }
 
-/// [`crate::converge::apply`] for an inventory loaded by a caller that holds the state's `up`
-/// lock (`up` itself, and each roll of `certs rotate-ca`).
+/// The cluster lock as `up` takes it: on the hosts once they answered, in the state directory
+/// once the identity check passed and it may be written. Given back when dropped.
+pub struct LockGate {
+    hosts: Vec<String>,
+    owner: Owner,
+    lock: Option<ClusterLock>,
+}
+
+impl LockGate {
+    pub fn new(inv: &Inventory, command: &str) -> LockGate {
+        let run = crate::operations::journal::new_run_id(command);
+        LockGate {
+            hosts: lock::cluster_hosts(inv),
+            owner: Owner::new(command, &run),
+            lock: None,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Gate for LockGate {
+    async fn hosts_reached(&mut self, transports: &Transports) -> anyhow::Result<()> {
+        let lock = ClusterLock::on_hosts_first(transports, &self.hosts, self.owner.clone())
+            .await
+            .map_err(|e| anyhow::Error::new(e.refusal()))?;
+        self.lock = Some(lock);
+        Ok(())
+    }
+    fn state_opened(&mut self, state: &StateDir) -> anyhow::Result<()> {
+        if let Some(lock) = &mut self.lock {
+            lock.add_local(state)
+                .map_err(|e| anyhow::Error::new(e.refusal()))?;
+        }
+        Ok(())
+    }
+}
+
+/// [`crate::converge::apply`] for an inventory loaded by a caller that holds the cluster lock
+/// (each roll of `certs rotate-ca`).
 pub async fn converge(
     inv: Inventory,
     state: StateDir,
     args: &UpArgs,
     renew: &[String],
 ) -> anyhow::Result<i32> {
-    crate::converge::apply(inv, state, &args.options(), renew).await
+    crate::converge::apply(
+        inv,
+        state.view(),
+        &args.options(),
+        renew,
+        &mut crate::converge::NoGate,
+    )
+    .await
 }

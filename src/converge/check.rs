@@ -412,7 +412,7 @@ async fn read_clock(t: &dyn crate::exec::Transport, n: usize) -> Vec<ClockSample
 /// Connects to `hosts`, probes them, and evaluates every check, rows in inventory order.
 pub async fn check_hosts(
     inv: &Inventory,
-    state: &crate::state::StateDir,
+    state: &crate::state::StateView,
     hosts: &[&Host],
     connect: &ConnectSettings,
 ) -> Vec<CheckRow> {
@@ -459,7 +459,7 @@ pub async fn check_hosts(
 /// `spec.backup.remote` can be reached (host key verified) and its path written: fails naming
 /// the host and the path.
 async fn check_backup_remote(
-    state: &crate::state::StateDir,
+    state: &crate::state::StateView,
     remote: &crate::inventory::BackupRemote,
     connect: &ConnectSettings,
 ) -> CheckRow {

@@ -35,7 +35,7 @@ use crate::phases::{configure_load_balancer, install_load_balancer};
 use crate::phases::{Ctx, EtcdView, Phase};
 use crate::pki::{self, Pki};
 use crate::plan::{HostSteps, Parallelism, Plan, PlannedPhase, Step};
-use crate::state::StateDir;
+use crate::state::{StateDir, StateView};
 
 /// The table of contents of a cluster bring-up, in order.
 pub fn phases() -> Vec<Box<dyn Phase>> {
@@ -72,7 +72,9 @@ pub struct Options {
 /// Everything a plan was built from, kept for executing it.
 pub struct Prepared {
     pub inv: Inventory,
-    pub state: StateDir,
+    /// The state directory the plan was built from (read only: `up` writes through its own
+    /// [`StateDir`]).
+    pub state: StateView,
     pub pki: Pki,
     pub transports: Transports,
     pub facts: BTreeMap<String, HostFacts>,
@@ -82,30 +84,66 @@ pub struct Prepared {
     /// `spec.backup.remote`'s push key and the remote's host key, once the remote was reached.
     pub backup_remote: Option<crate::backup_remote::HostFiles>,
     pub plan: Plan,
+    /// Host keys seen for the first time and not recorded (a [`preview`]): `host keytype
+    /// SHA256:…`, for the operator to compare.
+    pub unrecorded_host_keys: Vec<String>,
 }
 
-/// Connects to every host, gathers facts and builds the plan, re-issuing the leaves named in
-/// `renew` first (`hactl certs renew`: the plan then uploads them and restarts what reads them,
-/// as for any changed certificate). Changes nothing on hosts.
+/// What a command that changes the cluster does between reaching the hosts and its first
+/// write: `up` takes the cluster lock there (on the hosts once they answered, in the state
+/// directory once it is opened), so nothing, not even the lock, is written into a state
+/// directory before the cluster identity was checked.
+#[async_trait::async_trait]
+pub trait Gate: Send {
+    /// The hosts answered (nothing was written anywhere yet).
+    async fn hosts_reached(&mut self, _transports: &Transports) -> anyhow::Result<()> {
+        Ok(())
+    }
+    /// The identity check passed and the state directory is open for writing.
+    fn state_opened(&mut self, _state: &StateDir) -> anyhow::Result<()> {
+        Ok(())
+    }
+}
+
+/// No gate: the caller already holds the lock (a roll of `certs rotate-ca`).
+pub struct NoGate;
+impl Gate for NoGate {}
+
+/// Connects to every host, gathers facts, checks the cluster identity ([`crate::identity`]),
+/// and only then touches the state directory (opening it creates it; the PKI, host keys first
+/// seen, the binaries' cache) and builds the plan, re-issuing the leaves named in `renew` first
+/// (`hactl certs renew`: the plan then uploads them and restarts what reads them, as for any
+/// changed certificate). Changes nothing on hosts.
 pub async fn prepare(
     inv: Inventory,
-    state: StateDir,
+    state: StateView,
     connect: &ConnectSettings,
     renew: &[String],
+    gate: &mut dyn Gate,
 ) -> anyhow::Result<Prepared> {
-    prepare_with(inv, state, connect, renew, |t| t).await
+    prepare_with(inv, state, connect, renew, gate, |t| t).await
 }
 
 /// [`prepare`], with every host's transport passed through `wrap` first (tests wrap it in a
 /// transport that fails on any mutation, to prove that planning changes nothing).
 pub async fn prepare_with(
     inv: Inventory,
-    state: StateDir,
+    view: StateView,
     connect: &ConnectSettings,
     renew: &[String],
+    gate: &mut dyn Gate,
     wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
 ) -> anyhow::Result<Prepared> {
-    crate::kubernetes::inputs::refuse_bad_bundle(&inv)?;
+    let reached = reach_and_check(&inv, &view, connect, &wrap, Some(gate)).await?;
+    let state = StateDir::open(&view.path)
+        .with_context(|| format!("cannot use the state directory of cluster {}", inv.name))?;
+    if let Some(known) = &reached.known {
+        let pinned = crate::ssh::KnownHosts::load(state.known_hosts_path())?;
+        for line in pinned.pin_from(known)? {
+            tracing::info!("recorded host key {line}");
+        }
+    }
+    gate.state_opened(&state)?;
     let pki = pki::ensure_renewing(
         &state.path.join("pki"),
         &inv,
@@ -113,20 +151,151 @@ pub async fn prepare_with(
         renew,
     )
     .context("failed to prepare the cluster's certificates")?;
-    for change in pki.report.iter().filter(|c| c.is_change()) {
-        tracing::info!("pki: {change}");
+    let backup_key = match &inv.backup.remote {
+        Some(_) => Some(crate::backup_remote::ensure_key(&state, &inv.name)?),
+        None => None,
+    };
+    let downloads = state.path.join("downloads");
+    let binaries = binaries::ensure(&inv.etcd.source, &downloads, &["etcd", "etcdctl"], &["etcdutl"])
+        .await
+        .context("failed to prepare the etcd binaries")?;
+    let binary_version = binaries
+        .as_ref()
+        .and_then(|b| binaries::reported_version(b, "etcd", &downloads.join("run")));
+    let kubernetes = crate::kubernetes::inputs::prepare(&inv, &state).await?;
+    let prepared = build_plan(
+        inv,
+        state.view(),
+        reached,
+        Materials {
+            pki,
+            backup_key,
+            binaries,
+            binary_version,
+            kubernetes,
+        },
+    )?;
+    // Raise the revision high-water mark from what the members answered. etcd 3.5 leaves the
+    // revision out of a member list's header, so each member's own `endpoint status` counts
+    // too: a revision a member has applied was committed by a quorum.
+    if let Some(rev) = prepared
+        .facts
+        .values()
+        .flat_map(|f| {
+            let listed = f.members.as_ref().map(|m| m.header.revision);
+            let own = f.etcd_status.as_ref().map(|s| s.header.revision);
+            listed.into_iter().chain(own)
+        })
+        .max()
+    {
+        if rev > 0 {
+            let cluster_id = prepared
+                .view
+                .members
+                .as_ref()
+                .map(|m| format!("{:x}", m.header.cluster_id))
+                .unwrap_or_default();
+            if let Err(e) = crate::hwm::record(&state, crate::hwm::Hwm::now(rev, &cluster_id, "up")) {
+                tracing::warn!("could not record the high-water mark: {e}");
+            }
+        }
     }
-    for warning in &pki.warnings {
-        tracing::warn!("pki: {warning}");
-    }
+    Ok(prepared)
+}
+
+/// What `hactl plan` prints: [`prepare`]'s plan, built from a state directory it can only read
+/// ([`StateView`]; a missing one is a cluster to create). Nothing is written anywhere: host keys
+/// seen for the first time are trusted for this run and listed
+/// ([`Prepared::unrecorded_host_keys`]); a CA, certificate or key `up` would create is made in
+/// memory ([`pki::preview`]), so its sha256 is not the one `up` will upload.
+pub async fn preview(inv: Inventory, view: StateView, connect: &ConnectSettings) -> anyhow::Result<Prepared> {
+    preview_with(inv, view, connect, |t| t).await
+}
+
+/// [`preview`] through wrapped transports (tests: a transport that fails on any mutation).
+pub async fn preview_with(
+    inv: Inventory,
+    view: StateView,
+    connect: &ConnectSettings,
+    wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
+) -> anyhow::Result<Prepared> {
+    let reached = reach_and_check(&inv, &view, connect, &wrap, None).await?;
+    let pki = pki::preview(&view.file("pki"), &inv, time::OffsetDateTime::now_utc())
+        .context("failed to read the cluster's certificates")?;
+    let backup_key = match &inv.backup.remote {
+        Some(_) => Some(crate::backup_remote::preview_key(&view, &inv.name)?),
+        None => None,
+    };
+    let binaries = binaries::ensure_read_only(
+        &inv.etcd.source,
+        &view.file("downloads"),
+        &["etcd", "etcdctl"],
+        &["etcdutl"],
+    )
+    .await
+    .context("failed to prepare the etcd binaries")?;
+    let scratch = tempfile::tempdir()?;
+    let binary_version = binaries
+        .as_ref()
+        .and_then(|b| binaries::reported_version(b, "etcd", scratch.path()));
+    let kubernetes = crate::kubernetes::inputs::preview(&inv, &view).await?;
+    build_plan(
+        inv,
+        view,
+        reached,
+        Materials {
+            pki,
+            backup_key,
+            binaries,
+            binary_version,
+            kubernetes,
+        },
+    )
+}
+
+/// The hosts reached, their facts, and the host keys checked (read only so far).
+struct Reached {
+    transports: Transports,
+    facts: BTreeMap<String, HostFacts>,
+    known: Option<Arc<crate::ssh::KnownHosts>>,
+    /// The backup remote's known_hosts lines (as the run knows them).
+    remote_known_hosts: String,
+    identity_warnings: Vec<String>,
+}
+
+/// What the state directory gives a plan (written by `up`, read or made in memory by `plan`).
+struct Materials {
+    pki: Pki,
+    backup_key: Option<crate::backup_remote::PushKey>,
+    binaries: Option<LocalBinaries>,
+    binary_version: Option<String>,
+    kubernetes: Option<crate::kubernetes::KubernetesInputs>,
+}
+
+/// Connects (host keys checked against the state, nothing recorded), passes the gate, gathers
+/// facts (one round trip per host) and checks the cluster identity: hosts that belong to a
+/// cluster whose CAs the state does not hold are refused (exit 2) before anything is written.
+async fn reach_and_check(
+    inv: &Inventory,
+    view: &StateView,
+    connect: &ConnectSettings,
+    wrap: &(impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport> + ?Sized),
+    gate: Option<&mut dyn Gate>,
+) -> anyhow::Result<Reached> {
+    crate::kubernetes::inputs::refuse_bad_bundle(inv)?;
     let mut hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
     // Hosts without roles (a replaced member's old host) are asked too, best effort: only for a
     // leftover etcd unit to disable (phases/retire_etcd.rs). One that does not answer (powered
     // off, confirmed dead) is left out with a warning, never a reason to stop.
     let spare: Vec<&Host> = inv.hosts.iter().filter(|h| h.roles.is_empty()).collect();
     // One connect for all (the sessions share the known_hosts file).
-    let all: Vec<&Host> = hosts.iter().chain(spare.iter()).copied().collect();
-    let mut reached = crate::exec::connect::reach(&state, &all, connect).await;
+    let mut all: Vec<Host> = hosts.iter().chain(spare.iter()).map(|h| (*h).clone()).collect();
+    if let Some(remote) = &inv.backup.remote {
+        all.push(remote.host());
+    }
+    let all_refs: Vec<&Host> = all.iter().collect();
+    let (conns, known) = crate::exec::connect::connect_keeping_keys(view, &all_refs, connect).await;
+    let mut reached = crate::exec::connect::Reach::sort(&all_refs, conns);
     for h in &spare {
         if let Some(why) = reached.unreachable.remove(&h.name) {
             tracing::warn!(
@@ -137,52 +306,82 @@ pub async fn prepare_with(
             hosts.push(h);
         }
     }
-    let transports: Transports = reached.require_all()?;
-    let mut transports: Transports = transports.into_iter().map(|(name, t)| (name, wrap(t))).collect();
-    let mut backup_remote = None;
     if let Some(remote) = &inv.backup.remote {
-        // spec.backup.remote: the push key, and the remote's host key pinned by reaching it.
-        let key = crate::backup_remote::ensure_key(&state, &inv.name)?;
-        let t = crate::exec::connect::reach(&state, &[&remote.host()], connect)
-            .await
-            .require_all()
-            .with_context(|| {
-                format!(
-                    "cannot reach backup.remote {}: fix spec.backup.remote or the remote host",
-                    remote.describe()
-                )
-            })?;
-        for (name, t) in t {
-            transports.insert(name, wrap(t));
+        if let Some(why) = reached.unreachable.get(crate::inventory::REMOTE_HOST_NAME) {
+            anyhow::bail!(
+                "cannot reach backup.remote {} ({why}): fix spec.backup.remote or the remote host",
+                remote.describe()
+            );
         }
-        backup_remote = Some(crate::backup_remote::HostFiles {
-            key,
-            known_hosts: crate::backup_remote::known_hosts_lines(&state, remote),
-        });
     }
-    let facts = gather_facts(&inv, &hosts, &transports, connect.concurrency).await?;
+    let transports: Transports = reached.require_all()?;
+    let transports: Transports = transports.into_iter().map(|(name, t)| (name, wrap(t))).collect();
+    if let Some(gate) = gate {
+        gate.hosts_reached(&transports).await?;
+    }
+    let facts = gather_facts(inv, &hosts, &transports, connect.concurrency).await?;
+    let expected = crate::identity::Expected::from_pki_dir(&view.file("pki"))?.with_cluster_id(
+        view.read(crate::hwm::FILE)
+            .ok()
+            .flatten()
+            .and_then(|t| serde_json::from_str::<crate::hwm::Hwm>(&t).ok())
+            .map(|h| h.cluster_id),
+    );
+    let findings = crate::identity::check(&expected, &facts);
+    if !findings.is_ok() {
+        return Err(crate::exit::refuse(
+            crate::exit::REFUSED,
+            crate::identity::refusal(&findings, &expected, &view.path, &inv.source),
+        ));
+    }
+    let remote_known_hosts = match (&inv.backup.remote, &known) {
+        (Some(remote), Some(k)) => crate::backup_remote::known_hosts_lines_of(k, remote),
+        _ => String::new(),
+    };
+    Ok(Reached {
+        transports,
+        facts,
+        known,
+        remote_known_hosts,
+        identity_warnings: findings.warnings,
+    })
+}
+
+/// Builds the plan from the hosts' facts and the state's materials. Reads only.
+fn build_plan(inv: Inventory, state: StateView, reached: Reached, m: Materials) -> anyhow::Result<Prepared> {
+    for warning in &reached.identity_warnings {
+        tracing::warn!("{warning}");
+    }
+    for change in m.pki.report.iter().filter(|c| c.is_change()) {
+        tracing::info!("pki: {change}");
+    }
+    for warning in &m.pki.warnings {
+        tracing::warn!("pki: {warning}");
+    }
+    let Reached {
+        transports,
+        facts,
+        known,
+        remote_known_hosts,
+        ..
+    } = reached;
+    let backup_remote = m.backup_key.map(|key| crate::backup_remote::HostFiles {
+        key,
+        known_hosts: remote_known_hosts,
+    });
     let mut view = match EtcdView::from_facts(&inv, &facts) {
         Err(e) if e.is_refusal() => return Err(crate::exit::refuse(crate::exit::REFUSED, e.to_string())),
         other => other?,
     };
-    view.token = fs_err::read_to_string(state.file(crate::etcd::TOKEN_FILE))
+    view.token = state
+        .read(crate::etcd::TOKEN_FILE)
         .ok()
+        .flatten()
         .map(|t| t.trim().to_string())
         .filter(|t| !t.is_empty());
-    let binaries = binaries::ensure(
-        &inv.etcd.source,
-        &state.path.join("downloads"),
-        &["etcd", "etcdctl"],
-        &["etcdutl"],
-    )
-    .await
-    .context("failed to prepare the etcd binaries")?;
     // The version the uploaded etcd will run, compared with etcd.version before any restart.
-    view.binary_version = binaries
-        .as_ref()
-        .and_then(|b| binaries::reported_version(b, "etcd", &state.path.join("downloads").join("run")))
-        .and_then(|v| crate::etcd::upgrade::parse(&v));
-    let kubernetes = crate::kubernetes::inputs::prepare(&inv, &state).await?;
+    view.binary_version = m.binary_version.as_deref().and_then(crate::etcd::upgrade::parse);
+    let (pki, binaries, kubernetes) = (m.pki, m.binaries, m.kubernetes);
     let ctx = Ctx::new(&inv, &pki, &facts)
         .with_etcd(&view)
         .with_binaries(binaries.as_ref())
@@ -197,32 +396,10 @@ pub async fn prepare_with(
         }
         other => other?,
     };
-    // Raise the revision high-water mark from what the members answered. etcd 3.5 leaves the
-    // revision out of a member list's header, so each member's own `endpoint status` counts
-    // too: a revision a member has applied was committed by a quorum.
-    if let Some(rev) = facts
-        .values()
-        .flat_map(|f| {
-            let listed = f.members.as_ref().map(|m| m.header.revision);
-            let own = f.etcd_status.as_ref().map(|s| s.header.revision);
-            listed.into_iter().chain(own)
-        })
-        .max()
-    {
-        if rev > 0 {
-            let cluster_id = view
-                .members
-                .as_ref()
-                .map(|m| format!("{:x}", m.header.cluster_id))
-                .unwrap_or_default();
-            if let Err(e) = crate::hwm::record(&state, crate::hwm::Hwm::now(rev, &cluster_id, "up")) {
-                tracing::warn!("could not record the high-water mark: {e}");
-            }
-        }
-    }
     if !plan.is_empty() {
         plan.push(verify_phase(&inv));
     }
+    let unrecorded_host_keys = known.map(|k| k.unrecorded()).unwrap_or_default();
     Ok(Prepared {
         inv,
         state,
@@ -234,6 +411,7 @@ pub async fn prepare_with(
         kubernetes,
         backup_remote,
         plan,
+        unrecorded_host_keys,
     })
 }
 
@@ -315,10 +493,17 @@ pub async fn gather_facts(
 /// Plans and runs `up` for an inventory loaded by a caller that holds the state's `up` lock
 /// (`up` itself, and each roll of `certs rotate-ca`); `renew` as for [`prepare`]. Prints the
 /// summaries, asks before a disruptive plan unless `opts.yes`, stops between steps on Ctrl-C.
-pub async fn apply(inv: Inventory, state: StateDir, opts: &Options, renew: &[String]) -> anyhow::Result<i32> {
+pub async fn apply(
+    inv: Inventory,
+    state: StateView,
+    opts: &Options,
+    renew: &[String],
+    gate: &mut dyn Gate,
+) -> anyhow::Result<i32> {
     let started = Instant::now();
-    let prepared = prepare(inv, state, &opts.connect, renew).await?;
-    if let Some(path) = write_admin_kubeconfig(&prepared.inv, &prepared.state, &prepared.pki)? {
+    let prepared = prepare(inv, state, &opts.connect, renew, gate).await?;
+    let state = StateDir::open(&prepared.state.path)?;
+    if let Some(path) = write_admin_kubeconfig(&prepared.inv, &state, &prepared.pki)? {
         tracing::info!("admin kubeconfig: {}", path.display());
     }
     if let Some(remote) = &prepared.inv.backup.remote {

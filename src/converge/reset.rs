@@ -18,7 +18,6 @@ use crate::facts::HostFacts;
 use crate::inventory::{Host, Inventory, Role};
 use crate::phases::etcd_files::managed_paths;
 use crate::plan::{HostSteps, Parallelism, Plan, PlannedPhase, RemoteCommand, Step};
-use crate::state::StateDir;
 
 /// `rm -f --` of the `paths` the facts show present, or nothing.
 fn remove_present(facts: &HostFacts, paths: impl IntoIterator<Item = String>) -> Option<Step> {
@@ -267,11 +266,11 @@ pub struct Prepared {
 /// and its data-directory check. Changes nothing.
 pub async fn prepare(
     inv: &Inventory,
-    state: &StateDir,
+    keys: crate::exec::connect::HostKeys<'_>,
     connect: &ConnectSettings,
 ) -> anyhow::Result<Prepared> {
     let hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
-    let transports = crate::exec::connect::reach(state, &hosts, connect)
+    let transports = crate::exec::connect::reach(keys, &hosts, connect)
         .await
         .require_all()?;
     let facts = super::gather_facts(inv, &hosts, &transports, connect.concurrency).await?;

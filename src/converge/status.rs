@@ -15,7 +15,7 @@ use crate::etcd::{self as etcd_paths};
 use crate::exec::connect::ConnectSettings;
 use crate::inventory::{Host, Inventory, Role};
 use crate::pki;
-use crate::state::StateDir;
+use crate::state::{StateDir, StateView};
 
 /// The JSON document of `hactl status -o json` (schema in docs/reference/json.md).
 #[derive(Debug, Clone, Serialize, Default)]
@@ -154,7 +154,7 @@ pub fn record_hwm(state: &StateDir, status: &ClusterStatus) {
 /// Reads the cluster's status through every reachable etcd host.
 pub async fn gather(
     inv: &Inventory,
-    state: &StateDir,
+    state: &StateView,
     connect: &ConnectSettings,
 ) -> anyhow::Result<ClusterStatus> {
     let pki_dir = state.path.join("pki");
@@ -346,7 +346,7 @@ pub async fn gather(
             .problems
             .extend(crate::backup::stale_problem(&status.backups, inv.backup.interval));
         if let Some(remote) = &inv.backup.remote {
-            let r = crate::backup_remote::status(state, remote, &inv.name, connect).await;
+            let r = crate::backup_remote::status(state.into(), remote, &inv.name, connect).await;
             if let Some(e) = &r.error {
                 status.problems.push(format!("backup remote: {e}"));
             }

@@ -17,7 +17,41 @@ use futures::StreamExt;
 use crate::exec::{Transport, Transports};
 use crate::inventory::Host;
 use crate::ssh::{ConnectOptions, Session};
-use crate::state::StateDir;
+use crate::state::{StateDir, StateView};
+
+/// Where host keys are checked, and whether an unknown host's key may be recorded there: a
+/// command that changes things pins keys in its state directory (trust on first use); a
+/// read-only one ([`StateView`]) checks them against it and records nothing.
+#[derive(Debug, Clone, Copy)]
+pub enum HostKeys<'a> {
+    Pin(&'a StateDir),
+    ReadOnly(&'a StateView),
+    /// A dry run of a command that may write: checked against the state directory's keys,
+    /// nothing recorded.
+    Check(&'a StateDir),
+}
+
+impl<'a> From<&'a StateDir> for HostKeys<'a> {
+    fn from(state: &'a StateDir) -> Self {
+        HostKeys::Pin(state)
+    }
+}
+
+impl<'a> From<&'a StateView> for HostKeys<'a> {
+    fn from(view: &'a StateView) -> Self {
+        HostKeys::ReadOnly(view)
+    }
+}
+
+impl HostKeys<'_> {
+    fn load(self) -> Result<crate::ssh::KnownHosts, crate::ssh::Error> {
+        match self {
+            HostKeys::Pin(state) => crate::ssh::KnownHosts::load(state.known_hosts_path()),
+            HostKeys::ReadOnly(view) => crate::ssh::KnownHosts::load_read_only(view.known_hosts_path()),
+            HostKeys::Check(state) => crate::ssh::KnownHosts::load_read_only(state.known_hosts_path()),
+        }
+    }
+}
 
 /// How to reach hosts: what every command that connects is told (`cli::ConnectArgs` on the
 /// command line).
@@ -47,26 +81,39 @@ pub type Connection = Result<Arc<dyn Transport>, String>;
 
 /// Connects to `hosts` (at most `args.concurrency` at once), verifying host keys against the
 /// cluster's known_hosts. Every host gets an entry: its connection or its error chain.
-pub async fn connect(
-    state: &StateDir,
+pub async fn connect<'a>(
+    keys: impl Into<HostKeys<'a>>,
     hosts: &[&Host],
     args: &ConnectSettings,
 ) -> BTreeMap<String, Connection> {
-    let known = match crate::ssh::KnownHosts::load(state.known_hosts_path()) {
+    connect_keeping_keys(keys, hosts, args).await.0
+}
+
+/// [`connect`], also handing back the host keys it checked (a read-only run lists the keys it
+/// saw for the first time: [`crate::ssh::KnownHosts::unrecorded`]).
+pub async fn connect_keeping_keys<'a>(
+    keys: impl Into<HostKeys<'a>>,
+    hosts: &[&Host],
+    args: &ConnectSettings,
+) -> (BTreeMap<String, Connection>, Option<Arc<crate::ssh::KnownHosts>>) {
+    let known = match keys.into().load() {
         Ok(k) => Arc::new(k),
         Err(e) => {
             let msg = format!("{:#}", anyhow::Error::from(e));
-            return hosts.iter().map(|h| (h.name.clone(), Err(msg.clone()))).collect();
+            return (
+                hosts.iter().map(|h| (h.name.clone(), Err(msg.clone()))).collect(),
+                None,
+            );
         }
     };
     let opts = ConnectOptions {
-        known_hosts: known,
+        known_hosts: known.clone(),
         accept_new_host_key: args.accept_new_host_key.clone(),
         timeout: args.connect_timeout.map(Duration::from_secs),
         agent_socket: None,
         key_passphrase: crate::ssh::PassphraseSource::default(),
     };
-    connect_with(hosts, &opts, args.concurrency).await
+    (connect_with(hosts, &opts, args.concurrency).await, Some(known))
 }
 
 /// [`connect`] with options already built (tests, and callers with their own known_hosts).
@@ -98,8 +145,8 @@ pub struct Reach {
 }
 
 /// Connects to `hosts` and sorts the answers.
-pub async fn reach(state: &StateDir, hosts: &[&Host], args: &ConnectSettings) -> Reach {
-    Reach::sort(hosts, connect(state, hosts, args).await)
+pub async fn reach<'a>(keys: impl Into<HostKeys<'a>>, hosts: &[&Host], args: &ConnectSettings) -> Reach {
+    Reach::sort(hosts, connect(keys, hosts, args).await)
 }
 
 impl Reach {

@@ -6,7 +6,7 @@ use anyhow::Context as _;
 
 use crate::binaries;
 use crate::inventory::Inventory;
-use crate::state::StateDir;
+use crate::state::{StateDir, StateView};
 
 /// The encryption key (created once in the state directory) and, in systemd mode, the
 /// Kubernetes binaries; `None` without a kubernetes section. `source: package` gets no binaries
@@ -15,6 +15,36 @@ pub async fn prepare(
     inv: &Inventory,
     state: &StateDir,
 ) -> anyhow::Result<Option<crate::kubernetes::KubernetesInputs>> {
+    if inv.kubernetes.is_none() {
+        return Ok(None);
+    }
+    refuse_bad_bundle(inv)?;
+    let key = crate::kubernetes::secrets::ensure_encryption_key(state)
+        .context("failed to prepare the key that encrypts Secrets at rest")?;
+    build(inv, &state.path.join("downloads"), key, true).await
+}
+
+/// [`prepare`] for a read-only command (`hactl plan`): the stored encryption key or one made in
+/// memory, binaries from the cache or a temporary download; nothing is written.
+pub async fn preview(
+    inv: &Inventory,
+    view: &StateView,
+) -> anyhow::Result<Option<crate::kubernetes::KubernetesInputs>> {
+    if inv.kubernetes.is_none() {
+        return Ok(None);
+    }
+    refuse_bad_bundle(inv)?;
+    let key = crate::kubernetes::secrets::preview_encryption_key(view)
+        .context("failed to read the key that encrypts Secrets at rest")?;
+    build(inv, &view.file("downloads"), key, false).await
+}
+
+async fn build(
+    inv: &Inventory,
+    downloads: &std::path::Path,
+    key: crate::kubernetes::secrets::EncryptionKey,
+    write_cache: bool,
+) -> anyhow::Result<Option<crate::kubernetes::KubernetesInputs>> {
     let Some(kube) = &inv.kubernetes else {
         return Ok(None);
     };
@@ -22,17 +52,16 @@ pub async fn prepare(
     if let Some(warning) = crate::kubernetes::gates::end_of_life_warning(&kube.version, &today) {
         tracing::warn!("{warning}");
     }
-    refuse_bad_bundle(inv)?;
-    let key = crate::kubernetes::secrets::ensure_encryption_key(state)
-        .context("failed to prepare the key that encrypts Secrets at rest")?;
     let binaries = if kube.mode == crate::inventory::KubernetesMode::Systemd {
-        binaries::ensure(
-            &kube.source,
-            &state.path.join("downloads"),
+        let (wanted, optional) = (
             &crate::kubernetes::WANTED_BINARIES,
             &crate::kubernetes::OPTIONAL_BINARIES,
-        )
-        .await
+        );
+        if write_cache {
+            binaries::ensure(&kube.source, downloads, wanted, optional).await
+        } else {
+            binaries::ensure_read_only(&kube.source, downloads, wanted, optional).await
+        }
         .context("failed to prepare the Kubernetes binaries")?
     } else {
         None

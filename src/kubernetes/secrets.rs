@@ -10,7 +10,7 @@ use std::fmt;
 use base64::Engine as _;
 use rand::RngCore as _;
 
-use crate::state::{StateDir, StateError};
+use crate::state::{StateDir, StateError, StateView};
 
 /// Path of the key, relative to the state directory.
 pub const ENCRYPTION_KEY: &str = "kubernetes/encryption-key";
@@ -45,8 +45,22 @@ pub enum SecretsError {
 
 /// Reads the cluster's encryption key, generating and storing it (0600) on first use.
 pub fn ensure_encryption_key(state: &StateDir) -> Result<EncryptionKey, SecretsError> {
-    let path = state.file(ENCRYPTION_KEY);
-    match fs_err::read_to_string(&path) {
+    let (key, new) = load_or_generate(&state.file(ENCRYPTION_KEY))?;
+    if new {
+        state.write_secret(ENCRYPTION_KEY, format!("{}\n", key.expose_base64()).as_bytes())?;
+    }
+    Ok(key)
+}
+
+/// [`ensure_encryption_key`] for a read-only command: the stored key, or (none yet) one made in
+/// memory for this run only, never written.
+pub fn preview_encryption_key(view: &StateView) -> Result<EncryptionKey, SecretsError> {
+    Ok(load_or_generate(&view.file(ENCRYPTION_KEY))?.0)
+}
+
+/// The key at `path`, or a new one (`true`) when there is none.
+fn load_or_generate(path: &std::path::Path) -> Result<(EncryptionKey, bool), SecretsError> {
+    match fs_err::read_to_string(path) {
         Ok(text) => {
             let unusable = || SecretsError::Unusable {
                 path: path.display().to_string(),
@@ -55,14 +69,12 @@ pub fn ensure_encryption_key(state: &StateDir) -> Result<EncryptionKey, SecretsE
                 .decode(text.trim())
                 .map_err(|_| unusable())?;
             let key: [u8; 32] = bytes.try_into().map_err(|_| unusable())?;
-            Ok(EncryptionKey(key))
+            Ok((EncryptionKey(key), false))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let mut key = [0u8; 32];
             rand::rng().fill_bytes(&mut key);
-            let key = EncryptionKey(key);
-            state.write_secret(ENCRYPTION_KEY, format!("{}\n", key.expose_base64()).as_bytes())?;
-            Ok(key)
+            Ok((EncryptionKey(key), true))
         }
         Err(e) => Err(SecretsError::State(StateError::Io(e))),
     }

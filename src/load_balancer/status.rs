@@ -108,7 +108,7 @@ fn parse_probe(host: &Host, vip: Option<std::net::IpAddr>, text: &str) -> (Balan
 /// Reads the load balancers' state; `None` when the inventory has none.
 pub async fn gather(
     inv: &Inventory,
-    state: &crate::state::StateDir,
+    state: &crate::state::StateView,
     connect: &crate::exec::connect::ConnectSettings,
 ) -> Option<LoadBalancerStatus> {
     let hosts: Vec<&Host> = inv.with_role(Role::LoadBalancer);

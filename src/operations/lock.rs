@@ -505,6 +505,46 @@ impl ClusterLock {
         Ok(lock)
     }
 
+    /// The hosts' half alone, for a command that must not write into its state directory
+    /// before the cluster identity was checked (`up`, which may find no state directory at all):
+    /// [`ClusterLock::add_local`] adds the local half once it may write there. Two processes of
+    /// one machine still exclude each other, on the hosts.
+    pub async fn on_hosts_first(
+        transports: &Transports,
+        hosts: &[String],
+        owner: Owner,
+    ) -> Result<ClusterLock, LockError> {
+        let mut lock = ClusterLock {
+            local: None,
+            transports: transports.clone(),
+            hosts: Vec::new(),
+            owner,
+        };
+        let mut new = Vec::new();
+        for host in hosts.iter().filter(|h| transports.contains_key(*h)) {
+            match acquire_on(transports, host, &lock.owner, None).await {
+                Ok(Taken::New) => new.push(host.clone()),
+                Ok(Taken::Kept) => lock.hosts.push(host.clone()),
+                Err(e) => {
+                    release_on(transports, &new, &lock.owner.run).await;
+                    lock.hosts.clear();
+                    return Err(e);
+                }
+            }
+        }
+        lock.hosts.extend(new);
+        Ok(lock)
+    }
+
+    /// Adds the local half (`locks/cluster.lock` in `state`) to a lock taken with
+    /// [`ClusterLock::on_hosts_first`].
+    pub fn add_local(&mut self, state: &StateDir) -> Result<(), LockError> {
+        if self.local.is_none() {
+            self.local = Some(LocalLock::acquire(state, &self.owner)?);
+        }
+        Ok(())
+    }
+
     /// The owner this lock was taken as.
     pub fn owner(&self) -> &Owner {
         &self.owner

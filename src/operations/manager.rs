@@ -42,16 +42,77 @@ use crate::exit;
 use crate::inventory::Inventory;
 use crate::state::StateDir;
 
+/// The cluster identity ([`crate::identity`]) of the hosts an operation reached, against its
+/// state directory: a host whose trust files hold no CA the state knows is refused (exit 2).
+async fn check_identity(ctx: &Context<'_>, transports: &Transports) -> anyhow::Result<()> {
+    let cmd = crate::identity::probe_command();
+    let asks = transports
+        .iter()
+        .filter(|(h, _)| ctx.inv.host(h).is_some())
+        .map(|(h, t)| {
+            let (h, t, cmd) = (h.clone(), t.clone(), cmd.clone());
+            async move { (h, t.run(&cmd).await) }
+        });
+    let mut facts = std::collections::BTreeMap::new();
+    for (host, out) in futures::future::join_all(asks).await {
+        match out {
+            Ok(out) if out.success() => {
+                facts.insert(host, crate::facts::parse(&out.stdout_str()));
+            }
+            // A host that cannot be asked is the operation's own business (its reach decides).
+            Ok(out) => tracing::debug!("{host}: trust files not read: {}", out.stderr_str().trim()),
+            Err(e) => tracing::debug!("{host}: trust files not read: {e}"),
+        }
+    }
+    let expected = crate::identity::Expected::from_pki_dir(&ctx.state.file("pki"))?;
+    let findings = crate::identity::check(&expected, &facts);
+    if findings.strangers.is_empty() {
+        return Ok(());
+    }
+    let findings = crate::identity::Findings {
+        cluster_ids: Default::default(),
+        ..findings
+    };
+    Err(exit::refuse(
+        exit::REFUSED,
+        crate::identity::refusal(&findings, &expected, &ctx.state.path, &ctx.inv.source),
+    ))
+}
+
 /// The `apiVersion` of every JSON document hactl prints.
 pub const API_VERSION: &str = "hactl.io/v1alpha1";
 /// The `kind` of a dry run's document.
 pub const PLAN_KIND: &str = "OperationPlan";
 
 /// What every operation works with.
+#[derive(Clone, Copy)]
 pub struct Context<'a> {
     pub inv: &'a Inventory,
     pub state: &'a StateDir,
     pub connect: &'a ConnectSettings,
+    /// Set by the driver for a dry run: [`Context::host_keys`] then records no host key.
+    pub dry_run: bool,
+}
+
+impl<'a> Context<'a> {
+    pub fn new(inv: &'a Inventory, state: &'a StateDir, connect: &'a ConnectSettings) -> Self {
+        Context {
+            inv,
+            state,
+            connect,
+            dry_run: false,
+        }
+    }
+
+    /// How an operation's reach checks host keys: pinned on first use on a live run; checked
+    /// and never recorded on a dry run (which writes nothing).
+    pub fn host_keys(&self) -> crate::exec::connect::HostKeys<'a> {
+        if self.dry_run {
+            crate::exec::connect::HostKeys::Check(self.state)
+        } else {
+            crate::exec::connect::HostKeys::Pin(self.state)
+        }
+    }
 }
 
 /// Asks the operator a y/N question: `Ok` is yes.
@@ -302,8 +363,14 @@ fn stop_on_ctrl_c() {
 /// Runs `op`: reach, lock, plan, print or confirm, journal, run, report; gives the lock back.
 /// Returns the exit code of a finished run; a stopped run is an error carrying its code.
 pub async fn run<O: Operation + ?Sized>(op: &mut O, ctx: &Context<'_>, flags: &Flags) -> anyhow::Result<i32> {
+    let ctx = &Context {
+        dry_run: flags.dry_run,
+        ..*ctx
+    };
     let run = op.run_id(ctx)?;
     let transports = op.reach(ctx).await?;
+    // Before the lock and the plan: hosts that belong to another cluster are refused.
+    check_identity(ctx, &transports).await?;
     if flags.dry_run {
         let planned = op.plan(ctx, &run, &transports).await?;
         if planned.steps.is_empty() && !flags.json {

@@ -12,7 +12,6 @@ use crate::exec::connect::ConnectSettings;
 use crate::exec::{Transport, Transports};
 use crate::facts::{self, HostFacts};
 use crate::inventory::{Host, Inventory, Role};
-use crate::state::StateDir;
 
 /// The hosts that answered, their facts, and why the others did not.
 pub struct Reach {
@@ -23,8 +22,13 @@ pub struct Reach {
 
 /// Connects to `hosts` and gathers facts from those that answer; an unreachable host is
 /// recorded, not fatal (the member being replaced may be dead with its host).
-pub async fn reach(inv: &Inventory, state: &StateDir, hosts: &[&Host], settings: &ConnectSettings) -> Reach {
-    let connected = crate::exec::connect::reach(state, hosts, settings).await;
+pub async fn reach(
+    inv: &Inventory,
+    keys: crate::exec::connect::HostKeys<'_>,
+    hosts: &[&Host],
+    settings: &ConnectSettings,
+) -> Reach {
+    let connected = crate::exec::connect::reach(keys, hosts, settings).await;
     let mut r = Reach {
         transports: Transports::new(),
         facts: BTreeMap::new(),

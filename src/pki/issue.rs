@@ -90,15 +90,15 @@ pub(crate) fn ensure_ca(ledger: &mut Ledger<'_>, kind: CaKind, cluster: &str) ->
                 reason: format!("not a private key: {e}"),
             })?;
             let cert = self_signed(ledger, kind, cluster, &key)?;
-            store::write_atomic(&cert_path, cert.as_bytes(), store::CERT_MODE)?;
+            ledger.write(&cert_path, cert.as_bytes(), store::CERT_MODE)?;
             (cert, key_pem, Action::CreatedFromExistingKey)
         }
         (None, None) => {
             let key = generate_key(ledger.key_type, &key_rel)?;
             let key_pem = key.serialize_pem();
             let cert = self_signed(ledger, kind, cluster, &key)?;
-            store::write_atomic(&key_path, key_pem.as_bytes(), store::KEY_MODE)?;
-            store::write_atomic(&cert_path, cert.as_bytes(), store::CERT_MODE)?;
+            ledger.write(&key_path, key_pem.as_bytes(), store::KEY_MODE)?;
+            ledger.write(&cert_path, cert.as_bytes(), store::CERT_MODE)?;
             (cert, key_pem, Action::Created)
         }
     };
@@ -216,7 +216,7 @@ pub(crate) fn ensure_service_account_key(ledger: &mut Ledger<'_>) -> Result<KeyF
         None => {
             let key = generate_key(ledger.key_type, "sa.key")?;
             let pem = key.serialize_pem();
-            store::write_atomic(&key_path, pem.as_bytes(), store::KEY_MODE)?;
+            ledger.write(&key_path, pem.as_bytes(), store::KEY_MODE)?;
             ledger.record("sa.key".into(), Action::Created);
             (key, pem)
         }
@@ -225,7 +225,7 @@ pub(crate) fn ensure_service_account_key(ledger: &mut Ledger<'_>) -> Result<KeyF
     match store::read_if_exists(&pub_path)? {
         Some(existing) if existing == pub_pem => ledger.record("sa.pub".into(), Action::Reused),
         existing => {
-            store::write_atomic(&pub_path, pub_pem.as_bytes(), store::CERT_MODE)?;
+            ledger.write(&pub_path, pub_pem.as_bytes(), store::CERT_MODE)?;
             let action = match existing {
                 None => Action::Created,
                 Some(_) => Action::Rewritten("did not match sa.key".into()),
@@ -501,9 +501,9 @@ pub(crate) fn ensure_leaf(ledger: &mut Ledger<'_>, request: &CertRequest, ca: &C
     // Key first: after a crash in between, the next run finds a key that does not match the
     // certificate and re-issues both.
     if new_key {
-        store::write_atomic(&key_path, key_pem.as_bytes(), store::KEY_MODE)?;
+        ledger.write(&key_path, key_pem.as_bytes(), store::KEY_MODE)?;
     }
-    store::write_atomic(&cert_path, cert_pem.as_bytes(), store::CERT_MODE)?;
+    ledger.write(&cert_path, cert_pem.as_bytes(), store::CERT_MODE)?;
     ledger.record(cert_rel, action);
     ledger.entries.push(Entry {
         name: request.name.clone(),

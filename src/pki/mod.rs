@@ -35,6 +35,7 @@ pub mod rotate;
 mod store;
 
 use std::fmt;
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
 use time::OffsetDateTime;
@@ -374,11 +375,22 @@ pub(crate) struct Ledger<'a> {
     pub entries: Vec<Entry>,
     pub report: Vec<Change>,
     pub warnings: Vec<String>,
+    /// [`preview`]: decide and generate as `ensure` would, write nothing.
+    pub read_only: bool,
 }
 
 impl Ledger<'_> {
     pub fn path(&self, rel: &str) -> PathBuf {
         self.dir.join(rel)
+    }
+
+    /// Replaces `path` atomically ([`store::write_atomic`]); a preview writes nothing (what it
+    /// made lives in the returned [`Pki`] only).
+    pub fn write(&self, path: &Path, contents: &[u8], mode: u32) -> std::io::Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        store::write_atomic(path, contents, mode)
     }
 
     /// Reads an existing private key, tightening its mode to 0600 (with a warning) if it was looser.
@@ -387,6 +399,15 @@ impl Ledger<'_> {
         let Some(pem) = store::read_if_exists(&path)? else {
             return Ok(None);
         };
+        if self.read_only {
+            let old = fs_err::metadata(&path)?.permissions().mode() & 0o7777;
+            if old & !store::KEY_MODE != 0 {
+                self.warnings.push(format!(
+                    "{rel}: permissions are {old:04o}; `hactl up` sets them to 0600"
+                ));
+            }
+            return Ok(Some(pem));
+        }
         if let Some(old) = store::tighten(&path, store::KEY_MODE)? {
             self.warnings
                 .push(format!("{rel}: permissions were {old:04o}, set to 0600"));
@@ -414,6 +435,24 @@ pub fn ensure_renewing(
     now: OffsetDateTime,
     renew: &[String],
 ) -> Result<Pki, PkiError> {
+    build(dir, inv, now, renew, false)
+}
+
+/// What [`ensure`] would make of `dir`, without writing anything (`hactl plan`): the same
+/// decisions and the same report, with whatever it would create or re-issue generated in
+/// memory only (so the sha256 a preview prints for a new or re-issued file is not the one `up`
+/// will upload: `up` generates its own keys). A missing `dir` is a PKI to create from nothing.
+pub fn preview(dir: &Path, inv: &Inventory, now: OffsetDateTime) -> Result<Pki, PkiError> {
+    build(dir, inv, now, &[], true)
+}
+
+fn build(
+    dir: &Path,
+    inv: &Inventory,
+    now: OffsetDateTime,
+    renew: &[String],
+    read_only: bool,
+) -> Result<Pki, PkiError> {
     // Certificates carry whole seconds; keep `now` comparable with what is read back.
     let now = now.replace_nanosecond(0).expect("0 is a valid nanosecond");
     let mut ledger = Ledger {
@@ -427,6 +466,7 @@ pub fn ensure_renewing(
         entries: Vec::new(),
         report: Vec::new(),
         warnings: Vec::new(),
+        read_only,
     };
     ensure_dir(&mut ledger, dir, "the PKI directory")?;
 
@@ -466,6 +506,9 @@ pub fn ensure_renewing(
 }
 
 fn ensure_dir(ledger: &mut Ledger<'_>, path: &Path, what: &str) -> Result<(), PkiError> {
+    if ledger.read_only {
+        return Ok(());
+    }
     if let Some(old) = store::ensure_dir(path)? {
         ledger
             .warnings

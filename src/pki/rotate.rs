@@ -131,6 +131,7 @@ pub fn create_next(dir: &Path, inv: &Inventory, kind: CaKind, now: OffsetDateTim
         entries: Vec::new(),
         report: Vec::new(),
         warnings: Vec::new(),
+        read_only: false,
     };
     let cn = format!("{} {run}", kind.common_name(&inv.name));
     let cert = issue::self_signed_named(&ledger, kind, &cn, &key)?;

@@ -62,6 +62,9 @@ struct State {
 pub struct KnownHosts {
     path: PathBuf,
     state: Mutex<State>,
+    /// Opened by a read-only command: what would be recorded is kept in memory (and listed by
+    /// [`KnownHosts::unrecorded`]), never written.
+    read_only: bool,
 }
 
 /// The host field OpenSSH uses: bare address for port 22, else `[addr]:port`.
@@ -102,11 +105,44 @@ impl KnownHosts {
         Ok(KnownHosts {
             path,
             state: Mutex::new(state),
+            read_only: false,
         })
+    }
+
+    /// [`KnownHosts::load`] for a read-only command: keys are checked as usual, an unknown
+    /// host's key is trusted for this run only and never written (the file is not created).
+    pub fn load_read_only(path: impl Into<PathBuf>) -> Result<KnownHosts, Error> {
+        let mut k = KnownHosts::load(path)?;
+        k.read_only = true;
+        Ok(k)
+    }
+
+    /// The keys a read-only run trusted on first use without recording them, as the
+    /// `host keytype SHA256:…` lines the operator compares (host order of the file).
+    pub fn unrecorded(&self) -> Vec<String> {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let written = match std::fs::read_to_string(&self.path) {
+            Ok(t) => index(&t.lines().filter_map(|l| parse_line(l).ok()).collect::<Vec<_>>()),
+            Err(_) => BTreeMap::new(),
+        };
+        let mut out = Vec::new();
+        for (host, keys) in &state.by_host {
+            for key in keys {
+                if !written.get(host).is_some_and(|w| w.contains(key)) {
+                    out.push(format!("{host} {} {}", key.algorithm(), fingerprint(key)));
+                }
+            }
+        }
+        out
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether this run only reads the file ([`KnownHosts::load_read_only`]).
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
     }
 
     /// Compares `key` with what is recorded for `addr:port`. Reads only.
@@ -143,6 +179,60 @@ impl KnownHosts {
         }
     }
 
+    /// Records in this (writable) file every key `seen` (a read-only run's) holds that this
+    /// file lacks, replacing the line of a host whose changed key that run accepted; returns
+    /// the `host keytype SHA256:…` lines recorded.
+    pub fn pin_from(&self, seen: &KnownHosts) -> Result<Vec<String>, Error> {
+        let theirs = {
+            let s = seen.state.lock().unwrap_or_else(|p| p.into_inner());
+            s.by_host.clone()
+        };
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let changed: Vec<(String, Vec<PublicKey>)> = theirs
+            .into_iter()
+            .filter(|(host, keys)| state.by_host.get(host) != Some(keys))
+            .filter(|(host, keys)| {
+                // Only hosts the file lacks or whose key the run replaced (a line the user
+                // added by hand beside ours stays).
+                !keys
+                    .iter()
+                    .all(|k| state.by_host.get(host).is_some_and(|have| have.contains(k)))
+            })
+            .collect();
+        if changed.is_empty() {
+            return Ok(vec![]);
+        }
+        self.write_with(&mut state, |lines| {
+            for (host, keys) in &changed {
+                remove_host(lines, host);
+                for key in keys {
+                    lines.push(entry(host, key));
+                }
+            }
+        })?;
+        Ok(changed
+            .iter()
+            .flat_map(|(host, keys)| {
+                keys.iter()
+                    .map(move |k| format!("{host} {} {}", k.algorithm(), fingerprint(k)))
+            })
+            .collect())
+    }
+
+    /// The lines of this file (as this run knows it) for `token` (`addr` or `[addr]:port`).
+    pub fn lines_for(&self, token: &str) -> String {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state
+            .by_host
+            .get(token)
+            .map(|keys| {
+                keys.iter()
+                    .map(|k| format!("{}\n", render_line(&entry(token, k))))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// Applies `change` to a copy of the lines, writes the file, and only then updates the map.
     fn write_with(&self, state: &mut State, change: impl FnOnce(&mut Vec<Line>)) -> Result<(), Error> {
         let mut lines = state.lines.clone();
@@ -151,6 +241,11 @@ impl KnownHosts {
         for line in &lines {
             text.push_str(&render_line(line));
             text.push('\n');
+        }
+        if self.read_only {
+            state.by_host = index(&lines);
+            state.lines = lines;
+            return Ok(());
         }
         write_atomically(&self.path, text.as_bytes()).map_err(|source| Error::KnownHostsWrite {
             path: self.path.clone(),
@@ -296,6 +391,64 @@ mod tests {
         assert_eq!(again.check(addr(), 2222, &key(KEY_A)), HostKeyCheck::Match);
         // Port 22 is a different entry.
         assert_eq!(again.check(addr(), 22, &key(KEY_A)), HostKeyCheck::Unknown);
+    }
+
+    #[test]
+    fn a_read_only_run_trusts_a_new_key_for_itself_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/known_hosts");
+        let kh = KnownHosts::load_read_only(&path).unwrap();
+        assert_eq!(
+            kh.verify(addr(), 2222, &key(KEY_A), false).unwrap(),
+            Verdict::Recorded
+        );
+        assert_eq!(kh.check(addr(), 2222, &key(KEY_A)), HostKeyCheck::Match);
+        assert!(!path.exists() && !dir.path().join("state").exists());
+        let lines = kh.unrecorded();
+        assert_eq!(lines.len(), 1);
+        assert!(
+            lines[0].starts_with("[10.0.0.1]:2222 ssh-ed25519 SHA256:"),
+            "{lines:?}"
+        );
+        // A recorded key is not listed; a changed key is still refused.
+        KnownHosts::load(&path)
+            .unwrap()
+            .verify(addr(), 22, &key(KEY_A), false)
+            .unwrap();
+        let before = std::fs::read(&path).unwrap();
+        let kh = KnownHosts::load_read_only(&path).unwrap();
+        assert!(matches!(
+            kh.verify(addr(), 22, &key(KEY_B), false).unwrap(),
+            Verdict::Refused { .. }
+        ));
+        kh.verify(addr(), 22, &key(KEY_B), true).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        assert!(kh.unrecorded().iter().any(|l| l.starts_with("10.0.0.1 ")));
+    }
+
+    #[test]
+    fn keys_a_read_only_run_saw_are_pinned_once_the_command_may_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("known_hosts");
+        let seen = KnownHosts::load_read_only(&path).unwrap();
+        seen.verify(addr(), 22, &key(KEY_A), false).unwrap();
+        assert!(!path.exists());
+        let file = KnownHosts::load(&path).unwrap();
+        assert_eq!(file.pin_from(&seen).unwrap().len(), 1);
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            format!("10.0.0.1 {KEY_A}\n")
+        );
+        assert_eq!(file.pin_from(&seen).unwrap(), Vec::<String>::new());
+        assert_eq!(file.lines_for("10.0.0.1"), format!("10.0.0.1 {KEY_A}\n"));
+        // A changed key the read-only run accepted replaces the line.
+        let seen = KnownHosts::load_read_only(&path).unwrap();
+        seen.verify(addr(), 22, &key(KEY_B), true).unwrap();
+        KnownHosts::load(&path).unwrap().pin_from(&seen).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            format!("10.0.0.1 {KEY_B}\n")
+        );
     }
 
     #[test]

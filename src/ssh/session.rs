@@ -230,6 +230,14 @@ impl client::Handler for Client {
         let (ip, port) = (self.addr.ip(), self.addr.port());
         let refusal = match self.known_hosts.verify(ip, port, &key, self.accept_changed) {
             Ok(Verdict::Known) => return Ok(true),
+            Ok(Verdict::Recorded) if self.known_hosts.is_read_only() => {
+                info!(
+                    "{}: host key {presented} seen for the first time; not recorded (this command \
+                     writes nothing): compare it with `ssh-keygen -lf` on the host",
+                    self.host
+                );
+                return Ok(true);
+            }
             Ok(Verdict::Recorded) => {
                 info!(
                     "{}: recorded host key {presented} in {}",

@@ -118,7 +118,7 @@ async fn gather(
     ctx: &Context<'_>,
 ) -> anyhow::Result<(Counts, Vec<Signals>, Vec<Away>, Reach)> {
     let hosts = inv.with_role(Role::Etcd);
-    let reach = operations::reach::reach(inv, state, &hosts, ctx.connect).await;
+    let reach = operations::reach::reach(inv, ctx.host_keys(), &hosts, ctx.connect).await;
     let records = maintenance_record::maintenance_records(state);
     let obs = match reach.observe(inv, &[]).await {
         Ok(obs) => obs,

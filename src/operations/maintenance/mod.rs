@@ -89,7 +89,7 @@ async fn setup(ctx: &Context<'_>, opts: &Options) -> anyhow::Result<Setup> {
             hosts.push(h);
         }
     }
-    let reach = operations::reach::reach(inv, ctx.state, &hosts, ctx.connect).await;
+    let reach = operations::reach::reach(inv, ctx.host_keys(), &hosts, ctx.connect).await;
     Ok(Setup {
         inv: inv.clone(),
         state: ctx.state.clone(),

@@ -94,11 +94,7 @@ impl Lab {
         }
     }
     fn ctx(&self) -> Context<'_> {
-        Context {
-            inv: &self.inv,
-            state: &self.state,
-            connect: &self.connect,
-        }
+        Context::new(&self.inv, &self.state, &self.connect)
     }
     fn file(&self, name: &str) -> PathBuf {
         self.tmp.path().join(name)
@@ -263,7 +259,13 @@ async fn a_dry_run_prints_exactly_the_steps_and_sends_and_writes_nothing() {
         ..Flags::default()
     };
     assert_eq!(run(&mut op, &lab.ctx(), &flags).await.unwrap(), exit::OK);
-    assert!(shell.sent.lock().unwrap().is_empty(), "{:?}", shell.sent);
+    // Only the identity check's read-only probe was sent (the shell refuses anything else).
+    let probe = crate::identity::probe_command().line(false);
+    assert!(
+        shell.sent.lock().unwrap().iter().all(|l| *l == probe),
+        "{:?}",
+        shell.sent
+    );
     for f in ["a", "b", "c"] {
         assert!(!lab.file(f).exists());
     }
@@ -320,9 +322,12 @@ async fn a_live_run_takes_the_lock_journals_its_decisions_runs_every_step_and_gi
         assert!(lab.file(f).exists());
     }
     let sent = shell.sent.lock().unwrap().clone();
+    // The identity check reads the trust files first (read-only), then the lock is taken
+    // before anything changes.
+    assert_eq!(sent[0], crate::identity::probe_command().line(false));
     assert!(
-        sent.first().unwrap().contains("hactl-lock"),
-        "the lock comes first: {sent:?}"
+        sent[1].contains("hactl-lock"),
+        "the lock comes before any change: {sent:?}"
     );
     assert!(
         sent.last().unwrap().contains("hactl-unlock"),
@@ -359,11 +364,7 @@ async fn crash_in(dir: &Path) {
         touch(T::S3, &dir.join("c")),
     ];
     let mut op = Fake::new(shell, steps);
-    let ctx = Context {
-        inv: &inv,
-        state: &state,
-        connect: &connect,
-    };
+    let ctx = Context::new(&inv, &state, &connect);
     let _ = run(&mut op, &ctx, &yes()).await;
     panic!("HACTL_CRASH_AFTER did not crash the run");
 }

@@ -239,7 +239,8 @@ impl Operation for Recover {
         Ok(RunId::new_or_resumed(self.opts.resume.as_deref(), ""))
     }
     async fn reach(&mut self, ctx: &Context<'_>) -> anyhow::Result<Transports> {
-        let reach = crate::exec::connect::reach(ctx.state, &ctx.inv.with_role(Role::Etcd), ctx.connect).await;
+        let reach =
+            crate::exec::connect::reach(ctx.host_keys(), &ctx.inv.with_role(Role::Etcd), ctx.connect).await;
         let t = reach.transports.clone();
         self.reach = Some(reach);
         Ok(t)

@@ -172,7 +172,7 @@ async fn auto_source(
     candidates.extend(local_candidates(state, &inv.name));
     // The copies the leader pushed to spec.backup.remote (the newest few: older ones rank lower).
     if let Some(remote) = &inv.backup.remote {
-        match crate::backup_remote::list(state, remote, &inv.name, connect).await {
+        match crate::backup_remote::list(state.into(), remote, &inv.name, connect).await {
             Ok(list) => candidates.extend(list.into_iter().take(3).map(|s| rec::AutoCandidate {
                 revision: s.revision,
                 raft_index: 0,

@@ -83,7 +83,7 @@ impl Operation for Remove {
         if let Some(h) = inv.host(&self.opts.member).filter(|h| h.roles.is_empty()) {
             hosts.push(h);
         }
-        let reach = reach::reach(inv, ctx.state, &hosts, ctx.connect).await;
+        let reach = reach::reach(inv, ctx.host_keys(), &hosts, ctx.connect).await;
         let transports = reach.transports.clone();
         self.reach = Some(reach);
         Ok(transports)

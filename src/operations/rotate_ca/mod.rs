@@ -115,7 +115,7 @@ impl Operation for RotateCa {
     async fn reach(&mut self, ctx: &Context<'_>) -> anyhow::Result<Transports> {
         let hosts: Vec<&crate::inventory::Host> =
             ctx.inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
-        Ok(crate::exec::connect::reach(ctx.state, &hosts, ctx.connect)
+        Ok(crate::exec::connect::reach(ctx.host_keys(), &hosts, ctx.connect)
             .await
             .transports)
     }
