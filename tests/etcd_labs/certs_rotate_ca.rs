@@ -5,12 +5,10 @@
 //! new CA alone, every member serves a certificate the new CA verifies, a client certificate
 //! from the old CA is refused while the new one is accepted, the old CA is kept (retired), a
 //! second run starts nothing half-done and `plan` prints `no changes`. The kubernetes CA is
-//! refused by name, and the front-proxy CA without a `kubernetes` section (exit 2). With
-//! Kubernetes (real 1.20.2 binaries), the apiservers roll too and kubectl through the VIP
-//! answers throughout.
+//! refused by name, and the front-proxy CA without a `kubernetes` section (exit 2). The same
+//! rotation with Kubernetes is `kube_labs::rotate_etcd_ca`.
 //! Needs root; without it the test prints `SKIPPED <name>: needs root`.
 
-use crate::support::kube as kube_support;
 use crate::support::lab as lab_support;
 use crate::support::writer as writer_support;
 
@@ -193,50 +191,4 @@ fn rotating_the_etcd_ca_under_a_writer_through_the_vip_loses_no_write_and_the_ol
     let o = hactl(&inv, &["plan"]);
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "no changes");
     assert_eq!(hactl(&inv, &["certs", "check"]).status.code(), Some(0));
-}
-
-/// With a `kubernetes` section the apiservers read the etcd CA and present an etcd client
-/// certificate: each roll restarts them too (drained, `/readyz`), and kubectl through the VIP
-/// answers throughout; afterwards the apiservers run with the new CA's client certificate.
-#[test]
-fn rotating_the_etcd_ca_with_kubernetes_keeps_kubectl_answering_through_the_vip() {
-    let name = "rotating_the_etcd_ca_with_kubernetes_keeps_kubectl_answering_through_the_vip";
-    let Some(k) = kube_support::KubeLab::up(name, 3, 2, 0) else {
-        return;
-    };
-    let pki = k.state.join("pki");
-    let poller = k.poll_readyz();
-    assert!(
-        poller.wait_answered(3, Duration::from_secs(30)),
-        "kubectl through the VIP did not answer before the rotation"
-    );
-    let t0 = Instant::now();
-    let o = k.hactl(&["certs", "rotate-ca", "etcd", "--yes"]);
-    let took = t0.elapsed().as_secs_f64();
-    std::thread::sleep(Duration::from_secs(3));
-    let attempts = poller.stop();
-    assert!(
-        o.status.success(),
-        "the rotation failed: {}",
-        kube_support::text(&o)
-    );
-    let failed = kube_support::report_failures(name, t0, &attempts);
-    println!("{name}: rotate-ca etcd with 3 apiservers took {took:.1} s");
-    assert!(attempts.len() > 20, "the poller barely ran: {}", attempts.len());
-    assert_eq!(failed, 0, "kubectl through the VIP failed during the rotation");
-    let new_ca = std::fs::read_to_string(pki.join("etcd/ca.crt")).unwrap();
-    for host in k.control_planes() {
-        assert_eq!(
-            k.lab
-                .exec_ok(&host, &["cat", "/etc/hactl/pki/apiserver-etcd/ca.crt"]),
-            new_ca,
-            "{host}: the apiserver's etcd trust file"
-        );
-        let client = k
-            .lab
-            .exec_ok(&host, &["cat", "/etc/hactl/pki/apiserver-etcd/client.crt"]);
-        assert!(hactl::pki::is_signed_by(&client, &new_ca).unwrap(), "{host}");
-    }
-    k.kubectl_ok(&["create", "configmap", "after-rotation", "--from-literal=a=1"]);
-    assert_eq!(k.hactl_ok(&["plan"]).trim(), "no changes");
 }

@@ -20,6 +20,7 @@ mod rebuild_roll;
 mod recover_from_bundle;
 mod remove_member;
 mod replace;
+mod rotate_etcd_ca;
 mod rotate_front_proxy_ca;
 mod rotate_kubernetes_ca;
 mod units_and_drain;
