@@ -29,7 +29,7 @@ fn set_remote(inventory: &Path, address: &str) {
 
 /// Runs the backup service on every etcd host, as the timer would (only the leader saves and
 /// pushes). A start right after the unit's previous run may fail on the lab's cgroup v1 with
-/// "unavailable resources": retried, as in tests/lab_backups_scheduled.rs.
+/// "unavailable resources": retried, as in `etcd_labs::backups_scheduled`.
 fn run_backups(lab: &TestLab) {
     for h in HOSTS {
         let argv = ["systemctl", "start", "hactl-etcd-backup.service"];

@@ -3,7 +3,7 @@
 //! `scripts/kube-binaries.sh` builds; never skipped as root): the Leases move to another host
 //! before the host's apiserver stops (hactl waits for the handover right after stopping its
 //! kube-scheduler and kube-controller-manager), each Lease changes hands exactly once, and
-//! `complete` brings everything back. (The drain itself is proven in tests/kube_lab_units_and_drain.rs.)
+//! `complete` brings everything back. (The drain itself is proven in `kube_labs::units_and_drain`.)
 
 use crate::support::kube as kube_support;
 use crate::support::lab as lab_support;

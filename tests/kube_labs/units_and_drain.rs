@@ -2,7 +2,7 @@
 //!
 //! - `rendered_units_pass_systemd_analyze_verify_on_a_lab_host` needs root (a lab host with real
 //!   systemd). The Kubernetes binaries are not put on the host (this test checks the units alone;
-//!   tests/kube_lab_up.rs runs them), so systemd-analyze reports that each unit's ExecStart
+//!   `kube_labs::up` runs them), so systemd-analyze reports that each unit's ExecStart
 //!   binary is missing; exactly that
 //!   complaint, and nothing else, is accepted (the test says so when it filters it). A unit
 //!   broken on purpose proves that verify reports syntax problems here.
@@ -10,7 +10,7 @@
 //!   `HACTL_KUBE_BIN_DIR`, or (as root, without it) of the cache `scripts/kube-binaries.sh` builds;
 //!   it never skips as root. PodDisruptionBudgets go to the group/version the apiserver's minor
 //!   serves (`policy/v1beta1` on 1.20: `hactl::kubernetes::gates`). The bring-up itself is proven
-//!   in tests/kube_lab_up.rs.
+//!   in `kube_labs::up`.
 
 use crate::support::kube as kube_support;
 use crate::support::lab as lab_support;
