@@ -28,3 +28,4 @@ mod recover;
 mod remove_members;
 mod replace_five_members;
 mod replace_heal_maintenance;
+mod state_identity;

@@ -12,10 +12,8 @@
 //!
 //! Needs root; without it the test prints `SKIPPED <name>: needs root`.
 
-#[path = "support/cli.rs"]
-mod cli_support;
-#[path = "support/lab.rs"]
-mod lab_support;
+use crate::support::cli as cli_support;
+use crate::support::lab as lab_support;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt as _;
