@@ -30,9 +30,9 @@ if [ "$(id -u)" = 0 ]; then
   scripts/vagrant-deps.sh
 fi
 log=$(mktemp "${TMPDIR:-/tmp}/hactl-test.XXXXXX")
-# cargo-nextest runs the tests of every test file side by side (cargo test runs the files one
-# after another, and the lab tests spend most of their time waiting on hosts); each test in its
-# own process, so each lab gets its own name. --success-output prints what passing tests wrote, so
+# cargo-nextest runs every test in its own process, side by side across the test binaries and
+# within them (cargo test runs the binaries one after another, and the lab tests, two binaries,
+# etcd_labs and kube_labs, spend most of their time waiting on hosts), so each lab gets its own name. --success-output prints what passing tests wrote, so
 # their SKIPPED lines reach the log; --failure-output immediate-final prints a failed try's output
 # when it fails (a test retried by .config/nextest.toml that passes on its second try shows only
 # that try at the end), and again at the end. (The crate has no doc tests.)

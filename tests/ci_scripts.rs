@@ -30,7 +30,7 @@ fn check_skips(lines: &str, uid: u32) -> Output {
         .unwrap()
 }
 
-const NEXTEST_LINES: &str = "        PASS [   1.2s] hactl::lab_hosts hosts_boot\n     Summary [ 10.0s] 3 tests run: 3 passed, 2 skipped\n";
+const NEXTEST_LINES: &str = "        PASS [   1.2s] hactl::etcd_labs hosts::hosts_boot\n     Summary [ 10.0s] 3 tests run: 3 passed, 2 skipped\n";
 
 #[test]
 fn as_root_every_skip_fails_the_run_unless_the_machine_cannot_run_the_test() {
@@ -41,13 +41,13 @@ fn as_root_every_skip_fails_the_run_unless_the_machine_cannot_run_the_test() {
     // Skips a script could have prevented: each is named and the run fails.
     let log = format!(
         "{NEXTEST_LINES}SKIPPED vagrant_lab: scripts/vagrant-deps.sh could not install Vagrant\n\
-         SKIPPED kube_lab_up: HACTL_KUBE_BIN_DIR is not set\n\
-         SKIPPED lab_hosts_boot: needs root\n"
+         SKIPPED kube_up: HACTL_KUBE_BIN_DIR is not set\n\
+         SKIPPED hosts_boot: needs root\n"
     );
     let out = check_skips(&log, 0);
     assert_eq!(out.status.code(), Some(1), "{}", said(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    for name in ["vagrant_lab", "kube_lab_up", "lab_hosts_boot"] {
+    for name in ["vagrant_lab", "kube_up", "hosts_boot"] {
         assert!(stderr.contains(&format!("  SKIPPED {name}: ")), "{}", said(&out));
     }
 
@@ -62,14 +62,14 @@ fn as_root_every_skip_fails_the_run_unless_the_machine_cannot_run_the_test() {
     );
 
     // Both kinds: the other one still fails it.
-    let out = check_skips(&format!("{machine}SKIPPED kube_lab_up: no binaries\n"), 0);
+    let out = check_skips(&format!("{machine}SKIPPED kube_up: no binaries\n"), 0);
     assert_eq!(out.status.code(), Some(1), "{}", said(&out));
 }
 
 #[test]
 fn not_root_skips_are_counted_and_allowed() {
     let out = check_skips(
-        "SKIPPED lab_hosts_boot: needs root\nSKIPPED lab_recover: needs root\n",
+        "SKIPPED hosts_boot: needs root\nSKIPPED recover: needs root\n",
         1000,
     );
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));

@@ -6,10 +6,10 @@
 //!
 //! The binaries are the real ones (`HACTL_KUBE_BIN_DIR`, or the cache built on first use as root).
 
-#[path = "support/kube.rs"]
-mod kube_support;
-#[path = "support/lab.rs"]
-mod lab_support;
+#[path = "support/mod.rs"]
+mod support;
+
+use support::kube as kube_support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

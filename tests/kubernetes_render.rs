@@ -778,7 +778,7 @@ fn package_source_and_version_skew_are_refused_with_the_fix() {
 /// CIS hardening (issue 13, point 6): the TLS floor and cipher list on every component that
 /// serves TLS, the kubelet CA and anonymous auth on the apiserver, the terminated-pod threshold
 /// on the controller-manager; and every unit sandboxed. The lab test
-/// `kube_lab_hardening.rs` proves the same on a real apiserver.
+/// `kube_labs::hardening` proves the same on a real apiserver.
 #[test]
 fn every_component_serves_tls_12_with_aead_ciphers_and_its_unit_is_sandboxed() {
     let inv = example();

@@ -1,6 +1,8 @@
 //! Running the `hactl` binary from integration tests, shared by the test files.
 //!
-//! Use from a test file with `#[path = "support/cli.rs"] mod cli_support;`.
+//! `support::cli` in the lab test binaries (see `support/mod.rs`); a test file that needs only this
+//! includes it alone with `#[path = "support/cli.rs"] mod cli_support;` (it uses no other support
+//! module).
 #![allow(dead_code)]
 
 use std::path::Path;

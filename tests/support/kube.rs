@@ -2,8 +2,7 @@
 //! built into the cache on first use), a lab with a control plane brought up by `hactl up`,
 //! kubectl through the VIP with the admin kubeconfig, and the Lease holders from `hactl status`.
 //!
-//! Use from a test file with `#[path = "support/lab.rs"] mod lab_support;` and
-//! `#[path = "support/kube.rs"] mod kube_support;`.
+//! `support::kube` (see `support/mod.rs`); it builds on `support::lab`.
 //!
 //! As root these tests never skip: without `HACTL_KUBE_BIN_DIR` they build (or reuse) the cache
 //! with `hactl::lab::kubernetes::ensure_binaries`, and panic if that fails. Without root the lab
@@ -15,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use super::lab_support::{eventually, have_root, TestLab};
+use super::lab::{eventually, have_root, TestLab};
 
 /// The directory holding kube-apiserver, kube-controller-manager, kube-scheduler (and kubectl),
 /// or `None` (after `SKIPPED … needs root`) without root.

@@ -1,7 +1,7 @@
 //! A lab for one test: `TestLab::up` brings up real hosts (systemd-nspawn) named after the test,
 //! and dropping it tears them down, also when the test panics.
 //!
-//! Use from a test file with `#[path = "support/lab.rs"] mod lab_support;`.
+//! `support::lab` (see `support/mod.rs`).
 //! Tests that need a lab need root; without it `TestLab::up` prints `SKIPPED <test>: needs root`
 //! and returns `None`, and the test returns early.
 #![allow(dead_code)]

@@ -2,24 +2,23 @@
 //! reading the member list through `hactl-etcdctl` on a lab host, the run journals in the state
 //! directory, and editing the lab's inventory.
 //!
-//! Use from a test file with `#[path = "support/lab.rs"] mod lab_support;`,
-//! `#[path = "support/cli.rs"] mod cli_support;` and `#[path = "support/members.rs"] mod members;`.
+//! `support::members` (see `support/mod.rs`); it builds on `support::lab` and `support::cli`.
 #![allow(dead_code)]
 
 use std::path::Path;
 use std::process::Output;
 
-use super::cli_support::text;
-use super::lab_support::TestLab;
+use super::cli::text;
+use super::lab::TestLab;
 
 /// `hactl ARGS -i INV` with extra environment.
 pub fn hactl_env(inv: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    super::cli_support::hactl_env(inv, args, env)
+    super::cli::hactl_env(inv, args, env)
 }
 
 /// `hactl ARGS -i INV`.
 pub fn hactl(inv: &Path, args: &[&str]) -> Output {
-    super::cli_support::hactl_in(inv, args)
+    super::cli::hactl_in(inv, args)
 }
 
 /// `hactl-etcdctl ARGS` on `host`: (success, stdout and stderr).

@@ -3,15 +3,14 @@
 //! loop (each put a new process, reading the host's trust file and client certificate afresh),
 //! counting writes and failures, until stopped (or dropped).
 //!
-//! Use with `#[path = "support/lab.rs"] mod lab_support;` and
-//! `#[path = "support/writer.rs"] mod writer_support;`.
+//! `support::writer` (see `support/mod.rs`); it builds on `support::lab`.
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use super::lab_support::TestLab;
+use super::lab::TestLab;
 
 /// Prints what the load balancers logged in the last seconds (HAProxy logs only sessions that
 /// ended in error) and the members' etcd units' recent lines, so a failed write shows its cause.

@@ -1,0 +1,142 @@
+//! Failures of a real control plane (the binaries of `HACTL_KUBE_BIN_DIR`, or of the cache
+//! `scripts/kube-binaries.sh` builds; never skipped as root):
+//! - the host holding the controller-manager and scheduler Leases loses power: another
+//!   control-plane host holds each within the Lease duration plus the renew deadline (15 s + 10 s,
+//!   the components' defaults), `hactl status` names the new holders and says degraded, and after
+//!   power-on and `hactl up` it is healthy again;
+//! - the load balancer holding the VIP loses power while kubectl polls through the VIP: the API
+//!   answers again within 5 s.
+
+use crate::support::kube as kube_support;
+use crate::support::lab as lab_support;
+
+use std::time::{Duration, Instant};
+
+use hactl::lab::Fault;
+use kube_support::{report_failures, KubeLab};
+use lab_support::eventually;
+
+/// leaseDuration + renewDeadline of kube-controller-manager and kube-scheduler (defaults).
+const HANDOVER_BOUND: Duration = Duration::from_secs(15 + 10);
+
+#[test]
+fn kubernetes_leases_move_when_their_holder_loses_power() {
+    let name = "kubernetes_leases_move_when_their_holder_loses_power";
+    let Some(mut k) = KubeLab::up(name, 3, 2, 0) else {
+        return;
+    };
+    let before = k.wait_leases(Duration::from_secs(120), |h| h.starts_with("cp"));
+    let victim = before["kube-system/kube-controller-manager"].clone();
+    eprintln!("{name}: Lease holders before: {before:?}; power-cutting {victim}");
+    let moved_off = |now: &std::collections::BTreeMap<String, String>| {
+        before
+            .iter()
+            .filter(|(_, h)| **h == victim)
+            .all(|(l, _)| now.get(l).is_some_and(|h| !h.is_empty() && *h != victim))
+    };
+    let cut = Instant::now();
+    k.lab.fault(&victim, Fault::PowerCut);
+    let mut last = None;
+    let moved = eventually(HANDOVER_BOUND + Duration::from_secs(20), || {
+        last = k.lease_holders_via_kubectl();
+        last.as_ref().is_some_and(moved_off)
+    });
+    let took = cut.elapsed();
+    assert!(moved, "the Leases did not leave {victim}: {last:?}");
+    println!(
+        "{name}: the Leases left {victim} {:.1} s after the power cut (bound {} s, seen by polling through the VIP): {last:?}",
+        took.as_secs_f64(),
+        HANDOVER_BOUND.as_secs()
+    );
+    // Polling adds at most one kubectl round trip (5 s timeout) to what it observes.
+    assert!(
+        took <= HANDOVER_BOUND + Duration::from_secs(5),
+        "the handover took {took:?}, more than leaseDuration + renewDeadline"
+    );
+
+    // hactl status names the new holders and says degraded (a control-plane host is down).
+    let (code, doc) = k.status();
+    assert_eq!(code, 5, "status should say degraded: {doc}");
+    let leases = doc["kubernetes"]["leases"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for l in &leases {
+        let holder = l["holderHost"].as_str().unwrap_or("");
+        assert!(
+            !holder.is_empty() && holder != victim,
+            "status names {holder:?} for {}: {doc}",
+            l["name"]
+        );
+    }
+
+    k.lab.fault(&victim, Fault::Poweron);
+    k.hactl_ok(&["up", "--yes"]);
+    let mut last = (0, serde_json::Value::Null);
+    let healthy = eventually(Duration::from_secs(120), || {
+        last = k.status();
+        last.0 == 0
+    });
+    assert!(healthy, "status is not healthy after power-on and up: {}", last.1);
+}
+
+#[test]
+fn kubernetes_answers_through_the_vip_when_its_holder_loses_power() {
+    let name = "kubernetes_answers_through_the_vip_when_its_holder_loses_power";
+    let Some(mut k) = KubeLab::up(name, 3, 2, 0) else {
+        return;
+    };
+    let mut holder = None;
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            holder = k.vip_holder();
+            holder.is_some()
+        }),
+        "no load balancer holds the VIP"
+    );
+    let holder = holder.unwrap();
+    let poller = k.poll_readyz();
+    assert!(
+        poller.wait_answered(2, Duration::from_secs(60)),
+        "kubectl does not answer through the VIP"
+    );
+    let cut = Instant::now();
+    k.lab.fault(&holder, Fault::PowerCut);
+    std::thread::sleep(Duration::from_secs(20));
+    let attempts = poller.stop();
+    report_failures(name, cut, &attempts);
+    let before: Vec<_> = attempts.iter().filter(|a| a.end < cut).collect();
+    assert!(
+        !before.is_empty() && before.iter().all(|a| a.ok),
+        "kubectl did not answer through the VIP before the cut"
+    );
+    // The outage: none when no request failed; else from the cut to the end of the first good
+    // answer that started after the last failure.
+    assert!(
+        attempts.iter().any(|a| a.ok && a.start > cut),
+        "kubectl never answered through the VIP after the cut"
+    );
+    let back = match attempts
+        .iter()
+        .filter(|a| !a.ok && a.end > cut)
+        .map(|a| a.end)
+        .max()
+    {
+        None => Duration::ZERO,
+        Some(last_failure) => attempts
+            .iter()
+            .find(|a| a.ok && a.start >= last_failure)
+            .map(|a| a.end.duration_since(cut))
+            .expect("kubectl never answered again through the VIP after it failed"),
+    };
+    let new_holder = k.vip_holder();
+    println!(
+        "{name}: VIP moved {holder} → {new_holder:?}; the API answered again {:.2} s after the power cut",
+        back.as_secs_f64()
+    );
+    assert_ne!(new_holder.as_deref(), Some(holder.as_str()));
+    assert!(
+        back <= Duration::from_secs(5),
+        "the API answered through the VIP only {back:?} after the power cut"
+    );
+}

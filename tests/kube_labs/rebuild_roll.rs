@@ -1,0 +1,198 @@
+//! A rebuilt Kubernetes binary of the same version (the real 1.20.2 server binaries with bytes
+//! appended, so they still run and report the same version but hash differently) rolls through
+//! `hactl up`: the plan shows the roll first (every apiserver behind its drained HAProxy backend,
+//! then controller-manager and scheduler with a Lease gate), the apiservers restart one host at a
+//! time, then the controllers, and kubectl through the VIP answers throughout (0 failed requests).
+//! Then a binary written after its unit started (a run that stopped between upload and restart)
+//! is restarted by the next `up`, and nothing else is.
+//!
+//! Needs root and the Kubernetes binaries (see `support/kube.rs`).
+
+use crate::support::kube as kube_support;
+
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use kube_support::{report_failures, KubeLab};
+
+const SERVERS: [&str; 3] = ["kube-apiserver", "kube-controller-manager", "kube-scheduler"];
+
+/// A copy of the bundle in `dir` whose server binaries have `tag` appended (an ELF file runs
+/// with trailing bytes: nothing maps them).
+fn rebuilt(real: &Path, dir: &Path, tag: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    for entry in std::fs::read_dir(real).unwrap().flatten() {
+        let name = entry.file_name();
+        if entry.path().is_file() {
+            std::fs::copy(entry.path(), dir.join(&name)).unwrap();
+        }
+    }
+    for b in SERVERS {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(dir.join(b))
+            .unwrap();
+        f.write_all(tag.as_bytes()).unwrap();
+    }
+}
+
+fn sha256(path: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(std::fs::read(path).unwrap()))
+}
+
+/// When `unit` on `host` entered the active state, microseconds after boot.
+fn started_us(k: &KubeLab, host: &str, unit: &str) -> u64 {
+    k.lab
+        .exec_ok(
+            host,
+            &[
+                "systemctl",
+                "show",
+                unit,
+                "-p",
+                "ActiveEnterTimestampMonotonic",
+                "--value",
+            ],
+        )
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_rebuilt_kubernetes_binary_rolls_one_host_at_a_time_while_kubectl_answers_through_the_vip() {
+    let name = "a_rebuilt_kubernetes_binary_rolls_one_host_at_a_time_while_kubectl_answers_through_the_vip";
+    let Some(k) = KubeLab::up(name, 3, 2, 0) else {
+        return;
+    };
+    let cps = k.control_planes();
+    let work = tempfile::tempdir().unwrap();
+    let bundle = work.path().join("rebuilt");
+    rebuilt(&k.bin_dir, &bundle, "\nhactl rebuild test\n");
+    assert_eq!(
+        kube_support::version_of(&bundle),
+        k.version,
+        "the rebuilt binary still runs and reports its version"
+    );
+    let new_sha = sha256(&bundle.join("kube-apiserver"));
+    assert_ne!(new_sha, sha256(&k.bin_dir.join("kube-apiserver")));
+    let old_dir = k.bin_dir.display().to_string();
+    k.set_inventory(|t| {
+        assert!(t.contains(&old_dir), "{t}");
+        t.replace(&old_dir, &bundle.display().to_string())
+    });
+
+    // The plan shows the roll before it runs.
+    let plan = k.hactl_ok(&["plan"]);
+    println!("{plan}");
+    let apiservers = plan
+        .find("== Restart changed apiservers (one host at a time)")
+        .expect("the apiserver roll is planned");
+    let controllers = plan
+        .find("== Restart changed controller-managers and schedulers (one host at a time)")
+        .expect("the controller roll is planned");
+    assert!(apiservers < controllers, "apiservers roll first");
+    for unit in SERVERS {
+        assert_eq!(
+            plan.matches(&format!("run systemctl restart {unit}.service"))
+                .count(),
+            cps.len(),
+            "{unit} restarts on every control-plane host:\n{plan}"
+        );
+    }
+    assert!(
+        plan.contains("renewed within"),
+        "the Lease gate is planned:\n{plan}"
+    );
+    let drains = plan[apiservers..controllers].matches("maint").count();
+    assert!(drains >= cps.len(), "each apiserver is drained first:\n{plan}");
+
+    let earlier: Vec<u64> = cps
+        .iter()
+        .map(|h| started_us(&k, h, "kube-apiserver.service"))
+        .collect();
+    let poller = k.poll_readyz();
+    assert!(
+        poller.wait_answered(3, Duration::from_secs(30)),
+        "kubectl through the VIP did not answer before the roll"
+    );
+    let t0 = Instant::now();
+    let out = k.hactl(&["up", "--yes"]);
+    let took = t0.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_secs(3));
+    let attempts = poller.stop();
+    assert!(
+        out.status.success(),
+        "the roll failed: {}",
+        kube_support::text(&out)
+    );
+    let failed = report_failures(name, t0, &attempts);
+    println!(
+        "{name}: the roll of {} control-plane hosts took {took:.1} s",
+        cps.len()
+    );
+    assert!(attempts.len() > 20, "the poller barely ran: {}", attempts.len());
+    assert_eq!(failed, 0, "kubectl through the VIP failed during the roll");
+
+    // Every host runs the new binary, restarted one at a time: apiservers first, each started
+    // after the one before (which had to answer /readyz first), then the controllers.
+    let mut api_starts = Vec::new();
+    for (i, h) in cps.iter().enumerate() {
+        let sha = k.lab.exec_ok(h, &["sha256sum", "/usr/local/bin/kube-apiserver"]);
+        assert!(sha.starts_with(&new_sha), "{h}: {sha}");
+        let exe = k.lab.exec_ok(
+            h,
+            &[
+                "sh",
+                "-c",
+                "readlink /proc/$(systemctl show kube-apiserver -p MainPID --value)/exe",
+            ],
+        );
+        assert!(!exe.contains("deleted"), "{h} still runs the old binary: {exe}");
+        let s = started_us(&k, h, "kube-apiserver.service");
+        assert!(s > earlier[i], "{h}'s apiserver did not restart");
+        api_starts.push((s, h.clone()));
+    }
+    api_starts.sort();
+    println!("{name}: apiserver restarts (µs after boot): {api_starts:?}");
+    for pair in api_starts.windows(2) {
+        assert!(
+            pair[1].0 - pair[0].0 >= 2_000_000,
+            "{} restarted less than 2 s after {}: not one at a time",
+            pair[1].1,
+            pair[0].1
+        );
+    }
+    let last_api = api_starts.last().unwrap().0;
+    for h in &cps {
+        for unit in ["kube-controller-manager.service", "kube-scheduler.service"] {
+            assert!(
+                started_us(&k, h, unit) > last_api,
+                "{h}: {unit} restarted before the last apiserver"
+            );
+        }
+    }
+    let again = k.hactl_ok(&["plan"]);
+    assert_eq!(again.trim(), "no changes");
+
+    // A binary written after its unit started (the upload of a run that stopped before the
+    // restart): the next plan restarts that unit on that host alone.
+    k.lab.exec_ok(
+        &cps[0],
+        &["sh", "-c", "sleep 3; touch /usr/local/bin/kube-scheduler"],
+    );
+    let plan = k.hactl_ok(&["plan"]);
+    assert_eq!(
+        plan.matches("run systemctl restart").count(),
+        1,
+        "only the stale scheduler restarts:\n{plan}"
+    );
+    assert!(
+        plan.contains("run systemctl restart kube-scheduler.service"),
+        "{plan}"
+    );
+    k.hactl_ok(&["up", "--yes"]);
+    assert_eq!(k.hactl_ok(&["plan"]).trim(), "no changes");
+}

@@ -1,0 +1,202 @@
+//! `hactl remove` with a real control plane (the binaries of `HACTL_KUBE_BIN_DIR`, or of the cache
+//! `scripts/kube-binaries.sh` builds; never skipped as root): five control-plane hosts (etcd and
+//! the control plane; the inventory refuses an even etcd count, so 5 → 3 is the smallest removal
+//! it accepts) and two load balancers. cp4 and cp5 leave the inventory (`roles: []`), `plan`
+//! refuses and names `hactl remove`, and the two removals run while a writer creates ConfigMaps
+//! through the VIP (each write goes through an apiserver to etcd; every failed write is
+//! reported). Afterwards the removed hosts' servers are gone from both HAProxy backends on every
+//! load balancer, every remaining apiserver runs (and its unit names) an `--etcd-servers` without
+//! them, the member list has three members, their apiserver, controller-manager, scheduler and
+//! etcd are stopped and fenced, their data dirs renamed aside, and a second `up` has nothing to
+//! do.
+
+use crate::support::kube as kube_support;
+use crate::support::lab as lab_support;
+
+use std::time::{Duration, Instant};
+
+use kube_support::{report_failures, text, KubeLab};
+use lab_support::eventually;
+
+/// The member names of `hactl-etcdctl member list` on `from`, sorted.
+fn member_names(k: &KubeLab, from: &str) -> Vec<String> {
+    let out = k
+        .lab
+        .exec_ok(from, &["/usr/local/sbin/hactl-etcdctl", "member", "list"]);
+    let mut v: Vec<String> = out
+        .lines()
+        .filter_map(|l| l.split(", ").nth(2).map(str::to_string))
+        .collect();
+    v.sort();
+    v
+}
+
+const REMOVED: [&str; 2] = ["cp4", "cp5"];
+
+#[test]
+fn remove_of_control_plane_hosts_takes_them_out_of_etcd_haproxy_and_the_apiservers_while_writes_go_through() {
+    let name = "remove_of_control_plane_hosts_takes_them_out_of_etcd_haproxy_and_the_apiservers_while_writes_go_through";
+    let Some(k) = KubeLab::up(name, 5, 2, 0) else {
+        return;
+    };
+    let readyz = k.kubectl_ok(&["get", "--raw", "/readyz"]);
+    assert_eq!(readyz.trim(), "ok", "/readyz through the VIP: {readyz}");
+    assert_eq!(member_names(&k, "cp1"), ["cp1", "cp2", "cp3", "cp4", "cp5"]);
+    let removed_ips: Vec<String> = REMOVED.iter().map(|h| k.lab.ip(h).to_string()).collect();
+    for lb in ["lb1", "lb2"] {
+        let stat = k.lab.exec_ok(lb, &["/usr/local/sbin/hactl-haproxy", "show stat"]);
+        for backend in ["etcd-client", "kubernetes-api"] {
+            for h in REMOVED {
+                assert!(
+                    stat.lines().any(|l| l.starts_with(&format!("{backend},{h},"))),
+                    "{lb}: no {h} in {backend} before the removal:\n{stat}"
+                );
+            }
+        }
+    }
+
+    // The operator takes cp4 and cp5 out of the inventory, keeping them reachable with
+    // `roles: []`.
+    for ip in &removed_ips {
+        k.set_inventory(|t| {
+            let out = t.replace(
+                &format!(
+                    "address: \"{ip}\"\n    prefixLength: 24\n    roles:\n    - etcd\n    - control-plane"
+                ),
+                &format!("address: \"{ip}\"\n    prefixLength: 24\n    roles: []"),
+            );
+            assert_ne!(out, t, "no roles of {ip} found in the inventory:\n{t}");
+            out
+        });
+    }
+    let o = k.hactl(&["plan"]);
+    assert_eq!(o.status.code(), Some(2), "plan: {}", text(&o));
+    assert!(text(&o).contains("hactl remove cp"), "plan: {}", text(&o));
+
+    // Each write goes through an apiserver to etcd.
+    let writer = k.poll_kubectl(
+        |n| {
+            vec![
+                "--request-timeout=5s".into(),
+                "-n".into(),
+                "default".into(),
+                "create".into(),
+                "configmap".into(),
+                format!("remove-writer-{n}"),
+                format!("--from-literal=n={n}"),
+            ]
+        },
+        |o| o.status.success(),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let t0 = Instant::now();
+    let mut took = Vec::new();
+    for h in REMOVED {
+        let t = Instant::now();
+        let out = k.hactl(&["remove", h, "--yes"]);
+        took.push(t.elapsed().as_secs_f64());
+        if out.status.code() != Some(0) {
+            writer.stop();
+            panic!("remove {h} failed: {}", text(&out));
+        }
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let writes = writer.stop();
+    println!(
+        "{name}: remove cp4 took {:.1} s, remove cp5 {:.1} s",
+        took[0], took[1]
+    );
+    let failed = report_failures(&format!("{name}: ConfigMap writes"), t0, &writes);
+
+    // etcd: two members fewer, seen from a remaining host.
+    assert_eq!(member_names(&k, "cp1"), ["cp1", "cp2", "cp3"]);
+
+    // HAProxy: the removed hosts are in neither backend on any load balancer; the others serve.
+    for lb in ["lb1", "lb2"] {
+        let stat = k.lab.exec_ok(lb, &["/usr/local/sbin/hactl-haproxy", "show stat"]);
+        let cfg = k.lab.exec_ok(lb, &["cat", "/etc/haproxy/haproxy.cfg"]);
+        for (h, ip) in REMOVED.iter().zip(&removed_ips) {
+            assert!(!stat.contains(&format!(",{h},")), "{lb} still lists {h}:\n{stat}");
+            assert!(
+                !cfg.contains(&format!("{ip}:")),
+                "{lb}: haproxy.cfg still names {ip}:\n{cfg}"
+            );
+        }
+        for backend in ["etcd-client", "kubernetes-api"] {
+            assert!(
+                eventually(Duration::from_secs(30), || k
+                    .lab
+                    .exec(lb, &["/usr/local/sbin/hactl-haproxy", "is", backend, "cp3", "UP"])
+                    .status
+                    .success()),
+                "{lb}: cp3 not UP in {backend}"
+            );
+        }
+    }
+
+    // The remaining apiservers: the running process and the unit name neither removed host.
+    for h in ["cp1", "cp2", "cp3"] {
+        let servers = k.running_etcd_servers(h);
+        let unit = k.lab.exec_ok(h, &["systemctl", "cat", "kube-apiserver.service"]);
+        assert!(
+            unit.contains("--etcd-servers"),
+            "{h}: no --etcd-servers in the unit:\n{unit}"
+        );
+        for ip in &removed_ips {
+            assert!(
+                !servers.contains(&format!("https://{ip}:")),
+                "{h}: the running apiserver still names {ip}: {servers}"
+            );
+            assert!(
+                !unit.contains(&format!("https://{ip}:")),
+                "{h}: the unit still names {ip}:\n{unit}"
+            );
+        }
+        assert!(
+            servers.contains(&format!("https://{}:2379", k.lab.ip(h))),
+            "{h}: {servers}"
+        );
+        assert!(k.readyz_on(h), "{h}: /readyz does not answer");
+    }
+
+    // The removed hosts: every unit stopped, fenced (a start is refused), the data dir renamed
+    // aside.
+    for h in REMOVED {
+        for unit in [
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "etcd",
+        ] {
+            let o = k.lab.exec(h, &["systemctl", "is-active", unit]);
+            assert!(!o.status.success(), "{unit} still runs on {h}");
+            k.lab.exec_ok(
+                h,
+                &[
+                    "test",
+                    "-e",
+                    &format!("/etc/systemd/system/{unit}.service.d/hactl-fence.conf"),
+                ],
+            );
+            let o = k.lab.exec(h, &["systemctl", "start", unit]);
+            assert!(!o.status.success(), "{unit} started on {h} despite the fence");
+        }
+        k.lab.exec_ok(h, &["test", "!", "-e", "/var/lib/etcd"]);
+        let aside = k
+            .lab
+            .exec_ok(h, &["sh", "-c", "ls -d /var/lib/etcd.hactl-removed-*"]);
+        k.lab
+            .exec_ok(h, &["test", "-d", &format!("{}/member", aside.trim())]);
+    }
+
+    // The inventory and the cluster agree now.
+    let o = k.hactl(&["up", "--yes"]);
+    assert!(o.status.success(), "second up: {}", text(&o));
+    assert!(text(&o).contains("no changes"), "second up: {}", text(&o));
+
+    assert!(writes.len() > 20, "the writer barely ran: {}", writes.len());
+    assert_eq!(
+        failed, 0,
+        "ConfigMap writes through the VIP failed during the removals (listed above)"
+    );
+}
