@@ -71,7 +71,7 @@ fn load_or_generate(path: &std::path::Path, cluster: &str) -> anyhow::Result<(Pu
     use russh::keys::ssh_key::{private::Ed25519Keypair, LineEnding, PrivateKey};
     let new = !path.exists();
     let key = if !new {
-        let text = fs_err::read_to_string(path)?;
+        let text = crate::bounded::read_to_string(path, crate::bounded::TEXT)?;
         PrivateKey::from_openssh(&text)
             .with_context(|| format!("{} is not an OpenSSH private key", path.display()))?
     } else {
@@ -107,7 +107,7 @@ pub fn known_hosts_lines_of(known: &crate::ssh::KnownHosts, remote: &BackupRemot
 /// `[addr]:port` otherwise); empty when hactl has not connected to it yet.
 pub fn known_hosts_lines(known_hosts: &std::path::Path, remote: &BackupRemote) -> String {
     let token = host_token(remote);
-    fs_err::read_to_string(known_hosts)
+    crate::bounded::read_to_string(known_hosts, crate::bounded::TEXT)
         .unwrap_or_default()
         .lines()
         .filter(|l| {
@@ -356,7 +356,8 @@ pub async fn fetch(
     let out = t
         .run(
             &RemoteCommand::read_only(["cat", snap.path.as_str()])
-                .with_timeout(std::time::Duration::from_secs(900)),
+                .with_timeout(std::time::Duration::from_secs(900))
+                .with_output_limit(crate::bounded::SNAPSHOT),
         )
         .await
         .with_context(|| format!("cannot read {} on {}", snap.path, remote.describe()))?;

@@ -28,7 +28,7 @@
 //!                               backup_remote, certs, hwm, fence
 //! transport, local artifacts    ssh, exec, render, pki, binaries, images
 //! model                         inventory, state, plan
-//! basics                        clock, duration, exit, output, quote, local_command
+//! basics                        clock, duration, exit, output, quote, local_command, bounded
 //! ```
 //!
 //! `lab` stands beside the stack (basics and the model only).
@@ -61,6 +61,7 @@ macro_rules! eprintln {
 pub mod backup;
 pub mod backup_remote;
 pub mod binaries;
+pub mod bounded;
 pub mod certs;
 pub mod cli;
 pub mod clock;

@@ -379,3 +379,20 @@ fn output_to_a_closed_pipe_or_stream_ends_quietly_with_the_commands_own_exit_cod
         }
     }
 }
+
+/// Every file hactl reads has a limit: an inventory that never ends (`/dev/zero`, which also
+/// claims a size of 0) fails at 16 MiB with the file and the limit named, instead of reading
+/// until memory runs out (it once read 24 GB before failing): the message is only given once
+/// 16 MiB and one byte have been read.
+#[test]
+fn an_endless_inventory_fails_fast_naming_the_file_and_the_limit() {
+    let out = hactl(&["validate", "-i", "/dev/zero"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "zero: cannot be read: `/dev/zero` is larger than 16 MiB, the most hactl reads from it"
+        ),
+        "{}",
+        text(&out)
+    );
+}

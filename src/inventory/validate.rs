@@ -113,7 +113,7 @@ impl std::error::Error for InventoryError {}
 
 /// Reads and validates the inventory at `path`.
 pub fn load(path: &Path) -> Result<Inventory, InventoryError> {
-    match std::fs::read_to_string(path) {
+    match crate::bounded::read_to_string(path, crate::bounded::TEXT) {
         Ok(text) => load_str(path, &text),
         Err(err) => {
             let message = if err.kind() == std::io::ErrorKind::NotFound {
@@ -122,7 +122,8 @@ pub fn load(path: &Path) -> Result<Inventory, InventoryError> {
                     path.display()
                 )
             } else {
-                format!("{} cannot be read: {err}", path.display())
+                // The error names the path (and, past the limit, the limit).
+                format!("cannot be read: {err}")
             };
             Err(InventoryError {
                 file: file_name(path),

@@ -57,7 +57,7 @@ pub fn file_source(path: &Path, skip_hash_check: bool) -> anyhow::Result<Source>
         crate::snapshot::check_file(&path).with_context(|| format!("cannot read {}", path.display()))?;
     crate::snapshot::refuse_bad_hash(&path, &check, skip_hash_check)?;
     let sidecar: Option<crate::snapshot::Sidecar> =
-        fs_err::read_to_string(crate::snapshot::sidecar_path(&path))
+        crate::bounded::read_to_string(crate::snapshot::sidecar_path(&path), crate::bounded::TEXT)
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
     if let Some(s) = &sidecar {
@@ -285,7 +285,7 @@ fn local_candidates(state: &StateDir, cluster: &str) -> Vec<rec::AutoCandidate> 
         if p.extension().and_then(|x| x.to_str()) != Some("db") {
             continue;
         }
-        let Some(s) = fs_err::read_to_string(crate::snapshot::sidecar_path(&p))
+        let Some(s) = crate::bounded::read_to_string(crate::snapshot::sidecar_path(&p), crate::bounded::TEXT)
             .ok()
             .and_then(|t| serde_json::from_str::<crate::snapshot::Sidecar>(&t).ok())
         else {
@@ -328,7 +328,8 @@ async fn fetch_host_backup(
     let out = t
         .run(
             &crate::plan::RemoteCommand::read_only(["cat", file])
-                .with_timeout(std::time::Duration::from_secs(900)),
+                .with_timeout(std::time::Duration::from_secs(900))
+                .with_output_limit(crate::bounded::SNAPSHOT),
         )
         .await
         .with_context(|| format!("{host}: cannot read {file}"))?;
