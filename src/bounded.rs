@@ -24,6 +24,17 @@ pub const SNAPSHOT: u64 = 10 << 30;
 /// probes, journals: a few KiB to a few MiB).
 pub const COMMAND_OUTPUT: u64 = 64 << 20;
 
+/// An answer typed at a prompt (a cluster name, `y`).
+pub const ANSWER: u64 = 4096;
+
+/// One line of `reader` (an answer on stdin), at most [`ANSWER`] bytes of it: a longer line (or
+/// an endless stdin, `< /dev/zero`) is cut there, and matches no answer.
+pub fn read_answer(reader: impl std::io::BufRead) -> std::io::Result<String> {
+    let mut answer = String::new();
+    std::io::BufRead::read_line(&mut reader.take(ANSWER), &mut answer)?;
+    Ok(answer)
+}
+
 /// The error of a source past its limit: `what` names it (a path, a command and its host).
 pub fn too_large(what: &str, limit: u64) -> std::io::Error {
     std::io::Error::new(
@@ -131,6 +142,13 @@ mod tests {
             .contains("not UTF-8"));
         let missing = read(tmp.path().join("missing"), 10).unwrap_err();
         assert!(missing.to_string().contains("missing"), "{missing}");
+    }
+
+    #[test]
+    fn an_answer_is_one_line_and_never_more_than_its_limit() {
+        assert_eq!(read_answer(&b"prod\nmore\n"[..]).unwrap(), "prod\n");
+        let endless = std::io::BufReader::new(std::io::repeat(b'x'));
+        assert_eq!(read_answer(endless).unwrap().len() as u64, ANSWER);
     }
 
     #[test]

@@ -332,8 +332,7 @@ pub fn confirm(what: &str) -> anyhow::Result<()> {
     }
     eprint!("{what}. Proceed? [y/N] ");
     std::io::Write::flush(&mut std::io::stderr()).ok();
-    let mut answer = String::new();
-    std::io::BufRead::read_line(&mut std::io::stdin().lock(), &mut answer)?;
+    let answer = crate::bounded::read_answer(std::io::stdin().lock())?;
     if matches!(answer.trim(), "y" | "Y" | "yes") {
         Ok(())
     } else {

@@ -5,7 +5,7 @@
 //! Invariant: nothing changes on any host unless every host answered and the data-directory
 //! rule held on every etcd host.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 
 use crate::cli::ResetArgs;
 use crate::converge::reset;
@@ -122,8 +122,7 @@ fn confirm_cluster_name(name: &str) -> anyhow::Result<()> {
     }
     eprint!("this stops and removes what hactl installed on every host of cluster {name} (data dirs are moved aside). Type the cluster name to proceed: ");
     std::io::stderr().flush().ok();
-    let mut answer = String::new();
-    std::io::stdin().lock().read_line(&mut answer)?;
+    let answer = crate::bounded::read_answer(std::io::stdin().lock())?;
     if answer.trim() == name {
         Ok(())
     } else {
