@@ -114,7 +114,8 @@ mv -T --no-clobber -- "$1" "$2"
 /// `snapshot_dirs`, the directories of [`snapshot_dirs`] that hold something there).
 pub fn reset_steps(inv: &Inventory, facts: &HostFacts, snapshot_dirs: &[String], stamp: &str) -> Vec<Step> {
     let mut steps = Vec::new();
-    // Scheduled backups first, so no snapshot starts while etcd stops; the snapshots stay.
+    // Scheduled backups first, so no snapshot starts while etcd stops; the snapshots are moved
+    // aside below, with the data dir.
     if facts.files.contains_key(crate::backup::TIMER_PATH)
         || facts
             .units
