@@ -5,12 +5,16 @@
 //! generated once), installed on every etcd host at [`HOST_KEY`] (0600, root only) beside the
 //! remote's pinned host key ([`HOST_KNOWN_HOSTS`], copied from the cluster's known_hosts, so the
 //! hosts verify the remote as hactl does); the public key authorized on the remote by `hactl up`
-//! (through hactl's own SSH to it, as the remote's user); the read-only listing `status` and
-//! `recover --auto` use; the write probe `check` runs.
+//! (through hactl's own SSH to it, as the remote's user) for SFTP in the directory and nothing
+//! else, and revoked there by `hactl reset`; the read-only listing `status` and `recover --auto`
+//! use; the write probe `check` runs.
 //!
 //! Invariants: the private key never leaves the state directory except to the etcd hosts' 0600
-//! file, and is never printed; the remote is reached only at the address the inventory gives,
-//! with its key verified; a listing only reads.
+//! file, and is never printed; the push key's authorization is `restrict` plus a forced command
+//! that runs the remote's sftp-server started in the directory, so it opens no shell and runs no
+//! command (docs/how-to/backups.md says why, and how to confine it to the directory with a
+//! chroot); the remote is reached only at the address the inventory gives, with its key
+//! verified; a listing only reads.
 
 use std::path::PathBuf;
 
@@ -71,7 +75,7 @@ fn load_or_generate(path: &std::path::Path, cluster: &str) -> anyhow::Result<(Pu
     use russh::keys::ssh_key::{private::Ed25519Keypair, LineEnding, PrivateKey};
     let new = !path.exists();
     let key = if !new {
-        let text = fs_err::read_to_string(path)?;
+        let text = crate::bounded::read_to_string(path, crate::bounded::TEXT)?;
         PrivateKey::from_openssh(&text)
             .with_context(|| format!("{} is not an OpenSSH private key", path.display()))?
     } else {
@@ -107,7 +111,7 @@ pub fn known_hosts_lines_of(known: &crate::ssh::KnownHosts, remote: &BackupRemot
 /// `[addr]:port` otherwise); empty when hactl has not connected to it yet.
 pub fn known_hosts_lines(known_hosts: &std::path::Path, remote: &BackupRemote) -> String {
     let token = host_token(remote);
-    fs_err::read_to_string(known_hosts)
+    crate::bounded::read_to_string(known_hosts, crate::bounded::TEXT)
         .unwrap_or_default()
         .lines()
         .filter(|l| {
@@ -127,15 +131,46 @@ fn host_token(remote: &BackupRemote) -> String {
     }
 }
 
-/// On the remote, as its user: the push key authorized (restricted: no pty, no forwarding) and
-/// the directory there, 0700. Prints `changed` when it changed anything.
+/// Where the remote's sshd names its sftp server (`Subsystem sftp <path>`).
+pub const SSHD_CONFIG: &str = "/etc/ssh/sshd_config";
+
+/// The key's base64 blob (the second word of `ssh-ed25519 AAAA… comment`): what identifies its
+/// lines in an authorized_keys file, whatever options precede it.
+fn key_blob(public_line: &str) -> &str {
+    public_line.split_whitespace().nth(1).unwrap_or_default()
+}
+
+/// On the remote, as its user: the push key authorized for SFTP only, in the directory
+/// (`restrict,command="<sftp-server> -d <dir>" <key>`: no shell, no command, no pty, no
+/// forwarding; the sftp server found from sshd_config's `Subsystem sftp` line or where the
+/// distributions install it), replacing any other line of that key (an older hactl wrote
+/// `restrict <key>`, which gave a shell); and the directory there, 0700. Prints `changed` when
+/// it changed anything.
 pub fn authorize_command(remote: &BackupRemote, public_line: &str) -> RemoteCommand {
+    authorize_command_with(remote, public_line, SSHD_CONFIG)
+}
+
+fn authorize_command_with(remote: &BackupRemote, public_line: &str, sshd_config: &str) -> RemoteCommand {
     const SCRIPT: &str = r#"set -eu
-line="restrict $1"; dir=$2; changed=
+pub=$1; blob=$2; dir=$3; config=$4; changed=
+sftp=
+for c in $(sed -n 's/^[[:space:]]*[Ss]ubsystem[[:space:]][[:space:]]*sftp[[:space:]][[:space:]]*\([^[:space:]]*\).*/\1/p' "$config" 2>/dev/null) \
+  /usr/lib/openssh/sftp-server /usr/libexec/openssh/sftp-server /usr/lib/ssh/sftp-server /usr/libexec/sftp-server /usr/lib/sftp-server; do
+  case $c in /*) if [ -x "$c" ]; then sftp=$c; break; fi ;; esac
+done
+[ -n "$sftp" ] || { echo "no sftp-server program here (not named by the Subsystem sftp line of $config, nor in /usr/lib/openssh, /usr/libexec/openssh, /usr/lib/ssh, /usr/libexec): install the OpenSSH SFTP server (Debian: openssh-sftp-server)" >&2; exit 1; }
+line="restrict,command=\"$sftp -d $dir\" $pub"
+f=$HOME/.ssh/authorized_keys
 umask 077
 mkdir -p "$HOME/.ssh"
-touch "$HOME/.ssh/authorized_keys"
-if ! grep -qxF "$line" "$HOME/.ssh/authorized_keys"; then printf '%s\n' "$line" >> "$HOME/.ssh/authorized_keys"; changed=1; fi
+touch "$f"
+if ! grep -qxF -- "$line" "$f"; then
+  awk -v b="$blob" '{ for (i = 1; i <= NF; i++) if ($i == b) next; print }' "$f" > "$f.hactl-tmp"
+  printf '%s\n' "$line" >> "$f.hactl-tmp"
+  chmod --reference="$f" "$f.hactl-tmp" 2>/dev/null || chmod 600 "$f.hactl-tmp"
+  mv -f "$f.hactl-tmp" "$f"
+  changed=1
+fi
 if [ ! -d "$dir" ]; then mkdir -p "$dir"; changed=1; fi
 chmod 700 "$dir"
 [ -z "$changed" ] || echo changed"#;
@@ -145,8 +180,57 @@ chmod 700 "$dir"
         SCRIPT,
         "hactl-backup-remote-authorize",
         public_line,
+        key_blob(public_line),
         remote.path.as_str(),
+        sshd_config,
     ])
+}
+
+/// On the remote, as its user (what `hactl reset` runs): every line of the remote user's
+/// authorized_keys that carries the push key removed (key material is removed, never moved);
+/// the rest of the file kept as it was. Prints `removed` when there was one.
+pub fn revoke_command(public_line: &str) -> RemoteCommand {
+    const SCRIPT: &str = r#"set -eu
+blob=$1; f=$HOME/.ssh/authorized_keys
+[ -f "$f" ] || exit 0
+awk -v b="$blob" '{ for (i = 1; i <= NF; i++) if ($i == b) found = 1 } END { exit !found }' "$f" || exit 0
+umask 077
+awk -v b="$blob" '{ for (i = 1; i <= NF; i++) if ($i == b) next; print }' "$f" > "$f.hactl-tmp"
+chmod --reference="$f" "$f.hactl-tmp" 2>/dev/null || chmod 600 "$f.hactl-tmp"
+mv -f "$f.hactl-tmp" "$f"
+echo removed"#;
+    RemoteCommand::new([
+        "sh",
+        "-c",
+        SCRIPT,
+        "hactl-backup-remote-revoke",
+        key_blob(public_line),
+    ])
+}
+
+/// Read-only on the remote, as its user: prints `authorized` when its authorized_keys carries
+/// the push key (what `reset` asks before it plans [`revoke_command`]).
+pub fn authorized_command(public_line: &str) -> RemoteCommand {
+    const SCRIPT: &str = r#"f=$HOME/.ssh/authorized_keys
+[ -f "$f" ] || exit 0
+if awk -v b="$1" '{ for (i = 1; i <= NF; i++) if ($i == b) found = 1 } END { exit !found }' "$f"; then echo authorized; fi"#;
+    RemoteCommand::read_only([
+        "sh",
+        "-c",
+        SCRIPT,
+        "hactl-backup-remote-authorized",
+        key_blob(public_line),
+    ])
+}
+
+/// The push key's public line, from its file in the state directory (`key_file`, at
+/// [`STATE_KEY`]); `None` when there is none (the key is only made by `up` with
+/// `spec.backup.remote`). Never generates one.
+pub fn existing_public_line(key_file: &std::path::Path, cluster: &str) -> anyhow::Result<Option<String>> {
+    if !key_file.exists() {
+        return Ok(None);
+    }
+    Ok(Some(load_or_generate(key_file, cluster)?.0.public_line))
 }
 
 /// Read-only on the remote: the cluster's snapshots there, newest first, one per line:
@@ -356,7 +440,8 @@ pub async fn fetch(
     let out = t
         .run(
             &RemoteCommand::read_only(["cat", snap.path.as_str()])
-                .with_timeout(std::time::Duration::from_secs(900)),
+                .with_timeout(std::time::Duration::from_secs(900))
+                .with_output_limit(crate::bounded::SNAPSHOT),
         )
         .await
         .with_context(|| format!("cannot read {} on {}", snap.path, remote.describe()))?;
@@ -423,6 +508,96 @@ mod tests {
             .unwrap();
         assert!(out.status.success());
         assert_eq!(remote().describe(), "backup@10.0.0.30:/srv/etcd");
+    }
+
+    /// Runs `cmd` here with `HOME` set to `home`: stdout, or stderr on failure.
+    fn run_here(cmd: &RemoteCommand, home: &std::path::Path) -> Result<String, String> {
+        let out = std::process::Command::new(&cmd.argv[0])
+            .args(&cmd.argv[1..])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", home)
+            .output()
+            .unwrap();
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// The push key gets SFTP in the directory and nothing else: its one line in
+    /// authorized_keys forces the sftp server that sshd_config names, started in the directory;
+    /// an older `restrict <key>` line (a shell) is replaced, other keys stay; a second run
+    /// changes nothing; `reset`'s revoke removes that key's line only.
+    #[test]
+    fn the_push_key_is_authorized_for_sftp_in_the_directory_only_and_revoked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().join("home");
+        fs_err::create_dir_all(home.join(".ssh")).unwrap();
+        let keys = home.join(".ssh/authorized_keys");
+        let pub_line = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPush hactl backup push c";
+        let other = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOther operator@laptop";
+        fs_err::write(&keys, format!("{other}\nrestrict {pub_line}\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        fs_err::set_permissions(&keys, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let sftp_server = tmp.path().join("sftp-server");
+        fs_err::write(&sftp_server, "#!/bin/sh\n").unwrap();
+        fs_err::set_permissions(&sftp_server, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let config = tmp.path().join("sshd_config");
+        fs_err::write(
+            &config,
+            format!(
+                "Port 22\n  Subsystem\tsftp  {} -f AUTHPRIV\n",
+                sftp_server.display()
+            ),
+        )
+        .unwrap();
+        let mut r = remote();
+        r.path = tmp.path().join("backups").display().to_string();
+        let authorize = authorize_command_with(&r, pub_line, config.to_str().unwrap());
+        assert_eq!(run_here(&authorize, &home).unwrap(), "changed\n");
+        let forced = format!(
+            "restrict,command=\"{} -d {}\" {pub_line}",
+            sftp_server.display(),
+            r.path
+        );
+        assert_eq!(
+            fs_err::read_to_string(&keys).unwrap(),
+            format!("{other}\n{forced}\n")
+        );
+        let mode = |p: &std::path::Path| fs_err::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(std::path::Path::new(&r.path)), 0o700);
+        // Converged: nothing to change.
+        assert_eq!(run_here(&authorize, &home).unwrap(), "");
+        // Without a Subsystem line, where the distributions install it; with none anywhere, a
+        // refusal naming the package.
+        fs_err::write(&config, "Port 22\n").unwrap();
+        let found = ["/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists());
+        match (found, run_here(&authorize, &home)) {
+            (Some(p), Ok(_)) => assert!(fs_err::read_to_string(&keys)
+                .unwrap()
+                .contains(&format!("command=\"{p} -d "))),
+            (None, Err(e)) => assert!(e.contains("install the OpenSSH SFTP server"), "{e}"),
+            (found, got) => panic!("{found:?}: {got:?}"),
+        }
+        // reset: the push key's line goes, the operator's stays.
+        assert_eq!(
+            run_here(&authorized_command(pub_line), &home).unwrap(),
+            "authorized\n"
+        );
+        assert!(authorized_command(pub_line).read_only);
+        assert_eq!(run_here(&revoke_command(pub_line), &home).unwrap(), "removed\n");
+        assert_eq!(run_here(&authorized_command(pub_line), &home).unwrap(), "");
+        assert_eq!(fs_err::read_to_string(&keys).unwrap(), format!("{other}\n"));
+        // The file keeps its mode through both rewrites.
+        assert_eq!(mode(&keys), 0o640);
+        assert_eq!(run_here(&revoke_command(pub_line), &home).unwrap(), "");
+        // No authorized_keys at all: nothing to revoke.
+        fs_err::remove_file(&keys).unwrap();
+        assert_eq!(run_here(&revoke_command(pub_line), &home).unwrap(), "");
     }
 
     #[test]

@@ -6,7 +6,6 @@
 //! `<url>.sha256`) **before** it is kept or anything in it is used; the cache is named by that
 //! sha256, so a verified file is downloaded once.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
@@ -89,7 +88,7 @@ async fn obtain(
             let mut files = Vec::new();
             for name in wanted.iter().chain(optional) {
                 let path = dir.join(name);
-                match fs_err::read(&path) {
+                match crate::bounded::read(&path, crate::bounded::BINARY) {
                     Ok(content) => files.push((name.to_string(), content)),
                     Err(_) if optional.contains(name) => {}
                     Err(_) => {
@@ -143,7 +142,11 @@ pub async fn published_sha256(url: &str) -> Result<String, BinariesError> {
             status: response.status().as_u16(),
         });
     }
-    let text = response.text().await.map_err(fail)?;
+    let text = match crate::bounded::http_body(response, crate::bounded::TEXT, &sums).await {
+        Ok(body) => String::from_utf8_lossy(&body).into_owned(),
+        Err(crate::bounded::BodyError::Read(e)) => return Err(fail(e)),
+        Err(crate::bounded::BodyError::TooLarge(e)) => return Err(e.into()),
+    };
     let word = text.split_whitespace().next().unwrap_or_default();
     if word.len() != 64 || !word.chars().all(|c| c.is_ascii_hexdigit()) {
         return Err(BinariesError::PublishedSha256 { url: sums });
@@ -155,14 +158,15 @@ pub async fn published_sha256(url: &str) -> Result<String, BinariesError> {
 
 /// Whether `path` exists with this sha256.
 fn verified(path: &Path, sha256: &str) -> bool {
-    fs_err::read(path).is_ok_and(|bytes| hex::encode(Sha256::digest(&bytes)) == sha256.to_ascii_lowercase())
+    crate::bounded::read(path, crate::bounded::BINARY)
+        .is_ok_and(|bytes| hex::encode(Sha256::digest(&bytes)) == sha256.to_ascii_lowercase())
 }
 
 /// Downloads `url` into `cache_dir/<sha256>.tar.gz` unless a verified copy is there.
 pub async fn download_verified(url: &str, sha256: &str, cache_dir: &Path) -> Result<PathBuf, BinariesError> {
     let expected = sha256.to_ascii_lowercase();
     let target = cache_dir.join(format!("{expected}.tar.gz"));
-    if let Ok(bytes) = fs_err::read(&target) {
+    if let Ok(bytes) = crate::bounded::read(&target, crate::bounded::BINARY) {
         if hex::encode(Sha256::digest(&bytes)) == expected {
             return Ok(target);
         }
@@ -187,6 +191,9 @@ pub async fn download_verified(url: &str, sha256: &str, cache_dir: &Path) -> Res
         source,
     })? {
         progress.inc(chunk.len() as u64);
+        if bytes.len() as u64 + chunk.len() as u64 > crate::bounded::BINARY {
+            return Err(crate::bounded::too_large(url, crate::bounded::BINARY).into());
+        }
         bytes.extend_from_slice(&chunk);
     }
     progress.finish();
@@ -230,8 +237,9 @@ pub fn extract(
             continue;
         };
         if wanted.iter().chain(optional).any(|w| *w == base) && !found.iter().any(|(n, _)| n == base) {
-            let mut content = Vec::new();
-            entry.read_to_end(&mut content).map_err(err)?;
+            let what = format!("{base} in `{}`", archive.display());
+            let content =
+                crate::bounded::read_to_end(&mut entry, crate::bounded::BINARY, &what).map_err(err)?;
             found.push((base.to_string(), content));
         }
     }
@@ -257,7 +265,10 @@ pub fn reported_version(bins: &LocalBinaries, name: &str, scratch_dir: &Path) ->
     let (_, content) = bins.files.iter().find(|(n, _)| n == name)?;
     let sha = hex::encode(Sha256::digest(content));
     let path = scratch_dir.join(format!("{name}-{}", &sha[..16]));
-    if fs_err::read(&path).map(|c| c != *content).unwrap_or(true) {
+    if crate::bounded::read(&path, crate::bounded::BINARY)
+        .map(|c| c != *content)
+        .unwrap_or(true)
+    {
         fs_err::create_dir_all(scratch_dir).ok()?;
         let tmp = path.with_extension("part");
         fs_err::write(&tmp, content).ok()?;

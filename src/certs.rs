@@ -99,7 +99,7 @@ pub fn read_state(pki_dir: &Path) -> Vec<(String, String)> {
             if path.extension().and_then(|e| e.to_str()) != Some("crt") {
                 continue;
             }
-            let Ok(pem) = fs_err::read_to_string(&path) else {
+            let Ok(pem) = crate::bounded::read_to_string(&path, crate::bounded::TEXT) else {
                 continue;
             };
             let stem = path.file_stem().and_then(|s| s.to_str()).unwrap_or("?");

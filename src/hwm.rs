@@ -55,7 +55,7 @@ pub fn max(a: Option<Hwm>, b: Option<Hwm>) -> Option<Hwm> {
 
 /// The operator machine's mark.
 pub fn read(state: &StateDir) -> Option<Hwm> {
-    fs_err::read_to_string(state.file(FILE))
+    crate::bounded::read_to_string(state.file(FILE), crate::bounded::TEXT)
         .ok()
         .and_then(|t| parse(&t))
 }

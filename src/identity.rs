@@ -130,7 +130,10 @@ impl Expected {
                 .collect();
             names.sort();
             for name in names {
-                certs.extend(certs_in(&fs_err::read_to_string(dir.join(name))?));
+                certs.extend(certs_in(&crate::bounded::read_to_string(
+                    dir.join(name),
+                    crate::bounded::TEXT,
+                )?));
             }
             if !certs.is_empty() {
                 cas.insert(kind.dir(), certs);

@@ -87,9 +87,11 @@ impl ImageSet {
     /// Reads and checks `<dir>/images.json`.
     pub fn load(dir: &Path) -> Result<ImageSet, ImagesError> {
         let path = dir.join(MANIFEST);
-        let text = fs_err::read_to_string(&path).map_err(|source| ImagesError::Read {
-            path: path.clone(),
-            source,
+        let text = crate::bounded::read_to_string(&path, crate::bounded::TEXT).map_err(|source| {
+            ImagesError::Read {
+                path: path.clone(),
+                source,
+            }
         })?;
         Self::parse(dir, &text)
     }

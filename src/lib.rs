@@ -28,16 +28,40 @@
 //!                               backup_remote, certs, hwm, fence
 //! transport, local artifacts    ssh, exec, render, pki, binaries, images
 //! model                         inventory, state, plan
-//! basics                        clock, duration, exit, output, quote, local_command
+//! basics                        clock, duration, exit, output, quote, local_command, bounded
 //! ```
 //!
 //! `lab` stands beside the stack (basics and the model only).
 //!
 //! See ARCHITECTURE.md for the code map and the invariants.
 
+// The crate's print macros, before every module so that they shadow std's there (a macro's
+// textual scope wins over the prelude): std's panic when stdout or stderr is a closed pipe
+// (`hactl status | head -0`); these drop the output and the command ends as it would have
+// (output.rs). Unit tests keep std's, whose output the test harness captures.
+#[cfg(not(test))]
+macro_rules! print {
+    ($($arg:tt)*) => { $crate::output::print_stdout(format_args!($($arg)*), false) };
+}
+#[cfg(not(test))]
+macro_rules! println {
+    () => { $crate::output::print_stdout(format_args!(""), true) };
+    ($($arg:tt)*) => { $crate::output::print_stdout(format_args!($($arg)*), true) };
+}
+#[cfg(not(test))]
+macro_rules! eprint {
+    ($($arg:tt)*) => { $crate::output::print_stderr(format_args!($($arg)*), false) };
+}
+#[cfg(not(test))]
+macro_rules! eprintln {
+    () => { $crate::output::print_stderr(format_args!(""), true) };
+    ($($arg:tt)*) => { $crate::output::print_stderr(format_args!($($arg)*), true) };
+}
+
 pub mod backup;
 pub mod backup_remote;
 pub mod binaries;
+pub mod bounded;
 pub mod certs;
 pub mod cli;
 pub mod clock;

@@ -7,6 +7,8 @@ use clap::Parser;
 const EXIT_USAGE: i32 = 64;
 
 fn main() {
+    // Before anything opens a file: a closed stdout or stderr gets /dev/null (output.rs).
+    hactl::output::keep_standard_streams_open();
     let cli = match hactl::cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
@@ -23,14 +25,17 @@ fn main() {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("error: failed to start the async runtime: {e}");
+            hactl::output::print_stderr(
+                format_args!("error: failed to start the async runtime: {e}"),
+                true,
+            );
             std::process::exit(1);
         }
     };
     let code = match runtime.block_on(hactl::commands::run(cli)) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            hactl::output::print_stderr(format_args!("error: {err:#}"), true);
             hactl::exit::exit_code_of(&err)
         }
     };

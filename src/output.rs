@@ -5,6 +5,12 @@
 //! is created, so stderr carries the plain log lines alone, byte for byte as without bars, and no
 //! escape code. On a terminal every bar belongs to one [`MultiProgress`] and each log line is
 //! written with the bars hidden, so a line never lands inside a bar.
+//!
+//! Output to a closed stream ends quietly: the crate's `print!`/`println!`/`eprint!`/`eprintln!`
+//! (defined in lib.rs over [`print_stdout`] and [`print_stderr`]) drop what a closed pipe cannot
+//! take instead of panicking as std's do, so `hactl status | head -1` runs to its end and exits
+//! with the command's own code; [`keep_standard_streams_open`] puts `/dev/null` on a closed fd
+//! 0, 1 or 2 (`2>&-`), so no file hactl opens later can land on it and receive its output.
 
 use std::io::{IsTerminal, Write};
 use std::sync::OnceLock;
@@ -20,6 +26,52 @@ pub const COUNTER_TEMPLATE: &str = "{spinner} {elapsed:>4} {wide_msg}";
 pub const TRANSFER_TEMPLATE: &str = "{msg} {wide_bar} {bytes}/{total_bytes} {binary_bytes_per_sec} eta {eta}";
 /// A byte transfer of unknown size (an etcd snapshot stream).
 pub const STREAM_TEMPLATE: &str = "{spinner} {msg} {bytes} {binary_bytes_per_sec} {elapsed}";
+
+/// `print!`/`println!` of the crate (lib.rs): writes `args` (and a newline) to stdout; a
+/// reader that went away (`| head`) drops the output, and nothing panics.
+pub fn print_stdout(args: std::fmt::Arguments<'_>, newline: bool) {
+    let _ = write_ignoring_closed(&mut std::io::stdout().lock(), args, newline);
+}
+
+/// `eprint!`/`eprintln!` of the crate (lib.rs): as [`print_stdout`], on stderr.
+pub fn print_stderr(args: std::fmt::Arguments<'_>, newline: bool) {
+    let _ = write_ignoring_closed(&mut std::io::stderr().lock(), args, newline);
+}
+
+/// Writes `args` (and a newline); a closed pipe is `Ok` (the output is dropped), any other error
+/// is returned (the print macros drop it too: there is no better place to say it).
+pub fn write_ignoring_closed(
+    out: &mut dyn Write,
+    args: std::fmt::Arguments<'_>,
+    newline: bool,
+) -> std::io::Result<()> {
+    let written = out
+        .write_fmt(args)
+        .and_then(|()| if newline { out.write_all(b"\n") } else { Ok(()) });
+    match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+/// Opens `/dev/null` on whichever of fds 0, 1 and 2 is closed (`hactl ... 2>&-`), for the life
+/// of the process: otherwise the next file or socket hactl opens would get that number, and
+/// everything printed to the closed stream would be written into it. Called first in `main`.
+pub fn keep_standard_streams_open() {
+    use std::os::fd::{AsRawFd, IntoRawFd};
+    // open(2) returns the lowest free number: while that is 0, 1 or 2, a standard stream was
+    // closed and now reads and writes /dev/null.
+    while let Ok(f) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        if f.as_raw_fd() > 2 {
+            break;
+        }
+        let _ = f.into_raw_fd();
+    }
+}
 
 /// Whether progress bars are drawn: only when stderr is a terminal.
 pub fn bars_allowed() -> bool {
@@ -101,15 +153,18 @@ impl Counter {
     }
 }
 
-/// The log's writer: stderr, with the bars hidden while a line is written on a terminal.
+/// The log's writer: stderr, with the bars hidden while a line is written on a terminal. A
+/// line stderr cannot take (a closed pipe) counts as written: there is nowhere else to say so,
+/// and tracing-subscriber reports a failed write with std's `eprintln!`, which would panic on
+/// that very stream.
 struct LogWriter;
 
 impl Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match bars() {
-            Some(bars) => bars.suspend(|| std::io::stderr().write_all(buf))?,
-            None => std::io::stderr().write_all(buf)?,
-        }
+        let _ = match bars() {
+            Some(bars) => bars.suspend(|| std::io::stderr().write_all(buf)),
+            None => std::io::stderr().write_all(buf),
+        };
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
@@ -277,8 +332,7 @@ pub fn confirm(what: &str) -> anyhow::Result<()> {
     }
     eprint!("{what}. Proceed? [y/N] ");
     std::io::Write::flush(&mut std::io::stderr()).ok();
-    let mut answer = String::new();
-    std::io::BufRead::read_line(&mut std::io::stdin().lock(), &mut answer)?;
+    let answer = crate::bounded::read_answer(std::io::stdin().lock())?;
     if matches!(answer.trim(), "y" | "Y" | "yes") {
         Ok(())
     } else {
@@ -293,6 +347,27 @@ pub fn confirm(what: &str) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use std::ffi::OsStr;
+
+    #[test]
+    fn a_closed_pipe_drops_the_output_and_other_errors_are_returned() {
+        let (reader, mut writer) = std::io::pipe().unwrap();
+        drop(reader);
+        assert!(write_ignoring_closed(&mut writer, format_args!("{}", "x"), true).is_ok());
+        let mut v = Vec::new();
+        write_ignoring_closed(&mut v, format_args!("a{}", 1), true).unwrap();
+        write_ignoring_closed(&mut v, format_args!("b"), false).unwrap();
+        assert_eq!(v, b"a1\nb");
+        struct Full;
+        impl Write for Full {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::from(std::io::ErrorKind::StorageFull))
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        assert!(write_ignoring_closed(&mut Full, format_args!("x"), false).is_err());
+    }
 
     #[test]
     fn colour_only_on_a_terminal_and_never_with_no_color() {

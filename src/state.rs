@@ -208,7 +208,7 @@ impl StateView {
     /// `rel`'s text, or `None` when it does not exist.
     pub fn read(&self, rel: impl AsRef<Path>) -> Result<Option<String>, StateError> {
         let rel = inside(rel.as_ref())?;
-        match fs_err::read_to_string(self.path.join(rel)) {
+        match crate::bounded::read_to_string(self.path.join(rel), crate::bounded::TEXT) {
             Ok(text) => Ok(Some(text)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e.into()),

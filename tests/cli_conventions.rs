@@ -1,7 +1,8 @@
 //! The conventions users know from other tools, checked on the built binary: usage errors with an
 //! exit code of their own, `--version` naming the commit, shell completions, man pages, JSON from
 //! `validate`, colour only on a terminal and never with `NO_COLOR`, `kubeconfig`, and a refusal
-//! that needs no host (replace's retry limit) given before any host is reached.
+//! that needs no host (replace's retry limit) given before any host is reached, and output to a
+//! closed pipe or a closed stream ending quietly with the command's own exit code.
 
 #[path = "support/cli.rs"]
 mod cli_support;
@@ -306,6 +307,91 @@ fn replace_refuses_at_the_retry_limit_before_reaching_any_host() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("cannot reach"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// Output to a closed stream ends quietly: a pipe whose reader went away (`hactl check | head
+/// -0`) or a stream closed outright (`2>&-`) on stdout, stderr or both makes no panic (101) and
+/// no error; the command runs to its end and exits with its own code, as with open streams.
+#[test]
+fn output_to_a_closed_pipe_or_stream_ends_quietly_with_the_commands_own_exit_code() {
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.yaml");
+    hactl(&["init", good.to_str().unwrap()]);
+    let loopback = loopback_inventory(dir.path());
+    let missing = dir.path().join("missing.yaml");
+    let cases: [(Vec<&str>, i32); 4] = [
+        // Plenty on stdout, little on stderr.
+        (vec!["validate", "-i", good.to_str().unwrap()], 0),
+        // A table on stdout, a log on stderr (-vv), exit 1: no host answers.
+        (vec!["check", "-vv", "-i", loopback.to_str().unwrap()], 1),
+        // clap's own printing.
+        (vec!["--help"], 0),
+        // The error chain on stderr.
+        (vec!["validate", "-i", missing.to_str().unwrap()], 1),
+    ];
+    let closed_pipe = || {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        Stdio::from(writer)
+    };
+    for (args, code) in &cases {
+        for closed in ["stdout", "stderr", "both"] {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_hactl"));
+            cmd.args(args).stdin(Stdio::null());
+            let (out_closed, err_closed) = (closed != "stderr", closed != "stdout");
+            cmd.stdout(if out_closed { closed_pipe() } else { Stdio::piped() });
+            cmd.stderr(if err_closed { closed_pipe() } else { Stdio::piped() });
+            let out = cmd.output().unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(*code),
+                "{args:?} with {closed} a closed pipe: {}",
+                text(&out)
+            );
+            assert!(!text(&out).contains("panicked"), "{args:?}: {}", text(&out));
+        }
+        // Closed outright: fds 1 and 2 not open at all.
+        for redirect in [">&-", "2>&-", ">&- 2>&-"] {
+            let line = format!("exec \"$0\" \"$@\" {redirect}");
+            let out = Command::new("sh")
+                .arg("-c")
+                .arg(&line)
+                .arg(env!("CARGO_BIN_EXE_hactl"))
+                .args(args)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            assert_eq!(
+                out.status.code(),
+                Some(*code),
+                "{args:?} {redirect}: {}",
+                text(&out)
+            );
+            assert!(
+                !text(&out).contains("panicked"),
+                "{args:?} {redirect}: {}",
+                text(&out)
+            );
+        }
+    }
+}
+
+/// Every file hactl reads has a limit: an inventory that never ends (`/dev/zero`, which also
+/// claims a size of 0) fails at 16 MiB with the file and the limit named, instead of reading
+/// until memory runs out (it once read 24 GB before failing): the message is only given once
+/// 16 MiB and one byte have been read.
+#[test]
+fn an_endless_inventory_fails_fast_naming_the_file_and_the_limit() {
+    let out = hactl(&["validate", "-i", "/dev/zero"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(
+            "zero: cannot be read: `/dev/zero` is larger than 16 MiB, the most hactl reads from it"
+        ),
         "{}",
         text(&out)
     );

@@ -1021,3 +1021,319 @@ fn the_init_example_is_the_shipped_example_and_validates_as_written() {
         BinarySource::Release { .. }
     ));
 }
+
+/// Every numeric field of the inventory (integers and durations) against its range, as
+/// docs/reference/inventory.md states it: the least and the greatest allowed value validate,
+/// one step past either end is refused at the field's place (or, past what the field's integer
+/// type holds, as a parse error at its position). Nothing past a range reaches `plan`, where a
+/// value like `caValidityDays: 3000000` once overflowed a certificate's end date and panicked.
+#[test]
+fn every_numeric_field_is_checked_against_its_range() {
+    // `{v}` in a snippet is the value under test; a snippet starting with `ssh:` goes under
+    // `spec.ssh`, `host:` under the first host, anything else at the end of `spec`.
+    struct Case {
+        place: &'static str,
+        snippet: &'static str,
+        below: Option<&'static str>,
+        min: &'static str,
+        max: &'static str,
+        above: &'static str,
+    }
+    let c = |place, snippet, below, min, max, above| Case {
+        place,
+        snippet,
+        below,
+        min,
+        max,
+        above,
+    };
+    let remote = "  backup:\n    remote:\n      address: 192.168.56.30\n      path: /srv/backups\n";
+    let cases = [
+        c(
+            "ssh.port",
+            "ssh:    port: {v}\n",
+            Some("0"),
+            "1",
+            "65535",
+            "65536",
+        ),
+        c(
+            "ssh.connectTimeout",
+            "ssh:    connectTimeout: {v}\n",
+            Some("0"),
+            "1",
+            "3600",
+            "3601",
+        ),
+        c(
+            "ssh.bastion.port",
+            "ssh:    bastion: { address: 192.168.56.5, port: {v} }\n",
+            Some("0"),
+            "1",
+            "65535",
+            "65536",
+        ),
+        c(
+            "hosts[0].ssh.port",
+            "host:      ssh: { port: {v} }\n",
+            Some("0"),
+            "1",
+            "65535",
+            "65536",
+        ),
+        c(
+            "hosts[0].ssh.connectTimeout",
+            "host:      ssh: { connectTimeout: {v} }\n",
+            Some("0"),
+            "1",
+            "3600",
+            "3601",
+        ),
+        c(
+            "hosts[0].prefixLength",
+            "host:      prefixLength: {v}\n",
+            Some("0"),
+            "24",
+            "32",
+            "33",
+        ),
+        c(
+            "vip.routerId",
+            "  vip:\n    address: 192.168.56.100\n    routerId: {v}\n",
+            Some("0"),
+            "1",
+            "255",
+            "256",
+        ),
+        c(
+            "vip.advertInterval",
+            "  vip:\n    address: 192.168.56.100\n    advertInterval: {v}\n",
+            Some("90ms"),
+            "100ms",
+            "10s",
+            "10s10ms",
+        ),
+        c(
+            "loadBalancer.checkInterval",
+            "  loadBalancer:\n    checkInterval: {v}\n",
+            Some("99ms"),
+            "100ms",
+            "1m",
+            "1m1ms",
+        ),
+        c(
+            "loadBalancer.connectTimeout",
+            "  loadBalancer:\n    connectTimeout: {v}\n",
+            Some("99ms"),
+            "100ms",
+            "30s",
+            "30s1ms",
+        ),
+        c(
+            "loadBalancer.fall",
+            "  loadBalancer:\n    fall: {v}\n",
+            Some("0"),
+            "1",
+            "10",
+            "11",
+        ),
+        c(
+            "loadBalancer.rise",
+            "  loadBalancer:\n    rise: {v}\n",
+            Some("0"),
+            "1",
+            "10",
+            "11",
+        ),
+        c(
+            "etcd.clientPort",
+            "  etcd:\n    clientPort: {v}\n",
+            Some("0"),
+            "1",
+            "65535",
+            "65536",
+        ),
+        c(
+            "etcd.peerPort",
+            "  etcd:\n    peerPort: {v}\n",
+            Some("0"),
+            "1",
+            "65535",
+            "65536",
+        ),
+        c(
+            "etcd.heartbeatInterval",
+            "  etcd:\n    electionTimeout: 50000\n    heartbeatInterval: {v}\n",
+            Some("0"),
+            "1",
+            "10000",
+            "10001",
+        ),
+        c(
+            "etcd.electionTimeout",
+            "  etcd:\n    electionTimeout: {v}\n",
+            Some("499"),
+            "500",
+            "50000",
+            "50001",
+        ),
+        c(
+            "etcd.quotaBackendBytes",
+            "  etcd:\n    quotaBackendBytes: {v}\n",
+            Some("1048575"),
+            "1048576",
+            "8589934592",
+            "8589934593",
+        ),
+        c(
+            "etcd.autoCompactionRetention",
+            "  etcd:\n    autoCompactionRetention: {v}\n",
+            None,
+            "0",
+            "8760h",
+            "8760h1ms",
+        ),
+        c(
+            "pki.caValidityDays",
+            "  pki:\n    certValidityDays: 2\n    renewBeforeDays: 1\n    caValidityDays: {v}\n",
+            Some("0"),
+            "2",
+            "36500",
+            "36501",
+        ),
+        c(
+            "pki.certValidityDays",
+            "  pki:\n    caValidityDays: 36500\n    renewBeforeDays: 1\n    certValidityDays: {v}\n",
+            Some("0"),
+            "2",
+            "36500",
+            "36501",
+        ),
+        c(
+            "pki.renewBeforeDays",
+            "  pki:\n    certValidityDays: 365\n    renewBeforeDays: {v}\n",
+            Some("0"),
+            "1",
+            "364",
+            "365",
+        ),
+        c(
+            "heal.maxUnhealthy",
+            "  heal:\n    maxUnhealthy: {v}\n",
+            None,
+            "0",
+            "3",
+            "4",
+        ),
+        c(
+            "heal.maxRetry",
+            "  heal:\n    maxRetry: {v}\n",
+            None,
+            "0",
+            "100",
+            "101",
+        ),
+        c(
+            "heal.retryPeriod",
+            "  heal:\n    retryPeriod: {v}\n",
+            None,
+            "0s",
+            "30d",
+            "30d1ms",
+        ),
+        c(
+            "heal.minHealthyPeriod",
+            "  heal:\n    minHealthyPeriod: {v}\n",
+            None,
+            "0s",
+            "30d",
+            "30d1ms",
+        ),
+        c(
+            "heal.unhealthyTimeout",
+            "  heal:\n    unhealthyTimeout: {v}\n",
+            None,
+            "0s",
+            "30d",
+            "30d1ms",
+        ),
+        c(
+            "backup.interval",
+            "  backup:\n    interval: {v}\n",
+            Some("999ms"),
+            "1s",
+            "30d",
+            "30d1s",
+        ),
+        c(
+            "backup.retention",
+            "  backup:\n    retention: {v}\n",
+            Some("0"),
+            "1",
+            "10000",
+            "10001",
+        ),
+        c(
+            "backup.remote.port",
+            "REMOTE      port: {v}\n",
+            Some("0"),
+            "1",
+            "65535",
+            "65536",
+        ),
+        c(
+            "backup.remote.retention",
+            "REMOTE      retention: {v}\n",
+            Some("0"),
+            "1",
+            "10000",
+            "10001",
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let with = |case: &Case, value: &str| -> String {
+        let line = case.snippet.replace("{v}", value);
+        if let Some(rest) = line.strip_prefix("ssh:") {
+            edit(&[("    agent: true\n", &format!("    agent: true\n{rest}"))])
+        } else if let Some(rest) = line.strip_prefix("host:") {
+            edit(&[(
+                "      address: 192.168.56.11\n",
+                &format!("      address: 192.168.56.11\n{rest}"),
+            )])
+        } else if let Some(rest) = line.strip_prefix("REMOTE") {
+            format!("{GOOD}{remote}{rest}")
+        } else if line.starts_with("  vip:") {
+            edit(&[("  vip:\n    address: 192.168.56.100\n", &line)])
+        } else {
+            format!("{GOOD}{line}")
+        }
+    };
+    for case in &cases {
+        for ok in [case.min, case.max] {
+            let text = with(case, ok);
+            assert_eq!(
+                problems(dir.path(), &text),
+                Vec::<String>::new(),
+                "{}: {ok}\n{text}",
+                case.place
+            );
+        }
+        for bad in case.below.into_iter().chain([case.above]) {
+            let text = with(case, bad);
+            let found = problems(dir.path(), &text);
+            let at_place = found
+                .iter()
+                .any(|p| p.starts_with(&format!("lab.yaml: {}: ", case.place)));
+            // Past the integer type: serde's parse error, at a `line:column` position.
+            let parse_error = found.len() == 1
+                && found[0]
+                    .strip_prefix("lab.yaml:")
+                    .is_some_and(|rest| rest.starts_with(|ch: char| ch.is_ascii_digit()));
+            assert!(
+                at_place || parse_error,
+                "{}: {bad} gave {found:?}\n{text}",
+                case.place
+            );
+        }
+    }
+}

@@ -78,6 +78,43 @@ async fn command_output_exit_status_and_stderr_are_captured() {
     assert!(!out.success());
 }
 
+/// A command that prints without end (or more than its caller keeps) is ended at the limit, and
+/// the error names it, its host, the stream and the limit; the session stays usable.
+#[tokio::test]
+async fn output_past_the_limit_ends_the_command_with_an_error_naming_it() {
+    require_sshd!();
+    let sshd = Sshd::start();
+    let s = connect(&sshd).await;
+    let err = s
+        .run(&RemoteCommand::new(["cat", "/dev/zero"]).with_output_limit(1 << 20))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::OutputTooLarge { stream: "stdout", .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("`cat /dev/zero` on node1 printed more than 1 MiB on stdout"),
+        "{err}"
+    );
+    // (Ended at the limit: had it run to the command's 120 s timeout, the error would be
+    // `Error::Timeout`.)
+    let err = s
+        .run(&RemoteCommand::script("head -c 2048 /dev/zero >&2").with_output_limit(1024))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::OutputTooLarge { stream: "stderr", .. }),
+        "{err}"
+    );
+    let out = s
+        .run(&RemoteCommand::script("head -c 1024 /dev/zero").with_output_limit(1024))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout.len(), 1024);
+}
+
 #[tokio::test]
 async fn argv_round_trips_exactly() {
     require_sshd!();

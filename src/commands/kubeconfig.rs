@@ -20,7 +20,7 @@ pub fn run(args: &KubeconfigArgs) -> anyhow::Result<i32> {
         );
     }
     let path = inv.state_dir.join(crate::converge::ADMIN_KUBECONFIG);
-    let text = match fs_err::read_to_string(&path) {
+    let text = match crate::bounded::read_to_string(&path, crate::bounded::TEXT) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => bail!(
             "no admin kubeconfig yet at {}: `hactl up -i {file}` writes it",

@@ -5,7 +5,7 @@
 //! Invariant: nothing changes on any host unless every host answered and the data-directory
 //! rule held on every etcd host.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 
 use crate::cli::ResetArgs;
 use crate::converge::reset;
@@ -23,7 +23,7 @@ pub async fn run(args: &ResetArgs) -> anyhow::Result<i32> {
         } else {
             exec::run(&prepared.plan, Mode::DryRun, &prepared.transports).await?;
         }
-        return Ok(crate::exit::OK);
+        return Ok(remote_left(&inv, &prepared, crate::exit::OK));
     }
     let (inv, state) = super::load(&args.inventory)?;
     let _lock = crate::operations::lock::take(&state, &inv, &connect, "reset").await?;
@@ -32,7 +32,7 @@ pub async fn run(args: &ResetArgs) -> anyhow::Result<i32> {
     let (plan, transports, stamp) = (&prepared.plan, &prepared.transports, &prepared.stamp);
     if plan.is_empty() {
         println!("no changes: nothing of hactl's is installed");
-        return Ok(crate::exit::OK);
+        return Ok(remote_left(&inv, &prepared, crate::exit::FAILED));
     }
     eprint!("{plan}");
     if !args.yes {
@@ -48,18 +48,68 @@ pub async fn run(args: &ResetArgs) -> anyhow::Result<i32> {
                 .collect();
             hosts.sort();
             hosts.dedup();
+            hosts.retain(|h| *h != crate::inventory::REMOTE_HOST_NAME);
             println!(
                 "reset: hactl's services stopped and its files removed on {} hosts; data dirs kept as {}.hactl-reset-{stamp}",
                 hosts.len(),
                 inv.etcd.data_dir
             );
-            Ok(crate::exit::OK)
+            println!("{}", summary(&inv, &prepared));
+            Ok(remote_left(&inv, &prepared, crate::exit::FAILED_AFTER_CHANGES))
         }
         Err(failed) => {
             eprint!("{}", failed.details());
             Err(anyhow::Error::new(failed).context("reset stopped; run it again to finish"))
         }
     }
+}
+
+/// What reset did with the backup push key and the snapshots, one line each (what `plan` held).
+fn summary(inv: &crate::inventory::Inventory, p: &reset::Prepared) -> String {
+    let mut out = Vec::new();
+    if !p.push_key_hosts.is_empty() {
+        out.push(format!(
+            "reset: the backup push key removed on {} (key material is removed, not moved)",
+            p.push_key_hosts.join(", ")
+        ));
+    }
+    if let (Some(_), Some(remote)) = (&p.leftovers.authorized_on_remote, &inv.backup.remote) {
+        out.push(format!(
+            "reset: the push key's line removed from the authorized_keys of {} (the copies there stay)",
+            remote.describe()
+        ));
+    }
+    for (host, dirs) in &p.leftovers.snapshot_dirs {
+        let moved: Vec<String> = dirs
+            .iter()
+            .map(|d| format!("{d} -> {d}.hactl-reset-{}", p.stamp))
+            .collect();
+        out.push(format!(
+            "reset: snapshots moved aside on {host} (kept, never deleted): {}",
+            moved.join(", ")
+        ));
+    }
+    if out.is_empty() {
+        out.push("reset: no backup push key and no snapshot on the hosts".into());
+    }
+    out.join("\n")
+}
+
+/// With the backup remote unreachable, the push key may still be authorized there: says so,
+/// with what to do, and gives `code`; `OK` otherwise.
+fn remote_left(inv: &crate::inventory::Inventory, p: &reset::Prepared, code: i32) -> i32 {
+    let (Some(why), Some(remote)) = (&p.leftovers.remote_unreached, &inv.backup.remote) else {
+        return crate::exit::OK;
+    };
+    eprintln!(
+        "error: the backup push key may still be authorized on {}: {why}. Run `hactl reset -i {}` again once it answers, \
+         or remove the line ending in `hactl backup push {}` from {}'s ~/.ssh/authorized_keys there",
+        remote.describe(),
+        inv.source.display(),
+        inv.name,
+        remote.ssh.user
+    );
+    code
 }
 
 /// Asks the operator to type the cluster name; refuses without a terminal.
@@ -72,8 +122,7 @@ fn confirm_cluster_name(name: &str) -> anyhow::Result<()> {
     }
     eprint!("this stops and removes what hactl installed on every host of cluster {name} (data dirs are moved aside). Type the cluster name to proceed: ");
     std::io::stderr().flush().ok();
-    let mut answer = String::new();
-    std::io::stdin().lock().read_line(&mut answer)?;
+    let answer = crate::bounded::read_answer(std::io::stdin().lock())?;
     if answer.trim() == name {
         Ok(())
     } else {

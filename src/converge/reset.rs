@@ -3,9 +3,12 @@
 //!
 //! Invariant: data dirs are moved aside (`<dir>.hactl-reset-<UTC time>`), never deleted, and
 //! only under the data-directory rule ([`crate::etcd::data_dir`]), checked on every etcd host
-//! before anything changes; secrets hactl placed (keys, the encryption config, the VRRP
-//! password in `keepalived.conf`) are removed; a config hactl took over is given back from its
-//! `.hactl-orig`; distribution packages stay installed (other software may use them).
+//! before anything changes; so are the directories that hold snapshots on etcd hosts (the
+//! scheduled backups, a recover's staged snapshot, scratch copies); secrets hactl placed (keys,
+//! the backup push key, the encryption config, the VRRP password in `keepalived.conf`) are
+//! removed, and so is the push key's line in the backup remote's authorized_keys; a config hactl
+//! took over is given back from its `.hactl-orig`; distribution packages stay installed (other
+//! software may use them).
 
 use std::collections::BTreeMap;
 
@@ -72,10 +75,47 @@ fn give_back(facts: &HostFacts, path: &str) -> Option<Step> {
     })
 }
 
-/// The steps that undo `up` on one etcd host, from what its facts show is there.
-pub fn reset_steps(inv: &Inventory, facts: &HostFacts, stamp: &str) -> Vec<Step> {
+/// The directories on an etcd host that may hold snapshots: the scheduled backups
+/// (`spec.backup.dir`), a recover's work dirs (its staged snapshot) and the scratch directory
+/// (copies `etcd snapshot verify` and `recover --auto` read). `reset` moves each aside when it
+/// holds anything, so a cluster built there next neither finds them nor prunes them (the backup
+/// timer keeps the newest `retention` files of a cluster's name).
+pub fn snapshot_dirs(inv: &Inventory) -> Vec<String> {
+    vec![
+        inv.backup.dir.clone(),
+        crate::etcd::RECOVER_WORK_DIR.to_string(),
+        crate::snapshot::HOST_SCRATCH.to_string(),
+    ]
+}
+
+/// Read-only: which of `dirs` exist as directories (not symlinks) holding anything, one
+/// `dir <path>` line each.
+pub fn snapshot_dirs_command(dirs: &[String]) -> RemoteCommand {
+    const SCRIPT: &str = r#"for d in "$@"; do
+  if [ -d "$d" ] && [ ! -L "$d" ] && [ -n "$(ls -A "$d" 2>/dev/null)" ]; then echo "dir $d"; fi
+done"#;
+    let mut argv = vec!["sh", "-c", SCRIPT, "hactl-reset-snapshot-dirs"];
+    argv.extend(dirs.iter().map(String::as_str));
+    RemoteCommand::read_only(argv)
+}
+
+/// Moves a directory of snapshots aside to `<dir>.hactl-reset-<stamp>` (never onto or into an
+/// existing path); nothing when it is gone already.
+pub fn move_snapshots_aside(dir: &str, stamp: &str) -> RemoteCommand {
+    const SCRIPT: &str = r#"set -eu
+if [ ! -d "$1" ] || [ -L "$1" ]; then exit 0; fi
+mv -T --no-clobber -- "$1" "$2"
+[ ! -e "$1" ] || { echo "cannot move $1 aside: $2 is in the way" >&2; exit 1; }"#;
+    let aside = format!("{dir}.hactl-reset-{stamp}");
+    RemoteCommand::new(["sh", "-c", SCRIPT, "hactl-reset-snapshots", dir, &aside])
+}
+
+/// The steps that undo `up` on one etcd host, from what its facts show is there (and
+/// `snapshot_dirs`, the directories of [`snapshot_dirs`] that hold something there).
+pub fn reset_steps(inv: &Inventory, facts: &HostFacts, snapshot_dirs: &[String], stamp: &str) -> Vec<Step> {
     let mut steps = Vec::new();
-    // Scheduled backups first, so no snapshot starts while etcd stops; the snapshots stay.
+    // Scheduled backups first, so no snapshot starts while etcd stops; the snapshots are moved
+    // aside below, with the data dir.
     if facts.files.contains_key(crate::backup::TIMER_PATH)
         || facts
             .units
@@ -95,6 +135,10 @@ pub fn reset_steps(inv: &Inventory, facts: &HostFacts, stamp: &str) -> Vec<Step>
     ));
     if facts.data_dir.is_some() {
         steps.push(Step::Run(move_aside(&inv.etcd.data_dir, stamp)));
+    }
+    // Snapshots are data: moved aside like the data dir, never deleted.
+    for dir in snapshot_dirs {
+        steps.push(Step::Run(move_snapshots_aside(dir, stamp)));
     }
     // hactl's unit goes back to the one it replaced, if it kept one.
     steps.extend(give_back(facts, etcd::UNIT_PATH));
@@ -213,9 +257,27 @@ fn host_steps(
         .collect()
 }
 
+/// What reset reads besides the facts, before anything changes.
+#[derive(Debug, Clone, Default)]
+pub struct Leftovers {
+    /// Per etcd host, the directories of [`snapshot_dirs`] that hold something.
+    pub snapshot_dirs: BTreeMap<String, Vec<String>>,
+    /// The push key's public line, when the backup remote answered and still authorizes it.
+    pub authorized_on_remote: Option<String>,
+    /// Why the backup remote could not be asked, when `spec.backup.remote` is set and a push
+    /// key was made.
+    pub remote_unreached: Option<String>,
+}
+
 /// Every role, in order: the Kubernetes control plane (it writes to etcd), etcd, then the load
-/// balancers (the VIP stays until nothing behind it serves).
-pub fn plan(inv: &Inventory, facts: &BTreeMap<String, HostFacts>, stamp: &str) -> Plan {
+/// balancers (the VIP stays until nothing behind it serves); last, the push key's authorization
+/// on the backup remote.
+pub fn plan(
+    inv: &Inventory,
+    facts: &BTreeMap<String, HostFacts>,
+    leftovers: &Leftovers,
+    stamp: &str,
+) -> Plan {
     let mut plan = Plan::default();
     plan.push(phase(
         "Stop and remove the Kubernetes control plane",
@@ -223,12 +285,29 @@ pub fn plan(inv: &Inventory, facts: &BTreeMap<String, HostFacts>, stamp: &str) -
     ));
     plan.push(phase(
         "Stop and remove etcd",
-        host_steps(inv, Role::Etcd, facts, |_, f| reset_steps(inv, f, stamp)),
+        host_steps(inv, Role::Etcd, facts, |h, f| {
+            let dirs = leftovers
+                .snapshot_dirs
+                .get(&h.name)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            reset_steps(inv, f, dirs, stamp)
+        }),
     ));
     plan.push(phase(
         "Stop and remove the load balancers",
         host_steps(inv, Role::LoadBalancer, facts, |_, f| load_balancer_steps(inv, f)),
     ));
+    if let Some(line) = &leftovers.authorized_on_remote {
+        plan.push(phase(
+            "Revoke the backup push key on the remote",
+            vec![HostSteps {
+                host: crate::inventory::REMOTE_HOST_NAME.into(),
+                sudo: false,
+                steps: vec![Step::Run(crate::backup_remote::revoke_command(line))],
+            }],
+        ));
+    }
     plan
 }
 
@@ -260,6 +339,10 @@ pub struct Prepared {
     pub plan: Plan,
     /// The data-directory rule, read-only ([`check_plan`]).
     pub check: Plan,
+    /// What the plan was built from besides the facts.
+    pub leftovers: Leftovers,
+    /// The etcd hosts where the backup push key is (the plan removes it).
+    pub push_key_hosts: Vec<String>,
 }
 
 /// Connects to every host with a role (all must answer), gathers facts and builds reset's plan
@@ -270,21 +353,120 @@ pub async fn prepare(
     connect: &ConnectSettings,
 ) -> anyhow::Result<Prepared> {
     let hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
-    let transports = crate::exec::connect::reach(keys, &hosts, connect)
+    let mut transports = crate::exec::connect::reach(keys, &hosts, connect)
         .await
         .require_all()?;
     let facts = super::gather_facts(inv, &hosts, &transports, connect.concurrency).await?;
+    let leftovers = leftovers(inv, keys, &mut transports, connect).await?;
+    let push_key_hosts = inv
+        .with_role(Role::Etcd)
+        .into_iter()
+        .filter(|h| {
+            facts
+                .get(&h.name)
+                .is_some_and(|f| f.files.contains_key(crate::backup_remote::HOST_KEY))
+        })
+        .map(|h| h.name.clone())
+        .collect();
     let stamp = time::OffsetDateTime::now_utc()
         .format(time::macros::format_description!(
             "[year][month][day]T[hour][minute][second]Z"
         ))
         .context("failed to format the time")?;
     Ok(Prepared {
-        plan: plan(inv, &facts, &stamp),
+        plan: plan(inv, &facts, &leftovers, &stamp),
         check: check_plan(inv, &facts),
         transports,
         stamp,
+        leftovers,
+        push_key_hosts,
     })
+}
+
+/// Reads (only) which snapshot directories hold something on each etcd host, and whether the
+/// backup remote still authorizes the push key; the remote's session joins `transports` when
+/// the plan will need it. A remote that does not answer is noted, not an error: reset gives the
+/// hosts back without it and says what is left.
+async fn leftovers(
+    inv: &Inventory,
+    keys: crate::exec::connect::HostKeys<'_>,
+    transports: &mut Transports,
+    connect: &ConnectSettings,
+) -> anyhow::Result<Leftovers> {
+    let mut out = Leftovers::default();
+    let probe = snapshot_dirs_command(&snapshot_dirs(inv));
+    for h in inv.with_role(Role::Etcd) {
+        let Some(t) = transports.get(&h.name) else {
+            continue;
+        };
+        let got = t
+            .run(&probe)
+            .await
+            .with_context(|| format!("{}: cannot list its snapshot directories", h.name))?;
+        if !got.success() {
+            anyhow::bail!(
+                "{}: cannot list its snapshot directories: {}",
+                h.name,
+                got.stderr_str().trim()
+            );
+        }
+        let dirs: Vec<String> = got
+            .stdout_str()
+            .lines()
+            .filter_map(|l| l.strip_prefix("dir "))
+            .map(String::from)
+            .collect();
+        if !dirs.is_empty() {
+            out.snapshot_dirs.insert(h.name.clone(), dirs);
+        }
+    }
+    let Some(remote) = &inv.backup.remote else {
+        return Ok(out);
+    };
+    let key_file = match keys {
+        crate::exec::connect::HostKeys::Pin(s) | crate::exec::connect::HostKeys::Check(s) => {
+            s.file(crate::backup_remote::STATE_KEY)
+        }
+        crate::exec::connect::HostKeys::ReadOnly(v) => v.file(crate::backup_remote::STATE_KEY),
+    };
+    let Some(line) = crate::backup_remote::existing_public_line(&key_file, &inv.name)? else {
+        return Ok(out);
+    };
+    let host = remote.host();
+    let conns = crate::exec::connect::connect(keys, &[&host], connect).await;
+    let t = match conns.get(crate::inventory::REMOTE_HOST_NAME) {
+        Some(Ok(t)) => t.clone(),
+        Some(Err(e)) => {
+            out.remote_unreached = Some(format!("cannot reach {}: {e}", remote.describe()));
+            return Ok(out);
+        }
+        None => {
+            out.remote_unreached = Some(format!("cannot reach {}", remote.describe()));
+            return Ok(out);
+        }
+    };
+    match t.run(&crate::backup_remote::authorized_command(&line)).await {
+        Ok(o) if o.success() => {
+            if o.stdout_str().contains("authorized") {
+                out.authorized_on_remote = Some(line);
+                transports.insert(crate::inventory::REMOTE_HOST_NAME.into(), t);
+            }
+        }
+        Ok(o) => {
+            out.remote_unreached = Some(format!(
+                "cannot read the authorized keys on {}: {}",
+                remote.describe(),
+                o.stderr_str().trim()
+            ))
+        }
+        Err(e) => {
+            out.remote_unreached = Some(format!(
+                "cannot read the authorized keys on {}: {e}",
+                remote.describe()
+            ))
+        }
+    }
+    Ok(out)
 }
 
 /// Runs the data-directory rule on every etcd host before anything changes anywhere (read-only,
@@ -357,7 +539,7 @@ mod tests {
             .iter()
             .map(|h| (h.name.clone(), installed(&inv, &h.name)))
             .collect();
-        let plan = plan(&inv, &facts, "20261122T000000Z");
+        let plan = plan(&inv, &facts, &Leftovers::default(), "20261122T000000Z");
         let titles: Vec<&str> = plan.phases.iter().map(|p| p.title.as_str()).collect();
         assert_eq!(
             titles,
@@ -429,7 +611,115 @@ mod tests {
         let nothing = HostFacts::default();
         assert!(load_balancer_steps(&inv, &nothing).is_empty());
         assert!(kubernetes_steps(&inv, inv.host("cp1").unwrap(), &nothing).is_empty());
-        assert!(reset_steps(&inv, &nothing, "t").is_empty());
+        assert!(reset_steps(&inv, &nothing, &[], "t").is_empty());
+    }
+
+    /// Issue 22: reset removes the backup push key (key material: removed, not moved) on the
+    /// etcd hosts and its line on the backup remote, and moves every directory holding
+    /// snapshots aside (never deletes one): the scheduled backups, a recover's staged snapshot,
+    /// scratch copies. Only what is there is planned, so a second reset plans nothing.
+    #[test]
+    fn reset_removes_the_push_key_and_moves_snapshots_aside() {
+        let inv = inventory();
+        let facts: BTreeMap<String, HostFacts> = inv
+            .hosts
+            .iter()
+            .map(|h| (h.name.clone(), installed(&inv, &h.name)))
+            .collect();
+        assert!(facts["cp1"].files.contains_key(crate::backup_remote::HOST_KEY));
+        let dirs = snapshot_dirs(&inv);
+        assert_eq!(
+            dirs,
+            [
+                "/var/lib/etcd-backups",
+                "/var/lib/etcd.hactl",
+                "/var/lib/hactl/scratch"
+            ]
+        );
+        let leftovers = Leftovers {
+            snapshot_dirs: BTreeMap::from([("cp1".to_string(), dirs.clone())]),
+            authorized_on_remote: Some("ssh-ed25519 AAAAkey hactl backup push example".into()),
+            remote_unreached: None,
+        };
+        let plan = plan(&inv, &facts, &leftovers, "20261122T000000Z");
+        let etcd = lines(&plan, "Stop and remove etcd", "cp1");
+        assert!(
+            etcd.lines()
+                .any(|l| l.starts_with("rm -f -- ") && l.contains(crate::backup_remote::HOST_KEY)),
+            "the push key is removed: {etcd}"
+        );
+        for d in &dirs {
+            assert!(
+                etcd.contains(&format!(
+                    "hactl-reset-snapshots {d} {d}.hactl-reset-20261122T000000Z"
+                )),
+                "{d}: {etcd}"
+            );
+        }
+        // The key goes; snapshots are never removed.
+        assert!(!etcd.contains("rm -rf"), "{etcd}");
+        let cp2 = lines(&plan, "Stop and remove etcd", "cp2");
+        assert!(
+            !cp2.contains("hactl-reset-snapshots"),
+            "nothing there, nothing planned: {cp2}"
+        );
+        let revoke = lines(
+            &plan,
+            "Revoke the backup push key on the remote",
+            crate::inventory::REMOTE_HOST_NAME,
+        );
+        assert!(revoke.contains("hactl-backup-remote-revoke AAAAkey"), "{revoke}");
+        // Nothing left: nothing planned there.
+        assert!(!super::plan(&inv, &facts, &Leftovers::default(), "t")
+            .phases
+            .iter()
+            .any(|p| p.title.contains("Revoke")));
+        let probe = snapshot_dirs_command(&dirs);
+        assert!(probe.read_only);
+        // The probe and the move, run here on a scratch tree: a directory holding files is
+        // listed and moved aside whole; an empty one is not listed; a missing one is no error.
+        let tmp = tempfile::tempdir().unwrap();
+        let full = tmp.path().join("backups");
+        let empty = tmp.path().join("empty");
+        fs_err::create_dir_all(&full).unwrap();
+        fs_err::create_dir_all(&empty).unwrap();
+        fs_err::write(full.join("c-20261122T000000Z.db"), b"snapshot").unwrap();
+        let missing = tmp.path().join("missing");
+        let paths: Vec<String> = [&full, &empty, &missing]
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        let run = |cmd: &RemoteCommand| {
+            let out = std::process::Command::new(&cmd.argv[0])
+                .args(&cmd.argv[1..])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8_lossy(&out.stdout).into_owned()
+        };
+        assert_eq!(run(&snapshot_dirs_command(&paths)), format!("dir {}\n", paths[0]));
+        run(&move_snapshots_aside(&paths[0], "T1"));
+        run(&move_snapshots_aside(&paths[2], "T1"));
+        assert!(!full.exists());
+        let aside = tmp.path().join("backups.hactl-reset-T1");
+        assert_eq!(
+            fs_err::read(aside.join("c-20261122T000000Z.db")).unwrap(),
+            b"snapshot"
+        );
+        // Never onto (or into) what is in the way.
+        fs_err::create_dir_all(&full).unwrap();
+        fs_err::write(full.join("new.db"), b"new").unwrap();
+        let cmd = move_snapshots_aside(&paths[0], "T1");
+        let out = std::process::Command::new(&cmd.argv[0])
+            .args(&cmd.argv[1..])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("is in the way"),
+            "{out:?}"
+        );
+        assert!(full.join("new.db").exists() && !aside.join("backups").exists());
     }
 
     #[test]

@@ -405,7 +405,7 @@ pub fn certificate_rows(pki_dir: &std::path::Path) -> Vec<CertRow> {
             if path.extension().and_then(|e| e.to_str()) != Some("crt") {
                 continue;
             }
-            let Ok(pem) = fs_err::read_to_string(&path) else {
+            let Ok(pem) = crate::bounded::read_to_string(&path, crate::bounded::TEXT) else {
                 continue;
             };
             let Ok(info) = pki::inspect(&pem) else { continue };

@@ -30,7 +30,7 @@ impl std::fmt::Debug for ClientTls {
 pub fn client_tls(pki_dir: &std::path::Path) -> anyhow::Result<ClientTls> {
     use anyhow::Context as _;
     let read = |rel: &str| {
-        fs_err::read_to_string(pki_dir.join(rel))
+        crate::bounded::read_to_string(pki_dir.join(rel), crate::bounded::TEXT)
             .context("the cluster's PKI is missing; run `hactl up` first (or point --state-dir at the cluster's state)")
     };
     // During a rotation the members may serve either CA's certificate: trust both.

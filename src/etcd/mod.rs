@@ -30,6 +30,9 @@ pub const INITIAL_ENV_PATH: &str = "/etc/hactl/etcd-initial.env";
 pub const ETCDCTL_WRAPPER: &str = "/usr/local/sbin/hactl-etcdctl";
 /// Idempotent membership steps (add learner, promote).
 pub const MEMBER_SCRIPT: &str = "/usr/local/sbin/hactl-etcd-member";
+/// Where a recover stages its work on each host (`<dir>/<run>/`, the staged snapshot among it):
+/// beside the default data dir, on the same filesystem, so the final swap is a rename.
+pub const RECOVER_WORK_DIR: &str = "/var/lib/etcd.hactl";
 /// Where release and bundle binaries go.
 pub const BIN_DIR: &str = "/usr/local/bin";
 /// etcd's metrics and plain `/health` listener: on loopback, and on the member's address when

@@ -27,6 +27,37 @@ use super::{
     SshSpec, Vip, API_VERSION, KIND,
 };
 
+/// The upper limits of the numeric fields (the lower ones are 0 or 1, said where they are
+/// checked); docs/reference/inventory.md states each. A value past them would overflow a
+/// timestamp or a timer, or names something no cluster needs.
+pub mod limits {
+    use std::time::Duration;
+
+    /// `ssh.connectTimeout` (seconds): an hour.
+    pub const CONNECT_TIMEOUT_SECS: u64 = 3600;
+    /// `etcd.heartbeatInterval` (ms): electionTimeout must be at least 5 × this and at most
+    /// 50000.
+    pub const HEARTBEAT_MS: u32 = 10_000;
+    /// `etcd.electionTimeout` (ms): the most etcd accepts.
+    pub const ELECTION_MS: u32 = 50_000;
+    /// `etcd.quotaBackendBytes`: at least 1 MiB (a smaller backend fills at once)...
+    pub const QUOTA_MIN: u64 = 1 << 20;
+    /// ... and at most 8 GiB, etcd's documented maximum (it warns above it).
+    pub const QUOTA_MAX: u64 = 8 << 30;
+    /// `etcd.autoCompactionRetention`: a year.
+    pub const COMPACTION_RETENTION: Duration = Duration::from_secs(365 * 86_400);
+    /// `pki.caValidityDays`: 100 years (a certificate's end must stay a valid X.509 time).
+    pub const CA_VALIDITY_DAYS: u32 = 36_500;
+    /// `heal.maxUnhealthy`: F of the largest cluster (7 members tolerate 3 failures).
+    pub const MAX_UNHEALTHY: usize = 3;
+    /// `heal.maxRetry`.
+    pub const MAX_RETRY: u32 = 100;
+    /// `heal.retryPeriod`, `heal.minHealthyPeriod`, `heal.unhealthyTimeout`, `backup.interval`.
+    pub const PERIOD: Duration = Duration::from_secs(30 * 86_400);
+    /// `backup.retention`, `backup.remote.retention`.
+    pub const RETENTION: u32 = 10_000;
+}
+
 /// One thing wrong with the inventory, and where.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Problem {
@@ -82,7 +113,7 @@ impl std::error::Error for InventoryError {}
 
 /// Reads and validates the inventory at `path`.
 pub fn load(path: &Path) -> Result<Inventory, InventoryError> {
-    match std::fs::read_to_string(path) {
+    match crate::bounded::read_to_string(path, crate::bounded::TEXT) {
         Ok(text) => load_str(path, &text),
         Err(err) => {
             let message = if err.kind() == std::io::ErrorKind::NotFound {
@@ -91,7 +122,8 @@ pub fn load(path: &Path) -> Result<Inventory, InventoryError> {
                     path.display()
                 )
             } else {
-                format!("{} cannot be read: {err}", path.display())
+                // The error names the path (and, past the limit, the limit).
+                format!("cannot be read: {err}")
             };
             Err(InventoryError {
                 file: file_name(path),
@@ -331,6 +363,13 @@ impl Checker {
         }
         if let Some(v) = &raw.interval {
             match super::parse_duration(v) {
+                Ok(d) if d > limits::PERIOD => self.report(
+                    "backup.interval",
+                    format!(
+                        "{v} is outside 1s..{}: choose a value in that range (default 1h)",
+                        crate::duration::format(limits::PERIOD)
+                    ),
+                ),
                 Ok(d) if d.as_secs() >= 1 => {
                     b.interval = d;
                     b.interval_text = format!("{}s", d.as_secs());
@@ -348,7 +387,7 @@ impl Checker {
                     "backup.retention",
                     "0 would delete every snapshot: keep at least 1 (default 24)",
                 );
-            } else {
+            } else if self.in_range("backup.retention", n, 1, limits::RETENTION, "default 24") {
                 b.retention = n;
             }
         }
@@ -400,11 +439,21 @@ impl Checker {
                 None
             }
         };
-        if raw.retention == Some(0) {
-            self.report(
+        match raw.retention {
+            Some(0) => self.report(
                 format!("{place}.retention"),
                 "0 would delete every remote snapshot: keep at least 1 (default: backup.retention)",
-            );
+            ),
+            Some(n) => {
+                self.in_range(
+                    &format!("{place}.retention"),
+                    n,
+                    1,
+                    limits::RETENTION,
+                    "default: backup.retention",
+                );
+            }
+            None => {}
         }
         let ssh = self.host_ssh(spec, &own, address?, place);
         if self.problems.len() != before {
@@ -426,10 +475,14 @@ impl Checker {
     fn heal(&mut self, raw: &super::raw::RawHeal) -> super::HealSpec {
         let mut h = super::HealSpec::default();
         if let Some(n) = raw.max_unhealthy {
-            h.max_unhealthy = n;
+            if self.in_range("heal.maxUnhealthy", n, 0, limits::MAX_UNHEALTHY, "default 1") {
+                h.max_unhealthy = n;
+            }
         }
         if let Some(n) = raw.max_retry {
-            h.max_retry = n;
+            if self.in_range("heal.maxRetry", n, 0, limits::MAX_RETRY, "default 3") {
+                h.max_retry = n;
+            }
         }
         for (field, value, slot) in [
             ("retryPeriod", &raw.retry_period, &mut h.retry_period),
@@ -446,6 +499,13 @@ impl Checker {
         ] {
             if let Some(v) = value {
                 match super::parse_duration(v) {
+                    Ok(d) if d > limits::PERIOD => self.report(
+                        format!("heal.{field}"),
+                        format!(
+                            "{v} is outside 0s..{}: choose a value in that range",
+                            crate::duration::format(limits::PERIOD)
+                        ),
+                    ),
                     Ok(d) => *slot = d,
                     Err(e) => self.report(format!("heal.{field}"), e.to_string()),
                 }
@@ -483,11 +543,21 @@ impl Checker {
             .bastion
             .as_ref()
             .map(|b| self.bastion(b, &format!("{place}.bastion")));
-        if raw.connect_timeout == Some(0) {
-            self.report(
+        match raw.connect_timeout {
+            Some(0) => self.report(
                 format!("{place}.connectTimeout"),
                 "0 seconds leaves no time to connect: use a positive number of seconds (default 10)",
-            );
+            ),
+            Some(n) => {
+                self.in_range(
+                    &format!("{place}.connectTimeout"),
+                    n,
+                    1,
+                    limits::CONNECT_TIMEOUT_SECS,
+                    "default 10",
+                );
+            }
+            None => {}
         }
         SshLevel {
             user: raw.user.clone(),
@@ -907,6 +977,26 @@ impl Checker {
         }))
     }
 
+    /// An integer field within `min..=max`; reports the field otherwise (`hint` names the
+    /// default). True when it is within.
+    fn in_range<T: PartialOrd + fmt::Display + Copy>(
+        &mut self,
+        field: &str,
+        value: T,
+        min: T,
+        max: T,
+        hint: &str,
+    ) -> bool {
+        if value < min || value > max {
+            self.report(
+                field,
+                format!("{value} is outside {min}..{max}: choose a value in that range ({hint})"),
+            );
+            return false;
+        }
+        true
+    }
+
     /// A duration field within `range`; reports the field otherwise (`hint` names the default).
     fn duration_in(
         &mut self,
@@ -1194,6 +1284,14 @@ impl Checker {
                 "etcd.heartbeatInterval",
                 "0 ms: use a positive interval (default 100)",
             );
+        } else if heartbeat > limits::HEARTBEAT_MS {
+            self.in_range(
+                "etcd.heartbeatInterval",
+                heartbeat,
+                1,
+                limits::HEARTBEAT_MS,
+                "default 100",
+            );
         } else if u64::from(election) < 5 * u64::from(heartbeat) {
             self.report(
                 "etcd.electionTimeout",
@@ -1203,10 +1301,13 @@ impl Checker {
                     5 * u64::from(heartbeat)
                 ),
             );
-        } else if election > 50_000 {
+        } else if election > limits::ELECTION_MS {
             self.report(
                 "etcd.electionTimeout",
-                format!("{election} ms is more than etcd accepts: use at most 50000"),
+                format!(
+                    "{election} ms is more than etcd accepts: use at most {}",
+                    limits::ELECTION_MS
+                ),
             );
         }
 
@@ -1216,15 +1317,31 @@ impl Checker {
                 "etcd.quotaBackendBytes",
                 "0 bytes: give the quota in bytes, e.g. 8589934592 (8 GiB, the default)",
             );
+        } else {
+            self.in_range(
+                "etcd.quotaBackendBytes",
+                quota,
+                limits::QUOTA_MIN,
+                limits::QUOTA_MAX,
+                "default 8589934592, 8 GiB, etcd's documented maximum",
+            );
         }
         let retention = raw.auto_compaction_retention.as_deref().unwrap_or("8h");
-        if !is_retention(retention) {
-            self.report(
+        match retention_duration(retention) {
+            None => self.report(
                 "etcd.autoCompactionRetention",
                 format!(
                     "{retention:?} is not a retention period: use hours (8) or a duration such as 8h or 30m"
                 ),
-            );
+            ),
+            Some(d) if d > limits::COMPACTION_RETENTION => self.report(
+                "etcd.autoCompactionRetention",
+                format!(
+                    "{retention} is longer than {}: choose a shorter period (default 8h)",
+                    crate::duration::format(limits::COMPACTION_RETENTION)
+                ),
+            ),
+            Some(_) => {}
         }
         for (i, arg) in raw.extra_args.iter().enumerate() {
             if let Err(message) = etcd_extra_arg(arg) {
@@ -1412,6 +1529,14 @@ impl Checker {
             self.report(
                 "pki.caValidityDays",
                 "0 days: use a positive number (default 3650)",
+            );
+        } else {
+            self.in_range(
+                "pki.caValidityDays",
+                ca,
+                1,
+                limits::CA_VALIDITY_DAYS,
+                "default 3650",
             );
         }
         if cert == 0 {
@@ -1681,26 +1806,28 @@ fn is_http_url(s: &str) -> bool {
 }
 
 /// etcd's periodic retention: a bare number of hours, or a Go duration of h/m/s units.
-fn is_retention(s: &str) -> bool {
+/// etcd's `--auto-compaction-retention` in periodic mode: a bare number of hours, or Go duration
+/// terms of `h`, `m`, `s`, `ms`; `None` when it is neither (or too long to count).
+fn retention_duration(s: &str) -> Option<Duration> {
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
-        return true;
+        return s.parse::<u64>().ok()?.checked_mul(3600).map(Duration::from_secs);
     }
     let mut rest = s;
-    let mut parts = 0;
+    let mut total = Duration::ZERO;
     while !rest.is_empty() {
         let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
         if digits == 0 {
-            return false;
+            return None;
         }
+        let n: u64 = rest[..digits].parse().ok()?;
         rest = &rest[digits..];
-        let unit = ["ms", "h", "m", "s"].into_iter().find(|u| rest.starts_with(u));
-        match unit {
-            Some(u) => rest = &rest[u.len()..],
-            None => return false,
-        }
-        parts += 1;
+        let (unit, millis) = [("ms", 1), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)]
+            .into_iter()
+            .find(|(u, _)| rest.starts_with(u))?;
+        rest = &rest[unit.len()..];
+        total = total.checked_add(Duration::from_millis(n.checked_mul(millis)?))?;
     }
-    parts > 0
+    (!s.is_empty()).then_some(total)
 }
 
 #[cfg(test)]
@@ -1825,10 +1952,20 @@ mod tests {
     #[test]
     fn retention_periods() {
         for ok in ["8", "8h", "30m", "1h30m", "90s", "500ms"] {
-            assert!(is_retention(ok), "{ok}");
+            assert!(retention_duration(ok).is_some(), "{ok}");
         }
-        for bad in ["", "h", "8d", "8 h", "1.5h", "-1"] {
-            assert!(!is_retention(bad), "{bad}");
+        // Too long to count: refused, not wrapped around.
+        for bad in [
+            "",
+            "h",
+            "8d",
+            "8 h",
+            "1.5h",
+            "-1",
+            "99999999999999999999",
+            "9999999999999999h",
+        ] {
+            assert!(retention_duration(bad).is_none(), "{bad}");
         }
     }
 

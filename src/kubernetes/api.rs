@@ -56,6 +56,8 @@ pub enum ApiError {
         code: u16,
         message: String,
     },
+    #[error(transparent)]
+    TooLarge(std::io::Error),
     #[error("{what}: the answer is not the expected JSON")]
     Decode {
         what: String,
@@ -108,7 +110,8 @@ pub fn trusted_cas(pki_dir: &Path) -> Result<Vec<reqwest::Certificate>, ApiError
 fn http_client(pki_dir: &Path) -> Result<reqwest::Client, ApiError> {
     let read = |rel: &str| {
         let path = pki_dir.join(rel);
-        std::fs::read(&path).map_err(|source| ApiError::Credentials { path, source })
+        crate::bounded::read(&path, crate::bounded::TEXT)
+            .map_err(|source| ApiError::Credentials { path, source })
     };
     let tls = |source| ApiError::Tls {
         dir: pki_dir.to_path_buf(),
@@ -210,11 +213,18 @@ impl ApiClient {
             source,
         })?;
         let code = resp.status().as_u16();
-        let text = resp
-            .text()
-            .await
-            .map_err(|source| ApiError::Request { what, source })?;
-        Ok((code, text))
+        let body = match crate::bounded::http_body(
+            resp,
+            crate::bounded::COMMAND_OUTPUT,
+            &format!("the answer to {what}"),
+        )
+        .await
+        {
+            Ok(body) => body,
+            Err(crate::bounded::BodyError::Read(source)) => return Err(ApiError::Request { what, source }),
+            Err(crate::bounded::BodyError::TooLarge(e)) => return Err(ApiError::TooLarge(e)),
+        };
+        Ok((code, String::from_utf8_lossy(&body).into_owned()))
     }
 
     /// The apiserver's minor version from `GET /version`, asked once. When it cannot be read the

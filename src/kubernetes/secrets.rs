@@ -60,7 +60,7 @@ pub fn preview_encryption_key(view: &StateView) -> Result<EncryptionKey, Secrets
 
 /// The key at `path`, or a new one (`true`) when there is none.
 fn load_or_generate(path: &std::path::Path) -> Result<(EncryptionKey, bool), SecretsError> {
-    match fs_err::read_to_string(path) {
+    match crate::bounded::read_to_string(path, crate::bounded::TEXT) {
         Ok(text) => {
             let unusable = || SecretsError::Unusable {
                 path: path.display().to_string(),

@@ -167,7 +167,7 @@ async fn read_leases(
     address: &str,
     pki_dir: &std::path::Path,
 ) -> anyhow::Result<Vec<(Lease, Component)>> {
-    let read = |rel: &str| fs_err::read(pki_dir.join(rel));
+    let read = |rel: &str| crate::bounded::read(pki_dir.join(rel), crate::bounded::TEXT);
     let cas = super::api::trusted_cas(pki_dir)?;
     let mut identity_pem = read("kubernetes/admin.key")?;
     identity_pem.extend(read("kubernetes/admin.crt")?);
@@ -199,7 +199,9 @@ async fn read_leases(
             continue;
         }
         let resp = resp.error_for_status()?;
-        out.push((resp.json::<Lease>().await?, component));
+        let body =
+            crate::bounded::http_body(resp, crate::bounded::TEXT, &format!("the Lease {name}")).await?;
+        out.push((serde_json::from_slice::<Lease>(&body)?, component));
     }
     Ok(out)
 }

@@ -320,7 +320,7 @@ pub fn detail(entry: &Entry) -> &str {
 
 /// Reads a journal file.
 pub fn read(path: &Path) -> Result<Vec<Entry>, JournalError> {
-    let text = fs_err::read_to_string(path)?;
+    let text = crate::bounded::read_to_string(path, crate::bounded::TEXT)?;
     parse(path, &text)
 }
 

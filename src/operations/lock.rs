@@ -99,8 +99,8 @@ pub enum Liveness {
 }
 
 fn hostname() -> String {
-    fs_err::read_to_string("/proc/sys/kernel/hostname")
-        .or_else(|_| fs_err::read_to_string("/etc/hostname"))
+    crate::bounded::read_to_string("/proc/sys/kernel/hostname", crate::bounded::TEXT)
+        .or_else(|_| crate::bounded::read_to_string("/etc/hostname", crate::bounded::TEXT))
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())
 }
@@ -112,7 +112,7 @@ pub fn machine_id() -> String {
             return id.trim().to_string();
         }
     }
-    fs_err::read_to_string("/etc/machine-id")
+    crate::bounded::read_to_string("/etc/machine-id", crate::bounded::TEXT)
         .map(|id| id.trim().to_string())
         .ok()
         .filter(|id| !id.is_empty())
@@ -238,7 +238,7 @@ impl LocalLock {
                     return Ok(lock);
                 }
                 Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let text = fs_err::read_to_string(&path)?;
+                    let text = crate::bounded::read_to_string(&path, crate::bounded::TEXT)?;
                     let Ok(held) = serde_json::from_str::<Owner>(text.trim()) else {
                         return Err(LockError::Unreadable {
                             place,
@@ -269,7 +269,7 @@ impl LocalLock {
             }
         }
         // Someone else took it between our removal and our creation.
-        let text = fs_err::read_to_string(&path)?;
+        let text = crate::bounded::read_to_string(&path, crate::bounded::TEXT)?;
         match serde_json::from_str::<Owner>(text.trim()) {
             Ok(held) => Err(LockError::Held {
                 place,

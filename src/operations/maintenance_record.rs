@@ -71,7 +71,7 @@ pub fn record_path(state: &StateDir, host: &str) -> std::path::PathBuf {
 
 /// `host`'s record, if it has one that parses.
 pub fn read_record(state: &StateDir, host: &str) -> Option<MaintenanceRecord> {
-    let text = std::fs::read_to_string(record_path(state, host)).ok()?;
+    let text = crate::bounded::read_to_string(record_path(state, host), crate::bounded::TEXT).ok()?;
     serde_json::from_str(&text).ok()
 }
 
@@ -83,7 +83,7 @@ pub fn maintenance_records(state: &StateDir) -> BTreeMap<String, MaintenanceReco
         return out;
     };
     for e in entries.flatten() {
-        let Ok(text) = std::fs::read_to_string(e.path()) else {
+        let Ok(text) = crate::bounded::read_to_string(e.path(), crate::bounded::TEXT) else {
             continue;
         };
         if let Ok(r) = serde_json::from_str::<MaintenanceRecord>(&text) {

@@ -337,11 +337,10 @@ fn confirm(c: &Confirmation, flags: &Flags) -> anyhow::Result<()> {
             None => crate::output::confirm(what),
         },
         Confirmation::TypeName { what, name } => {
-            use std::io::{BufRead, Write};
+            use std::io::Write;
             eprint!("{what}. Type the cluster name to proceed: ");
             std::io::stderr().flush().ok();
-            let mut answer = String::new();
-            std::io::stdin().lock().read_line(&mut answer)?;
+            let answer = crate::bounded::read_answer(std::io::stdin().lock())?;
             if answer.trim() == name {
                 Ok(())
             } else {

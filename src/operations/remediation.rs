@@ -44,7 +44,7 @@ pub fn records_path(state: &StateDir) -> std::path::PathBuf {
 }
 
 pub fn load_records(state: &StateDir) -> Records {
-    std::fs::read_to_string(records_path(state))
+    crate::bounded::read_to_string(records_path(state), crate::bounded::TEXT)
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .unwrap_or_default()

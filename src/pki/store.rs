@@ -42,7 +42,7 @@ pub fn tighten(path: &Path, mode: u32) -> io::Result<Option<u32>> {
 
 /// The file's content, or `None` when it does not exist.
 pub fn read_if_exists(path: &Path) -> io::Result<Option<String>> {
-    match fs_err::read_to_string(path) {
+    match crate::bounded::read_to_string(path, crate::bounded::TEXT) {
         Ok(s) => Ok(Some(s)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),

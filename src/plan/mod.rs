@@ -50,6 +50,10 @@ pub struct RemoteCommand {
     pub read_only: bool,
     /// Give up after this long; the command's channel is closed.
     pub timeout: Duration,
+    /// The most bytes of stdout, and of stderr, kept in memory; past it the command is ended and
+    /// its run fails naming the command and the limit ([`crate::bounded::COMMAND_OUTPUT`]
+    /// unless set with [`RemoteCommand::with_output_limit`]).
+    pub output_limit: u64,
 }
 
 impl RemoteCommand {
@@ -63,6 +67,7 @@ impl RemoteCommand {
             argv: argv.into_iter().map(Into::into).collect(),
             read_only: false,
             timeout: Duration::from_secs(120),
+            output_limit: crate::bounded::COMMAND_OUTPUT,
         }
     }
     /// A command that only reads.
@@ -82,6 +87,11 @@ impl RemoteCommand {
     }
     pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
+        self
+    }
+    /// A command whose output is larger than most (a snapshot read with `cat`).
+    pub fn with_output_limit(mut self, bytes: u64) -> Self {
+        self.output_limit = bytes;
         self
     }
     /// The exact line sent over SSH for a host with or without sudo.

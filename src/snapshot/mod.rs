@@ -287,7 +287,7 @@ pub fn identity(state: &StateDir) -> Result<(age::x25519::Identity, String), Bun
     use age::secrecy::ExposeSecret;
     let path = state.file(IDENTITY_FILE);
     let id = if path.exists() {
-        let text = fs_err::read_to_string(&path)?;
+        let text = crate::bounded::read_to_string(&path, crate::bounded::TEXT)?;
         text.lines()
             .find(|l| l.starts_with("AGE-SECRET-KEY-"))
             .and_then(|l| l.trim().parse::<age::x25519::Identity>().ok())
@@ -387,7 +387,8 @@ pub fn restore_bundle(
     identity_file: &Path,
     state: &StateDir,
 ) -> Result<Vec<String>, RestoreBundleError> {
-    let text = fs_err::read_to_string(identity_file).map_err(BundleError::Io)?;
+    let text =
+        crate::bounded::read_to_string(identity_file, crate::bounded::TEXT).map_err(BundleError::Io)?;
     let id = text
         .lines()
         .find(|l| l.starts_with("AGE-SECRET-KEY-"))
@@ -439,7 +440,7 @@ pub fn write_bundle(
     let mut tar = tar::Builder::new(Vec::new());
     for f in files {
         let rel = f.strip_prefix(base).unwrap_or(f);
-        let data = fs_err::read(f)?;
+        let data = crate::bounded::read(f, crate::bounded::TEXT)?;
         let mut header = tar::Header::new_gnu();
         header.set_size(data.len() as u64);
         header.set_mode(0o600);
@@ -460,7 +461,7 @@ pub fn write_bundle(
 
 /// Opens a bundle: its file names and contents (in memory only).
 pub fn open_bundle(path: &Path, id: &age::x25519::Identity) -> Result<Vec<(String, Vec<u8>)>, BundleError> {
-    let sealed = fs_err::read(path)?;
+    let sealed = crate::bounded::read(path, crate::bounded::TEXT)?;
     let decryptor = age::Decryptor::new(sealed.as_slice()).map_err(|source| BundleError::Decrypt {
         path: path.to_path_buf(),
         source,
@@ -471,15 +472,15 @@ pub fn open_bundle(path: &Path, id: &age::x25519::Identity) -> Result<Vec<(Strin
             path: path.to_path_buf(),
             source,
         })?;
-    let mut plain = Vec::new();
-    reader.read_to_end(&mut plain)?;
+    let what = format!("the decrypted content of `{}`", path.display());
+    let plain = crate::bounded::read_to_end(&mut reader, crate::bounded::TEXT, &what)?;
     let mut archive = tar::Archive::new(plain.as_slice());
     let mut out = Vec::new();
     for entry in archive.entries()? {
-        let mut e = entry?;
+        let e = entry?;
         let name = e.path()?.to_string_lossy().into_owned();
-        let mut data = Vec::new();
-        e.read_to_end(&mut data)?;
+        let what = format!("{name} in `{}`", path.display());
+        let data = crate::bounded::read_to_end(e, crate::bounded::TEXT, &what)?;
         out.push((name, data));
     }
     Ok(out)

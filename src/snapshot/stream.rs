@@ -352,7 +352,7 @@ pub async fn verify_on(
     upload_helper(t).await?;
     let dir = format!("{}/verify-{}", snapshot::HOST_SCRATCH, &check.sha256[..16]);
     let remote = format!("{dir}/snapshot.db");
-    let bytes = fs_err::read(path)?;
+    let bytes = crate::bounded::read(path, crate::bounded::SNAPSHOT)?;
     t.upload(&Upload::new(remote.clone(), 0o600, "root", "root", bytes))
         .await
         .with_context(|| format!("failed to copy {} to {}", path.display(), host.name))?;

@@ -85,7 +85,7 @@ impl KnownHosts {
     /// Reads `path`; a missing file is an empty one (created on the first record).
     pub fn load(path: impl Into<PathBuf>) -> Result<KnownHosts, Error> {
         let path = path.into();
-        let text = match std::fs::read_to_string(&path) {
+        let text = match crate::bounded::read_to_string(&path, crate::bounded::TEXT) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(source) => return Err(Error::KnownHostsRead { path, source }),
@@ -121,7 +121,7 @@ impl KnownHosts {
     /// `host keytype SHA256:…` lines the operator compares (host order of the file).
     pub fn unrecorded(&self) -> Vec<String> {
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let written = match std::fs::read_to_string(&self.path) {
+        let written = match crate::bounded::read_to_string(&self.path, crate::bounded::TEXT) {
             Ok(t) => index(&t.lines().filter_map(|l| parse_line(l).ok()).collect::<Vec<_>>()),
             Err(_) => BTreeMap::new(),
         };

@@ -39,6 +39,14 @@ pub enum Error {
         source: Box<russh::Error>,
     },
 
+    #[error("`{line}` on {host} printed more than {limit} on {stream}, the most hactl keeps of a command's output; it was ended there")]
+    OutputTooLarge {
+        host: String,
+        line: String,
+        stream: &'static str,
+        limit: String,
+    },
+
     /// `what` names the step and the host: "connecting to cp1 at 10.0.0.1:22".
     #[error("timed out after {secs}s {what}")]
     Timeout { host: String, what: String, secs: u64 },

@@ -188,6 +188,62 @@ pub enum OutputChunk<'a> {
     Stderr(&'a [u8]),
 }
 
+/// A command's output kept in memory, each stream up to a limit: past it the collector stops
+/// and says which stream overflowed, and the command is ended.
+#[derive(Debug)]
+pub struct Collector {
+    limit: u64,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// The stream that went past the limit, once one has.
+    pub overflowed: Option<&'static str>,
+}
+
+impl Collector {
+    pub fn new(limit: u64) -> Collector {
+        Collector {
+            limit,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            overflowed: None,
+        }
+    }
+
+    /// Keeps `chunk`; false once a stream has gone past the limit (nothing more is kept then).
+    pub fn push(&mut self, chunk: OutputChunk<'_>) -> bool {
+        if self.overflowed.is_some() {
+            return false;
+        }
+        let (buf, data, name) = match chunk {
+            OutputChunk::Stdout(d) => (&mut self.stdout, d, "stdout"),
+            OutputChunk::Stderr(d) => (&mut self.stderr, d, "stderr"),
+        };
+        if buf.len() as u64 + data.len() as u64 > self.limit {
+            self.overflowed = Some(name);
+            return false;
+        }
+        buf.extend_from_slice(data);
+        true
+    }
+
+    /// The output, or the error naming the command, its host and the stream past the limit.
+    fn finish(self, host: &str, line: String, status: Option<u32>) -> Result<Output, Error> {
+        if let Some(stream) = self.overflowed {
+            return Err(Error::OutputTooLarge {
+                host: host.to_string(),
+                line,
+                stream,
+                limit: crate::bounded::human(self.limit),
+            });
+        }
+        Ok(Output {
+            status,
+            stdout: self.stdout,
+            stderr: self.stderr,
+        })
+    }
+}
+
 /// An open connection to one host.
 pub struct Session {
     host: String,
@@ -358,19 +414,9 @@ impl Session {
     /// Runs `cmd`, feeding `stdin` to it and closing its stdin after (secrets go this way, never
     /// in argv).
     pub async fn run_with_stdin(&self, cmd: &RemoteCommand, stdin: &[u8]) -> Result<Output, Error> {
-        let mut stdout = Vec::new();
-        let mut stderr = Vec::new();
-        let status = self
-            .exec(cmd, Some(stdin), &mut |chunk| match chunk {
-                OutputChunk::Stdout(b) => stdout.extend_from_slice(b),
-                OutputChunk::Stderr(b) => stderr.extend_from_slice(b),
-            })
-            .await?;
-        Ok(Output {
-            status,
-            stdout,
-            stderr,
-        })
+        let mut out = Collector::new(cmd.output_limit);
+        let status = self.exec(cmd, Some(stdin), &mut |chunk| out.push(chunk)).await?;
+        out.finish(&self.host, cmd.line(self.sudo), status)
     }
 
     /// Runs `cmd` and hands its output to `on_output` as it arrives; returns the exit status.
@@ -379,7 +425,11 @@ impl Session {
         cmd: &RemoteCommand,
         mut on_output: impl FnMut(OutputChunk<'_>) + Send,
     ) -> Result<Option<u32>, Error> {
-        self.exec(cmd, None, &mut on_output).await
+        self.exec(cmd, None, &mut |chunk| {
+            on_output(chunk);
+            true
+        })
+        .await
     }
 
     /// Forwards a local port to `remote_host:remote_port` as seen from this host. Each connection
@@ -447,13 +497,14 @@ impl Session {
         }
     }
 
-    /// The one place a command is sent: opens a channel, sends the line, feeds stdin, collects
-    /// output until the channel closes or `cmd.timeout` passes.
+    /// The one place a command is sent: opens a channel, sends the line, feeds stdin, hands
+    /// output to `sink` until the channel closes, `cmd.timeout` passes or `sink` returns false
+    /// (its collector is full: the command is sent TERM and its channel closed, as on a timeout).
     async fn exec(
         &self,
         cmd: &RemoteCommand,
         stdin: Option<&[u8]>,
-        sink: &mut (dyn FnMut(OutputChunk<'_>) + Send),
+        sink: &mut (dyn FnMut(OutputChunk<'_>) -> bool + Send),
     ) -> Result<Option<u32>, Error> {
         let line = quote::command_line(&cmd.argv, self.sudo);
         debug!("{}: run {line}", self.host);
@@ -480,16 +531,25 @@ impl Session {
             };
             let reader = async {
                 let mut status = None;
+                let mut stopped = false;
                 while let Some(msg) = read.wait().await {
                     match msg {
-                        ChannelMsg::Data { data } => sink(OutputChunk::Stdout(&data)),
+                        // The guard hands the chunk to the sink, once; false: the sink is full.
+                        ChannelMsg::Data { data } if !sink(OutputChunk::Stdout(&data)) => {
+                            stopped = true;
+                            break;
+                        }
+                        ChannelMsg::Data { .. } => {}
                         ChannelMsg::ExtendedData { data, ext: 1 } => {
                             // sudo's complaint may arrive in pieces: look at the start of stderr.
                             if self.sudo && stderr_head.len() < STDERR_HEAD {
                                 let room = STDERR_HEAD - stderr_head.len();
                                 stderr_head.extend_from_slice(&data[..data.len().min(room)]);
                             }
-                            sink(OutputChunk::Stderr(&data))
+                            if !sink(OutputChunk::Stderr(&data)) {
+                                stopped = true;
+                                break;
+                            }
                         }
                         ChannelMsg::ExitStatus { exit_status } => status = Some(exit_status),
                         ChannelMsg::ExitSignal { signal_name, .. } => {
@@ -499,12 +559,22 @@ impl Session {
                         _ => {}
                     }
                 }
-                status
+                (status, stopped)
             };
             tokio::join!(writer, reader)
         };
         match tokio::time::timeout(cmd.timeout, io).await {
-            Ok((written, status)) => {
+            Ok((_, (status, true))) => {
+                // The sink has all it keeps: end the command rather than read it to its end.
+                debug!(
+                    "{}: `{line}` printed more than its caller keeps; sent TERM and closed its channel",
+                    self.host
+                );
+                let _ = write.signal(Sig::TERM).await;
+                let _ = write.close().await;
+                Ok(status)
+            }
+            Ok((written, (status, false))) => {
                 if contains(&stderr_head, b"sudo: a password is required") {
                     return Err(Error::SudoPasswordRequired {
                         host: self.host.clone(),
@@ -683,19 +753,9 @@ impl Session {
 
     /// Runs `cmd` and collects its output; a non-zero exit is not an error here.
     pub async fn run(&self, cmd: &RemoteCommand) -> Result<Output, Error> {
-        let mut stdout = Vec::new();
-        let mut stderr = Vec::new();
-        let status = self
-            .exec(cmd, None, &mut |chunk| match chunk {
-                OutputChunk::Stdout(b) => stdout.extend_from_slice(b),
-                OutputChunk::Stderr(b) => stderr.extend_from_slice(b),
-            })
-            .await?;
-        Ok(Output {
-            status,
-            stdout,
-            stderr,
-        })
+        let mut out = Collector::new(cmd.output_limit);
+        let status = self.exec(cmd, None, &mut |chunk| out.push(chunk)).await?;
+        out.finish(&self.host, cmd.line(self.sudo), status)
     }
 
     /// Places a file atomically; skipped when the remote sha256, mode and owner already match.
@@ -956,6 +1016,37 @@ impl RemoteFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_collector_keeps_each_stream_up_to_its_limit_then_stops() {
+        let mut c = Collector::new(8);
+        assert!(c.push(OutputChunk::Stdout(b"1234")));
+        assert!(c.push(OutputChunk::Stderr(b"12345678")));
+        assert!(c.push(OutputChunk::Stdout(b"5678")));
+        // One byte past the limit on stdout: refused, and nothing more is kept.
+        assert!(!c.push(OutputChunk::Stdout(b"9")));
+        assert!(!c.push(OutputChunk::Stderr(b"")));
+        assert_eq!(
+            (c.stdout.as_slice(), c.overflowed),
+            (&b"12345678"[..], Some("stdout"))
+        );
+        let err = c.finish("cp1", "cat /dev/zero".into(), None).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "`cat /dev/zero` on cp1 printed more than 8 bytes on stdout, the most hactl keeps of a command's output; it was ended there"
+        );
+        let mut c = Collector::new(4);
+        assert!(!c.push(OutputChunk::Stderr(b"12345")));
+        assert_eq!(c.overflowed, Some("stderr"));
+        let mut c = Collector::new(4);
+        assert!(c.push(OutputChunk::Stdout(b"ok")));
+        let out = c.finish("cp1", "echo ok".into(), Some(0)).unwrap();
+        assert_eq!((out.stdout_str().as_ref(), out.status), ("ok", Some(0)));
+        assert_eq!(
+            RemoteCommand::new(["true"]).output_limit,
+            crate::bounded::COMMAND_OUTPUT
+        );
+    }
 
     #[test]
     fn probe_output_is_parsed() {

@@ -442,6 +442,10 @@ fn reset_stops_and_removes_what_hactl_installed_on_every_role() {
     lab.exec_ok("cp2", &["mv", "/srv/etcd/precious", "/root/precious"]);
     up_ok(lab.inventory());
     lab.exec_ok("cp1", &["hactl-etcdctl", "put", "/keep", "me"]);
+    // A scheduled backup, as the timer takes it (the leader saves, the others skip).
+    for h in ["cp1", "cp2", "cp3"] {
+        lab.exec_ok(h, &["/usr/local/sbin/hactl-etcd-backup"]);
+    }
     for h in ["lb1", "lb2"] {
         assert!(is_active(&lab, h, "keepalived.service") && is_active(&lab, h, "haproxy.service"));
         assert!(exists(&lab, h, "/etc/haproxy/haproxy.cfg.hactl-orig"), "{h}");
@@ -469,6 +473,30 @@ fn reset_stops_and_removes_what_hactl_installed_on_every_role() {
     let out = hactl(&["reset", "-i", &inv, "--yes"]);
     assert!(out.status.success(), "{}", text(&out));
     assert!(!exists(&lab, "cp3", fence), "cp3: the fence stayed after reset");
+    // The snapshot is moved aside with its directory, never deleted, and the output says where.
+    let mut saved = Vec::new();
+    for h in ["cp1", "cp2", "cp3"] {
+        assert!(
+            !exists(&lab, h, "/var/lib/etcd-backups/latest.json"),
+            "{h}: the backups stayed in place"
+        );
+        let aside = lab.exec_ok(
+            h,
+            &[
+                "sh",
+                "-c",
+                "ls /var/lib/etcd-backups.hactl-reset-*/*.db 2>/dev/null || true",
+            ],
+        );
+        saved.extend(aside.lines().map(|l| format!("{h}:{l}")));
+    }
+    assert!(!saved.is_empty(), "the leader's snapshot was not moved aside");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("(kept, never deleted): /var/lib/etcd-backups -> /var/lib/etcd-backups.hactl-reset-"),
+        "{}",
+        text(&out)
+    );
     for h in ["cp1", "cp2", "cp3"] {
         assert!(!is_active(&lab, h, "etcd.service"), "{h}: etcd runs");
         for gone in [

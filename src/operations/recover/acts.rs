@@ -61,7 +61,7 @@ impl LocalAct for UploadSnapshot {
         // Reading and hashing the file off the async threads: copies to other hosts run at once.
         let (local, remote) = (self.local.clone(), self.remote.clone());
         let up = tokio::task::spawn_blocking(move || -> anyhow::Result<Upload> {
-            let bytes = fs_err::read(&local)
+            let bytes = crate::bounded::read(&local, crate::bounded::SNAPSHOT)
                 .with_context(|| "the snapshot file is needed until it has been copied to the hosts")?;
             Ok(Upload::new(remote, 0o600, "root", "root", bytes))
         })
@@ -101,7 +101,11 @@ impl LocalAct for CopySnapshot {
     async fn act(&self, transports: &Transports) -> anyhow::Result<serde_json::Value> {
         let from = transport(transports, &self.from)?;
         let out = from
-            .run(&RemoteCommand::read_only(["cat", &self.path]).with_timeout(Duration::from_secs(600)))
+            .run(
+                &RemoteCommand::read_only(["cat", &self.path])
+                    .with_timeout(Duration::from_secs(600))
+                    .with_output_limit(crate::bounded::SNAPSHOT),
+            )
             .await?;
         if !out.success() {
             bail!(
@@ -238,9 +242,11 @@ impl LocalAct for RecordToken {
         Ok(serde_json::json!({ "token": self.token }))
     }
     async fn holds(&self, _t: &Transports) -> anyhow::Result<bool> {
-        Ok(fs_err::read_to_string(self.state.file(crate::etcd::TOKEN_FILE))
-            .map(|t| t.trim() == self.token)
-            .unwrap_or(false))
+        Ok(
+            crate::bounded::read_to_string(self.state.file(crate::etcd::TOKEN_FILE), crate::bounded::TEXT)
+                .map(|t| t.trim() == self.token)
+                .unwrap_or(false),
+        )
     }
 }
 

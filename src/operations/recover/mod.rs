@@ -72,8 +72,8 @@ pub struct Options {
 }
 
 /// Where a recover stages its work on each host: `<WORK_DIR>/<run>/` (same filesystem as the
-/// default data dir, so the final swap is a rename).
-pub const WORK_DIR: &str = "/var/lib/etcd.hactl";
+/// default data dir, so the final swap is a rename; `reset` moves it aside).
+pub const WORK_DIR: &str = crate::etcd::RECOVER_WORK_DIR;
 /// The bump etcd's docs recommend: a week at under 1500 writes/s.
 pub const MIN_BUMP: u64 = 1_000_000_000;
 /// At most this many writes for an emulated bump (etcd 3.4).

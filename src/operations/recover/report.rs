@@ -118,7 +118,8 @@ pub fn finish_report(d: &Decisions, inv: &Inventory, state: &StateDir) -> String
         )),
         _ => s.push_str("data-loss window: unknown (no high-water mark was recorded)\n"),
     }
-    if let Ok(b) = fs_err::read_to_string(RunDir::new(state, &d.run).baseline()) {
+    if let Ok(b) = crate::bounded::read_to_string(RunDir::new(state, &d.run).baseline(), crate::bounded::TEXT)
+    {
         s.push_str(&format!("baseline backup: {}", b));
     }
     if !d.confirmed_dead.is_empty() {

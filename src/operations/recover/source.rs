@@ -4,7 +4,10 @@
 //! fetched first).
 //!
 //! Invariant: only reads, except that `--auto` copies a host backup into
-//! `<state>/backups/fetched/<host>/`; every candidate and the estimated loss are printed.
+//! `<state>/backups/fetched/<host>/`; every candidate and the estimated loss are printed. What a
+//! host or a file beside a snapshot says about it (its sha256, its revision) is checked on this
+//! machine against the snapshot's own bytes before it becomes the source: a report that differs
+//! is refused, never trusted.
 
 use std::path::Path;
 
@@ -50,14 +53,15 @@ pub async fn choose(
 }
 
 /// A snapshot file on the operator machine: its hash checked, its sidecar (when there is one)
-/// agreeing with it.
+/// agreeing with it: its sha256 with the file's, its revision with the one read here from the
+/// file's bbolt pages.
 pub fn file_source(path: &Path, skip_hash_check: bool) -> anyhow::Result<Source> {
     let path = std::path::absolute(path)?;
     let check =
         crate::snapshot::check_file(&path).with_context(|| format!("cannot read {}", path.display()))?;
     crate::snapshot::refuse_bad_hash(&path, &check, skip_hash_check)?;
     let sidecar: Option<crate::snapshot::Sidecar> =
-        fs_err::read_to_string(crate::snapshot::sidecar_path(&path))
+        crate::bounded::read_to_string(crate::snapshot::sidecar_path(&path), crate::bounded::TEXT)
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
     if let Some(s) = &sidecar {
@@ -72,6 +76,7 @@ pub fn file_source(path: &Path, skip_hash_check: bool) -> anyhow::Result<Source>
                 ),
             ));
         }
+        verify_revision(&path, s.revision, "its sidecar")?;
     }
     if check.hash == crate::snapshot::HashState::Missing {
         eprintln!(
@@ -222,12 +227,12 @@ async fn auto_source(
                     )
                 })?;
             eprintln!("--auto: fetched {name}: {} to {}", snapshot.path, local.display());
-            with_candidate_facts(file_source(&local, false)?, c)
+            fetched_source(&local, c, &format!("{}.json on {name}", snapshot.path))?
         }
         rec::AutoSource::HostBackup { host, file, sha256 } => {
             let local = fetch_host_backup(state, transports, host, file, sha256).await?;
             eprintln!("--auto: fetched {host}:{file} to {}", local.display());
-            with_candidate_facts(file_source(&local, false)?, c)
+            fetched_source(&local, c, &format!("the latest.json of {host}"))?
         }
     };
     // The loss against the high-water mark known so far (the same sources R0.5 reads).
@@ -246,7 +251,45 @@ async fn auto_source(
     Ok(source)
 }
 
-/// Snapshot files in `<state>/backups` with a sidecar of this cluster.
+/// The revision the snapshot at `path` holds, read here from its bbolt pages, is the one `who`
+/// reports (`claimed`): otherwise a refusal (exit 2), since `--auto` ranked the snapshot by that
+/// report, and a file whose revision cannot be read here is refused too.
+fn verify_revision(path: &Path, claimed: i64, who: &str) -> anyhow::Result<()> {
+    match crate::snapshot::bolt::status(path) {
+        Ok(s) if s.revision == claimed => Ok(()),
+        Ok(s) => Err(refuse(
+            crate::exit::REFUSED,
+            format!(
+                "{}: {who} reports revision {claimed}, but the file read here holds revision {}: \
+                 the report is wrong, so the snapshot is not used; nothing was changed. Find out why \
+                 the report differs, or pass a snapshot you trust with --from-snapshot FILE",
+                path.display(),
+                s.revision
+            ),
+        )),
+        Err(e) => Err(refuse(
+            crate::exit::REFUSED,
+            format!(
+                "{}: {who} reports revision {claimed}, but the revision cannot be read from the \
+                 file here ({e}), so the snapshot is not used; nothing was changed. Pass a \
+                 snapshot you trust with --from-snapshot FILE",
+                path.display()
+            ),
+        )),
+    }
+}
+
+/// The source of a candidate `--auto` fetched to `local` (its sha256 already checked against
+/// the one `who` reported): the file checked as any snapshot file, its revision checked against
+/// the one `who` reported, and the candidate's time where the file alone does not tell it.
+fn fetched_source(local: &Path, c: &rec::AutoCandidate, who: &str) -> anyhow::Result<Source> {
+    let source = file_source(local, false)?;
+    if let Some(claimed) = c.revision {
+        verify_revision(local, claimed, who)?;
+    }
+    Ok(with_candidate_facts(source, c))
+}
+
 /// A fetched candidate's file source, with the revision and time the candidate's listing gave
 /// where the file alone does not tell them.
 fn with_candidate_facts(source: Source, c: &rec::AutoCandidate) -> Source {
@@ -273,6 +316,7 @@ fn with_candidate_facts(source: Source, c: &rec::AutoCandidate) -> Source {
     }
 }
 
+/// Snapshot files in `<state>/backups` with a sidecar of this cluster.
 fn local_candidates(state: &StateDir, cluster: &str) -> Vec<rec::AutoCandidate> {
     let Ok(entries) = fs_err::read_dir(state.file("backups")) else {
         return Vec::new();
@@ -285,7 +329,7 @@ fn local_candidates(state: &StateDir, cluster: &str) -> Vec<rec::AutoCandidate> 
         if p.extension().and_then(|x| x.to_str()) != Some("db") {
             continue;
         }
-        let Some(s) = fs_err::read_to_string(crate::snapshot::sidecar_path(&p))
+        let Some(s) = crate::bounded::read_to_string(crate::snapshot::sidecar_path(&p), crate::bounded::TEXT)
             .ok()
             .and_then(|t| serde_json::from_str::<crate::snapshot::Sidecar>(&t).ok())
         else {
@@ -328,7 +372,8 @@ async fn fetch_host_backup(
     let out = t
         .run(
             &crate::plan::RemoteCommand::read_only(["cat", file])
-                .with_timeout(std::time::Duration::from_secs(900)),
+                .with_timeout(std::time::Duration::from_secs(900))
+                .with_output_limit(crate::bounded::SNAPSHOT),
         )
         .await
         .with_context(|| format!("{host}: cannot read {file}"))?;
@@ -355,4 +400,112 @@ async fn fetch_host_backup(
         ));
     }
     Ok(local)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A snapshot taken from a lab cluster (revision 343, as `etcdutl snapshot status` read it).
+    const FIXTURE: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/snapshot/lab-3.5.16.db"
+    );
+
+    fn sidecar(path: &Path, sha256: &str, revision: i64) {
+        let json = serde_json::json!({
+            "file": path.display().to_string(), "sha256": sha256, "size": 213024, "cluster": "lab",
+            "clusterId": "1", "takenFrom": "cp1", "members": [], "etcdVersion": "3.5.16",
+            "revision": revision, "totalKey": 350, "revisionBefore": revision, "hwm": null,
+            "time": "2026-11-24T00:00:00Z",
+        });
+        fs_err::write(crate::snapshot::sidecar_path(path), json.to_string()).unwrap();
+    }
+
+    fn copy_of_fixture(dir: &Path) -> (std::path::PathBuf, String) {
+        let path = dir.join("lab-20261124T000000Z.db");
+        fs_err::copy(FIXTURE, &path).unwrap();
+        let sha256 = crate::snapshot::check_file(&path).unwrap().sha256;
+        (path, sha256)
+    }
+
+    fn refused_with(r: anyhow::Result<Source>) -> String {
+        let err = r.expect_err("refused");
+        assert_eq!(crate::exit::exit_code_of(&err), crate::exit::REFUSED, "{err:#}");
+        format!("{err:#}")
+    }
+
+    #[test]
+    fn a_sidecar_that_lies_about_the_revision_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (path, sha256) = copy_of_fixture(tmp.path());
+        sidecar(&path, &sha256, 343);
+        let Source::File {
+            revision,
+            sha256: got,
+            ..
+        } = file_source(&path, false).unwrap()
+        else {
+            panic!("a file source")
+        };
+        assert_eq!((revision, got.as_str()), (Some(343), sha256.as_str()));
+        // A sidecar that claims more than the file holds (so --auto would rank it first).
+        sidecar(&path, &sha256, 900);
+        let message = refused_with(file_source(&path, false));
+        assert!(
+            message.contains("its sidecar reports revision 900, but the file read here holds revision 343"),
+            "{message}"
+        );
+        assert!(message.contains("--from-snapshot FILE"), "{message}");
+        // A sidecar naming another file's sha256.
+        sidecar(&path, &"0".repeat(64), 343);
+        assert!(refused_with(file_source(&path, false)).contains("differs from its sidecar's"));
+    }
+
+    #[test]
+    fn a_fetched_copy_whose_host_reported_another_revision_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (path, sha256) = copy_of_fixture(tmp.path());
+        let candidate = |revision| rec::AutoCandidate {
+            source: rec::AutoSource::HostBackup {
+                host: "cp1".into(),
+                file: "/var/lib/etcd-backups/lab-20261124T000000Z.db".into(),
+                sha256: sha256.clone(),
+            },
+            revision,
+            raft_index: 0,
+            age: Some(std::time::Duration::from_secs(60)),
+        };
+        let who = "the latest.json of cp1";
+        let Source::File { revision, time, .. } = fetched_source(&path, &candidate(Some(343)), who).unwrap()
+        else {
+            panic!("a file source")
+        };
+        assert_eq!(revision, Some(343));
+        assert!(time.is_some());
+        let message = refused_with(fetched_source(&path, &candidate(Some(5000)), who));
+        assert!(
+            message.contains(
+                "the latest.json of cp1 reports revision 5000, but the file read here holds revision 343"
+            ),
+            "{message}"
+        );
+        // No report to check: the file's own checks only.
+        assert!(fetched_source(&path, &candidate(None), who).is_ok());
+        // A file whose revision cannot be read here (both bbolt meta pages broken, the appended
+        // sha256 made to match) is not taken on the host's word.
+        let bad = tmp.path().join("bad.db");
+        let mut bytes = fs_err::read(FIXTURE).unwrap();
+        bytes.truncate(bytes.len() - 32);
+        bytes[16] ^= 0xff;
+        bytes[4096 + 16] ^= 0xff;
+        let sum = {
+            use sha2::Digest;
+            sha2::Sha256::digest(&bytes)
+        };
+        bytes.extend_from_slice(&sum);
+        fs_err::write(&bad, &bytes).unwrap();
+        let message = refused_with(fetched_source(&bad, &candidate(Some(343)), who));
+        assert!(message.contains("cannot be read from the file here"), "{message}");
+    }
 }

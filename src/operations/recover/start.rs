@@ -25,7 +25,7 @@ pub fn resume(
     reach: Reach,
 ) -> anyhow::Result<(Decisions, Transports)> {
     let path = RunDir::new(state, run).decisions();
-    let text = fs_err::read_to_string(&path).map_err(|e| {
+    let text = crate::bounded::read_to_string(&path, crate::bounded::TEXT).map_err(|e| {
         refuse(
             crate::exit::REFUSED,
             format!("cannot resume run {run}: {e} (a run that stopped before its plan was confirmed changed nothing: start a new one)"),

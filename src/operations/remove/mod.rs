@@ -202,7 +202,7 @@ impl Operation for Remove {
 /// The decisions of run `run`, which must be a removal of `member` in this cluster.
 fn resume_decisions(inv: &Inventory, state: &StateDir, run: &str, member: &str) -> anyhow::Result<Decisions> {
     let path = RunDir::new(state, run).decisions();
-    let text = fs_err::read_to_string(&path).map_err(|e| {
+    let text = crate::bounded::read_to_string(&path, crate::bounded::TEXT).map_err(|e| {
         refuse(
             exit::REFUSED,
             format!("cannot resume run {run}: {e} (a run that stopped before it was confirmed changed nothing: start a new one)"),

@@ -372,7 +372,7 @@ impl Operation for Replace {
 /// The old member a resumed run decided the first time (from its `decisions.json`).
 fn resumed_old(state: &StateDir, run: &str) -> anyhow::Result<Option<u64>> {
     let path = operations::run_dir::RunDir::new(state, run).decisions();
-    let Ok(text) = fs_err::read_to_string(&path) else {
+    let Ok(text) = crate::bounded::read_to_string(&path, crate::bounded::TEXT) else {
         return Ok(None);
     };
     let d: Decisions =

@@ -45,12 +45,18 @@ impl StateChange {
 
     /// Every leaf of this CA in the state directory is signed by its signing CA.
     fn leaves_signed(&self) -> anyhow::Result<bool> {
-        let ca = fs_err::read_to_string(self.dir.join(format!("{}.crt", self.kind.name())))?;
+        let ca = crate::bounded::read_to_string(
+            self.dir.join(format!("{}.crt", self.kind.name())),
+            crate::bounded::TEXT,
+        )?;
         for request in crate::pki::requests(&self.inv)
             .into_iter()
             .filter(|r| r.ca == self.kind)
         {
-            let Ok(leaf) = fs_err::read_to_string(self.dir.join(format!("{}.crt", request.name))) else {
+            let Ok(leaf) = crate::bounded::read_to_string(
+                self.dir.join(format!("{}.crt", request.name)),
+                crate::bounded::TEXT,
+            ) else {
                 return Ok(false);
             };
             if !crate::pki::is_signed_by(&leaf, &ca)? {
