@@ -67,6 +67,7 @@ pub async fn up(args: &UpArgs) -> anyhow::Result<i32> {
 pub async fn up_renewing(args: &UpArgs, renew: &[String]) -> anyhow::Result<i32> {
     let (inv, view) = super::load_read_only(&args.inventory)?;
     let command = if renew.is_empty() { "up" } else { "certs renew" };
+    lock::refuse_if_held_here(&view).map_err(|e| anyhow::Error::new(e.refusal()))?;
     let mut gate = LockGate::new(&inv, command);
     crate::converge::apply(inv, view, &args.options(), renew, &mut gate).await
 }

@@ -441,6 +441,35 @@ pub async fn release_on(transports: &Transports, hosts: &[String], run: &str) {
     }
 }
 
+/// Read-only: refuses when the state directory behind `view` holds the cluster lock of a run
+/// that may still be alive. `up` asks this before it connects anywhere, so a run on this
+/// machine is named at once instead of after every host was reached; the lock itself is
+/// still taken later, on the hosts first ([`ClusterLock::on_hosts_first`]).
+pub fn refuse_if_held_here(view: &crate::state::StateView) -> Result<(), LockError> {
+    let path = view.file(format!("locks/{NAME}.lock"));
+    let text = match crate::bounded::read_to_string(&path, crate::bounded::TEXT) {
+        Ok(text) => text,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(err) => return Err(err.into()),
+    };
+    let place = format!("the state directory {}", view.path.display());
+    let Ok(held) = serde_json::from_str::<Owner>(text.trim()) else {
+        return Err(LockError::Unreadable {
+            place,
+            text: text.trim().to_string(),
+            path: path.display().to_string(),
+        });
+    };
+    if held.liveness() == Liveness::Dead {
+        return Ok(());
+    }
+    Err(LockError::Held {
+        place,
+        owner: Box::new(held),
+        steal: None,
+    })
+}
+
 /// The lock, held: locally and on `hosts`. [`ClusterLock::release`] gives it back; dropping it
 /// does too (the hosts' part only on a multi-threaded runtime, as a drop cannot wait otherwise).
 pub struct ClusterLock {

@@ -185,9 +185,24 @@ fn a_changed_host_key_is_refused_with_both_fingerprints_and_nothing_runs() {
         return;
     };
     let inv = lab.inventory().to_str().unwrap().to_string();
-    // First contact pins both keys.
+    // `check` is read-only: on first contact it trusts the keys for itself and records none.
     let (code, _, stderr) = check_json(&inv, &[]);
     assert_eq!(code, Some(0), "{stderr}");
+    let state_dir = hactl::inventory::load(lab.inventory()).unwrap().state_dir;
+    assert!(
+        !state_dir.join("known_hosts").exists(),
+        "check recorded host keys"
+    );
+    // A connection that may write (as `up`'s does) pins every host's key.
+    std::fs::create_dir_all(&state_dir).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    {
+        let opts = connect_options(&lab, &[]);
+        for host in hosts(&lab) {
+            rt.block_on(Session::connect(&host.name, &host.ssh, &opts))
+                .unwrap_or_else(|e| panic!("first contact with {}: {e}", host.name));
+        }
+    }
     // Re-install cp2's host key, as a re-imaged machine would have.
     lab.exec_ok(
         "cp2",
@@ -201,7 +216,6 @@ fn a_changed_host_key_is_refused_with_both_fingerprints_and_nothing_runs() {
 
     let marker = "/tmp/hactl-ran-here";
     let hosts = hosts(&lab);
-    let rt = tokio::runtime::Runtime::new().unwrap();
     let opts = connect_options(&lab, &[]);
     let err = rt
         .block_on(Session::connect("cp2", &hosts[1].ssh, &opts))
@@ -220,9 +234,15 @@ fn a_changed_host_key_is_refused_with_both_fingerprints_and_nothing_runs() {
     assert_eq!((failed[0].0.as_str(), failed[0].1.as_str()), ("cp2", "ssh"));
     assert!(!lab.exec("cp2", &["test", "-e", marker]).status.success());
 
-    // The operator confirms the re-install; the new key is pinned from then on.
+    // The operator confirms the re-install: `check` accepts the new key for its own run and
+    // still records nothing; a writing connection with the same flag pins it from then on.
     let (code, _, stderr) = check_json(&inv, &["--accept-new-host-key", "cp2"]);
     assert_eq!(code, Some(0), "{stderr}");
+    let (code, _, _) = check_json(&inv, &[]);
+    assert_eq!(code, Some(1), "check recorded the accepted key");
+    let opts = connect_options(&lab, &["cp2"]);
+    rt.block_on(Session::connect("cp2", &hosts[1].ssh, &opts))
+        .expect("the accepted key");
     let (code, _, stderr) = check_json(&inv, &[]);
     assert_eq!(code, Some(0), "{stderr}");
 }
