@@ -624,7 +624,7 @@ pub(crate) fn ensure_leaf(ledger: &mut Ledger<'_>, request: &CertRequest, ca: &C
 }
 
 /// The certificate's expiry, when `key_pem` is the key of `cert_pem` (both parse).
-fn key_matches(cert_pem: &str, key_pem: &str) -> Option<OffsetDateTime> {
+pub(crate) fn key_matches(cert_pem: &str, key_pem: &str) -> Option<OffsetDateTime> {
     let key = KeyPair::from_pem(key_pem).ok()?;
     let der = pem_to_der(cert_pem).ok()?;
     let (_, cert) = x509_parser::parse_x509_certificate(&der).ok()?;

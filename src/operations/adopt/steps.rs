@@ -1,0 +1,96 @@
+//! adopt's steps (data, so `--dry-run` prints them): A1 and A2 rebuild the state directory,
+//! then the CA rotation's steps (`rotate_ca::steps_for`) roll the cluster to new etcd and
+//! front-proxy CAs with writes flowing, and A3 closes the run.
+
+use std::sync::Arc;
+
+use super::acts::{Close, Holds, ReadBack, Start, MARKER};
+use super::decide::Decisions;
+use crate::inventory::Inventory;
+use crate::operations::runner::{JournaledStep, LocalAct};
+use crate::pki::CaKind;
+use crate::state::StateDir;
+
+crate::step_codes! {
+    /// The steps of `hactl adopt` besides the rotation's (docs/recovery.md).
+    pub enum A {
+        /// Record the host keys; the marker names the run.
+        Start = "A1",
+        /// Read back and write the state directory; start the rotations.
+        ReadBack = "A2",
+        /// Close the run.
+        Close = "A3",
+    }
+}
+
+/// What the steps are built from.
+pub struct Inputs {
+    pub state: StateDir,
+    pub inv: Arc<Inventory>,
+    pub run: String,
+    pub seen_keys: Option<Arc<crate::ssh::KnownHosts>>,
+    pub decisions: Decisions,
+    /// Each roll: `up`'s plan, built afresh from the state directory and run.
+    pub roll: Arc<dyn LocalAct>,
+    /// C5.publish for a rotated CA the apiservers publish (front-proxy).
+    pub publish: Box<dyn Fn(CaKind) -> Option<Arc<dyn LocalAct>>>,
+}
+
+/// A1, A2, the rotation of every CA the decisions rotate, A3.
+pub fn steps(i: Inputs) -> Vec<JournaledStep> {
+    let state_path = i.state.path.display().to_string();
+    let step = |code: A, title: &str, act: Arc<dyn LocalAct>, holds: String| {
+        JournaledStep::new(code, title, None)
+            .done_when_local(Arc::new(Holds {
+                what: holds,
+                act: act.clone(),
+            }))
+            .local(act)
+    };
+    let mut list = vec![
+        step(
+            A::Start,
+            "record the host keys; the marker names this run",
+            Arc::new(Start {
+                state: i.state.clone(),
+                run: i.run.clone(),
+                seen: i.seen_keys.clone(),
+            }),
+            format!("{state_path}/{MARKER} names run {}", i.run),
+        ),
+        step(
+            A::ReadBack,
+            "rebuild the state directory from the hosts; start the CA rotations",
+            Arc::new(ReadBack {
+                state: i.state.clone(),
+                inv: i.inv.clone(),
+                run: i.run.clone(),
+                decisions: i.decisions.clone(),
+            }),
+            format!("{state_path}/pki/etcd/ca.crt exists (the read-back writes it last)"),
+        ),
+    ];
+    let cas: Vec<(CaKind, Option<Arc<dyn LocalAct>>)> = i
+        .decisions
+        .rotated()
+        .into_iter()
+        .map(|k| (k, (i.publish)(k)))
+        .collect();
+    list.extend(crate::operations::rotate_ca::steps::steps_for(
+        i.state.file("pki"),
+        i.inv.clone(),
+        &cas,
+        &i.run,
+        i.roll.clone(),
+    ));
+    list.push(step(
+        A::Close,
+        "close the adoption",
+        Arc::new(Close {
+            state: i.state.clone(),
+            run: i.run.clone(),
+        }),
+        format!("no {state_path}/{MARKER}"),
+    ));
+    list
+}
