@@ -1,9 +1,9 @@
-//! adopt's acts on the operator machine: A1 (the marker and the host keys), A2 (the read-back
+//! adopt's acts on the operator machine: AD1 (the marker and the host keys), AD2 (the read-back
 //! into the state directory, and the new CAs beside the hosts' own: the rotations' first
-//! state step), A3 (the marker closed). Each with its postcondition read from the state
+//! state step), AD3 (the marker closed). Each with its postcondition read from the state
 //! directory, so running `hactl adopt` again resumes.
 //!
-//! Invariants: nothing is written before every file was read and checked (A2); a key travels
+//! Invariants: nothing is written before every file was read and checked (AD2); a key travels
 //! from the host's stdout into a 0600 file of the state directory and nowhere else (no argv,
 //! no log, no journal: the journal gets the state-relative names only); the etcd CA's
 //! certificate is written last, so its presence says the read-back is whole.
@@ -35,12 +35,17 @@ pub fn marker_run(state: &StateDir) -> Option<String> {
         .filter(|t| !t.is_empty())
 }
 
-/// Whether A2 is done: the etcd CA certificate, written last, is in the state directory.
+/// What the marker becomes once the run is done: `<run>.done` (`adopt-<time>.done`).
+pub fn done_name(run: &str) -> String {
+    format!("{run}.done")
+}
+
+/// Whether AD2 is done: the etcd CA certificate, written last, is in the state directory.
 pub fn read_back_done(state: &StateDir) -> bool {
     state.file("pki/etcd/ca.crt").exists()
 }
 
-/// A1: the host keys the run saw are recorded in the state directory's `known_hosts`, then
+/// AD1: the host keys the run saw are recorded in the state directory's `known_hosts`, then
 /// the marker names the run.
 pub struct Start {
     pub state: StateDir,
@@ -77,7 +82,7 @@ impl LocalAct for Start {
     }
 }
 
-/// A2: every file of the decisions read from its host, checked (its sha256 against what the
+/// AD2: every file of the decisions read from its host, checked (its sha256 against what the
 /// facts saw, the PKI as a whole with [`check_read_back`]), and only then written; the high-water
 /// mark and the etcd token; the rotations started with their new CAs (`ca-next`); last, the CA
 /// certificates the hosts trust, the etcd one at the very end.
@@ -164,7 +169,7 @@ impl LocalAct for ReadBack {
         for r in &self.decisions.reads {
             let how = match r.form {
                 Form::File { mode } => format!("{mode:04o}"),
-                Form::TrustedCa => "the signing CA's certificate, without its key (written last)".into(),
+                Form::TrustedCa => "the signing CA's certificate without its key, written last".into(),
                 Form::EncryptionKey => "its key, 0600".into(),
                 Form::RemoteKnownHosts => "the backup remote's host key, added".into(),
             };
@@ -256,7 +261,7 @@ impl LocalAct for ReadBack {
     }
 }
 
-/// A3: the marker becomes `adopt-<run>.done`.
+/// AD3: the marker becomes `<run>.done`.
 pub struct Close {
     pub state: StateDir,
     pub run: String,
@@ -266,16 +271,15 @@ pub struct Close {
 impl LocalAct for Close {
     fn describe(&self) -> String {
         format!(
-            "close the adoption: {} becomes {}-{}.done",
+            "close the adoption: {} becomes {}",
             self.state.file(MARKER).display(),
-            MARKER,
-            self.run
+            done_name(&self.run)
         )
     }
     async fn act(&self, _: &Transports) -> anyhow::Result<serde_json::Value> {
         let from = self.state.file(MARKER);
         if from.exists() {
-            fs_err::rename(&from, self.state.file(format!("{MARKER}-{}.done", self.run)))?;
+            fs_err::rename(&from, self.state.file(done_name(&self.run)))?;
         }
         Ok(serde_json::Value::Null)
     }

@@ -243,7 +243,16 @@ pub fn decide(inv: &Inventory, seen: &BTreeMap<String, HostSeen>) -> Result<Deci
                 .join(", ")
         ));
     }
-    let members: Vec<crate::etcd::Member> = lists.first().map(|(_, m)| m.members.clone()).unwrap_or_default();
+    let mut members: Vec<crate::etcd::Member> =
+        lists.first().map(|(_, m)| m.members.clone()).unwrap_or_default();
+    // In inventory order (etcd lists them by ID), the unknown ones last.
+    let place = |m: &crate::etcd::Member| {
+        etcd_hosts
+            .iter()
+            .position(|h| m.peer_urls.contains(&crate::etcd::peer_url(inv, h)))
+            .unwrap_or(usize::MAX)
+    };
+    members.sort_by_key(|m| (place(m), m.id));
     if lists.is_empty() {
         problems.push(format!(
             "no etcd member answered on the inventory's etcd hosts ({}): adopt reads a running \

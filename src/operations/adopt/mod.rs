@@ -13,10 +13,10 @@
 //!
 //! | step | what | postcondition |
 //! |---|---|---|
-//! | A1 | the host keys recorded; the marker `<state>/adopt` names the run | the marker names the run |
-//! | A2 | every certificate, key and secret the hosts hold read back, checked, written: the etcd leaves; the Kubernetes signing CA with its key (the controller-manager signs with it), every Kubernetes leaf, the service-account key pair, the encryption key; the front-proxy client; the backup push key; the high-water mark and the etcd token; the rotations of the etcd and front-proxy CAs started (their new CAs as `ca-next`); last, the CA certificates the hosts trust, keyless | `pki/etcd/ca.crt` exists |
+//! | AD1 | the host keys recorded; the marker `<state>/adopt` names the run | the marker names the run |
+//! | AD2 | every certificate, key and secret the hosts hold read back, checked, written: the etcd leaves; the Kubernetes signing CA with its key (the controller-manager signs with it), every Kubernetes leaf, the service-account key pair, the encryption key; the front-proxy client; the backup push key; the high-water mark and the etcd token; the rotations of the etcd and front-proxy CAs started (their new CAs as `ca-next`); last, the CA certificates the hosts trust, keyless | `pki/etcd/ca.crt` exists |
 //! | C1…C6 | the CA rotation (`rotate_ca`) of the etcd CA and, with Kubernetes, the front-proxy CA, whose keys lived only in the lost state directory: from a trust bundle holding the hosts' CA and the new one, three rolls in all, writes flowing | as in a rotation |
-//! | A3 | the marker becomes `adopt-<run>.done` | no marker |
+//! | AD3 | the marker becomes `<run>.done` | no marker |
 //!
 //! What is not read back, and why: the etcd and front-proxy CA keys (never on a host: rotated
 //! away instead); the backup bundles' age identity (never left the operator machine: the next
@@ -143,7 +143,7 @@ impl Operation for Adopt {
         self.past_read_back
     }
 
-    /// Every host with a role, its key checked and never recorded here (A1 records it); then,
+    /// Every host with a role, its key checked and never recorded here (AD1 records it); then,
     /// still read-only and before the lock, the observation and the decisions: a refusal
     /// leaves nothing behind.
     async fn reach(&mut self, ctx: &Context<'_>) -> anyhow::Result<Transports> {
@@ -320,7 +320,7 @@ fn summary(ctx: &Context<'_>, run: &RunId, d: &Decisions, unrecorded: &[String])
     ));
     if !unrecorded.is_empty() {
         out.push_str(
-            "  host keys seen for the first time, recorded by A1 (compare each with `ssh-keygen -lf \
+            "  host keys seen for the first time, recorded by AD1 (compare each with `ssh-keygen -lf \
              /etc/ssh/ssh_host_ed25519_key.pub` on its host before you confirm):\n",
         );
         for line in unrecorded {

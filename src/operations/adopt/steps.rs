@@ -1,6 +1,6 @@
-//! adopt's steps (data, so `--dry-run` prints them): A1 and A2 rebuild the state directory,
+//! adopt's steps (data, so `--dry-run` prints them): AD1 and AD2 rebuild the state directory,
 //! then the CA rotation's steps (`rotate_ca::steps_for`) roll the cluster to new etcd and
-//! front-proxy CAs with writes flowing, and A3 closes the run.
+//! front-proxy CAs with writes flowing, and AD3 closes the run.
 
 use std::sync::Arc;
 
@@ -15,11 +15,11 @@ crate::step_codes! {
     /// The steps of `hactl adopt` besides the rotation's (docs/recovery.md).
     pub enum A {
         /// Record the host keys; the marker names the run.
-        Start = "A1",
+        Start = "AD1",
         /// Read back and write the state directory; start the rotations.
-        ReadBack = "A2",
+        ReadBack = "AD2",
         /// Close the run.
-        Close = "A3",
+        Close = "AD3",
     }
 }
 
@@ -36,9 +36,11 @@ pub struct Inputs {
     pub publish: Box<dyn Fn(CaKind) -> Option<Arc<dyn LocalAct>>>,
 }
 
-/// A1, A2, the rotation of every CA the decisions rotate, A3.
+/// AD1, AD2, the rotation of every CA the decisions rotate, AD3.
 pub fn steps(i: Inputs) -> Vec<JournaledStep> {
     let state_path = i.state.path.display().to_string();
+    // AD1–AD3 write the operator machine's state directory only: nothing the cluster serves
+    // from (a failure in them leaves the cluster as it was).
     let step = |code: A, title: &str, act: Arc<dyn LocalAct>, holds: String| {
         JournaledStep::new(code, title, None)
             .done_when_local(Arc::new(Holds {
@@ -46,6 +48,7 @@ pub fn steps(i: Inputs) -> Vec<JournaledStep> {
                 act: act.clone(),
             }))
             .local(act)
+            .no_cluster_change()
     };
     let mut list = vec![
         step(

@@ -1,4 +1,4 @@
-//! A1 and A2 against hosts made of files: a cluster set up from one PKI (its state directory
+//! AD1 and AD2 against hosts made of files: a cluster set up from one PKI (its state directory
 //! then lost), read back into an empty state directory. What `up` plans from the result must be
 //! what the hosts hold, the trust files alone apart (the rotation's first roll), and the keys
 //! that were on the hosts (the Kubernetes CA's, the service account's, the encryption key) must
@@ -211,8 +211,8 @@ async fn the_read_back_rebuilds_a_state_directory_up_would_use_as_the_hosts_hold
         publish: Box::new(|_| None),
     });
     let ids: Vec<&str> = list.iter().map(|s| s.id.as_str()).collect();
-    assert_eq!(ids[..3], ["A1", "A2", "C1-etcd"]);
-    assert_eq!(ids.last(), Some(&"A3"));
+    assert_eq!(ids[..3], ["AD1", "AD2", "C1-etcd"]);
+    assert_eq!(ids.last(), Some(&"AD3"));
     let text: String = list.iter().map(|s| s.render(false)).collect();
     assert!(
         text.contains("cp1:/etc/hactl/pki/kubernetes/ca.key -> pki/kubernetes/ca.key (0600)"),
@@ -225,7 +225,7 @@ async fn the_read_back_rebuilds_a_state_directory_up_would_use_as_the_hosts_hold
     let out = crate::operations::runner::run(&list[..2], &transports, &mut journal, &opts)
         .await
         .unwrap();
-    assert_eq!(out.done, ["A1", "A2"]);
+    assert_eq!(out.done, ["AD1", "AD2"]);
     assert_eq!(super::acts::marker_run(&state).as_deref(), Some("adopt-t1"));
 
     // The keys that were on the hosts, byte for byte; the ones that were not, nowhere.
@@ -300,7 +300,7 @@ async fn the_read_back_rebuilds_a_state_directory_up_would_use_as_the_hosts_hold
     let again = crate::operations::runner::run(&list[..2], &transports, &mut journal, &opts)
         .await
         .unwrap();
-    assert_eq!(again.skipped, ["A1", "A2"]);
+    assert_eq!(again.skipped, ["AD1", "AD2"]);
 }
 
 #[tokio::test]
@@ -359,4 +359,65 @@ async fn a_file_that_changed_since_it_was_observed_stops_the_read_back_before_an
     );
     assert!(!e.contains("another key"), "{e}");
     assert!(!state.path.exists(), "something was written");
+}
+
+/// With `spec.backup.remote`: the push key comes back from the first etcd host as the state's
+/// key (what `up` then uploads unchanged), and the remote's host key, pinned on the etcd hosts,
+/// joins the state's known_hosts.
+#[tokio::test]
+async fn the_backup_push_key_and_the_remotes_pinned_host_key_come_back() {
+    let tmp = tempfile::tempdir().unwrap();
+    let yaml = "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: plain\nspec:\n  ssh:\n    agent: true\n  hosts:\n    - { name: cp1, address: 10.0.0.11, roles: [etcd] }\n    - { name: cp2, address: 10.0.0.12, roles: [etcd] }\n    - { name: cp3, address: 10.0.0.13, roles: [etcd] }\n  backup:\n    remote:\n      address: 10.0.0.50\n      path: /srv/backups/plain\n";
+    let inv = crate::inventory::load_str(&tmp.path().join("plain.yaml"), yaml).unwrap();
+    let lost_state = StateDir::open(&tmp.path().join("lost")).unwrap();
+    let lost = crate::pki::ensure(&lost_state.file("pki"), &inv, time::OffsetDateTime::now_utc()).unwrap();
+    let push = crate::backup_remote::ensure_key(&lost_state, "plain").unwrap();
+    let remote_key =
+        crate::backup_remote::ensure_key(&StateDir::open(&tmp.path().join("remote")).unwrap(), "remote")
+            .unwrap();
+    let key_only: Vec<&str> = remote_key.public_line.split_whitespace().take(2).collect();
+    let pinned = format!("10.0.0.50 {}\n", key_only.join(" "));
+    let mut hosts = hosts_of(&inv, &lost);
+    for files in hosts.values_mut() {
+        files.insert(
+            crate::backup_remote::HOST_KEY.into(),
+            push.private_openssh.clone().into_bytes(),
+        );
+        files.insert(
+            crate::backup_remote::HOST_KNOWN_HOSTS.into(),
+            pinned.clone().into_bytes(),
+        );
+    }
+    let decisions = decide::decide(&inv, &seen_of(&inv, &hosts)).unwrap();
+    let transports: Transports = hosts
+        .iter()
+        .map(|(name, files)| {
+            (
+                name.clone(),
+                Arc::new(Files {
+                    name: name.clone(),
+                    files: files.clone(),
+                }) as Arc<dyn Transport>,
+            )
+        })
+        .collect();
+    let state = StateDir::open_or_later(&tmp.path().join("adopted")).unwrap();
+    let act = super::acts::ReadBack {
+        state: state.clone(),
+        inv: Arc::new(inv.clone()),
+        run: "adopt-t3".into(),
+        decisions,
+    };
+    act.act(&transports).await.unwrap();
+    let again = crate::backup_remote::ensure_key(&state, "plain").unwrap();
+    assert_eq!(
+        again.private_openssh, push.private_openssh,
+        "the push key, unchanged"
+    );
+    let remote = inv.backup.remote.as_ref().unwrap();
+    assert_eq!(
+        crate::backup_remote::known_hosts_lines(&state.known_hosts_path(), remote).trim(),
+        pinned.trim(),
+        "the remote's host key the etcd hosts pinned"
+    );
 }
