@@ -59,6 +59,10 @@ pub enum Command {
     Etcd(EtcdCommand),
     /// Rebuild etcd after quorum is lost, from a snapshot file or the newest survivor (resumable).
     Recover(RecoverArgs),
+    /// Rebuild a lost state directory from the running cluster, when no backup bundle is at hand
+    /// (restore-bundle, which keeps every CA, comes first): reads back what the hosts hold and
+    /// rotates the CAs whose keys were only in the lost directory, with writes flowing (resumable).
+    Adopt(AdoptArgs),
     /// Build, run and break a lab of real hosts on this machine (systemd-nspawn; needs root).
     #[command(subcommand)]
     Lab(LabCommand),
@@ -135,6 +139,16 @@ pub struct CertsRotateCaArgs {
     /// while both CAs are trusted; running the command again resumes.
     #[arg(long, value_name = "STEP")]
     pub stop_after: Option<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AdoptArgs {
+    #[command(flatten)]
+    pub inventory: InventoryArgs,
+    #[command(flatten)]
+    pub connect: ConnectArgs,
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -280,6 +280,9 @@ pub fn refusal(findings: &Findings, expected: &Expected, state_dir: &Path, inven
          \x20 - the state directory was lost or is the wrong one: restore it from a backup \
          bundle (`hactl etcd snapshot restore-bundle <snapshot>.bundle.age --identity <backup-identity.txt> -i {inv}`), \
          or point --state-dir at the cluster's own;\n\
+         \x20 - lost with no copy and no bundle: rebuild it from the running cluster with \
+         `hactl adopt -i {inv}` (it reads back what the hosts hold and rotates the CAs whose keys \
+         only the lost directory had, with writes flowing);\n\
          \x20 - the host really is to be wiped: `hactl reset -i <an inventory naming only that host>`, then run this again"
     ));
     out
@@ -382,11 +385,15 @@ mod tests {
         );
         for way in [
             "hactl etcd snapshot restore-bundle",
+            "hactl adopt -i lab.yaml",
             "hactl reset -i",
             "nothing was written",
         ] {
             assert!(text.contains(way), "{way}: {text}");
         }
+        // The bundle first, then adopt, then reset.
+        let at = |w: &str| text.find(w).unwrap();
+        assert!(at("restore-bundle") < at("hactl adopt") && at("hactl adopt") < at("hactl reset"));
     }
 
     #[test]

@@ -67,6 +67,16 @@ impl StateDir {
         }))
     }
 
+    /// The state directory at `path` for a command that creates it only when it writes
+    /// (`hactl adopt`, which may be refused before its first write): an existing directory is
+    /// opened and checked as [`StateDir::open`] does; a missing one is not created here, but by
+    /// the first write into it (0700, with its parents, as [`StateDir::open`] creates it).
+    pub fn open_or_later(path: &Path) -> Result<StateDir, StateError> {
+        Ok(StateDir::open_existing(path)?.unwrap_or_else(|| StateDir {
+            path: path.to_path_buf(),
+        }))
+    }
+
     /// The same directory, for reading only.
     pub fn view(&self) -> StateView {
         StateView {
@@ -102,8 +112,13 @@ impl StateDir {
     pub fn write_file(&self, rel: impl AsRef<Path>, bytes: &[u8], mode: u32) -> Result<PathBuf, StateError> {
         let rel = inside(rel.as_ref())?;
         let path = self.path.join(rel);
-        if let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) {
-            self.subdir(parent)?;
+        match rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+            Some(parent) => {
+                self.subdir(parent)?;
+            }
+            // A directory opened for later ([`StateDir::open_or_later`]) appears here.
+            None if !self.path.is_dir() => create_private_dir(&self.path)?,
+            None => {}
         }
         let name = path
             .file_name()
@@ -329,6 +344,23 @@ mod tests {
         assert!(view.read("../x").is_err());
         fs_err::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         assert!(matches!(StateView::open(&path), Err(StateError::TooOpen { .. })));
+    }
+
+    #[test]
+    fn a_directory_opened_for_later_is_created_private_by_its_first_write() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join(".hactl/lab");
+        let state = StateDir::open_or_later(&path).unwrap();
+        assert!(!tmp.path().join(".hactl").exists(), "opening created a directory");
+        state.write_file("adopt", b"run\n", 0o600).unwrap();
+        assert_eq!(mode(&path), 0o700);
+        assert_eq!(mode(&tmp.path().join(".hactl")), 0o700);
+        // An existing one is checked.
+        fs_err::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert!(matches!(
+            StateDir::open_or_later(&path),
+            Err(StateError::TooOpen { .. })
+        ));
     }
 
     #[test]

@@ -121,9 +121,10 @@ pub async fn renew(args: &CertsRenewArgs) -> anyhow::Result<i32> {
         .context("hactl certs renew stopped; the re-issued certificates are in the state directory, so `hactl up` finishes rolling them out")
 }
 
-/// One roll of a CA rotation: `up`'s plan, built from the state directory as it is now and run.
-struct Roll {
-    args: UpArgs,
+/// One roll of a CA rotation (`certs rotate-ca`, `adopt`): `up`'s plan, built from the state
+/// directory as it is now and run.
+pub(super) struct Roll {
+    pub(super) args: UpArgs,
 }
 
 #[async_trait::async_trait]

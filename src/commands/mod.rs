@@ -3,6 +3,7 @@
 //!
 //! Invariant: `anyhow` with context lives here and in `main.rs` only.
 
+pub mod adopt;
 pub mod certs;
 pub mod check;
 pub mod completion;
@@ -52,6 +53,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         },
         Command::Etcd(crate::cli::EtcdCommand::Maintenance(args)) => etcd_maintenance::run(&args).await,
         Command::Recover(args) => recover::run(&args).await,
+        Command::Adopt(args) => adopt::run(&args).await,
         Command::Kubeconfig(args) => kubeconfig::run(&args),
         Command::Completion { shell } => completion::completion(shell),
         Command::Man { out } => completion::man(out.as_deref()),
@@ -157,7 +159,8 @@ pub fn open_state_for(inv: &Inventory, dry_run: bool) -> anyhow::Result<StateDir
             format!(
                 "no state directory at {}: a dry run creates nothing, and this command needs the \
                  cluster's state (its CAs and journals): restore it (`hactl etcd snapshot \
-                 restore-bundle`), or point --state-dir at it",
+                 restore-bundle`), or point --state-dir at it; with neither, `hactl adopt` \
+                 rebuilds it from the running cluster",
                 inv.state_dir.display()
             ),
         )),

@@ -372,10 +372,7 @@ pub fn host_files(
     let fp_client = need(pki.front_proxy_client(), "front-proxy/client")?;
     let etcd_client = pki.etcd_client(EtcdClient::ApiServer);
 
-    let encryption = render::render(
-        "encryption-config.yaml",
-        &serde_json::json!({ "key": inputs.encryption_key.expose_base64() }),
-    )?;
+    let encryption = super::secrets::encryption_config(&inputs.encryption_key)?;
     let audit = render::render("audit-policy.yaml", &serde_json::json!({}))?;
     Ok(vec![
         // The signing CA and, during its rotation, the other one (`hactl certs rotate-ca kubernetes`).

@@ -47,7 +47,7 @@ pub enum SecretsError {
 pub fn ensure_encryption_key(state: &StateDir) -> Result<EncryptionKey, SecretsError> {
     let (key, new) = load_or_generate(&state.file(ENCRYPTION_KEY))?;
     if new {
-        state.write_secret(ENCRYPTION_KEY, format!("{}\n", key.expose_base64()).as_bytes())?;
+        state.write_secret(ENCRYPTION_KEY, key_file_text(&key).as_bytes())?;
     }
     Ok(key)
 }
@@ -56,6 +56,34 @@ pub fn ensure_encryption_key(state: &StateDir) -> Result<EncryptionKey, SecretsE
 /// memory for this run only, never written.
 pub fn preview_encryption_key(view: &StateView) -> Result<EncryptionKey, SecretsError> {
     Ok(load_or_generate(&view.file(ENCRYPTION_KEY))?.0)
+}
+
+/// The EncryptionConfiguration hactl writes to every control-plane host
+/// (`/etc/hactl/kubernetes/encryption-config.yaml`) for `key`.
+pub fn encryption_config(key: &EncryptionKey) -> Result<String, crate::render::RenderError> {
+    crate::render::render(
+        "encryption-config.yaml",
+        &serde_json::json!({ "key": key.expose_base64() }),
+    )
+}
+
+/// The key of an EncryptionConfiguration read back from a control-plane host (`hactl adopt`):
+/// `Some` only when the text is exactly what [`encryption_config`] writes for that key, so a
+/// file someone edited (another provider, a second key) is never half-understood. Never logs
+/// the text.
+pub fn key_from_config(text: &str) -> Option<EncryptionKey> {
+    let value = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("secret:"))?
+        .trim();
+    let bytes = base64::engine::general_purpose::STANDARD.decode(value).ok()?;
+    let key = EncryptionKey(bytes.try_into().ok()?);
+    (encryption_config(&key).ok()? == text).then_some(key)
+}
+
+/// The text `kubernetes/encryption-key` holds for `key` (what [`ensure_encryption_key`] writes).
+pub fn key_file_text(key: &EncryptionKey) -> String {
+    format!("{}\n", key.expose_base64())
 }
 
 /// The key at `path`, or a new one (`true`) when there is none.
@@ -84,6 +112,23 @@ fn load_or_generate(path: &std::path::Path) -> Result<(EncryptionKey, bool), Sec
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    /// The read-back of `hactl adopt`: the host's file gives back the very key (and the state
+    /// file `up` would read), and a file hactl did not write gives nothing.
+    #[test]
+    fn the_key_is_read_back_from_the_configuration_hactl_wrote_and_from_nothing_else() {
+        let key = EncryptionKey::from_bytes([7u8; 32]);
+        let text = encryption_config(&key).unwrap();
+        assert_eq!(key_from_config(&text), Some(key.clone()));
+        assert_eq!(key_file_text(&key), format!("{}\n", key.expose_base64()));
+        let edited = text.replace("- identity: {}", "- aescbc: {}\n      - identity: {}");
+        assert_eq!(key_from_config(&edited), None, "an edited file");
+        let short = text.replace(&key.expose_base64(), "c2hvcnQ=");
+        assert_eq!(key_from_config(&short), None, "not 32 bytes");
+        assert_eq!(key_from_config("kind: Secret\n"), None);
+        // The key reaches no Debug output.
+        assert!(!format!("{:?}", key_from_config(&text)).contains(&key.expose_base64()));
+    }
 
     #[test]
     fn generated_once_kept_private_and_reused() {

@@ -235,6 +235,12 @@ pub trait Operation {
     fn explain(&self, _failed: &StepFailed) -> Option<String> {
         None
     }
+    /// Whether the driver checks the hosts it reached against the state directory's CAs
+    /// before anything else ([`crate::identity`]). Only `adopt` says no: it builds the state
+    /// directory from what the hosts trust, and checks their agreement itself.
+    fn checks_identity(&self) -> bool {
+        true
+    }
 }
 
 /// The exit code of a run the runner stopped: 4 once anything changed (3 kept when a step asks
@@ -369,7 +375,9 @@ pub async fn run<O: Operation + ?Sized>(op: &mut O, ctx: &Context<'_>, flags: &F
     let run = op.run_id(ctx)?;
     let transports = op.reach(ctx).await?;
     // Before the lock and the plan: hosts that belong to another cluster are refused.
-    check_identity(ctx, &transports).await?;
+    if op.checks_identity() {
+        check_identity(ctx, &transports).await?;
+    }
     if flags.dry_run {
         let planned = op.plan(ctx, &run, &transports).await?;
         if planned.steps.is_empty() && !flags.json {

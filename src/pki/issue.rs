@@ -60,7 +60,11 @@ impl CaKind {
 /// A CA loaded from (or just written to) the PKI directory, ready to sign.
 pub(crate) struct Ca {
     pub kind: CaKind,
-    pub issuer: Issuer<'static, KeyPair>,
+    /// `None` for a CA whose key is not in the state directory ([`keyless_ca`]): it signs
+    /// nothing, and a leaf it would have to issue comes from `next` instead.
+    pub issuer: Option<Issuer<'static, KeyPair>>,
+    /// The rotation's new CA (`ca-next`), for a keyless CA only.
+    pub next: Option<Issuer<'static, KeyPair>>,
     /// DER of the CA certificate: checking a leaf's signature needs the CA's public key.
     pub der: Vec<u8>,
 }
@@ -75,11 +79,17 @@ pub(crate) fn ensure_ca(ledger: &mut Ledger<'_>, kind: CaKind, cluster: &str) ->
     let existing_key = ledger.read_key(&key_rel)?;
 
     let (cert_pem, key_pem, action) = match (existing_cert, existing_key) {
-        (Some(_), None) => {
+        (Some(cert), None) => {
+            // A CA read back from the hosts by `hactl adopt` (its key lived only in a lost state
+            // directory) while the rotation that replaces it runs: it stays trusted and signs
+            // nothing. Without that rotation a missing key is a refusal, as ever.
+            if let Some(next) = super::rotate::next_issuer(ledger.dir, kind)? {
+                return keyless_ca(ledger, kind, cert_rel, cert_path, key_path, cert, next);
+            }
             return Err(PkiError::CaKeyMissing {
                 cert: cert_path,
                 key: key_path,
-            })
+            });
         }
         (Some(cert), Some(key)) => (cert, key, Action::Reused),
         (None, Some(key_pem)) => {
@@ -154,7 +164,62 @@ pub(crate) fn ensure_ca(ledger: &mut Ledger<'_>, kind: CaKind, cluster: &str) ->
         },
         not_after,
     });
-    Ok(Ca { kind, issuer, der })
+    Ok(Ca {
+        kind,
+        issuer: Some(issuer),
+        next: None,
+        der,
+    })
+}
+
+/// A signing CA without its key, while a rotation's `ca-next` (`next`) waits beside it: the
+/// certificate is trusted as before (the hosts' leaves are its), nothing is issued from it.
+/// Its entry carries an empty key, which nothing uploads (the etcd and front-proxy CA keys
+/// never leave the state directory; the Kubernetes CA, whose key the hosts hold, is read back
+/// with it).
+fn keyless_ca(
+    ledger: &mut Ledger<'_>,
+    kind: CaKind,
+    cert_rel: String,
+    cert_path: std::path::PathBuf,
+    key_path: std::path::PathBuf,
+    cert_pem: String,
+    next: Issuer<'static, KeyPair>,
+) -> Result<Ca, PkiError> {
+    let unusable = |reason: String| PkiError::CaUnusable {
+        path: cert_path.clone(),
+        reason,
+    };
+    let der = pem_to_der(&cert_pem).map_err(unusable)?;
+    let (_, x509) =
+        x509_parser::parse_x509_certificate(&der).map_err(|e| unusable(format!("not a certificate: {e}")))?;
+    if !x509.is_ca() {
+        return Err(unusable("it is not a CA certificate".into()));
+    }
+    let not_after = x509.validity().not_after.to_datetime();
+    drop(x509);
+    ledger.warnings.push(format!(
+        "{cert_rel}: its key is not in the state directory (a CA read back from the hosts); it \
+         signs nothing and the rotation under way (`{}`) replaces it",
+        super::rotate::marker(ledger.dir, kind).display()
+    ));
+    ledger.record(cert_rel, Action::Reused);
+    ledger.entries.push(Entry {
+        name: kind.name().to_string(),
+        files: CertFiles {
+            cert_path,
+            key_path,
+            cert_pem,
+            key_pem: KeyPem::new(String::new()),
+        },
+        not_after,
+    });
+    Ok(Ca {
+        kind,
+        issuer: None,
+        next: Some(next),
+        der,
+    })
 }
 
 fn self_signed(ledger: &Ledger<'_>, kind: CaKind, cluster: &str, key: &KeyPair) -> Result<String, PkiError> {
@@ -476,6 +541,46 @@ pub(crate) fn ensure_leaf(ledger: &mut Ledger<'_>, request: &CertRequest, ca: &C
         },
     };
 
+    // A keyless CA (read back by `hactl adopt`, its rotation under way) re-issues nothing: a
+    // leaf the hosts hold stays as it is until the rotation re-issues it from the new CA; one
+    // that is missing (or has lost its key) comes from the new CA now.
+    let issuer = match &ca.issuer {
+        Some(issuer) => issuer,
+        None => {
+            if let (Some(cert), Some(key)) = (&existing_cert, &existing_key) {
+                if let Some(not_after) = key_matches(cert, key) {
+                    if let Action::Reissued(reasons) = &action {
+                        ledger.warnings.push(format!(
+                            "{cert_rel}: kept as the hosts hold it ({}): the {} CA's key is not in \
+                             the state directory; the rotation under way re-issues it",
+                            reasons.join("; "),
+                            ca.kind.dir()
+                        ));
+                    }
+                    ledger.record(cert_rel, Action::Reused);
+                    ledger.entries.push(Entry {
+                        name: request.name.clone(),
+                        files: CertFiles {
+                            cert_path,
+                            key_path,
+                            cert_pem: cert.clone(),
+                            key_pem: KeyPem::new(key.clone()),
+                        },
+                        not_after,
+                    });
+                    return Ok(());
+                }
+            }
+            ledger.warnings.push(format!(
+                "{cert_rel}: issued from the new {} CA (ca-next): the signing CA's key is not in the \
+                 state directory",
+                ca.kind.dir()
+            ));
+            ca.next
+                .as_ref()
+                .expect("a CA without its key is loaded only beside ca-next")
+        }
+    };
     // A re-issue keeps a sound key (as `kubeadm certs renew` does): on the hosts only the
     // certificate then changes, by one rename, so no client there (etcdctl, the backup timer,
     // etcd's own per-handshake reload) reads a new certificate beside the old key between two
@@ -492,7 +597,7 @@ pub(crate) fn ensure_leaf(ledger: &mut Ledger<'_>, request: &CertRequest, ca: &C
     let key_pem = key.serialize_pem();
     let not_after = ledger.now + Duration::days(ledger.cert_validity_days.into());
     let cert_pem = leaf_params(request, ledger.key_type, ledger.now, not_after)
-        .and_then(|params| params.signed_by(&key, &ca.issuer))
+        .and_then(|params| params.signed_by(&key, issuer))
         .map_err(|source| PkiError::Generate {
             what: format!("certificate {cert_rel}"),
             source,
@@ -516,6 +621,15 @@ pub(crate) fn ensure_leaf(ledger: &mut Ledger<'_>, request: &CertRequest, ca: &C
         not_after,
     });
     Ok(())
+}
+
+/// The certificate's expiry, when `key_pem` is the key of `cert_pem` (both parse).
+pub(crate) fn key_matches(cert_pem: &str, key_pem: &str) -> Option<OffsetDateTime> {
+    let key = KeyPair::from_pem(key_pem).ok()?;
+    let der = pem_to_der(cert_pem).ok()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).ok()?;
+    (cert.public_key().subject_public_key.data.as_ref() == key.der_bytes())
+        .then(|| cert.validity().not_after.to_datetime())
 }
 
 /// The existing key, when a re-issue may keep it: it parses, it is of the inventory's key type,

@@ -523,6 +523,11 @@ pub fn leaf_names(inv: &Inventory) -> Vec<String> {
     issue::requests(inv).into_iter().map(|r| r.name).collect()
 }
 
+/// Whether `key_pem` is the private key of the certificate `cert_pem` (both must parse).
+pub fn key_matches_certificate(cert_pem: &str, key_pem: &str) -> bool {
+    issue::key_matches(cert_pem, key_pem).is_some()
+}
+
 /// Name used in reports and warnings for a key type.
 pub fn key_type_name(key_type: KeyType) -> &'static str {
     match key_type {

@@ -159,6 +159,32 @@ fn rename(from: &Path, to: &Path) -> Result<(), PkiError> {
     })
 }
 
+/// The rotation's new CA (`ca-next`, certificate and key) as an issuer, when it exists: what a
+/// signing CA whose key is not in the state directory (read back by `hactl adopt`) hands the
+/// leaves it cannot issue itself. Only reads.
+pub(crate) fn next_issuer(
+    dir: &Path,
+    kind: CaKind,
+) -> Result<Option<rcgen::Issuer<'static, KeyPair>>, PkiError> {
+    let (crt, key) = (
+        path(dir, kind, "ca-next", "crt"),
+        path(dir, kind, "ca-next", "key"),
+    );
+    let (Some(cert_pem), Some(key_pem)) = (store::read_if_exists(&crt)?, store::read_if_exists(&key)?) else {
+        return Ok(None);
+    };
+    let key = KeyPair::from_pem(&key_pem).map_err(|e| PkiError::CaUnusable {
+        path: key.clone(),
+        reason: format!("not a private key: {e}"),
+    })?;
+    rcgen::Issuer::from_ca_cert_pem(&cert_pem, key)
+        .map(Some)
+        .map_err(|e| PkiError::CaUnusable {
+            path: crt,
+            reason: e.to_string(),
+        })
+}
+
 /// Step 2's state side: the old CA becomes `ca-previous` (still trusted) and `ca-next` becomes
 /// the signing CA, so the next [`super::ensure`] re-issues every leaf of `kind` from it (they
 /// are no longer signed by the current CA).
@@ -176,16 +202,15 @@ pub fn promote(dir: &Path, kind: CaKind) -> Result<(), PkiError> {
     );
     let (ca_crt, ca_key) = (path(dir, kind, "ca", "crt"), path(dir, kind, "ca", "key"));
     if !prev_crt.exists() {
-        // Copies, not renames: the signing CA never disappears, even for a moment.
-        let key = store::read_if_exists(&ca_key)?.ok_or_else(|| PkiError::CaKeyMissing {
-            cert: ca_crt.clone(),
-            key: ca_key.clone(),
-        })?;
+        // Copies, not renames: the signing CA never disappears, even for a moment. A CA read
+        // back from the hosts (`hactl adopt`) has no key: its certificate alone stays trusted.
         let crt = store::read_if_exists(&ca_crt)?.ok_or_else(|| PkiError::CaKeyMissing {
             cert: ca_crt.clone(),
             key: ca_key.clone(),
         })?;
-        store::write_atomic(&prev_key, key.as_bytes(), store::KEY_MODE)?;
+        if let Some(key) = store::read_if_exists(&ca_key)? {
+            store::write_atomic(&prev_key, key.as_bytes(), store::KEY_MODE)?;
+        }
         store::write_atomic(&prev_crt, crt.as_bytes(), store::CERT_MODE)?;
     }
     if next_key.exists() {
@@ -430,6 +455,93 @@ mod tests {
             others(&crate::pki::ensure(&dir, &inv, now).unwrap()),
             others(&before)
         );
+    }
+
+    /// A state directory rebuilt from the hosts (`hactl adopt`): the etcd and front-proxy CA
+    /// certificates without their keys, every leaf as the hosts hold it, each rotation started.
+    /// `ensure` keeps the leaves byte for byte and trusts old and new; a leaf the hosts lack
+    /// comes from the new CA; the rotation then walks as usual and the old CA is kept, keyless.
+    #[test]
+    fn a_ca_without_its_key_is_trusted_during_its_rotation_and_signs_nothing() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (hosts, adopted) = (tmp.path().join("hosts"), tmp.path().join("adopted"));
+        let inv = inv();
+        let now = OffsetDateTime::now_utc();
+        let before = crate::pki::ensure(&hosts, &inv, now).unwrap();
+        let lost = ["etcd/ca.key", "front-proxy/ca.key"];
+        for e in &before.entries {
+            for (from, ext) in [(&e.files.cert_path, "crt"), (&e.files.key_path, "key")] {
+                let rel = format!("{}.{ext}", e.name);
+                if lost.contains(&rel.as_str()) || rel == "etcd/hactl-client.crt" {
+                    continue;
+                }
+                let to = adopted.join(&rel);
+                std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+                std::fs::copy(from, to).unwrap();
+            }
+        }
+        for f in ["sa.key", "sa.pub"] {
+            std::fs::copy(hosts.join(f), adopted.join(f)).unwrap();
+        }
+        // Without a rotation under way, a CA without its key is refused, as ever.
+        let refused = crate::pki::ensure(&adopted, &inv, now).unwrap_err();
+        assert!(matches!(refused, PkiError::CaKeyMissing { .. }), "{refused}");
+
+        for kind in [CaKind::Etcd, CaKind::FrontProxy] {
+            start(&adopted, kind, "adopt-1").unwrap();
+            create_next(&adopted, &inv, kind, now).unwrap();
+        }
+        let next = std::fs::read_to_string(adopted.join("etcd/ca-next.crt")).unwrap();
+        let pki = crate::pki::ensure(&adopted, &inv, now).unwrap();
+        let old = before.etcd_ca_pem().to_string();
+        assert_eq!(pki.etcd_ca_pem(), old);
+        assert_eq!(pki.etcd_trust_pem(), format!("{old}{next}"));
+        for name in [
+            "etcd/server-cp1",
+            "etcd/peer-cp2",
+            "front-proxy/client",
+            "kubernetes/admin",
+        ] {
+            assert_eq!(
+                pki.get(name).unwrap().cert_pem,
+                before.get(name).unwrap().cert_pem,
+                "{name} kept as the hosts hold it"
+            );
+        }
+        let client = &pki.etcd_client(crate::pki::EtcdClient::Hactl).cert_pem;
+        assert!(
+            crate::pki::is_signed_by(client, &next).unwrap(),
+            "a missing leaf comes from ca-next"
+        );
+        assert!(
+            pki.warnings
+                .iter()
+                .any(|w| w.contains("etcd/ca.crt: its key is not in the state directory")),
+            "{:?}",
+            pki.warnings
+        );
+        assert!(!adopted.join("etcd/ca.key").exists(), "no key was made up");
+
+        promote(&adopted, CaKind::Etcd).unwrap();
+        assert!(adopted.join("etcd/ca-previous.crt").exists());
+        assert!(!adopted.join("etcd/ca-previous.key").exists());
+        let pki = crate::pki::ensure(&adopted, &inv, now).unwrap();
+        assert_eq!(pki.etcd_ca_pem(), next);
+        assert_eq!(pki.etcd_trust_pem(), format!("{next}{old}"));
+        assert!(crate::pki::is_signed_by(&pki.etcd_server("cp1").unwrap().cert_pem, &next).unwrap());
+        assert_eq!(
+            pki.etcd_server("cp1").unwrap().key_pem,
+            before.etcd_server("cp1").unwrap().key_pem,
+            "the re-issue keeps the hosts' key"
+        );
+        retire(&adopted, CaKind::Etcd).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(adopted.join("etcd/ca-retired-adopt-1.crt")).unwrap(),
+            old
+        );
+        finish(&adopted, CaKind::Etcd).unwrap();
+        let pki = crate::pki::ensure(&adopted, &inv, now).unwrap();
+        assert_eq!(pki.etcd_trust_pem(), next);
     }
 
     fn inspect_cn(pem: &str) -> String {

@@ -8,7 +8,11 @@
 //!   and run, and B changes nothing on any host or in its state directory; A then finishes;
 //! - A dies after a step (`HACTL_CRASH_AFTER`): B is still refused (it cannot see A's process, so
 //!   it offers `--steal-lock`), while A's own next run, on the machine where the dead process ran,
-//!   takes the lock over; then B runs.
+//!   takes the lock over; then B runs;
+//! - the real race: A's `maintenance start cp1` and B's `maintenance start cp2` start at the same
+//!   moment: exactly one runs, the other is refused (exit 3) naming the holder, its command and
+//!   start time, changes nothing and takes nothing over; again with both on one machine id (two
+//!   state directories on one workstation), where the holder's live process is never taken over.
 //!
 //! Needs root; without it the test prints `SKIPPED <name>: needs root`.
 
@@ -242,5 +246,114 @@ fn two_operator_machines_exclude_each_other_through_the_hosts_and_the_loser_chan
         "{}",
         text(&o)
     );
+
+    // The real race: both machines start a maintenance at the same moment, A of cp1 and B of
+    // cp2; then the same again from one machine id (two state directories on one
+    // workstation), where the loser can see that the winner's process is alive.
+    for (a, b) in [("machine-a", "machine-b"), ("machine-a", "machine-a")] {
+        race(&lab, &inv, (a, &state_a), (b, &state_b));
+    }
     lab.down().unwrap();
+}
+
+/// Starts `maintenance start cp1` as machine `a` and `maintenance start cp2` as machine `b` at
+/// once (each with its own state directory). Exactly one runs; the other is refused (exit 3)
+/// naming the winner's command, run, operator and start time, changes nothing (its target
+/// stays in service, no journal appears in its state directory) and takes nothing over; the
+/// winner's maintenance is then completed.
+fn race(lab: &TestLab, inv: &Path, a: (&str, &Path), b: (&str, &Path)) {
+    let spawn = |(machine, state): (&str, &Path), host: &str| {
+        Command::new(env!("CARGO_BIN_EXE_hactl"))
+            .args(["maintenance", "start", host, "--yes", "-i", inv.to_str().unwrap()])
+            .args(["--state-dir", state.to_str().unwrap()])
+            .env("HACTL_MACHINE_ID", machine)
+            .env_remove("HACTL_CRASH_AFTER")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let runs = |state: &Path| {
+        std::fs::read_dir(state.join("runs"))
+            .map(|d| d.flatten().count())
+            .unwrap_or(0)
+    };
+    let before = (runs(a.1), runs(b.1));
+    let (pa, pb) = (spawn(a, "cp1"), spawn(b, "cp2"));
+    let (oa, ob) = (pa.wait_with_output().unwrap(), pb.wait_with_output().unwrap());
+    let what = format!("{} vs {}", a.0, b.0);
+    let (winner, loser, won, lost) = match (oa.status.code(), ob.status.code()) {
+        (Some(0), Some(3)) => (a, b, ("cp1", &oa), ("cp2", &ob)),
+        (Some(3), Some(0)) => (b, a, ("cp2", &ob), ("cp1", &oa)),
+        other => panic!(
+            "{what}: exactly one must run and the other be refused (exit 3), got {other:?}:\nA: {}\nB: {}",
+            text(&oa),
+            text(&ob)
+        ),
+    };
+    let run = text(won.1)
+        .split("maintenance start: run ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .expect("the winner named its run")
+        .to_string();
+    let t = text(lost.1);
+    eprintln!(
+        "race {what}: `maintenance start {}` ran (run {run}); `maintenance start {}` was refused: {}",
+        won.0,
+        lost.0,
+        t.lines().find(|l| l.contains("held by")).unwrap_or_default()
+    );
+    for want in [
+        "the cluster lock on host cp1 is held by".to_string(),
+        format!("`hactl maintenance start {}`", won.0),
+        format!("run {run}"),
+        "since 20".to_string(),
+        "wait for it to finish".to_string(),
+    ] {
+        assert!(t.contains(&want), "{what}: the refusal lacks {want:?}:\n{t}");
+    }
+    if winner.0 == loser.0 {
+        assert!(t.contains("it is running on this machine"), "{what}: {t}");
+        assert!(
+            !t.contains("--steal-lock"),
+            "{what}: a live holder offered for stealing: {t}"
+        );
+    }
+    assert!(
+        !t.contains("taking over") && !t.contains("took the cluster lock over"),
+        "{what}: {t}"
+    );
+    // The loser changed nothing: its target serves, and no run of it was journaled.
+    lab.exec_ok(lost.0, &["systemctl", "is-active", "etcd"]);
+    // (An earlier maintenance of the host leaves its record at stage Complete.)
+    let record = format!("/var/lib/hactl/maintenance/{}.json", lost.0);
+    lab.exec_ok(
+        lost.0,
+        &[
+            "sh",
+            "-c",
+            &format!("! [ -e {record} ] || grep -q '\"stage\": *\"Complete\"' {record}"),
+        ],
+    );
+    let after = (runs(a.1), runs(b.1));
+    let grew = |i: usize| {
+        if i == 0 {
+            after.0 - before.0
+        } else {
+            after.1 - before.1
+        }
+    };
+    let (wi, li) = if winner.1 == a.1 { (0, 1) } else { (1, 0) };
+    assert_eq!(
+        (grew(wi), grew(li)),
+        (1, 0),
+        "{what}: runs journaled (winner, loser)"
+    );
+    let o = on(winner.0, inv, winner.1, &["maintenance", "complete", won.0], &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    for h in HOSTS {
+        lab.exec_ok(h, &["test", "!", "-e", "/var/lib/hactl/locks/cluster"]);
+    }
 }

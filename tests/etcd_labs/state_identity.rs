@@ -6,7 +6,8 @@
 //!   directory bind-mounted read-only so that even root cannot write it (only `status` may try
 //!   to raise the high-water mark, and says so), and the hosts' files as they were;
 //! - the state directory moved aside: `plan` and `up` are refused with exit 2, naming the host,
-//!   the CA fingerprint on the host, and the ways out; nothing is created (no state directory
+//!   the CA fingerprint on the host, and the ways out (a bundle, then `hactl adopt`, then `reset`:
+//!   adopt itself is proven in `kube_labs::rotate_etcd_ca`); nothing is created (no state directory
 //!   appears) and nothing changes on any host (no lock is left either);
 //! - the state directory back: `up` says `no changes`.
 //!
@@ -149,6 +150,7 @@ fn read_only_commands_write_nothing_and_a_lost_state_directory_is_refused_before
                 "holds none",
                 "nothing was written on any host or in the state directory",
                 "hactl etcd snapshot restore-bundle",
+                "hactl adopt -i",
                 "hactl reset -i",
             ] {
                 assert!(t.contains(want), "hactl {args:?} lacks {want:?}:\n{t}");

@@ -64,6 +64,12 @@ pub struct KubeLab {
     pub up_seconds: f64,
 }
 
+impl AsRef<TestLab> for KubeLab {
+    fn as_ref(&self) -> &TestLab {
+        &self.lab
+    }
+}
+
 impl KubeLab {
     /// A lab of `cps` control planes, `lbs` load balancers and `spares` spares (trixie), with the
     /// kubernetes section, brought up by `hactl up`; every control-plane apiserver answers
@@ -364,7 +370,14 @@ impl KubeLab {
     /// Starts polling `kubectl get --raw /readyz` through the VIP (2 s per request) until the
     /// returned poller is stopped; every attempt is recorded.
     pub fn poll_readyz(&self) -> Poller {
-        self.poll_kubectl(
+        self.poll_readyz_with(self.state.join("admin.kubeconfig"))
+    }
+
+    /// [`KubeLab::poll_readyz`] with another kubeconfig (one kept from a state directory since
+    /// lost, say).
+    pub fn poll_readyz_with(&self, kubeconfig: PathBuf) -> Poller {
+        self.poll_kubectl_with(
+            kubeconfig,
             |_| {
                 ["--request-timeout=2s", "get", "--raw", "/readyz"]
                     .map(String::from)
@@ -382,9 +395,18 @@ impl KubeLab {
         args: impl Fn(u32) -> Vec<String> + Send + 'static,
         ok: impl Fn(&Output) -> bool + Send + 'static,
     ) -> Poller {
+        self.poll_kubectl_with(self.state.join("admin.kubeconfig"), args, ok)
+    }
+
+    /// [`KubeLab::poll_kubectl`] with the kubeconfig `kubeconfig`.
+    pub fn poll_kubectl_with(
+        &self,
+        kubeconfig: PathBuf,
+        args: impl Fn(u32) -> Vec<String> + Send + 'static,
+        ok: impl Fn(&Output) -> bool + Send + 'static,
+    ) -> Poller {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let kubectl = self.kubectl_path();
-        let kubeconfig = self.state.join("admin.kubeconfig");
         let flag = stop.clone();
         let ok_count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let oks = ok_count.clone();

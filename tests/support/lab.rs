@@ -217,6 +217,12 @@ impl TestLab {
     }
 }
 
+impl AsRef<TestLab> for TestLab {
+    fn as_ref(&self) -> &TestLab {
+        self
+    }
+}
+
 impl Drop for TestLab {
     fn drop(&mut self) {
         if self.removed {

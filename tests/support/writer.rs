@@ -51,11 +51,16 @@ pub struct VipWriter {
 }
 
 impl VipWriter {
-    /// Starts writing keys `<prefix>/0..63` through the lab's VIP from `host`.
-    pub fn start(lab: Arc<TestLab>, host: &str, prefix: &str) -> VipWriter {
+    /// Starts writing keys `<prefix>/0..63` through the lab's VIP from `host` (`lab` a
+    /// [`TestLab`], or anything that holds one, such as a Kubernetes lab).
+    pub fn start<L: AsRef<TestLab> + Send + Sync + 'static>(
+        lab: Arc<L>,
+        host: &str,
+        prefix: &str,
+    ) -> VipWriter {
         let stop = Arc::new(AtomicBool::new(false));
         let (writes, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let endpoint = format!("--endpoints=https://{}:2379", lab.lab().vip);
+        let endpoint = format!("--endpoints=https://{}:2379", (*lab).as_ref().lab().vip);
         let handle = {
             let (stop, writes, failed) = (stop.clone(), writes.clone(), failed.clone());
             let (host, prefix) = (host.to_string(), prefix.to_string());
@@ -63,6 +68,7 @@ impl VipWriter {
                 let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     i += 1;
+                    let lab: &TestLab = (*lab).as_ref();
                     let o = lab.exec(
                         &host,
                         &[
@@ -78,7 +84,7 @@ impl VipWriter {
                     if !o.status.success() {
                         failed.fetch_add(1, Ordering::Relaxed);
                         eprintln!("writer: {}", String::from_utf8_lossy(&o.stderr));
-                        explain_failure(&lab);
+                        explain_failure(lab);
                     }
                 }
             })

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::acts::{Change, Done, StateChange};
 use crate::inventory::Inventory;
-use crate::operations::runner::{JournaledStep, LocalAct};
+use crate::operations::runner::{JournaledStep, LocalAct, StepCode as _};
 use crate::pki::CaKind;
 
 crate::step_codes! {
@@ -42,51 +42,88 @@ pub fn steps(
     roll: Arc<dyn LocalAct>,
     publish: Option<Arc<dyn LocalAct>>,
 ) -> Vec<JournaledStep> {
-    let change = |change| {
-        Arc::new(StateChange {
-            change,
+    steps_for(dir, inv, &[(kind, publish)], run, roll)
+}
+
+/// The steps of one run rotating several CAs at once (`hactl adopt`: etcd and front-proxy):
+/// each state step once per CA, in the order given, each roll once for all of them, so the
+/// cluster restarts three times, not three times per CA. Each CA's rotation keeps its own order
+/// (its trust file holds both CAs in a roll before any of its leaves comes from the new one),
+/// and the rolls are `up`'s plan, which uploads whatever changed of every CA. With one CA the
+/// steps are [`steps`]' (ids `C1`…); with several, a state step's id names its CA (`C1-etcd`).
+pub fn steps_for(
+    dir: PathBuf,
+    inv: Arc<Inventory>,
+    cas: &[(CaKind, Option<Arc<dyn LocalAct>>)],
+    run: &str,
+    roll: Arc<dyn LocalAct>,
+) -> Vec<JournaledStep> {
+    let several = cas.len() > 1;
+    let id = |code: C, kind: CaKind| -> crate::operations::runner::StepId {
+        if several {
+            code.with(kind.dir())
+        } else {
+            code.into()
+        }
+    };
+    let state_step = |code: C, kind: CaKind, title: String, c: Change| {
+        let act = Arc::new(StateChange {
+            change: c,
             kind,
             dir: dir.clone(),
             run: run.to_string(),
             inv: inv.clone(),
-        })
-    };
-    let state_step = |id: C, title: &str, c: Change| {
-        let act = change(c);
-        JournaledStep::new(id, title, None)
+        });
+        JournaledStep::new(id(code, kind), title, None)
             .done_when_local(Arc::new(Done(act.clone())))
             .local(act)
     };
-    let roll_step = |id: C, title: &str| JournaledStep::new(id, title, None).local(roll.clone());
-    let d = kind.dir();
-    let mut list = vec![
-        state_step(
-            C::TrustBoth,
-            &format!("trust old and new {d} CAs"),
-            Change::CreateNext,
-        ),
-        roll_step(C::RollTrust, "roll the trust files holding both CAs"),
-        state_step(
-            C::Reissue,
-            &format!("re-issue the {d} leaves from the new CA"),
-            Change::Promote,
-        ),
-        roll_step(C::RollLeaves, "roll the new leaves"),
-        state_step(C::Retire, &format!("trust only the new {d} CA"), Change::Retire),
-        roll_step(C::RollNew, "roll again: the trust files hold the new CA alone"),
-    ];
-    if let Some(publish) = publish {
-        list.push(
-            JournaledStep::new(
-                C::Publish,
-                "publish the new CA alone to aggregated API servers",
-                None,
-            )
-            .done_when_local(publish.clone())
-            .local(publish),
-        );
+    let state_steps = |code: C, title: &dyn Fn(&str) -> String, c: Change| -> Vec<JournaledStep> {
+        cas.iter()
+            .map(|(kind, _)| state_step(code, *kind, title(kind.dir()), c))
+            .collect()
+    };
+    let roll_step = |code: C, title: &str| JournaledStep::new(code, title, None).local(roll.clone());
+    let mut list = Vec::new();
+    list.extend(state_steps(
+        C::TrustBoth,
+        &|d| format!("trust old and new {d} CAs"),
+        Change::CreateNext,
+    ));
+    list.push(roll_step(C::RollTrust, "roll the trust files holding both CAs"));
+    list.extend(state_steps(
+        C::Reissue,
+        &|d| format!("re-issue the {d} leaves from the new CA"),
+        Change::Promote,
+    ));
+    list.push(roll_step(C::RollLeaves, "roll the new leaves"));
+    list.extend(state_steps(
+        C::Retire,
+        &|d| format!("trust only the new {d} CA"),
+        Change::Retire,
+    ));
+    list.push(roll_step(
+        C::RollNew,
+        "roll again: the trust files hold the new CA alone",
+    ));
+    for (kind, publish) in cas {
+        if let Some(publish) = publish {
+            list.push(
+                JournaledStep::new(
+                    id(C::Publish, *kind),
+                    "publish the new CA alone to aggregated API servers",
+                    None,
+                )
+                .done_when_local(publish.clone())
+                .local(publish.clone()),
+            );
+        }
     }
-    list.push(state_step(C::Finish, "close the rotation", Change::Finish));
+    list.extend(state_steps(
+        C::Finish,
+        &|d| format!("close the {d} rotation"),
+        Change::Finish,
+    ));
     list
 }
 
@@ -250,6 +287,73 @@ mod tests {
         // The etcd list has no publish step.
         let etcd = steps(dir, inv, CaKind::Etcd, "r", Arc::new(NoRoll), None);
         assert!(etcd.iter().all(|s| s.id != "C5.publish"));
+    }
+
+    /// Two CAs in one run (`hactl adopt`): each state step per CA, named after it, each roll
+    /// once; the walk rotates both and leaves the third CA alone.
+    #[tokio::test]
+    async fn two_cas_rotate_together_with_one_roll_per_stage() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("pki");
+        let inv = example();
+        let before = crate::pki::ensure(&dir, &inv, time::OffsetDateTime::now_utc()).unwrap();
+        let published = Arc::new(Published(Default::default()));
+        let list = steps_for(
+            dir.clone(),
+            inv.clone(),
+            &[
+                (CaKind::Etcd, None),
+                (CaKind::FrontProxy, Some(published.clone() as Arc<dyn LocalAct>)),
+            ],
+            "adopt-t1",
+            Arc::new(NoRoll),
+        );
+        let ids: Vec<&str> = list.iter().map(|s| s.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "C1-etcd",
+                "C1-front-proxy",
+                "C1.roll",
+                "C2-etcd",
+                "C2-front-proxy",
+                "C3",
+                "C4-etcd",
+                "C4-front-proxy",
+                "C5",
+                "C5.publish-front-proxy",
+                "C6-etcd",
+                "C6-front-proxy"
+            ]
+        );
+        let transports = Transports::new();
+        let mut journal = crate::operations::journal::Journal::dry_run("adopt-t1");
+        let opts = crate::operations::runner::RunOptions::default();
+        let out = crate::operations::runner::run(&list, &transports, &mut journal, &opts)
+            .await
+            .unwrap();
+        assert_eq!(out.done.len(), 12, "{out:?}");
+        assert!(published.0.load(std::sync::atomic::Ordering::SeqCst));
+        let after = crate::pki::ensure(&dir, &inv, time::OffsetDateTime::now_utc()).unwrap();
+        assert_ne!(after.etcd_ca_pem(), before.etcd_ca_pem());
+        assert_eq!(after.etcd_trust_pem(), after.etcd_ca_pem());
+        let (old_fp, new_fp) = (
+            before.front_proxy_ca().unwrap().cert_pem.clone(),
+            after.front_proxy_ca().unwrap().cert_pem.clone(),
+        );
+        assert_ne!(old_fp, new_fp);
+        assert_eq!(after.front_proxy_trust_pem().unwrap(), new_fp);
+        assert_eq!(
+            after.kubernetes_ca().unwrap().cert_pem,
+            before.kubernetes_ca().unwrap().cert_pem,
+            "kubernetes untouched"
+        );
+        for kind in ["etcd", "front-proxy"] {
+            assert!(
+                dir.join(format!("{kind}/rotation-adopt-t1.done")).exists(),
+                "{kind}"
+            );
+        }
     }
 
     /// kubernetes: C5.publish too; every kubernetes leaf (serving, kubelet client, admin,
