@@ -1,0 +1,102 @@
+//! What the operations share about old members ([`crate::old_members`]): the journaled step that
+//! fences one for good ([`fence_step`]: recover's R1.5 and heal's H2) and the act that records
+//! the fence in the member history ([`RecordFenced`]).
+//!
+//! Invariant: the step's postcondition reads the host ([`retire::done_command`]), so a re-run or a
+//! resume skips a host that is already fenced; the record is written only after the fence.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::exec::Transports;
+use crate::inventory::Inventory;
+use crate::old_members::{record, retire};
+use crate::operations::runner::{JournaledStep, LocalAct, StepId};
+use crate::plan::{Check, RemoteCommand};
+use crate::state::StateDir;
+
+/// The step that fences the old member on `host` for good (units the inventory no longer gives
+/// it, data dir aside to [`retire::aside`]), then records it in the member history as fenced by
+/// `by` (`recover <run>`, `heal <run>`).
+#[allow(clippy::too_many_arguments)]
+pub fn fence_step(
+    id: StepId,
+    inv: &Inventory,
+    state: &StateDir,
+    host: &str,
+    run: &str,
+    by: &str,
+    why: &str,
+    guard: retire::Guard,
+) -> JournaledStep {
+    let dd = &inv.etcd.data_dir;
+    let roles = inv.host(host).map(|h| h.roles.clone()).unwrap_or_default();
+    let units = retire::units_for(&roles);
+    let aside = retire::aside(dd, run);
+    JournaledStep::new(
+        id,
+        format!(
+            "fence the old member on {host} for good: stop, disable and fence {} (those installed), stop any etcd on its old data, move {dd} to {aside}",
+            units.join(" ")
+        ),
+        Some(host),
+    )
+    .done_when(retire::done_command(dd, &units))
+    .run(retire::command(why, run, dd, guard, &units))
+    .verify(Check::command(
+        format!("{host}: no etcd runs on hactl's data, its old units fenced and disabled, no member data left"),
+        retire::done_command(dd, &units),
+        Duration::from_secs(60),
+    ))
+    .local(Arc::new(RecordFenced {
+        inv: inv.clone(),
+        state: state.clone(),
+        host: host.to_string(),
+        by: by.to_string(),
+        aside,
+    }))
+}
+
+/// Records `host` as fenced for good in the member history (with its aside data dir, when the
+/// fence moved one there).
+pub struct RecordFenced {
+    pub inv: Inventory,
+    pub state: StateDir,
+    pub host: String,
+    pub by: String,
+    /// Where the fence moves the data dir.
+    pub aside: String,
+}
+
+#[async_trait]
+impl LocalAct for RecordFenced {
+    fn describe(&self) -> String {
+        format!(
+            "record {} as fenced for good in {}",
+            self.host,
+            self.state.file(record::FILE).display()
+        )
+    }
+    async fn act(&self, transports: &Transports) -> anyhow::Result<serde_json::Value> {
+        let moved = match transports.get(&self.host) {
+            Some(t) => t
+                .run(&RemoteCommand::read_only(["test", "-e", &self.aside]))
+                .await
+                .is_ok_and(|o| o.success()),
+            None => false,
+        };
+        let aside = if moved { self.aside.as_str() } else { "" };
+        let address = self
+            .inv
+            .host(&self.host)
+            .map(|h| h.address.to_string())
+            .unwrap_or_default();
+        let at = crate::clock::now_rfc3339();
+        record::update(&self.state, &self.inv, |h| {
+            h.mark_fenced(&self.host, &address, &self.by, &at, aside)
+        })?;
+        Ok(serde_json::json!({ "host": self.host, "dataAside": aside }))
+    }
+}
