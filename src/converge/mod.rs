@@ -11,6 +11,7 @@
 //! and [`ConnectSettings`]).
 
 pub mod check;
+pub mod member_history;
 pub mod reset;
 pub mod status;
 
@@ -47,7 +48,9 @@ pub fn phases() -> Vec<Box<dyn Phase>> {
         Box::new(roll_etcd::RollEtcd),
         // Local snapshots on every etcd host (spec.backup), once the members are up.
         Box::new(schedule_backups::ScheduleBackups),
-        // Hosts left without the etcd role (a member replaced elsewhere) start no etcd at boot.
+        // Old members on hosts without the etcd role: a zombie, or one attested dead that
+        // answers again, fenced for good; the others left without the role start no etcd at boot.
+        Box::new(crate::phases::fence_old_members::FenceOldMembers),
         Box::new(crate::phases::retire_etcd::RetireEtcd),
         // Load balancers (before the Kubernetes roll, which drains their backends).
         Box::new(install_load_balancer::InstallLoadBalancer),
@@ -379,6 +382,12 @@ fn build_plan(inv: Inventory, state: StateView, reached: Reached, m: Materials) 
         .flatten()
         .map(|t| t.trim().to_string())
         .filter(|t| !t.is_empty());
+    view.fence_due = crate::old_members::record::load(&state, &inv)
+        .hosts
+        .into_iter()
+        .filter(|(_, r)| r.state == crate::old_members::HostState::AwaitingFence)
+        .map(|(h, _)| h)
+        .collect();
     // The version the uploaded etcd will run, compared with etcd.version before any restart.
     view.binary_version = m.binary_version.as_deref().and_then(crate::etcd::upgrade::parse);
     let (pki, binaries, kubernetes) = (m.pki, m.binaries, m.kubernetes);
@@ -514,6 +523,7 @@ pub async fn apply(
         if let Err(e) = ensure_rbac(&prepared).await {
             tracing::warn!("{e:#}");
         }
+        member_history::record(&prepared, &state, false).await;
         println!("no changes");
         return Ok(crate::exit::OK);
     }
@@ -530,6 +540,7 @@ pub async fn apply(
     exec::run::stop_between_steps_on_ctrl_c();
     match exec::run(&prepared.plan, Mode::Live, &prepared.transports).await {
         Ok(report) => {
+            member_history::record(&prepared, &state, true).await;
             ensure_rbac(&prepared).await.context(
                 "hactl up changed the hosts but could not create the kubelet client's \
                  ClusterRoleBinding; run `hactl up` again once an apiserver answers",

@@ -100,3 +100,59 @@ impl LocalAct for RecordFenced {
         Ok(serde_json::json!({ "host": self.host, "dataAside": aside }))
     }
 }
+
+/// After a membership change (replace, remove): the member history from the member list an etcd
+/// host of the inventory reports now (its members become the current membership), then the
+/// member that left: fenced for good on its host (`fenced`: host and where its data went), or
+/// attested dead (`attested`: fenced the moment it answers again). A failure is a warning: the
+/// run itself is done.
+pub async fn record_change(
+    inv: &Inventory,
+    state: &StateDir,
+    transports: &Transports,
+    by: &str,
+    fenced: Option<(&str, &str)>,
+    attested: Option<&str>,
+) {
+    let cmd = RemoteCommand::read_only([crate::etcd::ETCDCTL_WRAPPER, "member", "list", "-w", "json"]);
+    let mut list: Option<crate::etcd::MemberList> = None;
+    for h in inv.with_role(crate::inventory::Role::Etcd) {
+        let Some(t) = transports.get(&h.name) else {
+            continue;
+        };
+        if let Ok(out) = t.run(&cmd).await {
+            if let Ok(l) = serde_json::from_str(&out.stdout_str()) {
+                list = Some(l);
+                break;
+            }
+        }
+    }
+    let at = crate::clock::now_rfc3339();
+    let address = |h: &str| inv.host(h).map(|x| x.address.to_string()).unwrap_or_default();
+    let result = record::update(state, inv, |hist| {
+        if let Some(l) = &list {
+            let seen: Vec<record::Seen> = inv
+                .with_role(crate::inventory::Role::Etcd)
+                .iter()
+                .filter_map(|h| {
+                    let m = l.by_peer_url(&crate::etcd::peer_url(inv, h))?;
+                    Some(record::Seen {
+                        host: h.name.clone(),
+                        address: h.address.to_string(),
+                        member_id: crate::etcd::hex_id(m.id),
+                    })
+                })
+                .collect();
+            hist.record_members(&format!("{:x}", l.header.cluster_id), &seen, by, &at);
+        }
+        if let Some((h, aside)) = fenced {
+            hist.mark_fenced(h, &address(h), by, &at, aside);
+        }
+        if let Some(h) = attested {
+            hist.mark_awaiting_fence(h, &address(h), by, &at);
+        }
+    });
+    if let Err(e) = result {
+        tracing::warn!("could not record the member history: {e}");
+    }
+}
