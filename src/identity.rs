@@ -282,6 +282,13 @@ pub fn refusal(findings: &Findings, expected: &Expected, state_dir: &Path, inven
          or point --state-dir at the cluster's own;\n\
          \x20 - the host really is to be wiped: `hactl reset -i <an inventory naming only that host>`, then run this again"
     ));
+    if ids.len() > 1 {
+        out.push_str(&format!(
+            ";\n\x20 - one of them is an old member restarted on old data (a zombie, e.g. a host attested dead to a \
+             recover that came back): `hactl status -i {inv}` names it, and `hactl heal -i {inv} --once` fences it for \
+             good (its data moved aside), then `hactl up` joins it again"
+        ));
+    }
     out
 }
 

@@ -330,7 +330,19 @@ async fn reach_and_check(
             .and_then(|t| serde_json::from_str::<crate::hwm::Hwm>(&t).ok())
             .map(|h| h.cluster_id),
     );
-    let findings = crate::identity::check(&expected, &facts);
+    // An etcd on a host without the etcd role says nothing about which cluster this is: it is
+    // an old member (a zombie), which the fence_old_members phase fences for good.
+    let member_facts: BTreeMap<String, HostFacts> = facts
+        .iter()
+        .map(|(h, f)| {
+            let mut f = f.clone();
+            if !inv.host(h).is_some_and(|x| x.has(Role::Etcd)) {
+                f.members = None;
+            }
+            (h.clone(), f)
+        })
+        .collect();
+    let findings = crate::identity::check(&expected, &member_facts);
     if !findings.is_ok() {
         return Err(crate::exit::refuse(
             crate::exit::REFUSED,
