@@ -195,22 +195,18 @@ fn fence_command(etcd_role: bool) -> String {
     }
 }
 
-/// A zombie on one host: an etcd that answers as a member of another cluster, an etcd that runs
-/// on a host whose member is in no current member list and does not answer, or an etcd started
-/// beside the unit's on hactl's data.
+/// A zombie on one host: an etcd process whose data (its WAL's metadata) is of another cluster;
+/// failing that, one that answers as a member of another cluster, one that runs on a host
+/// without the etcd role whose peer URL is in no current member list, or one started beside the
+/// member's own on hactl's data.
 fn zombie(h: &HostInput<'_>, s: &HostSeen, current_id: Option<u64>, current: &Current) -> Option<Finding> {
     if !s.etcd_running() {
         return None;
     }
+    let cur = current_id?;
     let in_list = current.member_urls.iter().any(|u| u == &h.peer_url);
     let unit_main = s.unit(crate::etcd::UNIT).map(|u| u.main_pid).unwrap_or(0);
-    let strays = s.stray_processes();
     let on_hactl_data = |d: &str| d == h.data_dir || d.starts_with(&format!("{}.hactl-", h.data_dir));
-    let stray_dirs: Vec<&str> = strays
-        .iter()
-        .map(|p| p.data_dir.as_str())
-        .filter(|d| on_hactl_data(d))
-        .collect();
     let mk = |detail: String, cluster: Option<u64>, member: Option<u64>| Finding {
         kind: Kind::Zombie,
         host: Some(h.name.to_string()),
@@ -224,54 +220,75 @@ fn zombie(h: &HostInput<'_>, s: &HostSeen, current_id: Option<u64>, current: &Cu
         problem: true,
         fenceable: true,
     };
-    let procs = || {
-        s.processes
-            .iter()
+    let serving = |cluster: u64| match s.status {
+        Some(st) if st.cluster_id == cluster && st.leader != 0 && s.healthy => {
+            ", WITH A LEADER: an old cluster that accepts writes"
+        }
+        Some(st) if st.cluster_id == cluster => ", without a leader",
+        _ => ", not serving (without its peers it never becomes ready)",
+    };
+    // The data each process runs on says whose member it is, serving or not.
+    if let Some(p) = s
+        .processes
+        .iter()
+        .find(|p| p.wal.is_some_and(|w| w.cluster_id != cur))
+    {
+        let w = p.wal.expect("found with a WAL");
+        return Some(mk(
+            format!(
+                "etcd member {} of cluster {} runs here (pid {} on {}; the cluster is {}){}",
+                hex(w.member_id),
+                hex(w.cluster_id),
+                p.pid,
+                p.data_dir,
+                hex(cur),
+                serving(w.cluster_id)
+            ),
+            Some(w.cluster_id),
+            Some(w.member_id),
+        ));
+    }
+    let unknown: Vec<&super::probe::EtcdProcess> = s.processes.iter().filter(|p| p.wal.is_none()).collect();
+    let procs = |ps: &[&super::probe::EtcdProcess]| {
+        ps.iter()
             .map(|p| format!("pid {} on {}", p.pid, p.data_dir))
             .collect::<Vec<_>>()
             .join(", ")
     };
-    match (s.status, current_id) {
-        // The answering etcd is the unit's and a current member, but another runs beside it on
-        // hactl's (preserved) data.
-        (Some(st), Some(cur)) if st.cluster_id == cur => (unit_main > 0 && !stray_dirs.is_empty()).then(|| {
-            mk(
-                format!(
-                    "an etcd besides the member's own runs on old data ({}), cluster unknown",
-                    stray_dirs.join(", ")
-                ),
-                None,
-                None,
-            )
-        }),
-        (Some(st), Some(cur)) => Some(mk(
+    let strays: Vec<&super::probe::EtcdProcess> = unknown
+        .iter()
+        .copied()
+        .filter(|p| p.pid != unit_main && on_hactl_data(&p.data_dir))
+        .collect();
+    match s.status {
+        Some(st) if st.cluster_id != cur => Some(mk(
             format!(
-                "etcd member {} of cluster {} runs here ({}; the cluster is {}){}",
+                "etcd member {} of cluster {} answers here ({}; the cluster is {}){}",
                 hex(st.member_id),
                 hex(st.cluster_id),
-                procs(),
+                procs(&s.processes.iter().collect::<Vec<_>>()),
                 hex(cur),
-                if st.leader == 0 {
-                    ", without a leader"
-                } else {
-                    ", WITH A LEADER: an old cluster that accepts writes"
-                }
+                serving(st.cluster_id)
             ),
             Some(st.cluster_id),
             Some(st.member_id),
         )),
-        (None, Some(_)) if !h.etcd_role && !in_list => Some(mk(
+        None if !h.etcd_role && !in_list && (!unknown.is_empty() || s.processes.is_empty()) => Some(mk(
             format!(
-                "etcd runs here ({}) on a host without the etcd role whose member is in no current member list; it does not say which cluster it belongs to",
-                procs()
+                "etcd runs here ({}) on a host without the etcd role whose member is in no current member list; its cluster is unknown",
+                if s.processes.is_empty() {
+                    "its unit".to_string()
+                } else {
+                    procs(&unknown)
+                }
             ),
             None,
             None,
         )),
-        (None, Some(_)) if unit_main > 0 && !stray_dirs.is_empty() => Some(mk(
+        _ if unit_main > 0 && !strays.is_empty() => Some(mk(
             format!(
                 "an etcd besides the member's own runs on old data ({}), cluster unknown",
-                stray_dirs.join(", ")
+                procs(&strays)
             ),
             None,
             None,
@@ -466,12 +483,8 @@ mod tests {
             member_id: id.into(),
         };
         h.record_members(
-            "ef37e8f2d14ac3c4",
-            &[
-                seen("cp1", "8211f1d0f64f3269"),
-                seen("cp2", "2"),
-                seen("cp3", "3"),
-            ],
+            "21bd56d8369216f",
+            &[seen("cp1", "262decdf70888a6"), seen("cp2", "2"), seen("cp3", "3")],
             "up",
             "t0",
         );
@@ -520,8 +533,8 @@ mod tests {
         assert_eq!(f.len(), 2, "{f:#?}");
         let z = &f[0];
         assert_eq!((z.kind, z.host.as_deref()), (Kind::Zombie, Some("cp1")));
-        assert_eq!(z.cluster_id.as_deref(), Some("ef37e8f2d14ac3c4"));
-        assert_eq!(z.member_id.as_deref(), Some("8211f1d0f64f3269"));
+        assert_eq!(z.cluster_id.as_deref(), Some("21bd56d8369216f"));
+        assert_eq!(z.member_id.as_deref(), Some("262decdf70888a6"));
         assert_eq!(
             (z.refusals, z.refused_by.as_slice()),
             (1184, &["spare1".to_string()][..])
@@ -529,7 +542,7 @@ mod tests {
         assert_eq!(z.recorded, Some("fenced"));
         assert!(z.fenceable && z.problem);
         let line = z.problem_line();
-        assert!(line.starts_with("zombie etcd on cp1: etcd member 8211f1d0f64f3269 of cluster ef37e8f2d14ac3c4 runs here (pid 1841 on /var/lib/etcd.hactl-retired-20261122-050000-abcd"), "{line}");
+        assert!(line.starts_with("zombie etcd on cp1: etcd member 262decdf70888a6 of cluster 21bd56d8369216f runs here (pid 143 on /var/lib/etcd.hactl-retired-20261124-045856-1b19"), "{line}");
         assert!(line.contains("`hactl heal --once` fences it"), "{line}");
         let d = &f[1];
         assert_eq!((d.kind, d.host.as_deref()), (Kind::Dialling, None));
@@ -543,7 +556,7 @@ mod tests {
     fn a_dialler_recorded_on_an_unreachable_host_names_it() {
         let member = probe::parse("spare1", MEMBER_WITH_REFUSALS);
         let mut h = history();
-        h.hosts.get_mut("cp3").unwrap().member_id = "8211f1d0f64f3269".into();
+        h.hosts.get_mut("cp3").unwrap().member_id = "262decdf70888a6".into();
         h.hosts.get_mut("cp1").unwrap().member_id.clear();
         let f = classify(
             &current(),

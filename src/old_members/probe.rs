@@ -38,10 +38,13 @@ for u in "$@"; do
   echo "unit $u $(systemctl show "$u" -p LoadState -p ActiveState -p UnitFileState -p MainPID 2>/dev/null | tr '\n' ' ')"
   if [ -e "/etc/systemd/system/$u.d/hactl-fence.conf" ] || [ -e "/run/systemd/system/$u.d/hactl-fence.conf" ]; then echo "fence $u"; fi
 done
+wal() { w=$(ls "$2/member/wal/"*.wal 2>/dev/null | head -n1); [ -n "$w" ] && echo "wal $1$(od -An -v -tx1 -N 256 "$w" | tr -s ' \n' ' ')"; }
 for p in $(pgrep -x etcd 2>/dev/null); do
   d=$(tr '\0' '\n' < "/proc/$p/cmdline" 2>/dev/null | awk 'f { print; exit } /^--data-dir=/ { sub(/^--data-dir=/, ""); print; exit } /^--data-dir$/ { f = 1 }')
   echo "proc $p ${d:--}"
+  [ -n "$d" ] && wal "$p" "$d"
 done
+wal data "$dd"
 [ -d "$dd/member" ] && echo "data member"
 [ -e "$dd" ] && echo "data exists"
 for c in kube-apiserver kube-controller-manager kube-scheduler; do
@@ -104,6 +107,86 @@ impl UnitSeen {
 pub struct EtcdProcess {
     pub pid: u32,
     pub data_dir: String,
+    /// Whose member its data is: the metadata at the head of its WAL.
+    pub wal: Option<WalMetadata>,
+}
+
+/// The member ID and cluster ID a data dir belongs to, as its WAL records them (every WAL file
+/// starts with a CRC record, then a metadata record: `etcdserverpb.Metadata{NodeID, ClusterID}`).
+/// Read from the files, so it is known also of an etcd that does not serve (an old member
+/// without its peers never becomes ready and answers no client).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalMetadata {
+    pub member_id: u64,
+    pub cluster_id: u64,
+}
+
+/// The metadata record in the first bytes of a WAL file: frames of an 8-byte little-endian
+/// length (the top byte's low bits the padding when its top bit is set), then a `walpb.Record`
+/// (`type` = 1, `crc` = 2, `data` = 3); the metadata record has type 1.
+pub fn wal_metadata(bytes: &[u8]) -> Option<WalMetadata> {
+    fn varint(b: &[u8], at: &mut usize) -> Option<u64> {
+        let mut v: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let byte = *b.get(*at)?;
+            *at += 1;
+            v |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+    /// A message's varint fields (number, value) and its one bytes field (`data`).
+    type Fields<'a> = (Vec<(u64, u64)>, Option<&'a [u8]>);
+    /// Varint fields of a message: field number → value; `data` (field 3, bytes) aside.
+    fn fields(b: &[u8]) -> Option<Fields<'_>> {
+        let (mut at, mut out, mut data) = (0usize, Vec::new(), None);
+        while at < b.len() {
+            let tag = varint(b, &mut at)?;
+            match tag & 7 {
+                0 => out.push((tag >> 3, varint(b, &mut at)?)),
+                2 => {
+                    let len = usize::try_from(varint(b, &mut at)?).ok()?;
+                    let end = at.checked_add(len)?;
+                    data = Some(b.get(at..end)?);
+                    at = end;
+                }
+                _ => return None,
+            }
+        }
+        Some((out, data))
+    }
+    let mut at = 0usize;
+    for _ in 0..4 {
+        let frame: [u8; 8] = bytes.get(at..at + 8)?.try_into().ok()?;
+        let len_field = u64::from_le_bytes(frame);
+        let rec = usize::try_from(len_field & !(0xffu64 << 56)).ok()?;
+        let pad = if len_field >> 63 == 1 {
+            ((len_field >> 56) & 0x7) as usize
+        } else {
+            0
+        };
+        let record = bytes.get(at + 8..at + 8 + rec)?;
+        at += 8 + rec + pad;
+        let (f, data) = fields(record)?;
+        if f.iter().any(|(n, v)| *n == 1 && *v == 1) {
+            let (m, _) = fields(data?)?;
+            let get = |n| m.iter().find(|(k, _)| *k == n).map(|(_, v)| *v);
+            return Some(WalMetadata {
+                member_id: get(1)?,
+                cluster_id: get(2)?,
+            });
+        }
+    }
+    None
+}
+
+/// Hex bytes as `od -An -tx1` prints them.
+fn hex_bytes(text: &str) -> Vec<u8> {
+    text.split_whitespace()
+        .filter_map(|h| u8::from_str_radix(h, 16).ok())
+        .collect()
 }
 
 /// The local etcd's own view of itself (IDs are decimal in etcdctl's JSON).
@@ -137,6 +220,8 @@ pub struct HostSeen {
     pub processes: Vec<EtcdProcess>,
     /// The configured data dir holds `member/`.
     pub data_member: bool,
+    /// Whose member the configured data dir holds (its WAL's metadata).
+    pub data_wal: Option<WalMetadata>,
     /// The configured data dir exists.
     pub data_exists: bool,
     pub manifests: Vec<String>,
@@ -212,7 +297,17 @@ pub fn parse(host: &str, text: &str) -> HostSeen {
                     s.processes.push(EtcdProcess {
                         pid,
                         data_dir: dir.to_string(),
+                        wal: None,
                     });
+                }
+            }
+            "wal" => {
+                let (who, hex) = rest.split_once(' ').unwrap_or((rest, ""));
+                let meta = wal_metadata(&hex_bytes(hex));
+                if who == "data" {
+                    s.data_wal = meta;
+                } else if let Some(p) = s.processes.iter_mut().find(|p| p.pid.to_string() == who) {
+                    p.wal = meta;
                 }
             }
             "data" => match rest.trim() {
@@ -272,18 +367,22 @@ fn parse_refused(count: u64, rest: &str) -> Option<Refused> {
 pub(crate) mod tests {
     use super::*;
 
-    /// A host after a recover onto other hosts, restarted by hand on the preserved data dir of
-    /// its old member (recorded on a lab host running etcd 3.5.16), with its unit fenced.
-    pub(crate) const ZOMBIE: &str = r#"unit kube-scheduler.service LoadState=not-found ActiveState=inactive UnitFileState= MainPID=0 
-unit kube-controller-manager.service LoadState=not-found ActiveState=inactive UnitFileState= MainPID=0 
-unit kube-apiserver.service LoadState=not-found ActiveState=inactive UnitFileState= MainPID=0 
-unit etcd.service LoadState=loaded ActiveState=failed UnitFileState=disabled MainPID=0 
+    /// Recorded on a lab host (etcd 3.5.16, Debian trixie) after a recover onto other hosts:
+    /// the old member restarted by hand (`systemd-run`) on its preserved data dir, its unit fenced.
+    /// The zombie runs, answers no client (without its peers it never becomes ready: `etcdctl
+    /// endpoint status` prints `[]`), and its WAL says whose member it is.
+    pub(crate) const ZOMBIE: &str = r#"unit kube-scheduler.service MainPID=0 LoadState=not-found ActiveState=inactive UnitFileState= 
+unit kube-controller-manager.service MainPID=0 LoadState=not-found ActiveState=inactive UnitFileState= 
+unit kube-apiserver.service MainPID=0 LoadState=not-found ActiveState=inactive UnitFileState= 
+unit etcd.service MainPID=0 LoadState=loaded ActiveState=inactive UnitFileState=disabled 
 fence etcd.service
-unit hactl-etcd-backup.timer LoadState=loaded ActiveState=inactive UnitFileState=disabled MainPID=0 
-unit keepalived.service LoadState=loaded ActiveState=inactive UnitFileState=disabled MainPID=0 
-unit haproxy.service LoadState=loaded ActiveState=inactive UnitFileState=disabled MainPID=0 
-proc 1841 /var/lib/etcd.hactl-retired-20261122-050000-abcd
-status [{"Endpoint":"https://127.0.0.1:2379","Status":{"header":{"cluster_id":17237502228374930372,"member_id":9372538179322589801,"revision":1523,"raft_term":4},"version":"3.5.16","dbSize":2146304,"leader":0,"raftIndex":1611,"raftTerm":4,"raftAppliedIndex":1611,"errors":["etcdserver: no leader"],"dbSizeInUse":1150976}}]
+unit hactl-etcd-backup.timer LoadState=loaded ActiveState=inactive UnitFileState=disabled 
+fence hactl-etcd-backup.timer
+unit keepalived.service MainPID=0 LoadState=loaded ActiveState=inactive UnitFileState=disabled 
+unit haproxy.service MainPID=0 LoadState=loaded ActiveState=inactive UnitFileState=disabled 
+proc 143 /var/lib/etcd.hactl-retired-20261124-045856-1b19
+wal 143 04 00 00 00 00 00 00 84 08 04 10 00 00 00 00 00 1e 00 00 00 00 00 00 82 08 01 10 83 bb ac d6 02 1a 14 08 a6 91 a2 b8 df d9 b7 b1 02 10 ef c2 a4 9b d8 ad f5 8d 02 00 00 0e 00 00 00 00 00 00 82 08 05 10 b7 bb c0 a3 02 1a 04 08 00 10 00 00 00 72 00 00 00 00 00 00 86 08 02 10 ce e6 d8 ea 04 1a 68 08 01 10 01 18 01 22 60 08 00 10 00 18 a6 91 a2 b8 df d9 b7 b1 02 22 50 7b 22 69 64 22 3a 31 37 31
+status []
 "#;
 
     /// A current member whose log refused a zombie: zap lines (etcd 3.5) and capnslog lines
@@ -294,7 +393,7 @@ data member
 data exists
 status [{"Endpoint":"https://127.0.0.1:2379","Status":{"header":{"cluster_id":13647126678164213893,"member_id":1,"revision":9,"raft_term":2},"version":"3.5.16","leader":1}}]
 health true
-   1184 mismatch","local-member-id":"a1684e3e1918715d","local-member-cluster-id":"bd64556880bc1085","local-member-server-version":"3.5.16","local-member-server-minimum-cluster-version":"3.0.0","remote-peer-server-name":"8211f1d0f64f3269","remote-peer-server-version":"3.5.16","remote-peer-server-minimum-cluster-version":"3.0.0","remote-peer-cluster-id":"ef37e8f2d14ac3c4"}
+   1184 mismatch","local-member-id":"a1684e3e1918715d","local-member-cluster-id":"bd64556880bc1085","local-member-server-version":"3.5.16","local-member-server-minimum-cluster-version":"3.0.0","remote-peer-server-name":"262decdf70888a6","remote-peer-server-version":"3.5.16","remote-peer-server-minimum-cluster-version":"3.0.0","remote-peer-cluster-id":"21bd56d8369216f"}
      12 mismatch (got 6f1f0ddab2c3e4f1 want bd64556880bc1085)
 "#;
 
@@ -306,20 +405,36 @@ health true
         let etcd = s.unit("etcd.service").unwrap();
         assert_eq!((etcd.enabled.as_str(), etcd.main_pid), ("disabled", 0));
         assert!(s.fenced.contains("etcd.service"));
+        assert_eq!(s.processes.len(), 1);
+        assert_eq!(s.processes[0].pid, 143);
         assert_eq!(
-            s.processes,
-            [EtcdProcess {
-                pid: 1841,
-                data_dir: "/var/lib/etcd.hactl-retired-20261122-050000-abcd".into()
-            }]
+            s.processes[0].data_dir,
+            "/var/lib/etcd.hactl-retired-20261124-045856-1b19"
+        );
+        let wal = s.processes[0].wal.unwrap();
+        assert_eq!(
+            (format!("{:x}", wal.member_id), format!("{:x}", wal.cluster_id)),
+            ("262decdf70888a6".to_string(), "21bd56d8369216f".to_string())
         );
         assert_eq!(s.stray_processes().len(), 1);
         assert!(s.etcd_running() && !s.fenced_for_good());
-        let st = s.status.unwrap();
-        assert_eq!(format!("{:x}", st.cluster_id), "ef37e8f2d14ac3c4");
-        assert_eq!(format!("{:x}", st.member_id), "8211f1d0f64f3269");
-        assert_eq!(st.leader, 0);
+        assert!(s.status.is_none(), "a zombie without its peers answers no client");
         assert!(!s.healthy && !s.data_member);
+    }
+
+    /// The head of a WAL etcd 3.5.16 (Debian trixie) wrote for a member started with no name and
+    /// no initial cluster: it logged `cluster-id cdf818194e3a8c32`, `local-member-id
+    /// 8e9e05c52164694d` (the spec's defaults pitfall). A CRC record, then the metadata.
+    #[test]
+    fn reads_the_member_and_cluster_id_from_a_real_wal_head() {
+        let head = "04 00 00 00 00 00 00 84 08 04 10 00 00 00 00 00 20 00 00 00 00 00 00 00 08 01 10 bb 81 c7 fc 05 1a 16 08 cd d2 91 8b d2 b8 81 cf 8e 01 10 b2 98 ea f1 94 83 86 fc cd 01 0e 00 00 00 00 00 00 82 08 05 10 94 bb c7 ed 0e 1a 04 08 00 10 00 00 00 74 00 00 00 00 00 00 84 08 02 10 c2 ee 92 95 0b";
+        let m = wal_metadata(&hex_bytes(head)).unwrap();
+        assert_eq!(format!("{:x}", m.cluster_id), "cdf818194e3a8c32");
+        assert_eq!(format!("{:x}", m.member_id), "8e9e05c52164694d");
+        // Cut short, or not a WAL: nothing, never a panic.
+        assert_eq!(wal_metadata(&hex_bytes(&head[..60])), None);
+        assert_eq!(wal_metadata(b"hello world, not a wal at all"), None);
+        assert_eq!(wal_metadata(&[0xff; 64]), None);
     }
 
     #[test]
@@ -331,8 +446,8 @@ health true
             [
                 Refused {
                     count: 1184,
-                    remote_member: Some("8211f1d0f64f3269".into()),
-                    remote_cluster: "ef37e8f2d14ac3c4".into(),
+                    remote_member: Some("262decdf70888a6".into()),
+                    remote_cluster: "21bd56d8369216f".into(),
                     local_cluster: Some("bd64556880bc1085".into()),
                 },
                 Refused {

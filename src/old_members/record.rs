@@ -165,7 +165,8 @@ impl History {
         *self != before
     }
 
-    /// `host` fenced for good by `by`, its data dir moved to `data_aside` (empty: none was there).
+    /// `host` fenced for good by `by`, its data dir moved to `data_aside` (empty: none was
+    /// there, and where an earlier fence moved it stays recorded).
     pub fn mark_fenced(&mut self, host: &str, address: &str, by: &str, at: &str, data_aside: &str) {
         let r = self.hosts.entry(host.to_string()).or_default();
         r.state = HostState::Fenced;
@@ -174,7 +175,9 @@ impl History {
         }
         r.by = by.to_string();
         r.at = at.to_string();
-        r.data_aside = data_aside.to_string();
+        if !data_aside.is_empty() {
+            r.data_aside = data_aside.to_string();
+        }
     }
 
     /// `host` attested dead by `by`: to be fenced when it answers again. A fenced host stays

@@ -43,11 +43,11 @@ pub fn fence_step(
         ),
         Some(host),
     )
-    .done_when(retire::done_command(dd, &units))
+    .done_when(retire::done_command(dd, guard, &units))
     .run(retire::command(why, run, dd, guard, &units))
     .verify(Check::command(
-        format!("{host}: no etcd runs on hactl's data, its old units fenced and disabled, no member data left"),
-        retire::done_command(dd, &units),
+        format!("{host}: no etcd of another cluster runs on hactl's data; unless its member is kept, its old units fenced and disabled and no member data left"),
+        retire::done_command(dd, guard, &units),
         Duration::from_secs(60),
     ))
     .local(Arc::new(RecordFenced {

@@ -189,7 +189,7 @@ mod tests {
             cmd.argv[2]
         );
         // The guard names the current cluster (11): the host's etcd is re-checked first.
-        assert!(line.contains(" 11 yes "), "{line}");
+        assert!(line.contains(" 11 ' 10 0b ' yes "), "{line}");
         // A member of the current cluster on a host without the role is not fenced here.
         assert!(planned(&old1(true, Some(11), true, false), &view(&[]), &inv, &pki).is_empty());
         // Attested dead and back, etcd stopped but data and unit in place: fence due.

@@ -73,7 +73,7 @@ impl Operation for FenceOld {
             .get(&self.host)
             .map(|r| r.data_aside.clone())
             .filter(|a| !a.is_empty())
-            .map(|a| format!("; its data dir moved to {a}"))
+            .map(|a| format!("; its old data is kept in {a}"))
             .unwrap_or_default();
         Ok(Report {
             code: exit::OK,

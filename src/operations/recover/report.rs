@@ -162,11 +162,16 @@ pub fn finish_report(d: &Decisions, inv: &Inventory, state: &StateDir) -> String
             d.confirmed_dead.join(", ")
         ));
     }
+    let history = crate::old_members::record::load(&state.view(), inv);
     for h in &d.old_fenced {
-        s.push_str(&format!(
-            "kept on {h}: {} (the old member's data dir, if it had one; its etcd and control-plane units are fenced for good)\n",
-            crate::old_members::retire::aside(&inv.etcd.data_dir, &d.run)
-        ));
+        match history.hosts.get(h).map(|r| r.data_aside.as_str()) {
+            Some(aside) if !aside.is_empty() => s.push_str(&format!(
+                "kept on {h}: {aside} (the old member's data dir; its etcd and the units its roles no longer need are fenced for good)\n"
+            )),
+            _ => s.push_str(&format!(
+                "fenced for good on {h}: its etcd and the units its roles no longer need (no member data was left there)\n"
+            )),
+        }
     }
     if !d.old_attested.is_empty() {
         s.push_str(&format!(
