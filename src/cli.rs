@@ -238,6 +238,17 @@ pub enum OutputFormat {
     Json,
 }
 
+/// `--confirm-dead`: one flag, with one meaning, on `recover`, `replace` and `remove`.
+#[derive(Debug, Clone, Args, Default)]
+pub struct ConfirmDeadArgs {
+    /// A host hactl cannot reach that you attest is powered off (it cannot be fenced over SSH,
+    /// and could come back as a zombie serving old data); repeatable, or comma-separated. hactl
+    /// records it and fences it for good the moment it answers again (`hactl up`, `hactl heal`;
+    /// `hactl status` names it until then).
+    #[arg(long = "confirm-dead", value_name = "HOST,...", value_delimiter = ',')]
+    pub confirm_dead: Vec<String>,
+}
+
 /// The flags every day-two operation shares (the operation manager's): `--dry-run`, `--yes`,
 /// `-o json` with `--dry-run`, and `--steal-lock`.
 #[derive(Debug, Clone, Args)]
@@ -413,9 +424,8 @@ pub struct RecoverArgs {
     /// `seed` (restore one member, then join the others as learners) or `all`.
     #[arg(long, value_enum, default_value_t)]
     pub mode: RecoverMode,
-    /// Hosts that cannot be reached and that you attest are powered off (repeatable, or comma-separated).
-    #[arg(long, value_name = "HOST,...", value_delimiter = ',')]
-    pub confirm_dead: Vec<String>,
+    #[command(flatten)]
+    pub dead: ConfirmDeadArgs,
     /// Proceed although quorum could be restored by starting the members (a deliberate rollback).
     /// Needs the cluster name typed on stdin; --yes does not replace it.
     #[arg(long)]
@@ -481,10 +491,8 @@ pub struct ReplaceArgs {
     /// Remove this learner (hex ID) that no hactl run owns before starting.
     #[arg(long, value_name = "ID")]
     pub cleanup_learner: Option<String>,
-    /// The operator attests this host is powered off (it cannot be fenced over SSH); repeatable,
-    /// or comma-separated.
-    #[arg(long, value_name = "HOST,...", value_delimiter = ',')]
-    pub confirm_dead: Vec<String>,
+    #[command(flatten)]
+    pub dead: ConfirmDeadArgs,
     #[command(flatten)]
     pub run: RunArgs,
 }
@@ -497,10 +505,9 @@ pub struct RemoveArgs {
     pub connect: ConnectArgs,
     /// The etcd member (its name, which was its host's inventory name).
     pub member: String,
-    /// The member's host is gone for good: no SSH to it, so nothing is fenced or moved there.
-    /// Name the member: `--confirm-dead MEMBER`.
-    #[arg(long, value_name = "HOST,...", value_delimiter = ',')]
-    pub confirm_dead: Vec<String>,
+    /// (remove attests only the member it removes: `--confirm-dead MEMBER`.)
+    #[command(flatten)]
+    pub dead: ConfirmDeadArgs,
     /// Continue run RUN after a failure or crash (every step re-checks its postcondition).
     #[arg(long, value_name = "RUN")]
     pub resume: Option<String>,

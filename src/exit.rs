@@ -19,6 +19,10 @@ pub const FAILED_AFTER_CHANGES: i32 = 4;
 pub const DEGRADED: i32 = 5;
 /// The operator answered no at the prompt (or typed another name): nothing was changed.
 pub const DECLINED: i32 = 6;
+/// `status`: an etcd that is not of the current cluster runs on an inventory host (a zombie),
+/// dials the members, or an old member attested dead answers again unfenced; the problem line
+/// names the command that fences it (`hactl heal --once`). Takes precedence over 5.
+pub const ZOMBIE: i32 = 7;
 
 /// A refusal: a safety rule said no. Carries its exit code so `main` can return it.
 #[derive(Debug, thiserror::Error)]

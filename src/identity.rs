@@ -285,6 +285,13 @@ pub fn refusal(findings: &Findings, expected: &Expected, state_dir: &Path, inven
          only the lost directory had, with writes flowing);\n\
          \x20 - the host really is to be wiped: `hactl reset -i <an inventory naming only that host>`, then run this again"
     ));
+    if ids.len() > 1 {
+        out.push_str(&format!(
+            ";\n\x20 - one of them is an old member restarted on old data (a zombie, e.g. a host attested dead to a \
+             recover that came back): `hactl status -i {inv}` names it, and `hactl heal -i {inv} --once` fences it for \
+             good (its data moved aside), then `hactl up` joins it again"
+        ));
+    }
     out
 }
 

@@ -25,7 +25,7 @@
 //!                               journaled steps that survive a crash
 //! bring-up                      phases (pure), converge (prepare, apply; reset, check, status)
 //! components                    facts, identity, etcd, kubernetes, load_balancer, snapshot, backup,
-//!                               backup_remote, certs, hwm, fence
+//!                               backup_remote, certs, hwm, fence, old_members
 //! transport, local artifacts    ssh, exec, render, pki, binaries, images
 //! model                         inventory, state, plan
 //! basics                        clock, duration, exit, output, quote, local_command, bounded
@@ -81,6 +81,7 @@ pub mod kubernetes;
 pub mod lab;
 pub mod load_balancer;
 pub mod local_command;
+pub mod old_members;
 pub mod operations;
 pub mod output;
 pub mod phases;

@@ -13,7 +13,7 @@ pub async fn run(args: &RecoverArgs) -> anyhow::Result<i32> {
         from_member: args.from_member.clone(),
         auto: args.auto,
         mode: args.mode.into(),
-        confirm_dead: args.confirm_dead.clone(),
+        confirm_dead: args.dead.confirm_dead.clone(),
         force_destructive: args.force_destructive,
         accept_revision_rewind: args.accept_revision_rewind,
         accept_data_loss_window: args.accept_data_loss_window,

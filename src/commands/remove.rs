@@ -8,7 +8,7 @@ use crate::operations::remove::{Options, Remove};
 /// `hactl remove`.
 pub async fn run(args: &RemoveArgs) -> anyhow::Result<i32> {
     let (inv, state) = super::load_for(&args.inventory, args.run.dry_run)?;
-    if let Some(other) = args.confirm_dead.iter().find(|h| **h != args.member) {
+    if let Some(other) = args.dead.confirm_dead.iter().find(|h| **h != args.member) {
         return Err(super::exit::refuse(
             super::exit::REFUSED,
             format!(
@@ -19,7 +19,7 @@ pub async fn run(args: &RemoveArgs) -> anyhow::Result<i32> {
     }
     let mut op = Remove::new(Options {
         member: args.member.clone(),
-        confirm_dead: !args.confirm_dead.is_empty(),
+        confirm_dead: !args.dead.confirm_dead.is_empty(),
         resume: args.resume.clone(),
     });
     let connect = args.connect.settings();

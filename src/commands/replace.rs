@@ -15,7 +15,7 @@ pub async fn run(args: &ReplaceArgs) -> anyhow::Result<i32> {
         planned: args.planned,
         resume: args.resume.clone(),
         cleanup_learner: args.cleanup_learner.clone(),
-        confirm_dead: args.confirm_dead.clone(),
+        confirm_dead: args.dead.confirm_dead.clone(),
     });
     let connect = args.connect.settings();
     let ctx = Context::new(&inv, &state, &connect);

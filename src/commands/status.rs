@@ -1,7 +1,9 @@
 //! `hactl status`: gathers the cluster's status ([`crate::converge::status`]), records the
 //! high-water mark, prints the table or the JSON document.
 //!
-//! Invariant: exit code 0 when healthy; 5 (degraded) when the status lists a problem.
+//! Invariant: exit code 0 when healthy; 7 when an etcd that is not of the cluster runs on an
+//! inventory host or dials the members (a zombie), or an old member attested dead answers
+//! unfenced; else 5 (degraded) when the status lists a problem.
 
 use crate::cli::{OutputFormat, StatusArgs};
 use crate::converge::status;
@@ -18,9 +20,5 @@ pub async fn run(args: &StatusArgs) -> anyhow::Result<i32> {
         OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&status)?),
         OutputFormat::Table => print!("{}", status::table(&status)),
     }
-    if status.problems.is_empty() {
-        Ok(crate::exit::OK)
-    } else {
-        Ok(crate::exit::DEGRADED)
-    }
+    Ok(status.exit_code())
 }

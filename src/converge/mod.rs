@@ -11,6 +11,7 @@
 //! and [`ConnectSettings`]).
 
 pub mod check;
+pub mod member_history;
 pub mod reset;
 pub mod status;
 
@@ -47,7 +48,9 @@ pub fn phases() -> Vec<Box<dyn Phase>> {
         Box::new(roll_etcd::RollEtcd),
         // Local snapshots on every etcd host (spec.backup), once the members are up.
         Box::new(schedule_backups::ScheduleBackups),
-        // Hosts left without the etcd role (a member replaced elsewhere) start no etcd at boot.
+        // Old members on hosts without the etcd role: a zombie, or one attested dead that
+        // answers again, fenced for good; the others left without the role start no etcd at boot.
+        Box::new(crate::phases::fence_old_members::FenceOldMembers),
         Box::new(crate::phases::retire_etcd::RetireEtcd),
         // Load balancers (before the Kubernetes roll, which drains their backends).
         Box::new(install_load_balancer::InstallLoadBalancer),
@@ -327,7 +330,19 @@ async fn reach_and_check(
             .and_then(|t| serde_json::from_str::<crate::hwm::Hwm>(&t).ok())
             .map(|h| h.cluster_id),
     );
-    let findings = crate::identity::check(&expected, &facts);
+    // An etcd on a host without the etcd role says nothing about which cluster this is: it is
+    // an old member (a zombie), which the fence_old_members phase fences for good.
+    let member_facts: BTreeMap<String, HostFacts> = facts
+        .iter()
+        .map(|(h, f)| {
+            let mut f = f.clone();
+            if !inv.host(h).is_some_and(|x| x.has(Role::Etcd)) {
+                f.members = None;
+            }
+            (h.clone(), f)
+        })
+        .collect();
+    let findings = crate::identity::check(&expected, &member_facts);
     if !findings.is_ok() {
         return Err(crate::exit::refuse(
             crate::exit::REFUSED,
@@ -379,6 +394,12 @@ fn build_plan(inv: Inventory, state: StateView, reached: Reached, m: Materials) 
         .flatten()
         .map(|t| t.trim().to_string())
         .filter(|t| !t.is_empty());
+    view.fence_due = crate::old_members::record::load(&state, &inv)
+        .hosts
+        .into_iter()
+        .filter(|(_, r)| r.state == crate::old_members::HostState::AwaitingFence)
+        .map(|(h, _)| h)
+        .collect();
     // The version the uploaded etcd will run, compared with etcd.version before any restart.
     view.binary_version = m.binary_version.as_deref().and_then(crate::etcd::upgrade::parse);
     let (pki, binaries, kubernetes) = (m.pki, m.binaries, m.kubernetes);
@@ -514,6 +535,7 @@ pub async fn apply(
         if let Err(e) = ensure_rbac(&prepared).await {
             tracing::warn!("{e:#}");
         }
+        member_history::record(&prepared, &state, false).await;
         println!("no changes");
         return Ok(crate::exit::OK);
     }
@@ -530,6 +552,7 @@ pub async fn apply(
     exec::run::stop_between_steps_on_ctrl_c();
     match exec::run(&prepared.plan, Mode::Live, &prepared.transports).await {
         Ok(report) => {
+            member_history::record(&prepared, &state, true).await;
             ensure_rbac(&prepared).await.context(
                 "hactl up changed the hosts but could not create the kubelet client's \
                  ClusterRoleBinding; run `hactl up` again once an apiserver answers",

@@ -45,6 +45,24 @@ pub struct ClusterStatus {
     /// `spec.backup.remote`: the newest copy there and its age.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backup_remote: Option<crate::backup_remote::RemoteStatus>,
+    /// Zombies, old members whose fence is due or awaited, peers of another cluster dialling the
+    /// members ([`crate::old_members::Finding`]); absent when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub old_members: Vec<crate::old_members::Finding>,
+}
+
+impl ClusterStatus {
+    /// `status`'s exit code: 7 for a zombie (or an old member whose fence is due, or a peer of
+    /// another cluster dialling the members), else 5 for any other problem, else 0.
+    pub fn exit_code(&self) -> i32 {
+        if crate::old_members::decide::any_problem(&self.old_members) {
+            crate::exit::ZOMBIE
+        } else if self.problems.is_empty() {
+            crate::exit::OK
+        } else {
+            crate::exit::DEGRADED
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Default)]
@@ -337,6 +355,24 @@ pub async fn gather(
             .problems
             .push(format!("alarm {} on member {}", a.alarm, a.member_id));
     }
+    // Any etcd on an inventory host that is not of this cluster, any old member whose fence is
+    // due, any peer of another cluster the members' logs show dialling them.
+    let current = crate::old_members::Current {
+        cluster_id: u64::from_str_radix(&status.cluster_id, 16).ok(),
+        member_urls: list
+            .iter()
+            .flatten()
+            .flat_map(|m| m.peer_urls().iter().cloned())
+            .collect(),
+    };
+    let old = crate::old_members::gather(inv, state, state.into(), connect, &conns, &current).await;
+    status.problems.extend(
+        old.findings
+            .iter()
+            .filter(|f| f.problem)
+            .map(|f| f.problem_line()),
+    );
+    status.old_members = old.findings;
     status.members = rows;
     status.alarms = alarms;
     status.certificates = certificate_rows(&pki_dir);
@@ -521,6 +557,7 @@ pub fn table(s: &ClusterStatus) -> String {
     if let Some(k) = &s.kubernetes {
         out.push_str(&crate::kubernetes::status::table(k));
     }
+    out.push_str(&crate::old_members::notes(&s.old_members));
     if s.problems.is_empty() {
         out.push_str("state: healthy\n");
     } else {
@@ -636,5 +673,40 @@ mod tests {
         .unwrap();
         assert_eq!(peers_verdict(&down, "https://10.0.0.13:2380"), Some(false));
         assert_eq!(peers_verdict(&up, "https://10.0.0.99:2380"), None, "not a member");
+    }
+
+    #[test]
+    fn a_zombie_exits_7_before_any_other_problem() {
+        let zombie = crate::old_members::Finding {
+            kind: crate::old_members::Kind::Zombie,
+            host: Some("cp1".into()),
+            cluster_id: None,
+            member_id: None,
+            refused_by: vec![],
+            refusals: 0,
+            recorded: None,
+            detail: "x".into(),
+            command: "y".into(),
+            problem: true,
+            fenceable: true,
+        };
+        let note = crate::old_members::Finding {
+            kind: crate::old_members::Kind::AwaitingFence,
+            problem: false,
+            ..zombie.clone()
+        };
+        let mut s = ClusterStatus::default();
+        assert_eq!(s.exit_code(), crate::exit::OK);
+        s.old_members = vec![note];
+        assert_eq!(s.exit_code(), crate::exit::OK, "a note is not a problem");
+        s.problems = vec!["member cp3 is unhealthy".into()];
+        assert_eq!(s.exit_code(), crate::exit::DEGRADED);
+        s.old_members.push(zombie);
+        assert_eq!(s.exit_code(), crate::exit::ZOMBIE);
+        let json = serde_json::to_value(&s).unwrap();
+        assert_eq!(json["oldMembers"][1]["kind"], "zombie");
+        assert_eq!(json["oldMembers"][0]["kind"], "awaitingFence");
+        assert!(json["oldMembers"][1].get("fenceable").is_none());
+        assert!(table(&s).contains("note: old member cp1: x"), "{}", table(&s));
     }
 }

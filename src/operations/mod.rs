@@ -2,7 +2,7 @@
 //! one lock ([`lock`]), the one journal ([`journal`]) and the runner of journaled steps
 //! ([`runner`])), what the operations share (who answered: [`reach`]; the load balancers'
 //! backends and the VIP: [`balancers`]; the Kubernetes Node of a host: [`node`]; the maintenance
-//! record: [`maintenance_record`]; the retry records of remediations: [`remediation`]; a run's
+//! record: [`maintenance_record`]; the fence for good of an old member: [`old_members`]; the retry records of remediations: [`remediation`]; a run's
 //! directory: [`run_dir`]), and the operations, one folder each: [`recover`], [`replace`],
 //! [`remove`], [`heal`], [`maintenance`], [`rotate_ca`], [`adopt`], each with its pure decisions
 //! (`decide.rs`, table-tested) apart from its steps (`steps.rs`, data) and acts (`acts.rs`). The
@@ -18,6 +18,7 @@ pub mod lock;
 pub mod maintenance_record;
 pub mod manager;
 pub mod node;
+pub mod old_members;
 pub mod reach;
 pub mod remediation;
 pub mod run_dir;

@@ -63,9 +63,18 @@ impl Phase for JoinEtcd {
                         ])),
                     ],
                 ),
-                on(
-                    joiner,
-                    vec![
+                on(joiner, {
+                    let mut steps = Vec::new();
+                    // A fence left by a recover, a replace or heal's fence of an old member:
+                    // the data dir is empty (it is a joiner), so nothing old can start.
+                    if ctx
+                        .facts(joiner)
+                        .files
+                        .contains_key(&crate::fence::dropin_path(UNIT))
+                    {
+                        steps.push(Step::Run(RemoteCommand::script(crate::fence::lift_all(&[UNIT]))));
+                    }
+                    steps.extend([
                         Step::Run(RemoteCommand::new(["systemctl", "enable", UNIT])),
                         Step::Run(RemoteCommand::new(["systemctl", "start", "--no-block", UNIT])),
                         Step::Wait(
@@ -76,8 +85,9 @@ impl Phase for JoinEtcd {
                             )
                             .diagnose_with(probe::journal_tail()),
                         ),
-                    ],
-                ),
+                    ]);
+                    steps
+                }),
                 on(
                     seed,
                     vec![Step::Run(

@@ -8,6 +8,7 @@ pub mod configure_etcd;
 pub mod configure_kubernetes;
 pub mod configure_load_balancer;
 pub mod etcd_files;
+pub mod fence_old_members;
 pub mod install_etcd;
 pub mod install_kubernetes;
 pub mod install_load_balancer;
@@ -241,6 +242,9 @@ pub struct EtcdView {
     /// What the etcd binary from a bundle or release reports (`etcd --version`, run on the
     /// operator machine); `None` for packages or when it cannot run there.
     pub binary_version: Option<semver::Version>,
+    /// Hosts the member history says were attested dead: fenced the moment they answer
+    /// (`fence_old_members`).
+    pub fence_due: BTreeSet<String>,
 }
 
 impl EtcdView {

@@ -64,6 +64,9 @@ pub fn query_for(inv: &Inventory, host: &Host) -> Query {
         q.units.push(crate::etcd::UNIT.into());
         q.units.push(crate::backup::TIMER.into());
     }
+    // Whether etcd is fenced (`join_etcd` lifts a fence before a learner starts on an empty
+    // data dir; `fence_old_members` plans nothing for a host already fenced).
+    q.files.push(crate::fence::dropin_path(crate::etcd::UNIT));
     if let Some(kube) = crate::kubernetes::spec_for(inv, host) {
         q.files.extend(crate::kubernetes::managed_paths(kube));
     }

@@ -22,6 +22,7 @@ mod hosts;
 mod load_balancers_vip;
 mod maintenance_drains_load_balancers;
 mod maintenance_with_a_dead_member;
+mod old_members;
 mod preflight_fanout_host_keys;
 mod progress_on_a_terminal;
 mod recover;

@@ -42,6 +42,7 @@ use crate::state::StateDir;
 
 pub mod acts;
 pub mod decide;
+pub mod fence;
 pub mod steps;
 
 /// What `hactl heal` is asked (one round; `--watch` is the command's loop).
@@ -116,7 +117,13 @@ async fn gather(
     inv: &Inventory,
     state: &StateDir,
     ctx: &Context<'_>,
-) -> anyhow::Result<(Counts, Vec<Signals>, Vec<Away>, Reach)> {
+) -> anyhow::Result<(
+    Counts,
+    Vec<Signals>,
+    Vec<Away>,
+    Reach,
+    crate::old_members::Current,
+)> {
     let hosts = inv.with_role(Role::Etcd);
     let reach = operations::reach::reach(inv, ctx.host_keys(), &hosts, ctx.connect).await;
     let records = maintenance_record::maintenance_records(state);
@@ -224,7 +231,67 @@ async fn gather(
             },
         });
     }
-    Ok((counts, signals, away, reach))
+    let current = crate::old_members::Current {
+        cluster_id: Some(obs.members.header.cluster_id).filter(|c| *c != 0),
+        member_urls: obs
+            .members
+            .members
+            .iter()
+            .flat_map(|m| m.peer_urls.iter().cloned())
+            .collect(),
+    };
+    Ok((counts, signals, away, reach, current))
+}
+
+/// Old members first (one change per round, most broken first): the first zombie, or old
+/// member attested dead that answers again, on an inventory host is fenced through the manager
+/// (H2); `Ok(None)` when there is none. A peer of another cluster that no inventory host runs
+/// is an alert only (printed here, heal's exit code then 7 when nothing else is to be done).
+async fn old_members_first(
+    ctx: &Context<'_>,
+    reach: &Reach,
+    current: &crate::old_members::Current,
+    flags: &Flags,
+    verb: &str,
+) -> anyhow::Result<(Option<i32>, bool)> {
+    let (inv, state) = (ctx.inv, ctx.state);
+    let mut open: std::collections::BTreeMap<String, crate::exec::connect::Connection> = reach
+        .transports
+        .iter()
+        .map(|(h, t)| (h.clone(), Ok(t.clone())))
+        .collect();
+    for (h, e) in &reach.unreachable {
+        open.insert(h.clone(), Err(e.clone()));
+    }
+    let g =
+        crate::old_members::gather(inv, &state.view(), ctx.host_keys(), ctx.connect, &open, current).await;
+    let stamp = now_rfc3339();
+    let alerts: Vec<&crate::old_members::Finding> =
+        g.findings.iter().filter(|f| f.problem && !f.fenceable).collect();
+    for f in &alerts {
+        println!("{stamp} heal: alert: {}", f.problem_line());
+    }
+    let Some(f) = g.findings.iter().find(|f| f.fenceable) else {
+        return Ok((None, !alerts.is_empty()));
+    };
+    let host = f.host.clone().unwrap_or_default();
+    println!("{stamp} heal: {verb} fence {host} for good: {}", f.problem_line());
+    let reference = current
+        .cluster_id
+        .or_else(|| u64::from_str_radix(&g.history.cluster_id, 16).ok());
+    let etcd_role = inv.host(&host).is_some_and(|h| h.has(Role::Etcd));
+    let guard = match reference {
+        Some(c) if etcd_role => crate::old_members::retire::Guard::NotOfCluster(c),
+        Some(c) => crate::old_members::retire::Guard::NotOfClusterOrSilent(c),
+        None => crate::old_members::retire::Guard::None,
+    };
+    let mut op = fence::FenceOld {
+        host,
+        finding: f.clone(),
+        guard,
+        transports: g.transports.clone(),
+    };
+    Ok((Some(manager::run(&mut op, ctx, flags).await?), !alerts.is_empty()))
 }
 
 /// One round: look, decide, act (or print), then mirror changed retry records onto the Nodes.
@@ -236,7 +303,18 @@ pub async fn round(ctx: &Context<'_>, opts: &Options) -> anyhow::Result<i32> {
 
 async fn act(ctx: &Context<'_>, opts: &Options) -> anyhow::Result<i32> {
     let (inv, state) = (ctx.inv, ctx.state);
-    let (counts, signals, away, reach) = gather(inv, state, ctx).await?;
+    let (counts, signals, away, reach, current) = gather(inv, state, ctx).await?;
+    let verb = if opts.dry_run { "would" } else { "will" };
+    // heal decided to act (its own dry run changes nothing): there is no one to ask.
+    let flags = Flags {
+        dry_run: opts.dry_run,
+        yes: true,
+        ..Flags::default()
+    };
+    let (fenced, dialled) = old_members_first(ctx, &reach, &current, &flags, verb).await?;
+    if let Some(code) = fenced {
+        return Ok(code);
+    }
     let now = unix_now();
     let mut records = load_records(state);
     observe_records(&mut records, &signals, &inv.heal, now);
@@ -245,14 +323,14 @@ async fn act(ctx: &Context<'_>, opts: &Options) -> anyhow::Result<i32> {
     }
     let decision = decide(&counts, &signals, &records, &away, &inv.heal, now);
     let stamp = now_rfc3339();
-    let verb = if opts.dry_run { "would" } else { "will" };
-    // heal decided to act (its own dry run changes nothing): there is no one to ask.
-    let flags = Flags {
-        dry_run: opts.dry_run,
-        yes: true,
-        ..Flags::default()
-    };
     match &decision.action {
+        Action::Nothing if dialled => {
+            println!(
+                "{stamp} heal: nothing else to do: {} (the peer of another cluster above is not on an inventory host: only its operator can stop it)",
+                decision.reason
+            );
+            Ok(exit::ZOMBIE)
+        }
         Action::Nothing => {
             println!("{stamp} heal: nothing to do: {}", decision.reason);
             Ok(exit::OK)

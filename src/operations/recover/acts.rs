@@ -371,3 +371,167 @@ impl LocalAct for Finalize {
         Ok(true)
     }
 }
+
+/// R6: the member history after the recover: the targets are the members of the new cluster
+/// (with the member IDs its member list gives), the hosts attested dead await their fence,
+/// hosts `--members` left out were fenced and their data moved aside by R1.3 and R1.4.
+pub struct RecordMembers {
+    pub inv: Inventory,
+    pub state: StateDir,
+    pub run: String,
+    pub seed: String,
+    /// Hex.
+    pub cluster_id: String,
+    pub targets: Vec<String>,
+    /// Etcd hosts and old members attested dead.
+    pub attested: Vec<String>,
+    /// Etcd hosts `--members` left out (fenced, data at `aside`).
+    pub left_out: Vec<String>,
+    pub aside: String,
+}
+
+impl RecordMembers {
+    fn by(&self) -> String {
+        format!("recover {}", self.run)
+    }
+}
+
+#[async_trait]
+impl LocalAct for RecordMembers {
+    fn describe(&self) -> String {
+        let mut s = format!(
+            "record in {}: {} members of cluster {}",
+            self.state.file(crate::old_members::record::FILE).display(),
+            self.targets.join(", "),
+            self.cluster_id
+        );
+        if !self.attested.is_empty() {
+            s.push_str(&format!(
+                "; {} attested dead, fenced the moment they answer again",
+                self.attested.join(", ")
+            ));
+        }
+        s
+    }
+    async fn act(&self, transports: &Transports) -> anyhow::Result<serde_json::Value> {
+        let out = transport(transports, &self.seed)?
+            .run(&RemoteCommand::read_only([
+                crate::etcd::ETCDCTL_WRAPPER,
+                "member",
+                "list",
+                "-w",
+                "json",
+            ]))
+            .await?;
+        let list: Option<crate::etcd::MemberList> = serde_json::from_str(&out.stdout_str()).ok();
+        let seen: Vec<crate::old_members::record::Seen> = self
+            .targets
+            .iter()
+            .filter_map(|t| self.inv.host(t))
+            .map(|h| {
+                let url = crate::etcd::peer_url(&self.inv, h);
+                crate::old_members::record::Seen {
+                    host: h.name.clone(),
+                    address: h.address.to_string(),
+                    member_id: list
+                        .as_ref()
+                        .and_then(|l| l.by_peer_url(&url))
+                        .map(|m| crate::etcd::hex_id(m.id))
+                        .unwrap_or_default(),
+                }
+            })
+            .collect();
+        let at = crate::clock::now_rfc3339();
+        let by = self.by();
+        let address = |h: &str| {
+            self.inv
+                .host(h)
+                .map(|x| x.address.to_string())
+                .unwrap_or_default()
+        };
+        crate::old_members::record::update(&self.state, &self.inv, |h| {
+            h.record_members(&self.cluster_id, &seen, &by, &at);
+            for a in &self.attested {
+                h.mark_awaiting_fence(a, &address(a), &by, &at);
+            }
+            for l in &self.left_out {
+                h.mark_fenced(l, &address(l), &by, &at, &self.aside);
+            }
+        })?;
+        Ok(serde_json::json!({ "members": self.targets, "attested": self.attested }))
+    }
+    async fn holds(&self, _transports: &Transports) -> anyhow::Result<bool> {
+        let h = crate::old_members::record::load(&self.state.view(), &self.inv);
+        Ok(!h.derived
+            && h.cluster_id == self.cluster_id
+            && self.targets.iter().all(|t| {
+                h.hosts
+                    .get(t)
+                    .is_some_and(|r| r.state == crate::old_members::HostState::Member)
+            })
+            && self.attested.iter().all(|a| {
+                h.state_of(a).is_some_and(|s| {
+                    matches!(
+                        s,
+                        crate::old_members::HostState::AwaitingFence | crate::old_members::HostState::Fenced
+                    )
+                })
+            }))
+    }
+}
+
+/// R7: `hactl up`'s plan, once etcd is back: what R0 found left for it (the control plane on new
+/// hosts, HAProxy's backends), and anything else that differs from the inventory. Done when
+/// `up` finished (a marker in the run's directory: `up` itself says `no changes` on a re-run).
+pub struct Converge {
+    pub inv: Inventory,
+    pub state: StateDir,
+    pub connect: crate::exec::connect::ConnectSettings,
+    pub reasons: Vec<String>,
+    pub marker: PathBuf,
+}
+
+#[async_trait]
+impl LocalAct for Converge {
+    fn describe(&self) -> String {
+        format!(
+            "run `hactl up`'s plan against every host of the inventory, computed once etcd is back ({}); every restart it makes is one host at a time behind its health gate",
+            self.reasons.join("; ")
+        )
+    }
+    async fn act(&self, _transports: &Transports) -> anyhow::Result<serde_json::Value> {
+        let opts = crate::converge::Options {
+            connect: self.connect.clone(),
+            yes: true,
+        };
+        let (inv, state) = (self.inv.clone(), self.state.clone());
+        // `up`'s future is not `Send` (the boxed future of the trait cannot name what it
+        // borrows across awaits), so it runs on a runtime of its own on a blocking thread, as
+        // `certs rotate-ca`'s rolls do. No gate: this recover holds the cluster lock; `up`'s
+        // identity check still runs before it changes anything.
+        tokio::task::spawn_blocking(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(crate::converge::apply(
+                    inv,
+                    state.view(),
+                    &opts,
+                    &[],
+                    &mut crate::converge::NoGate,
+                ))
+        })
+        .await?
+        .context(
+            "R7: `hactl up`'s plan failed (etcd is recovered and verified; what is left is up's work)",
+        )?;
+        if let Some(parent) = self.marker.parent() {
+            fs_err::create_dir_all(parent)?;
+        }
+        fs_err::write(&self.marker, crate::clock::now_rfc3339())?;
+        Ok(serde_json::json!({ "converged": true }))
+    }
+    async fn holds(&self, _transports: &Transports) -> anyhow::Result<bool> {
+        Ok(self.marker.exists())
+    }
+}

@@ -27,6 +27,8 @@ pub struct HostAssessment {
     pub etcd_version: String,
     pub free_bytes: Option<u64>,
     pub hwm: Option<crate::hwm::Hwm>,
+    /// Static-pod manifests of the control plane present (`kube-apiserver`, …).
+    pub manifests: Vec<String>,
 }
 
 /// `etcdctl endpoint status -w json` for one endpoint (IDs are decimal here).
@@ -77,6 +79,7 @@ echo "version $(etcd --version 2>/dev/null | sed -n 's/^etcd Version: //p')"
 d=$dd; while [ ! -e "$d" ] && [ "$d" != / ]; do d=$(dirname "$d"); done
 echo "free $(df -PB1 "$d" 2>/dev/null | awk 'NR==2 {print $4}')"
 [ -f /var/lib/hactl/hwm.json ] && echo "hwm $(tr -d '\n' < /var/lib/hactl/hwm.json)"
+for c in kube-apiserver kube-controller-manager kube-scheduler; do [ -e "/etc/kubernetes/manifests/$c.yaml" ] && echo "manifest $c"; done
 true
 "#;
 
@@ -157,6 +160,7 @@ pub fn parse(host: &str, text: &str) -> HostAssessment {
             "version" => a.etcd_version = rest.to_string(),
             "free" => a.free_bytes = rest.parse().ok(),
             "hwm" => a.hwm = crate::hwm::parse(rest),
+            "manifest" => a.manifests.push(rest.to_string()),
             _ => {}
         }
     }

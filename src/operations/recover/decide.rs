@@ -14,13 +14,20 @@ use crate::inventory::{Inventory, Role};
 
 use super::assess::HostAssessment;
 use super::{Bump, Decisions, Gate, Source};
+use crate::old_members::probe::HostSeen;
+use crate::old_members::record::{History, HostState};
 
 /// What R0 learned from the hosts: the reachable etcd hosts' assessments, in inventory order, and
-/// why the others did not answer.
+/// why the others did not answer; the member history and what its other hosts showed.
 #[derive(Debug, Clone, Default)]
 pub struct Assessed {
     pub hosts: Vec<HostAssessment>,
     pub down: BTreeMap<String, String>,
+    /// Every host that held a member (`<state>/members.json`, or derived).
+    pub history: History,
+    /// What the reachable hosts of the history that are not etcd hosts of the inventory (the
+    /// old members) showed, in inventory order.
+    pub old: Vec<HostSeen>,
 }
 
 impl Assessed {
@@ -51,7 +58,22 @@ pub struct Options {
 pub struct Targets {
     pub targets: Vec<String>,
     pub confirmed_dead: Vec<String>,
+    /// Old members (hosts of the history that are not etcd hosts) that answer: fenced for good
+    /// in R1.5, before the new cluster starts.
+    pub old_fenced: Vec<String>,
+    /// Old members attested dead: fenced when they answer again.
+    pub old_attested: Vec<String>,
     pub notes: Vec<String>,
+}
+
+/// How R0.3 sees an old member: running, its data intact, healthy with a leader.
+fn old_view(s: &HostSeen) -> super::MemberView {
+    super::MemberView {
+        host: s.host.clone(),
+        running: s.etcd_running(),
+        intact: s.data_member,
+        healthy_with_leader: s.healthy && s.status.is_some_and(|st| st.leader != 0),
+    }
 }
 
 /// What starts the stopped members whose data is intact: `hactl maintenance complete` for a host
@@ -100,19 +122,97 @@ fn refused(code: i32, message: impl Into<String>) -> Refusal {
 pub fn targets(inv: &Inventory, assessed: &Assessed, opts: &Options) -> Result<Targets, Refusal> {
     let order: Vec<String> = inv.with_role(Role::Etcd).iter().map(|h| h.name.clone()).collect();
     let mut notes = Vec::new();
-    let views: Vec<super::MemberView> = assessed.hosts.iter().map(|a| a.view()).collect();
-    match super::quorum_gate(order.len(), &views) {
+    // Every host that ever held a member is accounted for: the inventory's etcd hosts are R1's;
+    // the others (old members) are fenced for good when they answer, attested when they do not.
+    let history = &assessed.history;
+    let inventory: Vec<&str> = inv.hosts.iter().map(|h| h.name.as_str()).collect();
+    let etcd_names: Vec<&str> = order.iter().map(String::as_str).collect();
+    let answers = |h: &str| assessed.old.iter().any(|s| s.host == h);
+    let acc = crate::old_members::decide::recover_accounting(
+        history,
+        &inventory,
+        &etcd_names,
+        &answers,
+        &opts.confirm_dead,
+    );
+    let old_views: Vec<super::MemberView> = assessed
+        .old
+        .iter()
+        .filter(|s| acc.fence.contains(&s.host))
+        .map(old_view)
+        .collect();
+    // R0.3 over the whole lineage: the etcd hosts and the old members; N is the larger of the
+    // inventory's etcd hosts and the members the history records.
+    let recorded = history
+        .hosts
+        .values()
+        .filter(|r| r.state == HostState::Member)
+        .count();
+    let mut views: Vec<super::MemberView> = assessed.hosts.iter().map(|a| a.view()).collect();
+    views.extend(old_views.iter().cloned());
+    let old_names = |hosts: &[String]| -> Vec<String> {
+        hosts
+            .iter()
+            .filter(|h| old_views.iter().any(|v| &v.host == *h))
+            .cloned()
+            .collect()
+    };
+    match super::quorum_gate(order.len().max(recorded), &views) {
         Gate::Proceed => {}
         Gate::QuorumPresent { healthy, quorum } => {
-            return Err(refused(
-                exit::REFUSED,
-                format!(
-                    "quorum present: {healthy} members are healthy with a leader (quorum {quorum}); nothing was changed. \
-                     Recover is for a lost quorum: replace failed members with `hactl replace <member>`"
-                ),
-            ))
+            let healthy_hosts: Vec<String> = views
+                .iter()
+                .filter(|v| v.healthy_with_leader)
+                .map(|v| v.host.clone())
+                .collect();
+            let old = old_names(&healthy_hosts);
+            if old.is_empty() {
+                return Err(refused(
+                    exit::REFUSED,
+                    format!(
+                        "quorum present: {healthy} members are healthy with a leader (quorum {quorum}); nothing was changed. \
+                         Recover is for a lost quorum: replace failed members with `hactl replace <member>`"
+                    ),
+                ));
+            }
+            if !opts.force_destructive {
+                return Err(refused(
+                    exit::REFUSED,
+                    format!(
+                        "the old cluster still has quorum: {} answer healthy with a leader ({healthy} ≥ quorum {quorum}) \
+                         although the inventory no longer gives them the etcd role; nothing was changed. A recover would \
+                         leave it serving beside the new cluster (two clusters, one name) or throw its newer writes away. \
+                         Ways out: move its members onto the new hosts one at a time with `hactl replace MEMBER --host NEW` \
+                         (give NEW the member's roles in the inventory first; no write is lost); or, to restore anyway \
+                         and fence the old members for good before the new cluster starts, run again with \
+                         --force-destructive (you will be asked to type the cluster name)",
+                        old.join(", ")
+                    ),
+                ));
+            }
+            notes.push(format!(
+                "--force-destructive: the old cluster on {} still has quorum; R1.5 fences it for good before the new cluster starts",
+                old.join(", ")
+            ));
         }
         Gate::QuorumRestorable { intact, quorum } if !opts.force_destructive => {
+            let old = old_names(&intact);
+            if !old.is_empty() {
+                return Err(refused(
+                    exit::REFUSED,
+                    format!(
+                        "quorum restorable: {} hold intact data ({} ≥ quorum {quorum}), {} of them old members the \
+                         inventory no longer gives the etcd role; nothing was changed. Starting them brings the cluster \
+                         back with no data loss: give them their etcd role back and run `hactl up`, then move the members \
+                         onto the new hosts with `hactl replace MEMBER --host NEW`. To restore onto the new hosts anyway \
+                         (the old members fenced for good first), pass --force-destructive (you will be asked to type the \
+                         cluster name)",
+                        intact.join(", "),
+                        intact.len(),
+                        old.join(", ")
+                    ),
+                ));
+            }
             return Err(refused(
                 exit::REFUSED,
                 format!(
@@ -122,34 +222,56 @@ pub fn targets(inv: &Inventory, assessed: &Assessed, opts: &Options) -> Result<T
                     intact.len(),
                     restorable_advice(&intact, &assessed.down.keys().cloned().collect::<Vec<_>>(), &opts.in_maintenance)
                 ),
-            ))
+            ));
         }
         Gate::QuorumRestorable { .. } => {
             notes.push("--force-destructive: proceeding although quorum could be restored".to_string())
         }
     }
     // Unreachable hosts must be attested dead before anything is stopped.
-    let unattested: Vec<&str> = assessed
+    let mut unattested: Vec<String> = assessed
         .down
         .keys()
         .filter(|h| !opts.confirm_dead.contains(h))
-        .map(String::as_str)
+        .cloned()
         .collect();
-    if !unattested.is_empty() {
+    unattested.extend(acc.unattested.iter().cloned());
+    if !unattested.is_empty() || !acc.not_in_inventory.is_empty() {
+        let mut why = Vec::new();
+        if !unattested.is_empty() {
+            why.push(format!(
+                "cannot reach {}: an unreachable member could come back as a zombie serving the old data. Power it off \
+                 (or make sure it is)",
+                unattested.join(", ")
+            ));
+        }
+        if !acc.not_in_inventory.is_empty() {
+            why.push(format!(
+                "{} held a member (recorded in {}) and is not in the inventory, so hactl cannot reach it to fence it. \
+                 Add it back to spec.hosts with `roles: []` so this recover fences it, or power it off",
+                acc.not_in_inventory.join(", "),
+                crate::old_members::record::FILE
+            ));
+        }
+        let all: Vec<String> = unattested
+            .iter()
+            .chain(acc.not_in_inventory.iter())
+            .cloned()
+            .collect();
         return Err(refused(
             exit::NEEDS_INPUT,
             format!(
-                "cannot reach {}: nothing was changed. An unreachable member could come back as a zombie serving the old \
-                 data. Power it off (or make sure it is), then run again with --confirm-dead {}",
-                unattested.join(", "),
-                unattested.join(",")
+                "{}; nothing was changed. Then run again with --confirm-dead {} (a host attested dead is fenced the moment \
+                 it answers again: `hactl up` or `hactl heal --once`)",
+                why.join(". "),
+                all.join(",")
             ),
         ));
     }
     for h in &opts.confirm_dead {
-        if assessed.reachable(h) {
+        if assessed.reachable(h) || acc.fence.contains(h) {
             notes.push(format!(
-                "warning: {h} was attested dead but answers; it is fenced and rejoined like the others"
+                "warning: {h} was attested dead but answers; it is fenced like the others"
             ));
         }
     }
@@ -164,6 +286,8 @@ pub fn targets(inv: &Inventory, assessed: &Assessed, opts: &Options) -> Result<T
     Ok(Targets {
         targets,
         confirmed_dead,
+        old_fenced: acc.fence,
+        old_attested: acc.attested,
         notes,
     })
 }
@@ -230,6 +354,8 @@ pub fn decide(
     let Targets {
         targets,
         confirmed_dead,
+        old_fenced,
+        old_attested,
         ..
     } = targets(inv, assessed, opts)?;
     let hosts = &assessed.hosts;
@@ -307,6 +433,7 @@ pub fn decide(
         RecoverMode::All => targets.iter().map(|h| (h.clone(), url(h))).collect(),
     };
     let expected = format!("{:x}", super::cluster_id(&initial, &token));
+    let converge = converge_reasons(inv, hosts, &targets, &confirmed_dead, &old_fenced, &old_attested);
     let min_revision = match bump {
         Bump::Restore { by } => snap_rev.unwrap_or(0) + by as i64,
         Bump::Emulated { target } => target,
@@ -345,7 +472,75 @@ pub fn decide(
             inv,
             &hosts.iter().map(|a| a.host.clone()).collect::<Vec<_>>(),
         ),
+        old_fenced,
+        old_attested,
+        converge,
     })
+}
+
+/// Why R7 brings the rest of the cluster to the inventory with `hactl up`'s plan once etcd is
+/// back (empty: nothing is left for it, and R7 is not planned): a control-plane target without
+/// the control plane installed (no apiserver runs there until then), load balancers that still
+/// list the old members. R7 needs every host to answer, so with a member attested dead it is not
+/// planned and the report names `hactl up` as what is left.
+pub fn converge_reasons(
+    inv: &Inventory,
+    hosts: &[HostAssessment],
+    targets: &[String],
+    confirmed_dead: &[String],
+    old_fenced: &[String],
+    old_attested: &[String],
+) -> Vec<String> {
+    let mut reasons = Vec::new();
+    if inv.kubernetes.is_some() {
+        let bare: Vec<&str> = targets
+            .iter()
+            .filter(|t| inv.host(t).is_some_and(|h| h.has(Role::ControlPlane)))
+            .filter(|t| {
+                hosts
+                    .iter()
+                    .find(|a| &a.host == *t)
+                    .is_some_and(|a| a.kube_units.is_empty() && a.manifests.is_empty())
+            })
+            .map(String::as_str)
+            .collect();
+        if !bare.is_empty() {
+            reasons.push(format!(
+                "no apiserver runs on {} until the control plane is installed there",
+                bare.join(", ")
+            ));
+        }
+    }
+    let old: Vec<&str> = old_fenced
+        .iter()
+        .chain(old_attested)
+        .map(String::as_str)
+        .collect();
+    let lbs: Vec<&str> = inv
+        .with_role(Role::LoadBalancer)
+        .iter()
+        .map(|h| h.name.as_str())
+        .collect();
+    if !old.is_empty() && !lbs.is_empty() {
+        reasons.push(format!(
+            "HAProxy on {} still sends clients to the old members {}",
+            lbs.join(", "),
+            old.join(", ")
+        ));
+    }
+    if !confirmed_dead.is_empty() && !reasons.is_empty() {
+        // `up` needs every host: what is left is the operator's, once they answer.
+        return reasons
+            .into_iter()
+            .map(|r| {
+                format!(
+                    "{r} (`hactl up` once {} answers or leaves the inventory)",
+                    confirmed_dead.join(", ")
+                )
+            })
+            .collect();
+    }
+    reasons
 }
 
 #[cfg(test)]
@@ -450,6 +645,7 @@ mod tests {
                 .iter()
                 .map(|h| (h.to_string(), "connection refused".to_string()))
                 .collect(),
+            ..Assessed::default()
         }
     }
 
@@ -627,5 +823,196 @@ mod tests {
         )
         .unwrap();
         assert_eq!(d.expected_cluster_id, again.expected_cluster_id);
+    }
+
+    /// The cluster restored onto new hosts: old1–old3 held the members and have `roles: []`,
+    /// cp1–cp3 (fresh) take their roles; lb1 balances; the history records old1–old3.
+    const MOVED: &str = concat!(
+        "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: lab\nspec:\n  ssh:\n    agent: true\n",
+        "  hosts:\n",
+        "    - { name: old1, address: 10.0.0.1, roles: [] }\n",
+        "    - { name: old2, address: 10.0.0.2, roles: [] }\n",
+        "    - { name: old3, address: 10.0.0.3, roles: [] }\n",
+        "    - { name: cp1, address: 10.0.0.11, roles: [etcd] }\n",
+        "    - { name: cp2, address: 10.0.0.12, roles: [etcd] }\n",
+        "    - { name: cp3, address: 10.0.0.13, roles: [etcd] }\n",
+        "    - { name: lb1, address: 10.0.0.31, roles: [load-balancer] }\n",
+        "  vip: { address: 10.0.0.100 }\n",
+        "  stateDir: /tmp/hactl-recover-decide-moved\n",
+    );
+
+    fn moved() -> (Inventory, History) {
+        let inv = crate::inventory::load_str(std::path::Path::new("lab.yaml"), MOVED).unwrap();
+        let mut h = History::default();
+        let seen = |n: &str| crate::old_members::record::Seen {
+            host: n.into(),
+            address: String::new(),
+            member_id: String::new(),
+        };
+        h.record_members(
+            "ef37e8f2d14ac3c4",
+            &[seen("old1"), seen("old2"), seen("old3")],
+            "up",
+            "t",
+        );
+        (inv, h)
+    }
+
+    /// An old member as the probe saw it: `healthy` with a leader, or stopped with `intact` data.
+    fn old(host: &str, running_healthy: bool, intact: bool) -> HostSeen {
+        let mut text = String::from("unit etcd.service LoadState=loaded ActiveState=");
+        text.push_str(if running_healthy { "active" } else { "inactive" });
+        text.push_str(" UnitFileState=enabled MainPID=0 \n");
+        if running_healthy {
+            text.push_str("proc 5 /var/lib/etcd\nhealth true\n");
+            text.push_str("status [{\"Status\":{\"header\":{\"cluster_id\":17237502228374930372,\"member_id\":2},\"leader\":2}}]\n");
+        }
+        if intact {
+            text.push_str("data member\ndata exists\n");
+        }
+        crate::old_members::probe::parse(host, &text)
+    }
+
+    fn fresh(host: &str) -> HostAssessment {
+        HostAssessment {
+            data_intact: false,
+            data_exists: false,
+            ..stopped(host)
+        }
+    }
+
+    #[test]
+    fn restoring_onto_new_hosts_accounts_for_every_old_member() {
+        let (inv, history) = moved();
+        let spares = || vec![fresh("cp1"), fresh("cp2"), fresh("cp3")];
+        let with = |old: Vec<HostSeen>| Assessed {
+            hosts: spares(),
+            history: history.clone(),
+            old,
+            ..Assessed::default()
+        };
+        let src = || file(100, "2026-11-22T01:00:00Z");
+        // The old cluster is fully healthy on old1–old3: refused, with the ways out.
+        let healthy = with(vec![
+            old("old1", true, true),
+            old("old2", true, true),
+            old("old3", true, true),
+        ]);
+        let r = decide(&inv, &healthy, &opts(), None, src()).unwrap_err();
+        assert_eq!(r.code, exit::REFUSED, "{}", r.message);
+        for w in [
+            "the old cluster still has quorum: old1, old2, old3",
+            "hactl replace MEMBER --host NEW",
+            "--force-destructive",
+        ] {
+            assert!(r.message.contains(w), "{w}: {}", r.message);
+        }
+        // Forced: the plan fences all three before the new cluster starts.
+        let forced = Options {
+            force_destructive: true,
+            ..opts()
+        };
+        let d = decide(&inv, &healthy, &forced, None, src()).unwrap();
+        assert_eq!(d.old_fenced, ["old1", "old2", "old3"]);
+        assert_eq!(d.targets, ["cp1", "cp2", "cp3"]);
+        // Two old members stopped with their data: quorum restorable by starting them.
+        let intact = with(vec![
+            old("old1", false, true),
+            old("old2", false, true),
+            old("old3", false, false),
+        ]);
+        let r = decide(&inv, &intact, &opts(), None, src()).unwrap_err();
+        assert!(
+            r.message
+                .contains("old members the inventory no longer gives the etcd role"),
+            "{}",
+            r.message
+        );
+        // One old member left with data (the disaster): proceeds, all three fenced.
+        let lost = with(vec![
+            old("old1", false, true),
+            old("old2", false, false),
+            old("old3", false, false),
+        ]);
+        let d = decide(&inv, &lost, &opts(), None, src()).unwrap();
+        assert_eq!(d.old_fenced, ["old1", "old2", "old3"]);
+        assert!(d.old_attested.is_empty());
+        // The control plane is not there yet (no kubernetes section here), but HAProxy lists
+        // the old members: R7 runs `up`'s plan.
+        assert!(d.converges(), "{:?}", d.converge);
+        assert!(
+            d.converge[0].contains("HAProxy on lb1 still sends clients to the old members old1, old2, old3"),
+            "{:?}",
+            d.converge
+        );
+        // old3 powered off: refused until attested; attested, it awaits its fence.
+        let off = with(vec![old("old1", false, true), old("old2", false, false)]);
+        let r = decide(&inv, &off, &opts(), None, src()).unwrap_err();
+        assert_eq!(r.code, exit::NEEDS_INPUT);
+        assert!(
+            r.message.contains("cannot reach old3") && r.message.contains("--confirm-dead old3"),
+            "{}",
+            r.message
+        );
+        let attested = Options {
+            confirm_dead: vec!["old3".into()],
+            ..opts()
+        };
+        let d = decide(&inv, &off, &attested, None, src()).unwrap();
+        assert_eq!(
+            (d.old_fenced.as_slice(), d.old_attested.as_slice()),
+            (
+                &["old1".to_string(), "old2".to_string()][..],
+                &["old3".to_string()][..]
+            )
+        );
+        // A host of the history that left the inventory: refused, with both ways out.
+        let mut gone = off.clone();
+        gone.history
+            .hosts
+            .insert("old9".into(), crate::old_members::record::HostRecord::default());
+        let r = decide(&inv, &gone, &attested, None, src()).unwrap_err();
+        assert!(
+            r.message.contains("old9 held a member") && r.message.contains("roles: []"),
+            "{}",
+            r.message
+        );
+        assert!(r.message.contains("--confirm-dead old9"), "{}", r.message);
+    }
+
+    #[test]
+    fn r7_is_planned_only_when_something_is_left_and_every_host_answers() {
+        let yaml = concat!(
+            "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: lab\nspec:\n  ssh:\n    agent: true\n",
+            "  hosts:\n",
+            "    - { name: cp1, address: 10.0.0.11, roles: [etcd, control-plane] }\n",
+            "    - { name: cp2, address: 10.0.0.12, roles: [etcd, control-plane] }\n",
+            "    - { name: cp3, address: 10.0.0.13, roles: [etcd, control-plane] }\n",
+            "  kubernetes: { version: 1.31.4, source: release, releaseUrl: 'https://example.com/k.tar.gz',\n",
+            "    sha256: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa }\n",
+            "  stateDir: /tmp/hactl-recover-decide-r7\n",
+        );
+        let inv = crate::inventory::load_str(std::path::Path::new("lab.yaml"), yaml).unwrap();
+        let with_units = |h: &str| HostAssessment {
+            kube_units: vec!["kube-apiserver.service".into()],
+            ..fresh(h)
+        };
+        let t = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // In place: the control plane is there, nothing old: no R7.
+        let hosts = [with_units("cp1"), with_units("cp2"), with_units("cp3")];
+        assert!(converge_reasons(&inv, &hosts, &t(&["cp1", "cp2", "cp3"]), &[], &[], &[]).is_empty());
+        // New hosts: no apiserver until the control plane is installed.
+        let bare = [fresh("cp1"), fresh("cp2"), with_units("cp3")];
+        let r = converge_reasons(&inv, &bare, &t(&["cp1", "cp2", "cp3"]), &[], &[], &[]);
+        assert_eq!(
+            r,
+            ["no apiserver runs on cp1, cp2 until the control plane is installed there"]
+        );
+        // ... with a member attested dead, `up` cannot run: named as left for the operator.
+        let r = converge_reasons(&inv, &bare, &t(&["cp1", "cp2"]), &t(&["cp3"]), &[], &[]);
+        assert!(
+            r[0].ends_with("(`hactl up` once cp3 answers or leaves the inventory)"),
+            "{r:?}"
+        );
     }
 }

@@ -184,6 +184,16 @@ pub struct Decisions {
     /// `/etc/kubernetes/manifests.hactl/<run>/` and R5 moves back, per host (empty for systemd).
     #[serde(default)]
     pub kube_manifests: Vec<(String, Vec<String>)>,
+    /// Old members (hosts of the member history that are not etcd hosts of the inventory) that
+    /// answered: fenced for good in R1.5, before the new cluster starts.
+    #[serde(default)]
+    pub old_fenced: Vec<String>,
+    /// Old members attested dead: recorded to be fenced the moment they answer again.
+    #[serde(default)]
+    pub old_attested: Vec<String>,
+    /// What is left once etcd is back, for `hactl up`'s plan (R7; empty: nothing).
+    #[serde(default)]
+    pub converge: Vec<String>,
 }
 
 impl Decisions {
@@ -200,6 +210,11 @@ impl Decisions {
     pub fn manifests_aside(&self) -> String {
         format!("{MANIFESTS_ASIDE}/{}", self.run)
     }
+    /// R7 runs `hactl up`'s plan: something is left for it, and every member answers (`up`
+    /// needs every host; with one attested dead the report names what is left instead).
+    pub fn converges(&self) -> bool {
+        !self.converge.is_empty() && self.confirmed_dead.is_empty()
+    }
     pub fn kube_units_on(&self, host: &str) -> &[String] {
         self.kube_units
             .iter()
@@ -213,6 +228,7 @@ impl Decisions {
 pub struct Recover {
     opts: Options,
     reach: Option<crate::exec::connect::Reach>,
+    history: Option<crate::old_members::History>,
     decisions: Option<Decisions>,
 }
 
@@ -221,6 +237,7 @@ impl Recover {
         Recover {
             opts,
             reach: None,
+            history: None,
             decisions: None,
         }
     }
@@ -239,15 +256,26 @@ impl Operation for Recover {
         Ok(RunId::new_or_resumed(self.opts.resume.as_deref(), ""))
     }
     async fn reach(&mut self, ctx: &Context<'_>) -> anyhow::Result<Transports> {
-        let reach =
-            crate::exec::connect::reach(ctx.host_keys(), &ctx.inv.with_role(Role::Etcd), ctx.connect).await;
+        // The etcd hosts, and every other host of the inventory that held a member (the old
+        // members a recover accounts for).
+        let history = crate::old_members::record::load(&ctx.state.view(), ctx.inv);
+        let mut hosts = ctx.inv.with_role(Role::Etcd);
+        hosts.extend(
+            ctx.inv
+                .hosts
+                .iter()
+                .filter(|h| !h.has(Role::Etcd) && history.hosts.contains_key(&h.name)),
+        );
+        let reach = crate::exec::connect::reach(ctx.host_keys(), &hosts, ctx.connect).await;
         let t = reach.transports.clone();
         self.reach = Some(reach);
+        self.history = Some(history);
         Ok(t)
     }
     async fn plan(&mut self, ctx: &Context<'_>, run: &RunId, _t: &Transports) -> anyhow::Result<Planned> {
         let (inv, state) = (ctx.inv, ctx.state);
         let reach = self.reach.take().expect("reach runs before plan");
+        let history = self.history.take().unwrap_or_default();
         if !state.file("pki/etcd/ca.key").exists() {
             return Err(refuse(
                 crate::exit::REFUSED,
@@ -263,7 +291,7 @@ impl Operation for Recover {
         let (decisions, transports) = if run.resumed {
             start::resume(inv, state, &run.id, reach)?
         } else {
-            start::assess_and_decide(&self.opts, ctx.connect, inv, state, &run.id, reach).await?
+            start::assess_and_decide(&self.opts, ctx.connect, inv, state, &run.id, reach, history).await?
         };
         // R2.3: the members' certificates carry their addresses and come from the etcd CA (else
         // they are re-issued from the CA in the state directory), checked before anything changes.
@@ -287,6 +315,7 @@ impl Operation for Recover {
             pki: &pki,
             state,
             tls: &tls,
+            connect: ctx.connect,
         };
         let steps = steps::build(&decisions, &inputs);
         let mut json = serde_json::to_value(&decisions)?;
@@ -337,7 +366,7 @@ impl Operation for Recover {
     ) -> anyhow::Result<Report> {
         let d = self.decisions.as_ref().expect("plan runs before report");
         Ok(Report {
-            code: crate::exit::OK,
+            code: report::finish_code(d),
             text: format!(
                 "recover: run {} done in {:.1}s ({} steps done, {} already done)\n{}",
                 run.id,

@@ -58,7 +58,41 @@ pub fn plan_header(d: &Decisions, inv: &Inventory) -> String {
             left_out.join(", ")
         ));
     }
+    if !d.old_fenced.is_empty() {
+        s.push_str(&format!(
+            "  old members fenced for good before the new cluster starts (R1.5): {} (their units stopped, disabled and fenced; data dirs moved to {})\n",
+            d.old_fenced.join(", "),
+            crate::old_members::retire::aside(&inv.etcd.data_dir, &d.run)
+        ));
+    }
+    if !d.old_attested.is_empty() {
+        s.push_str(&format!(
+            "  old members attested dead: {} (fenced the moment they answer again: `hactl up` or `hactl heal --once`)\n",
+            d.old_attested.join(", ")
+        ));
+    }
+    if d.converges() {
+        s.push_str(&format!(
+            "  then (R7) `hactl up`'s plan, once etcd is back: {}\n",
+            d.converge.join("; ")
+        ));
+    } else if !d.converge.is_empty() {
+        s.push_str(&format!(
+            "  left for `hactl up` after it (recover exits 5 until then): {}\n",
+            d.converge.join("; ")
+        ));
+    }
     s
+}
+
+/// The exit code of a finished recover: 5 (degraded) while something R0 found is left for
+/// `hactl up` that R7 could not run (a member attested dead: `up` needs every host).
+pub fn finish_code(d: &Decisions) -> i32 {
+    if !d.converge.is_empty() && !d.converges() {
+        crate::exit::DEGRADED
+    } else {
+        crate::exit::OK
+    }
 }
 
 /// What `recover --dry-run -o json` adds to the decisions (the `decisions` of the manager's
@@ -124,8 +158,33 @@ pub fn finish_report(d: &Decisions, inv: &Inventory, state: &StateDir) -> String
     }
     if !d.confirmed_dead.is_empty() {
         s.push_str(&format!(
-            "follow-up: {} stayed out; when back, move its data dir aside and run `hactl up` to join it as a learner\n",
+            "follow-up: {} stayed out (attested dead); the moment it answers, `hactl heal --once` fences it (its etcd would start on the old data), then `hactl up` joins it as a learner\n",
             d.confirmed_dead.join(", ")
+        ));
+    }
+    let history = crate::old_members::record::load(&state.view(), inv);
+    for h in &d.old_fenced {
+        match history.hosts.get(h).map(|r| r.data_aside.as_str()) {
+            Some(aside) if !aside.is_empty() => s.push_str(&format!(
+                "kept on {h}: {aside} (the old member's data dir; its etcd and the units its roles no longer need are fenced for good)\n"
+            )),
+            _ => s.push_str(&format!(
+                "fenced for good on {h}: its etcd and the units its roles no longer need (no member data was left there)\n"
+            )),
+        }
+    }
+    if !d.old_attested.is_empty() {
+        s.push_str(&format!(
+            "follow-up: old members {} were attested dead; the moment they answer, `hactl heal --once` (or `hactl up`) fences them for good, and `hactl status` names them until then\n",
+            d.old_attested.join(", ")
+        ));
+    }
+    if d.converges() {
+        s.push_str(&format!("R7: `hactl up`'s plan ran: {}\n", d.converge.join("; ")));
+    } else if !d.converge.is_empty() {
+        s.push_str(&format!(
+            "still to do (exit 5 until then): {}\n",
+            d.converge.join("; ")
         ));
     }
     let left_out = left_out_by_members(d, inv);

@@ -40,9 +40,15 @@ pub fn resume(
         ));
     }
     let (transports, down) = (reach.transports, reach.unreachable);
+    // The hosts the run acts on: the etcd hosts not attested dead, and the old members it fences.
+    let acts_on = |h: &str| {
+        inv.host(h).is_some_and(|x| x.has(crate::inventory::Role::Etcd))
+            && !d.confirmed_dead.iter().any(|c| c == h)
+            || d.old_fenced.iter().any(|o| o == h)
+    };
     let missing: Vec<String> = down
         .iter()
-        .filter(|(h, _)| !d.confirmed_dead.contains(h))
+        .filter(|(h, _)| acts_on(h))
         .map(|(h, e)| format!("{h}: {e}"))
         .collect();
     if !missing.is_empty() {
@@ -62,18 +68,40 @@ pub async fn assess_and_decide(
     state: &StateDir,
     run: &str,
     reach: Reach,
+    history: crate::old_members::History,
 ) -> anyhow::Result<(Decisions, Transports)> {
-    let hosts = super::assess::assess_hosts(inv, &reach.transports, connect.concurrency).await?;
+    // The etcd hosts get recover's assessment; the other hosts of the member history (old
+    // members) the old-member probe.
+    let is_etcd = |h: &str| inv.host(h).is_some_and(|x| x.has(crate::inventory::Role::Etcd));
+    let etcd_transports: Transports = reach
+        .transports
+        .iter()
+        .filter(|(h, _)| is_etcd(h))
+        .map(|(h, t)| (h.clone(), t.clone()))
+        .collect();
+    let hosts = super::assess::assess_hosts(inv, &etcd_transports, connect.concurrency).await?;
+    let old = probe_old_members(inv, &reach.transports, &is_etcd).await;
     eprintln!("assessment:");
     for a in &hosts {
         eprintln!("  {}", a.describe());
     }
+    for s in &old {
+        eprintln!("  {}", describe_old(s, &history));
+    }
     for (h, e) in &reach.unreachable {
-        eprintln!("  {h}: unreachable: {e}");
+        let what = if is_etcd(h) { "" } else { " (an old member)" };
+        eprintln!("  {h}{what}: unreachable: {e}");
     }
     let assessed = Assessed {
         hosts,
-        down: reach.unreachable,
+        down: reach
+            .unreachable
+            .iter()
+            .filter(|(h, _)| is_etcd(h))
+            .map(|(h, e)| (h.clone(), e.clone()))
+            .collect(),
+        history,
+        old,
     };
     let inputs = decide::Options {
         run: run.to_string(),
@@ -109,6 +137,67 @@ pub async fn assess_and_decide(
     Ok((d, transports))
 }
 
+/// The old-member probe on every reachable host that is not an etcd host (read-only), in
+/// inventory order; a host whose probe fails counts as not answering.
+async fn probe_old_members(
+    inv: &Inventory,
+    transports: &Transports,
+    is_etcd: &dyn Fn(&str) -> bool,
+) -> Vec<crate::old_members::probe::HostSeen> {
+    let cmd = crate::old_members::probe::command(&inv.etcd.data_dir, crate::etcd::METRICS_PORT, None);
+    let asks = inv
+        .hosts
+        .iter()
+        .filter(|h| !is_etcd(&h.name))
+        .filter_map(|h| Some((h.name.clone(), transports.get(&h.name)?.clone())))
+        .map(|(name, t)| {
+            let cmd = cmd.clone();
+            async move {
+                let out = t.run(&cmd).await;
+                (name, out)
+            }
+        });
+    let mut seen = Vec::new();
+    for (name, out) in futures::future::join_all(asks).await {
+        match out {
+            Ok(o) if o.success() => seen.push(crate::old_members::probe::parse(&name, &o.stdout_str())),
+            Ok(o) => eprintln!("  {name}: old-member probe failed: {}", o.stderr_str().trim()),
+            Err(e) => eprintln!("  {name}: old-member probe failed: {e}"),
+        }
+    }
+    seen
+}
+
+/// One assessment line for an old member.
+fn describe_old(s: &crate::old_members::probe::HostSeen, history: &crate::old_members::History) -> String {
+    let recorded = history
+        .state_of(&s.host)
+        .map(|st| st.as_str())
+        .unwrap_or("unknown");
+    let etcd = match (s.etcd_running(), s.status) {
+        (true, Some(st)) => format!(
+            "etcd runs (cluster {:x}, {})",
+            st.cluster_id,
+            if st.leader != 0 && s.healthy {
+                "healthy with a leader"
+            } else {
+                "no leader"
+            }
+        ),
+        (true, None) => "etcd runs".to_string(),
+        (false, _) => "etcd stopped".to_string(),
+    };
+    format!(
+        "{}: old member ({recorded} in the member history), {etcd}, {}",
+        s.host,
+        if s.data_member {
+            "data intact"
+        } else {
+            "no member data"
+        }
+    )
+}
+
 /// R0's journal entries (R0.1 targets, R0.3 gate, R0.5 bump, R0.6 identity), each naming the
 /// sha256 of the saved decisions.
 pub fn r0_entries(
@@ -119,7 +208,7 @@ pub fn r0_entries(
     Ok(vec![
         (
             R::Targets.into(),
-            serde_json::json!({ "targets": decisions.targets, "confirmed_dead": decisions.confirmed_dead, "decisions_sha256": sha }),
+            serde_json::json!({ "targets": decisions.targets, "confirmed_dead": decisions.confirmed_dead, "old_fenced": decisions.old_fenced, "old_attested": decisions.old_attested, "decisions_sha256": sha }),
         ),
         (
             R::Gate.into(),

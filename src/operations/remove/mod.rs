@@ -176,6 +176,38 @@ impl Operation for Remove {
         took: Duration,
     ) -> anyhow::Result<Report> {
         let d = self.decisions.as_ref().expect("plan runs before report");
+        // The member history: the member's host fenced for good, or attested gone.
+        let data_aside = d.aside(&ctx.inv.etcd.data_dir);
+        let transports = self
+            .reach
+            .as_ref()
+            .map(|r| r.transports.clone())
+            .unwrap_or_default();
+        let by = format!("remove {}", d.run);
+        match &d.host {
+            Some(h) => {
+                operations::old_members::record_change(
+                    ctx.inv,
+                    ctx.state,
+                    &transports,
+                    &by,
+                    Some((h, &data_aside)),
+                    None,
+                )
+                .await
+            }
+            None => {
+                operations::old_members::record_change(
+                    ctx.inv,
+                    ctx.state,
+                    &transports,
+                    &by,
+                    None,
+                    Some(&d.member),
+                )
+                .await
+            }
+        }
         let aside = d
             .host
             .as_ref()

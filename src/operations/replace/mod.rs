@@ -335,12 +335,28 @@ impl Operation for Replace {
 
     async fn report(
         &mut self,
-        _ctx: &Context<'_>,
+        ctx: &Context<'_>,
         _run: &RunId,
         _o: &Outcome,
         _took: Duration,
     ) -> anyhow::Result<Report> {
         let run = self.run.as_ref().expect("plan runs before report");
+        // The member history: the new membership; the old member's host fenced for good when
+        // the member moved off it (P2), or attested dead (fenced when it answers again).
+        let by = format!("replace {}", run.run_id);
+        let moved = run.replacement.name != run.target;
+        let attested = self.opts.confirm_dead.contains(&run.target);
+        let aside = format!("{}.hactl-replaced-{}", run.inv.etcd.data_dir, run.run_id);
+        operations::old_members::record_change(
+            ctx.inv,
+            ctx.state,
+            &run.reach.transports,
+            &by,
+            (moved && !attested && run.target_host.is_some())
+                .then_some((run.target.as_str(), aside.as_str())),
+            attested.then_some(run.target.as_str()),
+        )
+        .await;
         let (code, line) = run
             .verdict
             .lock()

@@ -161,4 +161,59 @@ pub(super) fn r6_release(s: &Shared<'_>, steps: &mut Vec<JournaledStep>) {
         .done_when_local(fin.clone())
         .local(fin),
     );
+    // The member history: who holds the new cluster, who awaits a fence.
+    let left_out: Vec<String> = s
+        .inv
+        .with_role(crate::inventory::Role::Etcd)
+        .iter()
+        .map(|h| h.name.clone())
+        .filter(|h| !d.targets.contains(h) && !d.confirmed_dead.contains(h))
+        .collect();
+    let record = Arc::new(acts::RecordMembers {
+        inv: s.inv.clone(),
+        state: i.state.clone(),
+        run: d.run.clone(),
+        seed: d.seed.clone(),
+        cluster_id: d.expected_cluster_id.clone(),
+        targets: d.targets.clone(),
+        attested: d.confirmed_dead.iter().chain(&d.old_attested).cloned().collect(),
+        left_out,
+        aside: d.aside(s.dd),
+    });
+    steps.push(
+        JournaledStep::new(
+            crate::operations::runner::StepId::from(R::Finish).part("members"),
+            "record the members of the new cluster, and the old members still to fence",
+            None,
+        )
+        .done_when_local(record.clone())
+        .local(record),
+    );
+}
+
+/// R7: what R0 found left once etcd is back (the control plane on new hosts, HAProxy's
+/// backends): `hactl up`'s plan, run in this recover, so it ends with a working cluster.
+pub(super) fn r7_converge(s: &Shared<'_>, steps: &mut Vec<JournaledStep>) {
+    let d = s.d;
+    if !d.converges() {
+        return;
+    }
+    let act = Arc::new(acts::Converge {
+        inv: s.inv.clone(),
+        state: s.i.state.clone(),
+        connect: s.i.connect.clone(),
+        reasons: d.converge.clone(),
+        marker: crate::operations::run_dir::RunDir::new(s.i.state, &d.run)
+            .path()
+            .join("converged"),
+    });
+    steps.push(
+        JournaledStep::new(
+            R::Converge,
+            "bring the rest of the cluster to the inventory (`hactl up`'s plan)",
+            None,
+        )
+        .done_when_local(act.clone())
+        .local(act),
+    );
 }

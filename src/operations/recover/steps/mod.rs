@@ -5,7 +5,10 @@
 //! etcd) and moves data dirs aside; for a survivor, R0.4b extracts a snapshot from a *copy* of
 //! its data dir after fencing; R2 restores (the seed, or every member with `--mode all`); R3 joins
 //! the others one at a time as learners; R4 verifies and takes a baseline backup; R5 starts the
-//! Kubernetes units in the mandatory order; R6 records and releases.
+//! Kubernetes units in the mandatory order; R6 records and releases. Old members (hosts of the
+//! member history that are not etcd hosts of the inventory) are fenced for good in R1.5, before
+//! the new cluster starts; R7 brings the rest of the cluster to the inventory (`hactl up`'s plan)
+//! when R0 found work for it (the control plane on new hosts, HAProxy's backends).
 //!
 //! Every step has a postcondition read from the hosts (a marker, a unit state, a cluster ID), so
 //! a resumed run skips exactly what is done.
@@ -56,6 +59,9 @@ crate::step_codes! {
         StopKubernetes = "R1.2",
         StopEtcd = "R1.3",
         MoveAside = "R1.4",
+        /// An old member (a host of the member history that is not an etcd host of the
+        /// inventory) fenced for good, before the new cluster starts.
+        RetireOld = "R1.5",
         StageSnapshot = "R2.2",
         Certificates = "R2.3",
         Restore = "R2.4",
@@ -74,6 +80,9 @@ crate::step_codes! {
         StartControllers = "R5.3",
         RestartKubelet = "R5.4",
         Finish = "R6",
+        /// The rest of the cluster brought to the inventory with `hactl up`'s plan, once etcd
+        /// is back (new hosts: the control plane there, HAProxy's backends).
+        Converge = "R7",
     }
 }
 
@@ -83,6 +92,8 @@ pub struct Inputs<'a> {
     pub pki: &'a Pki,
     pub state: &'a StateDir,
     pub tls: &'a ClientTls,
+    /// How R7's `hactl up` plan connects.
+    pub connect: &'a crate::exec::connect::ConnectSettings,
 }
 
 fn host<'a>(inv: &'a Inventory, name: &str) -> &'a Host {
@@ -620,11 +631,13 @@ pub fn build(d: &Decisions, i: &Inputs<'_>) -> Vec<JournaledStep> {
     stop::r1_lock_and_fence(&s, &mut steps);
     restore::r0_4b_extract(&s, &mut steps);
     stop::r1_4_move_aside(&s, &mut steps);
+    stop::r1_5_retire_old(&s, &mut steps);
     restore::r2_restore(&s, &mut steps);
     join::r3_join(&s, &mut steps);
     finish::r4_verify(&s, &mut steps);
     finish::r5_kubernetes(&s, &mut steps);
     finish::r6_release(&s, &mut steps);
+    finish::r7_converge(&s, &mut steps);
     steps
 }
 
@@ -763,6 +776,9 @@ mod tests {
             tool: "etcdutl".into(),
             etcd_version: "3.5.16".into(),
             kube_manifests: static_pod_manifests(inv, &hosts),
+            old_fenced: vec![],
+            old_attested: vec![],
+            converge: vec![],
         }
     }
 
@@ -784,11 +800,13 @@ mod tests {
         };
         let mut d = decisions(&inv);
         edit(&mut d);
+        let connect = crate::exec::connect::ConnectSettings::default();
         let inputs = Inputs {
             inv: &inv,
             pki: &pki,
             state: &state,
             tls: &tls,
+            connect: &connect,
         };
         (build(&d, &inputs), d)
     }
@@ -898,5 +916,40 @@ mod tests {
         let v = steps[position(&steps, "R4.1")].render(false);
         assert!(v.contains("endpoint hashkv --rev=\"$hrev\""), "{v}");
         assert!(v.contains("hashkv differs at revision"), "{v}");
+    }
+
+    /// Issue 22: the old members are fenced for good before the new cluster starts, recorded,
+    /// and R7 runs `up`'s plan last, only when R0 found work for it.
+    #[test]
+    fn old_members_are_fenced_before_the_restore_and_r7_comes_last() {
+        let (steps, d) = build_with("systemd", |d| {
+            d.old_fenced = vec!["old1".into()];
+            d.converge = vec!["HAProxy on lb1 still sends clients to the old members old1".into()];
+        });
+        let retire = position(&steps, "R1.5@old1");
+        assert!(position(&steps, "R1.3@cp1") < retire);
+        assert!(retire < position(&steps, "R2.4@cp1"), "fenced before the restore");
+        let text = steps[retire].render(false);
+        assert!(
+            text.contains(&format!("/var/lib/etcd.hactl-retired-{}", d.run)),
+            "{text}"
+        );
+        assert!(text.contains("record old1 as fenced for good"), "{text}");
+        assert!(text.contains("kube-apiserver.service etcd.service"), "{text}");
+        let members = position(&steps, "R6:members");
+        let r7 = position(&steps, "R7");
+        assert!(position(&steps, "R6") < members && members < r7);
+        assert_eq!(r7, steps.len() - 1);
+        assert!(
+            steps[r7].render(false).contains("HAProxy on lb1"),
+            "{}",
+            steps[r7].render(false)
+        );
+        // With a member attested dead `up` cannot run: no R7.
+        let (steps, _) = build_with("systemd", |d| {
+            d.converge = vec!["x".into()];
+            d.confirmed_dead = vec!["cp3".into()];
+        });
+        assert!(steps.iter().all(|s| s.id != "R7"));
     }
 }

@@ -110,3 +110,29 @@ pub(super) fn r1_4_move_aside(s: &Shared<'_>, steps: &mut Vec<JournaledStep>) {
         );
     }
 }
+
+/// R1.5: every old member that answers fenced for good (the units the inventory no longer gives
+/// its host, any etcd on its old data, its data dir moved to `<dataDir>.hactl-retired-<run>`),
+/// all at once, before the new cluster starts; each recorded as fenced in the member history.
+pub(super) fn r1_5_retire_old(s: &Shared<'_>, steps: &mut Vec<JournaledStep>) {
+    let d = s.d;
+    let why = format!(
+        "Written by hactl recover {}: this host held a member of the cluster that was restored elsewhere; it must not serve the old data.",
+        d.run
+    );
+    for h in &d.old_fenced {
+        steps.push(
+            crate::operations::old_members::fence_step(
+                R::RetireOld.at(h),
+                s.inv,
+                s.i.state,
+                h,
+                &d.run,
+                &format!("recover {}", d.run),
+                &why,
+                crate::old_members::retire::Guard::None,
+            )
+            .group(R::RetireOld.code(), h),
+        );
+    }
+}
