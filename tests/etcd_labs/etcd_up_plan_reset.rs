@@ -320,33 +320,59 @@ fn a_power_cut_during_a_config_rollout_stops_it_and_quorum_holds() {
         .contains("heartbeatInterval: 150"));
     let hosts = ["cp1", "cp2", "cp3"];
     let before: Vec<String> = hosts.iter().map(|h| etcd_main_pid(&lab, h)).collect();
-    let child = Command::new(env!("CARGO_BIN_EXE_hactl"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hactl"))
         .args(["up", "-i", changed.to_str().unwrap(), "--yes"])
+        .env_remove("RUST_LOG")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // The roll restarts one member at a time (followers first, the leader last). Wait until the
-    // first member restarted, then cut the power of another before its turn.
-    // Poll at a short fixed interval: between one member's restart and the next there is only
-    // its health wait and the gate (a second or two), and the cut must land inside that window.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    // The roll restarts one member at a time (followers first, the leader last). `up` logs
+    // `<host>: run systemctl restart etcd…` as it restarts a member: at the first such line it is
+    // paused (SIGSTOP), another member's power is cut before its turn can come, and it goes on.
+    // No race with the roll's pace: on a loaded machine, polling the members' pids missed the
+    // window between two restarts.
+    let mut reader = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut log = String::new();
     let first = loop {
-        if let Some(i) = hosts.iter().zip(&before).position(|(h, old)| {
-            let p = etcd_main_pid(&lab, h);
-            p != *old && p != "0"
-        }) {
+        let mut line = String::new();
+        let n = std::io::BufRead::read_line(&mut reader, &mut line).unwrap();
+        assert!(n > 0, "up ended before restarting a member:\n{log}");
+        log.push_str(&line);
+        if let Some((host, _)) = line
+            .split_once(": run ")
+            .filter(|(_, cmd)| cmd.contains("systemctl restart etcd"))
+        {
+            let host = host.split_whitespace().last().unwrap_or_default();
+            let Some(i) = hosts.iter().position(|h| *h == host) else {
+                panic!("a restart on an unknown host: {line}");
+            };
             break i;
         }
-        assert!(std::time::Instant::now() < deadline, "no member was restarted");
-        std::thread::sleep(std::time::Duration::from_millis(20));
     };
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .unwrap()
+        .success());
     let others: Vec<usize> = (0..hosts.len()).filter(|i| *i != first).collect();
     let (cut, kept) = (others[0], others[1]);
     lab.fault(hosts[cut], hactl::lab::Fault::PowerCut);
+    assert!(Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let rest = std::thread::spawn(move || {
+        let mut rest = String::new();
+        std::io::Read::read_to_string(&mut reader, &mut rest).unwrap();
+        rest
+    });
     let out = child.wait_with_output().unwrap();
-    assert!(!out.status.success(), "the rollout went on:\n{}", text(&out));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    log.push_str(&rest.join().unwrap());
+    assert!(!out.status.success(), "the rollout went on:\n{log}");
+    let stderr = log;
     assert!(
         stderr.contains("Restart changed etcd members") && stderr.contains(hosts[cut]),
         "the failure names neither the phase nor the host {}:\n{stderr}",
