@@ -23,19 +23,21 @@
 # (about 8 minutes of both cores; at once when the cache is complete) and named by
 # HACTL_KUBE_BIN_DIR.
 #
-# What the stages need is prepared once, as soon as it can be, and what waits on the network or the
-# disk runs in the background beside what waits on the CPU (as root): the Kubernetes binaries and
-# node images, the lab's base images (`hactl lab image`, once the hactl binary is built), the
-# fresh-machine root, the Vagrant packages and box, and cargo-deny's install. When `lab` runs with
-# other stages, the release build starts at once at idle priority (nice 19, idle I/O class: it
-# takes what the rest leaves), and `lint` (its clippy shares target/debug with the test build, so it
-# waits until the lab tests have started) and `fresh` run at idle priority beside the lab tests.
-# HACTL_TEST_OVERLAP=0 runs nothing beside the lab tests. Every background job's time is printed,
-# and its failure fails the run with its log shown. The Vagrant lab always runs alone, at the end:
-# it needs most of the machine (it failed once with lab tests beside it).
+# What the stages need is prepared once, as soon as it can be: what waits on the network or the
+# disk runs in the background (as root) while the first stages compile and test: the Kubernetes
+# binaries and node images, the lab's base images (`hactl lab image`, once the hactl binary is
+# built), the fresh-machine root, and the Vagrant packages and box. Nothing runs beside the lab
+# tests or the Vagrant lab: both wait for every preparation still under way first (the lab tests
+# are timing-sensitive: etcd's fsyncs, keepalived's and the tests' deadlines on 2 cores).
+# HACTL_TEST_OVERLAP=1 (not CI's default) also starts the release build and cargo-deny's install at
+# once at idle priority (nice 19, idle I/O class), and runs `lint` (its clippy shares target/debug
+# with the test build, so it waits until the lab tests have started) and `fresh` at idle priority
+# beside the lab tests: faster, but CPU-heavy work beside the lab tests. Every background job's
+# time is printed, and its failure fails the run with its log shown. The Vagrant lab always runs
+# alone, at the end: it needs most of the machine (it failed once with lab tests beside it).
 #
 # Environment: HACTL_TEST_THREADS (cargo-nextest's test threads, default 4), HACTL_VAGRANT=0 (leave
-# the Vagrant lab out of a local run, saying so; CI sets nothing), HACTL_TEST_OVERLAP=0 (above),
+# the Vagrant lab out of a local run, saying so; CI sets nothing), HACTL_TEST_OVERLAP=1 (above),
 # HACTL_KUBE_BIN_DIR (use these Kubernetes binaries instead of building them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -71,7 +73,7 @@ root=0
 target_dir=${CARGO_TARGET_DIR:-$PWD/target}
 threads=${HACTL_TEST_THREADS:-4}
 overlap=0
-if selected lab && [ "${#stages[@]}" -gt 1 ] && [ "${HACTL_TEST_OVERLAP:-1}" != 0 ]; then overlap=1; fi
+if selected lab && [ "${#stages[@]}" -gt 1 ] && [ "${HACTL_TEST_OVERLAP:-0}" = 1 ]; then overlap=1; fi
 
 run=$(mktemp -d "${TMPDIR:-/tmp}/hactl-test.XXXXXX")
 jobs_dir=$run/jobs
@@ -199,6 +201,20 @@ prep_kube() {
   echo "$dir" >"$run/kube-bin-dir"
   echo "Kubernetes binaries in $dir"
 }
+# quiet_machine WHAT: waits for every preparation still running in the background (their results
+# count at the end of the run), so that WHAT runs with nothing beside it.
+quiet_machine() {
+  local f name waited=0
+  for f in "$jobs_dir"/*.bg; do
+    [ -e "$f" ] || continue
+    name=$(basename "$f" .bg)
+    case "$name" in stage-*) continue ;; esac
+    [ -e "$jobs_dir/$name.done" ] && continue
+    [ "$waited" = 1 ] || say "before $1: waiting for the preparations still running (nothing runs beside them)"
+    waited=1
+    job_wait "$name" || true
+  done
+}
 need_kube() {
   need kube
   HACTL_KUBE_BIN_DIR=$(cat "$run/kube-bin-dir")
@@ -248,6 +264,7 @@ stage_lab() {
     need image_trixie
     need image_bookworm
   fi
+  [ "$overlap" = 1 ] || quiet_machine "the lab tests"
   local pid rc=0
   nextest_run "$run/lab.out" "${lab_args[@]}" &
   pid=$!
@@ -305,6 +322,7 @@ stage_release() {
 stage_vagrant() {
   need deps
   [ "$root" = 0 ] || need vagrant
+  quiet_machine "the Vagrant lab"
   # The Vagrant lab (real VMs under libvirt, tests/vagrant.rs: scripts/vagrant-lab.sh): 3 emulated
   # VMs, `hactl check`, `up`, `status`, a second `plan`, a recreated VM's new host key refused,
   # then `vagrant destroy`; and the binary's quick refusals. Without root it skips; as root only
@@ -402,7 +420,7 @@ for f in "$jobs_dir"/*.started; do
   name=$(basename "$f" .started)
   case "$name" in stage-*) continue ;; esac
   rc=0
-  job_wait "$name" >/dev/null || rc=$?
+  job_wait "$name" || rc=$?
   read -r _ secs <"$jobs_dir/$name.done"
   if [ "$rc" = 0 ]; then r=passed; else r="FAILED (exit $rc)"; failed=1; fi
   prep_rows+=("$(printf '  %-16s %7s  %s' "$name" "$secs" "$r")")

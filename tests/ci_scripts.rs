@@ -411,3 +411,25 @@ fn the_test_command_knows_its_stages_and_refuses_others() {
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("lint unit lab fresh release vagrant"));
 }
+
+/// The scripts run one another by path (`scripts/node-images.sh`, not `bash scripts/…`): every
+/// script at the top of `scripts/` is executable in the checkout (a clean clone has git's modes).
+#[test]
+fn every_script_is_executable() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "sh") {
+            seen += 1;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert!(
+                mode & 0o111 == 0o111,
+                "{} is not executable (mode {mode:o}): `git update-index --chmod=+x` it",
+                path.display()
+            );
+        }
+    }
+    assert!(seen > 10, "{seen} scripts");
+}

@@ -16,6 +16,7 @@ fresh_cache="${HACTL_FRESH_CACHE:-/var/cache/hactl/fresh-root}"
 fresh_suite=bookworm
 # What the README ("Install") and docs/getting-started.md ("Install") name for a build machine, the
 # packages of the root (`fresh_root "${fresh_prereqs[@]}"`). Keep the three in step.
+# shellcheck disable=SC2034 # used by the scripts that source this file
 fresh_prereqs=(gcc git curl ca-certificates)
 
 fresh_say() { echo "${fresh_who:-fresh-root}: $*" >&2; }
