@@ -216,8 +216,9 @@ quiet_machine() {
   done
 }
 need_kube() {
-  need kube
-  HACTL_KUBE_BIN_DIR=$(cat "$run/kube-bin-dir")
+  # Explicit returns: bash ignores errexit inside a function called from `||` or `if`.
+  need kube || return 1
+  HACTL_KUBE_BIN_DIR=$(cat "$run/kube-bin-dir") || return 1
   export HACTL_KUBE_BIN_DIR
 }
 
@@ -250,7 +251,7 @@ stage_unit() {
   need nextest
   cargo nextest run --locked --no-run -E "$unit_filter"
   # tests/kubernetes_bundle.rs checks bundles made of the real binaries.
-  [ "$root" = 0 ] || need_kube
+  if [ "$root" = 1 ]; then need_kube; fi
   nextest_run "$run/unit.out" -E "$unit_filter"
   scripts/check-skips.sh "$run/unit.out"
 }
@@ -321,7 +322,7 @@ stage_release() {
 
 stage_vagrant() {
   need deps
-  [ "$root" = 0 ] || need vagrant
+  if [ "$root" = 1 ]; then need vagrant; fi
   quiet_machine "the Vagrant lab"
   # The Vagrant lab (real VMs under libvirt, tests/vagrant.rs: scripts/vagrant-lab.sh): 3 emulated
   # VMs, `hactl check`, `up`, `status`, a second `plan`, a recreated VM's new host key refused,
