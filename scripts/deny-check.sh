@@ -16,8 +16,17 @@
 #   4. none: the advisories check does not run, and says so on the last line; bans and
 #      sources are still checked. With HACTL_REQUIRE_ADVISORIES=1 (.ci/run sets it) that fails
 #      the run instead: CI has the snapshot, so it never takes this path silently.
+#
+# `--install-only` installs cargo-deny (when missing) and stops there: scripts/test.sh starts it
+# early, in the background.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+install_only=0
+case "${1:-}" in
+  --install-only) install_only=1 ;;
+  "") ;;
+  *) echo "usage: scripts/deny-check.sh [--install-only]" >&2; exit 64 ;;
+esac
 version=0.20.2
 # The directory cargo-deny $version opens for https://github.com/rustsec/advisory-db (it names it
 # when missing).
@@ -33,6 +42,7 @@ if [ "$have" != "$version" ]; then
   cargo install --locked --quiet "cargo-deny@$version"
   say "cargo-deny $version installed in $(( $(date +%s) - t0 )) s"
 fi
+[ "$install_only" = 0 ] || exit 0
 
 # The commit time (unix seconds) of the database in $1, or nothing.
 db_time() { git -C "$1" log -1 --format=%ct 2>/dev/null || true; }

@@ -8,8 +8,9 @@
 #     DIR      where the bundle goes (default /var/cache/hactl/etcd/VERSION); reused when it
 #              already holds binaries of VERSION
 #
-# The mirror is the one the machine's own apt sources name (or $HACTL_APT_MIRROR); apt runs with a
-# private sources list, lists and cache under DIR.work, so the machine's apt sources stay as they were.
+# The mirror is the one the machine's own apt sources name (or HACTL_DEBIAN_MIRROR: see
+# scripts/lib/debian-mirror.sh); apt runs with a private sources list, lists and cache under
+# DIR.work, so the machine's apt sources stay as they were.
 set -eu
 version=${1:?usage: etcd-bundle.sh VERSION SUITE [DIR]}
 suite=${2:?usage: etcd-bundle.sh VERSION SUITE [DIR]}
@@ -18,17 +19,9 @@ dir=${3:-/var/cache/hactl/etcd/$version}
 have() { [ -x "$dir/etcd" ] && "$dir/etcd" --version 2>/dev/null | head -n1 | grep -qx "etcd Version: $version"; }
 if have && [ -x "$dir/etcdctl" ]; then echo "$dir"; exit 0; fi
 
-mirror=${HACTL_APT_MIRROR:-}
-if [ -z "$mirror" ]; then
-  # deb822 sources first (URIs: ...), then one-line sources (deb URI suite ...).
-  mirror=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ {print $2; exit}')
-fi
-if [ -z "$mirror" ]; then
-  mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk '$1 == "deb" && $2 !~ /^\[/ {print $2; exit}')
-fi
-[ -n "$mirror" ] || { echo "etcd-bundle: no apt mirror in /etc/apt/sources.list*: set HACTL_APT_MIRROR to a Debian mirror URI" >&2; exit 1; }
-# A security or updates archive does not carry the suite's main packages: take its parent.
-mirror=${mirror%-security}
+# shellcheck source=scripts/lib/debian-mirror.sh
+. "$(dirname "$0")/lib/debian-mirror.sh"
+mirror=$(debian_mirror) || { echo "etcd-bundle: no Debian archive to fetch from (above)" >&2; exit 1; }
 
 work=$dir.work
 mkdir -p "$work/lists/partial" "$work/cache/archives/partial" "$work/debs"

@@ -18,30 +18,41 @@
 # missing package, so their packages (and hactl's own build script) are cleaned before every
 # check: see `rebuilt` below.
 #
+# `--prepare` builds (or finds) the pristine root and stops there (scripts/test.sh starts it early,
+# in the background).
+#
 # Needs root, debootstrap and systemd-nspawn (scripts/install-deps.sh installs both).
 # Environment:
-#   HACTL_FRESH_CACHE   cache directory (default /var/cache/hactl/fresh-root)
-#   HACTL_FRESH_MIRROR  Debian mirror for the root (default: the first one in this machine's apt sources)
-#   HACTL_FRESH_COLD=1  drop the registry cache and target dir first (a cold run)
+#   HACTL_FRESH_CACHE    cache directory (default /var/cache/hactl/fresh-root)
+#   HACTL_DEBIAN_MIRROR  Debian mirror for the root (default: this machine's, from its apt sources:
+#                        scripts/lib/debian-mirror.sh)
+#   HACTL_FRESH_COLD=1   drop the registry cache and target dir first (a cold run)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 fresh_who=fresh-machine-check
 # shellcheck source=scripts/lib/fresh-root.sh
 . "$repo/scripts/lib/fresh-root.sh"
-# What the README ("Install") and docs/getting-started.md ("Install") name for a build machine.
-# Keep the three in step.
-prereqs=(gcc git curl ca-certificates)
 # Packages whose build scripts run system tools or compile C: protoc (etcd-client's protos via
 # tonic-prost-build), the C compiler and libc headers (aws-lc-sys), and hactl's own build script
 # (git, and a link with cc). They are rebuilt every run; the rest of the warm target dir is reused.
 rebuilt=(etcd-client aws-lc-sys hactl)
 
+prepare=0
+case "${1:-}" in
+  --prepare) prepare=1 ;;
+  "") ;;
+  *) echo "usage: scripts/fresh-machine-check.sh [--prepare]" >&2; exit 64 ;;
+esac
 started=$(date +%s)
 say() { echo "fresh-machine-check: $*" >&2; }
 fail() { say "$*"; exit 1; }
 
 # 1. The pristine root, built once per set of prerequisites (its name carries them).
-root=$(fresh_root "${prereqs[@]}") || exit 1
+root=$(fresh_root "${fresh_prereqs[@]}") || exit 1
+if [ "$prepare" = 1 ]; then
+  say "the pristine root is ready in $(( $(date +%s) - started )) s: $root"
+  exit 0
+fi
 cache="$fresh_cache"
 suite="$fresh_suite"
 

@@ -13,8 +13,8 @@
 #
 # Environment:
 #   HACTL_KUBE_CACHE       cache root (default /var/cache/hactl/kubernetes)
-#   HACTL_DEBIAN_MIRROR    Debian archive URI (default: the first `deb` source of this machine's apt
-#                          configuration that names a plain suite, e.g. `bookworm`)
+#   HACTL_DEBIAN_MIRROR    Debian archive URI (default: this machine's, from its apt sources:
+#                          scripts/lib/debian-mirror.sh, which hactl writes beside its embedded copy)
 #
 # The machine's apt configuration is left alone: apt runs with a private sources list, lists directory
 # and package cache under <cache root>/build/apt. The `.dsc` file's checksums are checked for every
@@ -45,6 +45,8 @@
 # nothing inherited (`env -i`): a caller's OUT_DIR, GOFLAGS, GOOS, CC, APT_CONFIG, CARGO_* or
 # MAKEFLAGS cannot change the build (a `cargo run` once leaked OUT_DIR into Kubernetes' Makefile).
 set -euo pipefail
+# shellcheck source=scripts/lib/debian-mirror.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/debian-mirror.sh"
 
 version="${1:-${HACTL_KUBE_VERSION:-v1.20.2}}"
 case "$version" in
@@ -135,30 +137,7 @@ fi
 kept() { local k; for k in "${keep[@]}"; do [ "$k" = "$1" ] && return 0; done; return 1; }
 
 # --- the archive ---------------------------------------------------------------------------------
-mirror="${HACTL_DEBIAN_MIRROR:-}"
-if [ -z "$mirror" ]; then
-  # deb822 sources first: the first stanza with Types: deb and a suite without a dash (not -security,
-  # not -updates).
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [ -f "$f" ] || continue
-    mirror=$(awk '
-      function flush() { if (types ~ /(^| )deb( |$)/ && plain && uri != "" && found == "") found = uri; types=""; uri=""; plain=0 }
-      /^[[:space:]]*$/ { flush(); next }
-      /^Types:/ { types = $0; sub(/^Types:[[:space:]]*/, "", types) }
-      /^URIs:/ { uri = $2 }
-      /^Suites:/ { for (i = 2; i <= NF; i++) if ($i !~ /-/) plain = 1 }
-      END { flush(); print found }' "$f")
-    [ -n "$mirror" ] && break
-  done
-fi
-if [ -z "$mirror" ]; then
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [ -f "$f" ] || continue
-    mirror=$(awk '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while ($i !~ /\]$/) i++; i++ } if ($(i+1) !~ /-/) { print $i; exit } }' "$f")
-    [ -n "$mirror" ] && break
-  done
-fi
-[ -n "$mirror" ] || die "no Debian archive found in /etc/apt/sources.list{,.d}: set HACTL_DEBIAN_MIRROR to its URI"
+mirror=$(debian_mirror) || die "no Debian archive to fetch from (above)"
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 [ -f "$keyring" ] || die "$keyring is missing: install the debian-archive-keyring package"
 

@@ -125,7 +125,7 @@ say "wrote dist/SHA256SUMS"
 fresh_who=release
 # shellcheck source=scripts/lib/fresh-root.sh
 . "$repo/scripts/lib/fresh-root.sh"
-root=$(fresh_root gcc git curl ca-certificates) || exit 1
+root=$(fresh_root "${fresh_prereqs[@]}") || exit 1
 want=$("$bin" --version)
 say "checking the artifacts in a clean $fresh_suite container (expecting: $want)"
 t0=$(date +%s)

@@ -17,8 +17,11 @@
 # Cache: $HACTL_VAGRANT_CACHE (default /var/cache/hactl/vagrant): the box file and a catalog whose
 # version changes with every build, so a rebuilt box is never confused with an older one already
 # uploaded into a libvirt storage pool. Needs root (debootstrap, loop devices) and the packages of
-# scripts/vagrant-deps.sh. Mirror: the machine's own apt source for bookworm, or HACTL_APT_MIRROR.
+# scripts/vagrant-deps.sh. Mirror: the machine's own (HACTL_DEBIAN_MIRROR overrides it:
+# scripts/lib/debian-mirror.sh).
 set -euo pipefail
+# shellcheck source=scripts/lib/debian-mirror.sh
+. "$(dirname "$0")/lib/debian-mirror.sh"
 
 BOX_NAME=${HACTL_VAGRANT_BOX:-hactl/bookworm}
 CACHE=${HACTL_VAGRANT_CACHE:-/var/cache/hactl/vagrant}
@@ -42,25 +45,7 @@ esac
 
 build() {
   local mirror work raw mnt loop part uuid
-  mirror=${HACTL_APT_MIRROR:-}
-  if [ -z "$mirror" ]; then
-    mirror=$(
-      for f in /etc/apt/sources.list.d/*.sources; do
-        [ -f "$f" ] || continue
-        awk 'BEGIN { RS = "" }
-             /(^|\n)Suites:[^\n]*[ \t]bookworm([ \t]|\n|$)/ {
-               if (match($0, /(^|\n)URIs:[ \t]*[^ \t\n]+/)) {
-                 s = substr($0, RSTART, RLENGTH); sub(/.*URIs:[ \t]*/, "", s); print s } }' "$f"
-      done
-      for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-        [ -f "$f" ] || continue
-        awk '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while ($i !~ /\]$/) i++; i++ }
-                          if ($(i + 1) == "bookworm") print $i }' "$f"
-      done
-    )
-    mirror=$(printf '%s\n' "$mirror" | head -n1)
-  fi
-  [ -n "$mirror" ] || die "no apt source for bookworm in /etc/apt: set HACTL_APT_MIRROR to a Debian mirror URI"
+  mirror=$(debian_mirror) || die "no Debian archive to build the box from (above)"
 
   work="$CACHE/build.$$"
   raw="$work/disk.raw"

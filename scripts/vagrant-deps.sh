@@ -25,10 +25,12 @@
 #                 machine breaks QEMU 7.2 (it Breaks qemu-system-common << 8.0), so this plan asks
 #                 for bookworm's qemu-utils and allows that one downgrade, saying so.
 # Nothing of the machine's apt configuration is changed: apt runs with the machine's own sources
-# and pins plus bookworm-backports (the mirror its sources use for bookworm; override:
-# HACTL_APT_MIRROR), and a private package index and pin file in /var/cache/hactl/vagrant/apt.
+# and pins plus bookworm-backports (the mirror its sources use for bookworm: scripts/lib/debian-mirror.sh,
+# HACTL_DEBIAN_MIRROR overrides it), and a private package index and pin file in /var/cache/hactl/vagrant/apt.
 # HACTL_VAGRANT_DEPS_PLANS (e.g. `bookworm`) limits the plans tried, in that order.
 set -euo pipefail
+# shellcheck source=scripts/lib/debian-mirror.sh
+. "$(dirname "$0")/lib/debian-mirror.sh"
 
 main_pkgs=(vagrant vagrant-libvirt nftables debootstrap rsync e2fsprogs fdisk util-linux)
 virt_pkgs=(qemu-system-x86 qemu-utils libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients dnsmasq-base)
@@ -69,23 +71,6 @@ if [ "$codename" != bookworm ]; then
   exit 0
 fi
 
-# The mirror: the first URI of a source that serves `bookworm` itself (deb822 or one-line format).
-bookworm_uris() {
-  local f
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [ -f "$f" ] || continue
-    awk 'BEGIN { RS = "" }
-         /(^|\n)Suites:[^\n]*[ \t]bookworm([ \t]|\n|$)/ {
-           if (match($0, /(^|\n)URIs:[ \t]*[^ \t\n]+/)) {
-             s = substr($0, RSTART, RLENGTH); sub(/.*URIs:[ \t]*/, "", s); print s } }' "$f"
-  done
-  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-    [ -f "$f" ] || continue
-    awk '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while ($i !~ /\]$/) i++; i++ }
-                      if ($(i + 1) == "bookworm") print $i }' "$f"
-  done
-}
-
 # ── the private apt state ─────────────────────────────────────────────────────────────────────
 # sources: the machine's /etc/apt/sources.list (when it has one) and bookworm-backports in a
 # private main list; the machine's sources.list.d as it is. Pins: the machine's own
@@ -96,12 +81,7 @@ sources=$({ cat /etc/apt/sources.list 2>/dev/null || true; })
 if grep -rqsE '^[^#]*[[:space:]]bookworm-backports([[:space:]]|$)' /etc/apt/sources.list /etc/apt/sources.list.d/; then
   log "the machine's apt sources already have bookworm-backports"
 else
-  mirror=${HACTL_APT_MIRROR:-}
-  [ -n "$mirror" ] || mirror=$(bookworm_uris | head -n1 || true)
-  if [ -z "$mirror" ]; then
-    log "no apt source for bookworm found in /etc/apt; set HACTL_APT_MIRROR to a Debian mirror URI"
-    exit 1
-  fi
+  mirror=$(debian_mirror) || { log "no Debian archive for bookworm-backports (above)"; exit 1; }
   sources+=$'\n'"deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror bookworm-backports main"
 fi
 printf '%s\n' "$sources" | "${as_root[@]}" tee "$apt_dir/sources.list" >/dev/null

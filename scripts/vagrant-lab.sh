@@ -9,6 +9,9 @@
 #   (networks, storage pool, nftables tables and LIBVIRT_* chains, ip_forward as it was, the
 #   daemons this script started).
 #
+# `--prepare` only installs the packages and builds (or finds) the box, then stops: no VM
+# (scripts/test.sh runs it early, in the background, so that the lab itself starts at once).
+#
 # Exit codes: 0 passed, 77 skipped (a line `SKIPPED vagrant_lab: <why>`), else failed. It skips
 # only without root, or, saying `this machine cannot run it: <what>`, for what no script can
 # install (scripts/check-skips.sh fails any other skip of a run as root). Packages that cannot be
@@ -23,6 +26,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
+prepare=0
+case "${1:-}" in
+  --prepare) prepare=1 ;;
+  "") ;;
+  *) echo "usage: scripts/vagrant-lab.sh [--prepare]" >&2; exit 64 ;;
+esac
 
 t0=$(date +%s)
 elapsed() { echo $(( $(date +%s) - t0 )); }
@@ -52,10 +61,18 @@ done
 plugins=$(vagrant plugin list 2>/dev/null || true)
 grep -q vagrant-libvirt <<<"$plugins" || fail "Vagrant's libvirt provider (vagrant-libvirt) is missing after scripts/vagrant-deps.sh"
 
+cache=${HACTL_VAGRANT_CACHE:-/var/cache/hactl/vagrant}
+if [ "$prepare" = 1 ]; then
+  # The box into the cache and into the Vagrant home the lab uses; no VM, no libvirt daemon.
+  VAGRANT_HOME="$cache/home" VAGRANT_CHECKPOINT_DISABLE=1 timed box scripts/vagrant-box.sh \
+    || fail "scripts/vagrant-box.sh"
+  say "prepared: the packages and the box"
+  exit 0
+fi
+
 hactl=${HACTL_BIN:-$repo/target/debug/hactl}
 [ -x "$hactl" ] || fail "no hactl binary at $hactl: run cargo build first (or set HACTL_BIN)"
 
-cache=${HACTL_VAGRANT_CACHE:-/var/cache/hactl/vagrant}
 work=$(mktemp -d /tmp/hactl-vagrant-lab.XXXXXX)
 export VAGRANT_HOME="$cache/home"
 export VAGRANT_CWD="$repo/vagrant"

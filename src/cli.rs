@@ -716,6 +716,14 @@ pub enum LabCommand {
         #[arg(long, default_value = crate::lab::kubernetes::DEFAULT_VERSION)]
         kubernetes_version: String,
     },
+    /// Build (once) the Debian base image lab hosts boot from, under /var/lib/hactl-lab/base, and
+    /// print its directory; returns at once when it is cached. `lab up` builds it too; this builds
+    /// it ahead (CI starts it while it compiles).
+    Image {
+        /// Debian suite: trixie (etcd 3.5, `lab up`'s default) or bookworm (etcd 3.4).
+        #[arg(long, default_value = "trixie")]
+        suite: String,
+    },
     /// Break or repair one host: poweroff, poweron, power-cut, isolate, rejoin.
     Fault {
         #[arg(long, default_value = "hactl")]

@@ -1,28 +1,25 @@
 # Sourced by scripts/fresh-machine-check.sh and scripts/release.sh: the cached pristine Debian root
-# a fresh-machine container boots from. Not executable on its own.
+# a fresh-machine container boots from. Not executable on its own (`scripts/fresh-machine-check.sh
+# --prepare` builds the root alone).
 #
 # fresh_root PREREQ...   prints the path of a bookworm root built with debootstrap --variant=minbase
 #                        plus PREREQ..., building it once under $HACTL_FRESH_CACHE (default
 #                        /var/cache/hactl/fresh-root). Callers boot it with
 #                        `systemd-nspawn --volatile=overlay`, so it stays pristine.
-# The mirror is HACTL_FRESH_MIRROR, else HACTL_LAB_MIRROR, else the first one in this machine's apt
-# sources.
+# The mirror is this machine's Debian archive (scripts/lib/debian-mirror.sh; HACTL_DEBIAN_MIRROR
+# overrides it).
+
+# shellcheck source=scripts/lib/debian-mirror.sh
+. "$(dirname "${BASH_SOURCE[0]}")/debian-mirror.sh"
 
 fresh_cache="${HACTL_FRESH_CACHE:-/var/cache/hactl/fresh-root}"
 fresh_suite=bookworm
+# What the README ("Install") and docs/getting-started.md ("Install") name for a build machine, the
+# packages of the root (`fresh_root "${fresh_prereqs[@]}"`). Keep the three in step.
+# shellcheck disable=SC2034 # used by the scripts that source this file
+fresh_prereqs=(gcc git curl ca-certificates)
 
 fresh_say() { echo "${fresh_who:-fresh-root}: $*" >&2; }
-
-fresh_mirror() {
-  local mirror="${HACTL_FRESH_MIRROR:-${HACTL_LAB_MIRROR:-}}"
-  if [ -z "$mirror" ]; then
-    mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null \
-      | sed -n -E 's/^(deb[[:space:]]+(\[[^]]*\][[:space:]]+)?|URIs:[[:space:]]+)([a-z]+:\/\/[^[:space:]]+).*/\3/p' \
-      | grep -v -- '-security' | head -n1 || true)
-  fi
-  [ -n "$mirror" ] || { fresh_say "no Debian mirror in /etc/apt/sources.list*: set HACTL_FRESH_MIRROR"; return 1; }
-  echo "$mirror"
-}
 
 fresh_root() {
   [ "$(id -u)" = 0 ] || { fresh_say "needs root (debootstrap and systemd-nspawn); run it as root"; return 1; }
@@ -35,7 +32,7 @@ fresh_root() {
   (
     flock 9
     [ -d "$root" ] && exit 0
-    mirror=$(fresh_mirror) || exit 1
+    mirror=$(debian_mirror) || exit 1
     fresh_say "building the pristine $fresh_suite root once (debootstrap minbase + $*) from $mirror"
     t0=$(date +%s)
     rm -rf "$root.build"

@@ -114,6 +114,12 @@ fn run_blocking(cmd: LabCommand) -> Result<Option<PathBuf>> {
             println!("{}", dir.display());
             Ok(None)
         }
+        LabCommand::Image { suite } => {
+            let dir = lab::base_image(&suite)
+                .with_context(|| format!("failed to build the base image for {suite}"))?;
+            println!("{}", dir.display());
+            Ok(None)
+        }
         LabCommand::Fault { name, host, fault } => {
             lab::fault(&name, &host, fault)
                 .with_context(|| format!("failed to apply {fault} to {host} of lab {name}"))?;

@@ -144,7 +144,7 @@ pub fn ensure_base(root: &Path, suite: &str, progress: &mut dyn FnMut(String)) -
         .arg(format!("--include={}", packages(suite).join(",")))
         .arg(suite)
         .arg(&tmp);
-    if let Some(mirror) = std::env::var_os("HACTL_LAB_MIRROR").filter(|m| !m.is_empty()) {
+    if let Some(mirror) = debian_mirror() {
         debootstrap.arg(mirror);
     }
     let log = base_dir.join(format!("{image}.debootstrap.log"));
@@ -168,6 +168,23 @@ pub fn ensure_base(root: &Path, suite: &str, progress: &mut dyn FnMut(String)) -
         target.display()
     ));
     Ok(target)
+}
+
+/// The Debian archive the base image comes from: what the scripts' one lookup,
+/// `scripts/lib/debian-mirror.sh` (embedded), prints: `HACTL_DEBIAN_MIRROR` (or one of its older
+/// names, `HACTL_LAB_MIRROR` among them), else the archive this machine's apt sources name. `None`
+/// when it finds none (debootstrap's own default then).
+fn debian_mirror() -> Option<String> {
+    let script = format!("{}\ndebian_mirror\n", super::kubernetes::DEBIAN_MIRROR_LIB);
+    let out = local_command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let mirror = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !mirror.is_empty()).then_some(mirror)
 }
 
 /// Makes a fresh debootstrap tree into a lab base: hactl's units only, networkd and sshd on,
@@ -256,5 +273,37 @@ mod tests {
             Path::new("/r/base").join(format!("trixie-{}", key("trixie")))
         );
         assert_ne!(path, legacy_base(Path::new("/r"), "trixie"));
+    }
+
+    /// The base image's mirror comes from the scripts' lookup, overrides included (hactl passes
+    /// its `HACTL_*` variables on to what it runs): this test runs itself again with the older
+    /// name set.
+    #[test]
+    fn the_mirror_is_the_scripts_lookup_and_reads_the_older_name() {
+        const CHILD: &str = "HACTL_TEST_MIRROR_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            println!("mirror={:?}", debian_mirror());
+            return;
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "lab::image::tests::the_mirror_is_the_scripts_lookup_and_reads_the_older_name",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .env_remove("HACTL_DEBIAN_MIRROR")
+            .env_remove("HACTL_APT_MIRROR")
+            .env_remove("HACTL_FRESH_MIRROR")
+            .env("HACTL_LAB_MIRROR", "http://lab-mirror.invalid/debian")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("mirror=Some(\"http://lab-mirror.invalid/debian\")"),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }

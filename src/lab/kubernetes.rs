@@ -23,6 +23,10 @@ pub const BUILD_SCRIPT: &str = include_str!("../../scripts/kube-binaries.sh");
 /// The images' build script, as in the repository.
 pub const IMAGES_SCRIPT: &str = include_str!("../../scripts/node-images.sh");
 
+/// The Debian mirror lookup the build script sources (`lib/debian-mirror.sh` beside it), as in
+/// the repository; the base image asks it too (`image.rs`).
+pub const DEBIAN_MIRROR_LIB: &str = include_str!("../../scripts/lib/debian-mirror.sh");
+
 /// The only server release whose source this machine's package archive carries.
 pub const DEFAULT_VERSION: &str = "1.20.2";
 
@@ -78,17 +82,16 @@ pub fn ensure_images(version: &str, bin_dir: &Path) -> Result<PathBuf> {
     )
 }
 
-/// Writes `script` to `<root>/<name>` and runs it for `version` with a clean environment
-/// (`crate::local_command`: none of hactl's build variables, such as `cargo run`'s `OUT_DIR`,
-/// which Kubernetes' Makefile would honour) plus `env`; returns the directory it prints last.
+/// Writes `script` to `<root>/<name>`, with the library it sources at `<root>/lib/` (the layout of
+/// `scripts/`: an installed hactl has no checkout), and runs it for `version` with a clean
+/// environment (`crate::local_command`: none of hactl's build variables, such as `cargo run`'s
+/// `OUT_DIR`, which Kubernetes' Makefile would honour) plus `env`; returns the directory it prints
+/// last.
 fn run_script(root: &Path, name: &str, script: &str, version: &str, env: &[(&str, &str)]) -> Result<PathBuf> {
-    fs_err::create_dir_all(root)?;
+    fs_err::create_dir_all(root.join("lib"))?;
+    write_fresh(&root.join("lib/debian-mirror.sh"), DEBIAN_MIRROR_LIB)?;
     let path = root.join(name);
-    // Written each time (the embedded copy is the one this hactl was built with), to a new file
-    // renamed over the old: a bash still reading the old one keeps reading the old one.
-    let tmp = root.join(format!(".{name}.{}", std::process::id()));
-    fs_err::write(&tmp, script)?;
-    fs_err::rename(&tmp, &path)?;
+    write_fresh(&path, script)?;
     let version = format!("v{}", version.trim_start_matches('v'));
     let command = format!("bash {} {version}", path.display());
     let mut cmd = crate::local_command::new("bash");
@@ -118,6 +121,16 @@ fn run_script(root: &Path, name: &str, script: &str, version: &str, env: &[(&str
         });
     }
     Ok(PathBuf::from(dir))
+}
+
+/// Writes `text` to `path` each time (the embedded copy is the one this hactl was built with),
+/// through a new file renamed over the old: a bash still reading the old one keeps reading it.
+fn write_fresh(path: &Path, text: &str) -> Result<()> {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = path.with_file_name(format!(".{name}.{}", std::process::id()));
+    fs_err::write(&tmp, text)?;
+    fs_err::rename(&tmp, path)?;
+    Ok(())
 }
 
 /// The `kubernetes` section of a lab inventory (under `spec`), binaries from `bundle_dir`.
@@ -235,6 +248,7 @@ mod tests {
         for (file, embedded) in [
             ("kube-binaries.sh", BUILD_SCRIPT),
             ("node-images.sh", IMAGES_SCRIPT),
+            ("lib/debian-mirror.sh", DEBIAN_MIRROR_LIB),
         ] {
             let on_disk =
                 std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts").join(file))
@@ -269,5 +283,31 @@ mod tests {
         );
         let failing = run_script(dir.path(), "f.sh", "exit 3\n", "1.20.2", &[]).unwrap_err();
         assert!(failing.to_string().contains("exit status: 3"), "{failing}");
+    }
+
+    /// The build script sources `lib/debian-mirror.sh` beside itself, as in the repository: the
+    /// embedded copy finds it there too.
+    #[test]
+    fn the_mirror_library_is_written_beside_the_script() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = ". \"$(dirname \"${BASH_SOURCE[0]}\")/lib/debian-mirror.sh\"\n\
+                      debian_mirror >\"$(dirname \"${BASH_SOURCE[0]}\")/mirror\"\necho /done\n";
+        let got = run_script(
+            dir.path(),
+            "m.sh",
+            script,
+            "1.20.2",
+            &[("HACTL_DEBIAN_MIRROR", "http://mirror.invalid/debian")],
+        )
+        .unwrap();
+        assert_eq!(got, Path::new("/done"));
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("mirror")).unwrap(),
+            "http://mirror.invalid/debian\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("lib/debian-mirror.sh")).unwrap(),
+            DEBIAN_MIRROR_LIB
+        );
     }
 }

@@ -376,6 +376,17 @@ fn progress(name: &str, msg: impl fmt::Display) {
     eprintln!("lab {name}: {msg}");
 }
 
+/// Builds the base image of `suite` unless it is cached (what `up` boots its hosts from), and
+/// returns its directory; nothing else is made.
+pub fn base_image(suite: &str) -> Result<PathBuf> {
+    require_root()?;
+    let mut opts = LabUpOptions::new("image");
+    opts.suite = suite.to_string();
+    validate(&opts)?;
+    ensure_host_tools()?;
+    image::ensure_base(&opts.root, suite, &mut |m| eprintln!("lab: {m}"))
+}
+
 /// Builds (or reuses) the base image, makes the bridge, boots every host in parallel, waits for
 /// each one's sshd, and writes the inventory. A lab left over under the same name is removed first.
 pub fn up(opts: &LabUpOptions) -> Result<Lab> {
