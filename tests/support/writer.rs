@@ -1,7 +1,10 @@
 //! A writer through the VIP, shared by the lab tests that prove "0 failed writes": a thread runs
-//! `hactl-etcdctl --endpoints=https://<VIP>:2379 --command-timeout=3s put` on one lab host in a
+//! `hactl-etcdctl --endpoints=https://<VIP>:2379 --command-timeout=10s put` on one lab host in a
 //! loop (each put a new process, reading the host's trust file and client certificate afresh),
-//! counting writes and failures, until stopped (or dropped).
+//! counting writes and failures, until stopped (or dropped). A write fails when etcd refuses it
+//! or it takes more than 10 s (3 s were too few on the loaded 2-core machine: a put starved of CPU
+//! missed it without any outage); the slowest write is printed when the writer stops, so a pause
+//! shorter than that still shows.
 //!
 //! `support::writer` (see `support/mod.rs`); it builds on `support::lab`.
 #![allow(dead_code)]
@@ -47,6 +50,7 @@ pub struct VipWriter {
     stop: Arc<AtomicBool>,
     writes: Arc<AtomicUsize>,
     failed: Arc<AtomicUsize>,
+    slowest_ms: Arc<AtomicUsize>,
     handle: Option<JoinHandle<()>>,
 }
 
@@ -60,26 +64,30 @@ impl VipWriter {
     ) -> VipWriter {
         let stop = Arc::new(AtomicBool::new(false));
         let (writes, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let slowest_ms = Arc::new(AtomicUsize::new(0));
         let endpoint = format!("--endpoints=https://{}:2379", (*lab).as_ref().lab().vip);
         let handle = {
             let (stop, writes, failed) = (stop.clone(), writes.clone(), failed.clone());
+            let slowest_ms = slowest_ms.clone();
             let (host, prefix) = (host.to_string(), prefix.to_string());
             std::thread::spawn(move || {
                 let mut i = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     i += 1;
                     let lab: &TestLab = (*lab).as_ref();
+                    let started = std::time::Instant::now();
                     let o = lab.exec(
                         &host,
                         &[
                             "/usr/local/sbin/hactl-etcdctl",
                             &endpoint,
-                            "--command-timeout=3s",
+                            "--command-timeout=10s",
                             "put",
                             &format!("{prefix}/{}", i % 64),
                             &i.to_string(),
                         ],
                     );
+                    slowest_ms.fetch_max(started.elapsed().as_millis() as usize, Ordering::Relaxed);
                     writes.fetch_add(1, Ordering::Relaxed);
                     if !o.status.success() {
                         failed.fetch_add(1, Ordering::Relaxed);
@@ -93,6 +101,7 @@ impl VipWriter {
             stop,
             writes,
             failed,
+            slowest_ms,
             handle: Some(handle),
         }
     }
@@ -108,6 +117,12 @@ impl VipWriter {
         if let Some(h) = self.handle.take() {
             h.join().unwrap();
         }
+        eprintln!(
+            "writer: {} writes, {} failed, the slowest took {} ms",
+            self.writes.load(Ordering::Relaxed),
+            self.failed.load(Ordering::Relaxed),
+            self.slowest_ms.load(Ordering::Relaxed)
+        );
         (
             self.writes.load(Ordering::Relaxed),
             self.failed.load(Ordering::Relaxed),
