@@ -78,6 +78,10 @@ fn inventory(members: usize, key_type: KeyType) -> Inventory {
             service_cidr: "10.96.0.0/12".parse().unwrap(),
             pod_cidr: "10.244.0.0/16".parse().unwrap(),
             mode: KubernetesMode::Systemd,
+            images: hactl::inventory::ImageSource::Registry(hactl::inventory::DEFAULT_IMAGE_REGISTRY.into()),
+            containerd: BinarySource::Package,
+            cgroup_driver: hactl::inventory::CgroupDriver::Systemd,
+            eviction_hard: Default::default(),
         }),
         pki: PkiSpec {
             renew_before_days: 30,

@@ -517,6 +517,7 @@ mod tests {
                 Step::Run(c) => format!("{}\n", c.line(false)),
                 Step::Upload(u) => format!("{u}\n"),
                 Step::Wait(c) => format!("{c}\n"),
+                Step::Api(r) => format!("api {r}\n"),
             })
             .collect()
     }
