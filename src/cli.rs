@@ -481,7 +481,7 @@ pub struct RemoveArgs {
     pub inventory: InventoryArgs,
     #[command(flatten)]
     pub connect: ConnectArgs,
-    /// The etcd member (its name, which was its host's inventory name).
+    /// The etcd member, or the worker Node, to remove (its host's inventory name).
     pub member: String,
     /// The member's host is gone for good: no SSH to it, so nothing is fenced or moved there.
     /// Name the member: `--confirm-dead MEMBER`.
