@@ -440,6 +440,7 @@ fn changing_a_host_address_reissues_only_the_certs_that_name_it_from_the_same_ca
             "kubernetes/apiserver-cp1.crt: re-issued (SANs changed: +10.0.0.14, -10.0.0.12)",
             "kubernetes/apiserver-cp2.crt: re-issued (SANs changed: +10.0.0.14, -10.0.0.12)",
             "kubernetes/apiserver-cp3.crt: re-issued (SANs changed: +10.0.0.14, -10.0.0.12)",
+            "kubernetes/kubelet-serving-cp2.crt: re-issued (SANs changed: +10.0.0.14, -10.0.0.12)",
         ]
     );
     let server = second.etcd_server("cp2").unwrap();

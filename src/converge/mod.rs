@@ -630,7 +630,12 @@ impl crate::plan::ApiSender for AdminApi {
             .await?;
         let method = reqwest::Method::from_bytes(request.method.as_bytes())?;
         let (code, body) = api
-            .request(method, &request.path, &request.content_type, request.body.as_ref())
+            .request(
+                method,
+                &request.path,
+                &request.content_type,
+                request.body.as_ref(),
+            )
             .await?;
         if !(200..300).contains(&code) {
             return Err(crate::kubernetes::api::status_error(request.to_string(), code, &body).into());

@@ -72,7 +72,8 @@ async fn build(
         crate::inventory::ImageSource::Dir(dir) => Some(image_set(dir, kube)?),
     };
     Ok(Some(
-        crate::kubernetes::KubernetesInputs::new(binaries.as_ref(), key).with_node(containerd.as_ref(), images),
+        crate::kubernetes::KubernetesInputs::new(binaries.as_ref(), key)
+            .with_node(containerd.as_ref(), images),
     ))
 }
 
