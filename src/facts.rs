@@ -611,6 +611,70 @@ kubeversion kube-apiserver Kubernetes v1.31.4\naddr lo 127.0.0.1/8\naddr host0 1
     }
 
     #[test]
+    fn a_node_hosts_probe_reads_its_images_routes_and_node() {
+        let node = r#"{"kind":"Node","apiVersion":"v1","metadata":{"name":"w1","labels":{"kubernetes.io/hostname":"w1"}},"spec":{"podCIDR":"10.244.3.0/24","podCIDRs":["10.244.3.0/24"],"taints":[{"key":"node-role.kubernetes.io/master","effect":"NoSchedule"},{"key":"k","value":"v","effect":"NoExecute"}]},"status":{"conditions":[{"type":"Ready","status":"True","message":"kubelet is  posting ready status"}]}}"#;
+        let text = format!(
+            "snapfs overlayfs\nconntrackmax readonly\n\
+ctrimage hactl.local/pause:3.4 sha256:{d}\n\
+podroute 10.244.4.0/24 10.0.0.42\nnode {node}\n",
+            d = "0e".repeat(32)
+        );
+        let f = parse(&text);
+        let n = f.node.unwrap();
+        assert_eq!(n.snapshot_fs, "overlayfs");
+        assert_eq!(n.conntrack_max, ConntrackMax::ReadOnly);
+        assert_eq!(
+            n.images["hactl.local/pause:3.4"],
+            format!("sha256:{}", "0e".repeat(32))
+        );
+        assert_eq!(n.pod_routes["10.244.4.0/24"], "10.0.0.42");
+        let r = n.api.registered().unwrap();
+        assert_eq!(r.pod_cidr.as_deref(), Some("10.244.3.0/24"));
+        assert_eq!(r.labels["kubernetes.io/hostname"], "w1");
+        assert_eq!(
+            r.taints,
+            ["node-role.kubernetes.io/master:NoSchedule", "k=v:NoExecute"]
+        );
+        assert_eq!(parse("node absent\n").node.unwrap().api, NodeApi::Absent);
+        assert_eq!(
+            parse("node unknown curl: (7) Failed to connect\n")
+                .node
+                .unwrap()
+                .api,
+            NodeApi::Unknown("curl: (7) Failed to connect".into())
+        );
+        assert_eq!(
+            parse("node {\"kind\":\"Status\"}\n").node.unwrap().api,
+            NodeApi::Unknown("the answer is not a Node".into())
+        );
+        assert_eq!(
+            parse("os debian 13\n").node,
+            None,
+            "not a node host: nothing asked"
+        );
+        // The probe asks only with the node word, and passes what it needs.
+        let cmd = probe_command(&Query {
+            node: Some(NodeQuery {
+                name: "w1".into(),
+                server: "https://10.0.0.100:6443".into(),
+                ca: "/ca".into(),
+                cert: "/c".into(),
+                key: "/k".into(),
+            }),
+            ..Query::default()
+        });
+        assert_eq!(
+            cmd.argv.last().map(String::as_str),
+            Some("n:w1|https://10.0.0.100:6443|/ca|/c|/k")
+        );
+        assert!(cmd.read_only);
+        assert!(
+            cmd.argv[2].contains("proto 76"),
+            "the route protocol is filled in"
+        );
+    }
+
+    #[test]
     fn files_written_after_a_unit_started_are_reported_beyond_the_slack() {
         // Booted at 1000; etcd started 500 s after boot (1500); kube-apiserver is stopped.
         let text = "boot 1000\n\

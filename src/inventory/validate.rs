@@ -2019,6 +2019,112 @@ mod tests {
         }
     }
 
+    /// The problems of an inventory with three control planes, a worker at `worker_address` and
+    /// `kubernetes` (the section's body) as written.
+    fn node_problems(worker_address: &str, kubernetes: &str) -> Vec<String> {
+        let yaml = [
+            "apiVersion: hactl.io/v1alpha1",
+            "kind: Cluster",
+            "metadata:",
+            "  name: n",
+            "spec:",
+            "  ssh:",
+            "    agent: true",
+            "  hosts:",
+            "  - { name: cp1, address: 10.0.0.11, roles: [etcd, control-plane] }",
+            "  - { name: cp2, address: 10.0.0.12, roles: [etcd, control-plane] }",
+            "  - { name: cp3, address: 10.0.0.13, roles: [etcd, control-plane] }",
+            &format!("  - {{ name: w1, address: {worker_address}, roles: [worker] }}"),
+            "  kubernetes:",
+            "    version: 1.20.2",
+            "    source: bundle",
+            "    bundleDir: /",
+            kubernetes,
+        ]
+        .join("\n");
+        match load_str(Path::new("/tmp/n.yaml"), &yaml) {
+            Ok(_) => vec![],
+            Err(e) => e.problems.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn the_node_fields_are_checked_with_their_places() {
+        assert_eq!(node_problems("10.0.0.41", ""), Vec::<String>::new());
+        let inv = load_str(
+            Path::new("/tmp/n.yaml"),
+            "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: n\nspec:\n  ssh:\n    agent: true\n  hosts:\n  - { name: cp1, address: 10.0.0.11, roles: [etcd, control-plane] }\n  - { name: w1, address: 10.0.0.41, roles: [worker] }\n  allowSingleMember: true\n  kubernetes:\n    version: 1.20.2\n    source: bundle\n    bundleDir: /\n",
+        )
+        .unwrap();
+        let kube = inv.kubernetes.as_ref().unwrap();
+        assert_eq!(kube.images, ImageSource::Registry("registry.k8s.io".into()));
+        assert_eq!(kube.containerd, BinarySource::Package);
+        assert_eq!(kube.cgroup_driver, CgroupDriver::Systemd);
+        assert!(kube.eviction_hard.is_empty());
+        let names: Vec<&str> = inv.node_hosts().iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, ["cp1", "w1"]);
+
+        // (a worker's address, the kubernetes section's extra lines) -> the problems
+        let table: [(&str, &str, &[&str]); 9] = [
+            (
+                "10.0.1.41",
+                "",
+                &["n.yaml: hosts[3].address: 10.0.1.41 is not in 10.0.0.0/24, the network of hosts[0]: every control-plane and worker host must be on one network, since pod traffic is routed from node to node directly (host-gw)"],
+            ),
+            (
+                "10.0.0.41",
+                "    images:\n      dir: /\n      registry: r.example.com",
+                &["n.yaml: kubernetes.images: set dir or registry, not both: dir for archives hactl uploads, registry for one the nodes pull from"],
+            ),
+            (
+                "10.0.0.41",
+                "    images: {}",
+                &["n.yaml: kubernetes.images: empty: set dir (a directory of OCI archives with images.json) or registry, or remove the section to pull from registry.k8s.io"],
+            ),
+            (
+                "10.0.0.41",
+                "    images:\n      registry: https://r.example.com/",
+                &["n.yaml: kubernetes.images.registry: \"https://r.example.com/\" is not a registry: write a host and optional path without a scheme or trailing slash, e.g. registry.k8s.io or mirror.example.com/k8s"],
+            ),
+            (
+                "10.0.0.41",
+                "    images:\n      dir: /nonexistent/images",
+                &["n.yaml: kubernetes.images.dir: /nonexistent/images: no such directory (`scripts/node-images.sh` builds one)"],
+            ),
+            (
+                "10.0.0.41",
+                "    cgroupDriver: docker",
+                &["n.yaml: kubernetes.cgroupDriver: unknown cgroup driver \"docker\": use systemd or cgroupfs"],
+            ),
+            (
+                "10.0.0.41",
+                "    evictionHard:\n      disk.available: 5%\n      memory.available: lots",
+                &[
+                    "n.yaml: kubernetes.evictionHard.disk.available: not an eviction signal: use one of memory.available, nodefs.available, nodefs.inodesFree, imagefs.available, imagefs.inodesFree, pid.available",
+                    "n.yaml: kubernetes.evictionHard.memory.available: \"lots\" is not a threshold: write a percentage (5%) or a quantity (100Mi)",
+                ],
+            ),
+            (
+                "10.0.0.41",
+                "    evictionHard: {}",
+                &["n.yaml: kubernetes.evictionHard: empty: list every threshold the kubelet should keep (an empty map would turn eviction off), or remove the field for the kubelet's defaults"],
+            ),
+            (
+                "10.0.0.41",
+                "    podCidr: 10.244.0.0/25",
+                &["n.yaml: kubernetes.podCidr: 10.244.0.0/25 is smaller than the /24 each node gets from it: use a larger range, e.g. a /16"],
+            ),
+        ];
+        for (address, extra, want) in table {
+            assert_eq!(node_problems(address, extra), want, "{extra}");
+        }
+        let bundle = node_problems("10.0.0.41", "    containerd:\n      source: bundle");
+        assert_eq!(
+            bundle,
+            ["n.yaml: kubernetes.containerd.bundleDir: required when source is bundle: the directory holding the binaries"]
+        );
+    }
+
     #[test]
     fn kubernetes_package_source_is_refused_in_either_mode() {
         let bundle = BinarySource::Bundle { dir: "/b".into() };

@@ -358,3 +358,77 @@ pub fn table(s: &KubernetesStatus) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kubernetes::objects::{Node, NodeCondition, ObjectMeta, Taint};
+
+    fn node(name: &str, ready: &str) -> Node {
+        let mut n = Node {
+            metadata: ObjectMeta {
+                name: name.into(),
+                ..ObjectMeta::default()
+            },
+            ..Node::default()
+        };
+        n.status.conditions.push(NodeCondition {
+            type_: "Ready".into(),
+            status: ready.into(),
+            reason: if ready == "True" {
+                "KubeletReady"
+            } else {
+                "NodeStatusUnknown"
+            }
+            .into(),
+            message: if ready == "True" {
+                ""
+            } else {
+                "Kubelet stopped posting node status."
+            }
+            .into(),
+        });
+        n.status.node_info.kubelet_version = "v1.20.2".into();
+        n
+    }
+
+    #[test]
+    fn every_node_host_is_a_row_and_a_missing_or_unready_node_a_problem() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("inventories/example.yaml");
+        let inv = crate::inventory::load(&path).unwrap();
+        let mut cp1 = node("cp1", "True");
+        cp1.spec.taints.push(Taint {
+            key: "node-role.kubernetes.io/master".into(),
+            value: String::new(),
+            effect: "NoSchedule".into(),
+        });
+        cp1.spec.pod_cidr = Some("10.244.0.0/24".into());
+        let nodes = [cp1, node("cp3", "Unknown"), node("extra", "True")];
+        let (rows, problems) = node_rows(&inv, &nodes);
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["cp1", "cp2", "cp3", "extra"]);
+        assert_eq!(rows[0].taints, ["node-role.kubernetes.io/master:NoSchedule"]);
+        assert_eq!(
+            (rows[0].ready.as_str(), rows[0].pod_cidr.as_str()),
+            ("True", "10.244.0.0/24")
+        );
+        assert!(!rows[1].registered);
+        assert!(
+            !rows[3].in_inventory,
+            "a Node hactl does not manage is listed, not a problem"
+        );
+        assert_eq!(
+            problems,
+            [
+                "cp2 runs no registered Node: run `hactl up` to install and start its kubelet, or see its log (`journalctl -u kubelet` on cp2)",
+                "Node cp3 is not Ready (Ready=Unknown: NodeStatusUnknown Kubelet stopped posting node status.)",
+            ]
+        );
+        let t = table(&KubernetesStatus {
+            nodes: rows,
+            ..KubernetesStatus::default()
+        });
+        assert!(t.contains("cp2        MISSING"), "{t}");
+        assert!(t.contains("(not in the inventory)"), "{t}");
+    }
+}

@@ -67,3 +67,32 @@ impl Phase for InstallNodes {
         Ok(steps)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_missing_packages_are_installed_and_containerds_only_from_packages() {
+        let mut f = crate::facts::HostFacts::default();
+        let pkg = BinarySource::Package;
+        assert_eq!(
+            missing_packages(&f, &pkg),
+            [
+                "containerd",
+                "runc",
+                "containernetworking-plugins",
+                "iptables",
+                "conntrack"
+            ]
+        );
+        let bundle = BinarySource::Bundle { dir: "/b".into() };
+        assert_eq!(missing_packages(&f, &bundle), ["iptables", "conntrack"]);
+        for b in ["containerd", "runc", "iptables", "conntrack"] {
+            f.binaries.insert(b.into(), format!("/usr/bin/{b}"));
+        }
+        assert_eq!(missing_packages(&f, &pkg), ["containernetworking-plugins"]);
+        f.files.insert("/usr/lib/cni/bridge".into(), Default::default());
+        assert!(missing_packages(&f, &pkg).is_empty());
+    }
+}

@@ -256,3 +256,79 @@ impl Phase for StartNodes {
         Ok(steps)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::{NodeApi, NodeFacts, RegisteredNode, UnitState};
+
+    fn with_api(api: NodeApi) -> HostFacts {
+        HostFacts {
+            node: Some(NodeFacts {
+                api,
+                ..NodeFacts::default()
+            }),
+            ..HostFacts::default()
+        }
+    }
+
+    #[test]
+    fn a_node_is_pending_until_its_node_has_a_pod_cidr_and_an_unanswered_api_changes_nothing() {
+        let registered = |cidr: Option<&str>| {
+            NodeApi::Registered(RegisteredNode {
+                pod_cidr: cidr.map(String::from),
+                ..RegisteredNode::default()
+            })
+        };
+        // (what the API said, pending)
+        let table = [
+            (NodeApi::NotAsked, true),
+            (NodeApi::Absent, true),
+            (registered(None), true),
+            (registered(Some("10.244.0.0/24")), false),
+            (NodeApi::Unknown("timeout".into()), false),
+        ];
+        for (api, want) in table {
+            assert_eq!(pending(&with_api(api.clone())), want, "{api:?}");
+        }
+        assert!(pending(&HostFacts::default()), "no facts of a node: pending");
+    }
+
+    #[test]
+    fn a_component_restarts_when_a_file_it_reads_changed_and_starts_when_it_is_not_running() {
+        let config = Upload::new(node::KUBELET_CONFIG, 0o644, "root", "root", b"new".to_vec());
+        let other = Upload::new(node::CNI_CONFLIST, 0o644, "root", "root", b"x".to_vec());
+        let pkg = crate::inventory::BinarySource::Package;
+        let mut f = HostFacts::default();
+        assert_eq!(bring(NodeComponent::Kubelet, &f, &pkg, &[&config]), Bring::Start);
+        f.units.insert(
+            node::KUBELET_UNIT.into(),
+            UnitState {
+                active: "active".into(),
+                enabled: "enabled".into(),
+                ..UnitState::default()
+            },
+        );
+        assert_eq!(
+            bring(NodeComponent::Kubelet, &f, &pkg, &[&config]),
+            Bring::Restart
+        );
+        f.files.insert(
+            config.path.clone(),
+            crate::facts::FileState {
+                sha256: config.sha256.clone(),
+                mode: 0o644,
+                owner: "root".into(),
+                group: "root".into(),
+                mtime: 0,
+            },
+        );
+        assert_eq!(
+            bring(NodeComponent::Kubelet, &f, &pkg, &[&config]),
+            Bring::Nothing
+        );
+        // containerd re-reads the CNI configuration itself; the kubelet does not read it.
+        assert_eq!(bring(NodeComponent::Kubelet, &f, &pkg, &[&other]), Bring::Nothing);
+        assert!(bring_steps(node::KUBELET_UNIT, Bring::Nothing, &f).is_empty());
+    }
+}

@@ -138,13 +138,22 @@ mod tests {
     use super::*;
 
     fn inventory(w2_roles: Option<&str>) -> Inventory {
-        let mut yaml = String::from(
-            "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: t\nspec:\n  ssh:\n    agent: true\n  hosts:\n\
-             - { name: cp1, address: 10.0.0.11, roles: [etcd, control-plane] }\n\
-             - { name: cp2, address: 10.0.0.12, roles: [etcd, control-plane] }\n\
-             - { name: cp3, address: 10.0.0.13, roles: [etcd, control-plane] }\n\
-             - { name: w1, address: 10.0.0.41, roles: [worker] }\n",
-        );
+        let mut yaml = [
+            "apiVersion: hactl.io/v1alpha1",
+            "kind: Cluster",
+            "metadata:",
+            "  name: t",
+            "spec:",
+            "  ssh:",
+            "    agent: true",
+            "  hosts:",
+            "  - { name: cp1, address: 10.0.0.11, roles: [etcd, control-plane] }",
+            "  - { name: cp2, address: 10.0.0.12, roles: [etcd, control-plane] }",
+            "  - { name: cp3, address: 10.0.0.13, roles: [etcd, control-plane] }",
+            "  - { name: w1, address: 10.0.0.41, roles: [worker] }",
+            "",
+        ]
+        .join("\n");
         if let Some(roles) = w2_roles {
             yaml.push_str(&format!(
                 "  - {{ name: w2, address: 10.0.0.42, roles: {roles} }}\n"
