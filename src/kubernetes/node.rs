@@ -291,9 +291,10 @@ impl NodeImages {
         }
     }
 
-    /// The images of an image directory: its pause image always, and the control-plane images
-    /// of `spec.version` in static-pod mode (an error names what is missing). `read` gives an
-    /// archive's content.
+    /// The images of an image directory: its pause image always, the control-plane images of
+    /// `spec.version` in static-pod mode (an error names what is missing), and every other image
+    /// of the directory (the workloads' images of an air-gapped cluster, e.g. the lab's busybox)
+    /// on every node. `read` gives an archive's content.
     pub fn from_set(
         set: &crate::images::ImageSet,
         spec: &KubernetesSpec,
@@ -349,6 +350,16 @@ impl NodeImages {
                 None => {}
             }
         }
+        let is_control_plane = |image: &crate::images::Image| {
+            super::Component::ALL
+                .iter()
+                .any(|c| image.name.rsplit('/').next() == Some(c.binary()))
+        };
+        for image in &set.images {
+            if image.reference != pause.reference && !is_control_plane(image) {
+                ship(image, false)?;
+            }
+        }
         Ok(NodeImages {
             pause: pause.reference.clone(),
             control_plane,
@@ -356,8 +367,8 @@ impl NodeImages {
         })
     }
 
-    /// The images `host` imports: the pause image, and the control-plane images on a
-    /// control-plane host in static-pod mode.
+    /// The images `host` imports: the pause image and the workloads' images, and the
+    /// control-plane images on a control-plane host in static-pod mode.
     pub fn for_host<'a>(&'a self, host: &Host) -> impl Iterator<Item = &'a ShippedImage> {
         let cp = host.has(Role::ControlPlane);
         self.shipped.iter().filter(move |i| cp || !i.control_plane)

@@ -364,7 +364,7 @@ fn the_network_files_wait_for_the_nodes_pod_cidr_and_follow_the_others() {
 }
 
 #[test]
-fn the_images_of_a_directory_are_the_pause_image_and_in_static_pod_mode_the_control_plane() {
+fn the_images_of_a_directory_are_the_pause_image_the_workloads_and_in_static_pod_mode_the_control_plane() {
     let d = |n: u8| format!("sha256:{}", format!("{n:02x}").repeat(32));
     let manifest = format!(
         "{{\"format\": 1, \"kubernetesVersion\": \"v1.20.2\", \"images\": [\n{}\n]}}",
@@ -388,8 +388,13 @@ fn the_images_of_a_directory_are_the_pause_image_and_in_static_pod_mode_the_cont
     let systemd = NodeImages::from_set(&set, kube(&inv), read).unwrap();
     assert_eq!(systemd.pause, "hactl.local/pause:3.4");
     let shipped: Vec<&str> = systemd.shipped.iter().map(|i| i.reference.as_str()).collect();
-    assert_eq!(shipped, ["hactl.local/pause:3.4"], "busybox is the tests' own");
+    assert_eq!(
+        shipped,
+        ["hactl.local/pause:3.4", "hactl.local/busybox:1.35.0"],
+        "the pause image and the workload image, no control-plane image"
+    );
     assert_eq!(systemd.shipped[0].archive.path, "/var/lib/hactl/images/pause.tar");
+    assert!(systemd.shipped.iter().all(|i| !i.control_plane));
     assert_eq!(
         systemd.control_plane["kube-scheduler"],
         "hactl.local/kube-scheduler:v1.20.2"
@@ -398,11 +403,11 @@ fn the_images_of_a_directory_are_the_pause_image_and_in_static_pod_mode_the_cont
     let mut sp = inventory("");
     sp.kubernetes.as_mut().unwrap().mode = KubernetesMode::StaticPod;
     let static_pod = NodeImages::from_set(&set, kube(&sp), read).unwrap();
-    assert_eq!(static_pod.shipped.len(), 4);
+    assert_eq!(static_pod.shipped.len(), 5);
     let on = |h: &str| static_pod.for_host(host(&sp, h)).count();
     assert_eq!(
         (on("cp1"), on("w1")),
-        (4, 1),
+        (5, 2),
         "control-plane images only on control-plane hosts"
     );
     let mut newer = sp.clone();
