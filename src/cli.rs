@@ -503,7 +503,7 @@ pub struct RemoveArgs {
     pub inventory: InventoryArgs,
     #[command(flatten)]
     pub connect: ConnectArgs,
-    /// The etcd member (its name, which was its host's inventory name).
+    /// The etcd member, or the worker Node, to remove (its host's inventory name).
     pub member: String,
     /// (remove attests only the member it removes: `--confirm-dead MEMBER`.)
     #[command(flatten)]

@@ -64,6 +64,9 @@ pub struct HostFacts {
     /// ([`TRUST_FILES`]): path → PEM text (certificates only: public). What the cluster identity
     /// check ([`crate::identity`]) compares with the state directory.
     pub trusted: BTreeMap<String, String>,
+    /// What a node host (control plane or worker) reports about its node components; `None`
+    /// where the query asked nothing of the kind.
+    pub node: Option<NodeFacts>,
 }
 
 /// The CA trust files the probe reads on every host (certificates, never keys).
@@ -74,6 +77,119 @@ pub const TRUST_FILES: [&str; 5] = [
     "/etc/hactl/pki/kubernetes/signing-ca.crt",
     "/etc/hactl/pki/front-proxy/ca.crt",
 ];
+
+/// A node host's containerd, pod routes and Node, as its facts probe read them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// The filesystem type under containerd's data dir (`stat -f -c %T` of it, or of its nearest
+    /// existing parent): `overlayfs` means containerd's overlayfs snapshotter cannot stack there.
+    pub snapshot_fs: String,
+    /// Whether `net.netfilter.nf_conntrack_max` can be set here (kube-proxy sets it unless told
+    /// not to; a network namespace sees it read-only).
+    pub conntrack_max: ConntrackMax,
+    /// Images in containerd's `k8s.io` namespace: reference → manifest digest (when containerd
+    /// runs).
+    pub images: std::collections::BTreeMap<String, String>,
+    /// hactl's pod routes (`ip route … proto 76`): destination → gateway.
+    pub pod_routes: std::collections::BTreeMap<String, String>,
+    /// The host's Node as the API answered its kubelet's credentials.
+    pub api: NodeApi,
+}
+
+/// Whether `nf_conntrack_max` is writable on a node host.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ConntrackMax {
+    #[default]
+    Writable,
+    ReadOnly,
+    /// The conntrack module is not loaded yet (it is once iptables uses it): writable then.
+    Absent,
+}
+
+/// What the API said about a node host's Node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum NodeApi {
+    /// Not asked: the host holds no kubelet credentials yet.
+    #[default]
+    NotAsked,
+    /// The apiserver did not answer (or answered something other than 200 or 404).
+    Unknown(String),
+    /// No Node of that name: the kubelet has not registered (or the Node was deleted).
+    Absent,
+    Registered(RegisteredNode),
+}
+
+impl NodeApi {
+    pub fn registered(&self) -> Option<&RegisteredNode> {
+        match self {
+            NodeApi::Registered(n) => Some(n),
+            _ => None,
+        }
+    }
+}
+
+/// The parts of a registered Node that planning reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegisteredNode {
+    /// `spec.podCIDR`, once the controller-manager allocated it.
+    pub pod_cidr: Option<String>,
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// `key=value:effect` (`key:effect` without a value).
+    pub taints: Vec<String>,
+}
+
+impl RegisteredNode {
+    /// Reads the API's Node JSON; `None` when it is not a Node.
+    pub fn parse(json: &str) -> Option<RegisteredNode> {
+        #[derive(serde::Deserialize)]
+        struct Raw {
+            #[serde(default)]
+            metadata: RawMeta,
+            #[serde(default)]
+            spec: RawSpec,
+            kind: String,
+        }
+        #[derive(serde::Deserialize, Default)]
+        struct RawMeta {
+            #[serde(default)]
+            labels: std::collections::BTreeMap<String, String>,
+        }
+        #[derive(serde::Deserialize, Default)]
+        struct RawSpec {
+            #[serde(default, rename = "podCIDR")]
+            pod_cidr: Option<String>,
+            #[serde(default)]
+            taints: Vec<RawTaint>,
+        }
+        #[derive(serde::Deserialize)]
+        struct RawTaint {
+            key: String,
+            #[serde(default)]
+            value: String,
+            effect: String,
+        }
+        let raw: Raw = serde_json::from_str(json).ok()?;
+        (raw.kind == "Node").then(|| RegisteredNode {
+            pod_cidr: raw.spec.pod_cidr.filter(|c| !c.is_empty()),
+            labels: raw.metadata.labels,
+            taints: raw
+                .spec
+                .taints
+                .into_iter()
+                .map(|t| {
+                    if t.value.is_empty() {
+                        format!("{}:{}", t.key, t.effect)
+                    } else {
+                        format!("{}={}:{}", t.key, t.value, t.effect)
+                    }
+                })
+                .collect(),
+        })
+    }
+}
+
+/// The `proto` number that marks hactl's pod routes (not one `ip` names; see `rt_protos`).
+pub const POD_ROUTE_PROTO: u8 = 76;
 
 impl HostFacts {
     /// The interface that carries `address`, when the host has it.
@@ -158,6 +274,19 @@ pub struct Query {
     pub units: Vec<String>,
     pub files: Vec<String>,
     pub binaries: Vec<String>,
+    /// A node host: what its node components need to be planned ([`NodeFacts`]).
+    pub node: Option<NodeQuery>,
+}
+
+/// What a node host's facts read about its Node: its name, the apiserver its kubelet uses and
+/// the kubelet's credentials (the Node authorizer lets a kubelet read Nodes).
+#[derive(Debug, Clone, Default)]
+pub struct NodeQuery {
+    pub name: String,
+    pub server: String,
+    pub ca: String,
+    pub cert: String,
+    pub key: String,
 }
 
 /// The probe script; arguments: data dir, then `u:<unit>`, `f:<path>` and `b:<binary>` words.
@@ -206,6 +335,24 @@ for a in "$@"; do
          head -n 3 "$p" | grep -q 'Managed by hactl' || echo "foreign $p"
        fi ;;
   b:*) b=${a#b:}; w=$(command -v "$b" 2>/dev/null) && echo "bin $b $w" ;;
+  n:*) set -- $(printf '%s' "${a#n:}" | tr '|' ' ')
+       d=/var/lib/containerd; while [ ! -e "$d" ] && [ "$d" != / ]; do d=$(dirname "$d"); done
+       echo "snapfs $(stat -f -c %T "$d" 2>/dev/null)"
+       c=/proc/sys/net/netfilter/nf_conntrack_max
+       if [ ! -e "$c" ]; then echo "conntrackmax absent"; elif [ -w "$c" ]; then echo "conntrackmax writable"; else echo "conntrackmax readonly"; fi
+       if command -v ctr >/dev/null 2>&1 && [ "$(systemctl is-active containerd.service 2>/dev/null)" = active ]; then
+         ctr -n k8s.io images ls 2>/dev/null | awk 'NR > 1 && $3 ~ /^sha256:/ {print "ctrimage", $1, $3}'
+       fi
+       ip -o route show proto @PROTO@ 2>/dev/null | awk '$2 == "via" {print "podroute", $1, $3}'
+       if [ -r "$5" ] && [ -r "$4" ] && [ -r "$3" ]; then
+         out=$(curl -sS --max-time 3 -w '\n%{http_code}' --cacert "$3" --cert "$4" --key "$5" "$2/api/v1/nodes/$1" 2>&1)
+         code=$(printf '%s\n' "$out" | tail -n 1)
+         case $code in
+         200) echo "node $(printf '%s\n' "$out" | sed '$d' | tr -d '\n')" ;;
+         404) echo "node absent" ;;
+         *) echo "node unknown $(printf '%s\n' "$out" | head -n 1)" ;;
+         esac
+       fi ;;
   esac
 done
 # What is missing is a fact, not a failure (dash's `command -v` of a missing binary is 127).
@@ -217,13 +364,17 @@ pub fn probe_command(query: &Query) -> RemoteCommand {
     let mut argv = vec![
         "sh".to_string(),
         "-c".to_string(),
-        PROBE.to_string(),
+        PROBE.replace("@PROTO@", &POD_ROUTE_PROTO.to_string()),
         "hactl-facts".to_string(),
         query.data_dir.clone(),
     ];
     argv.extend(query.units.iter().map(|u| format!("u:{u}")));
     argv.extend(query.files.iter().map(|f| format!("f:{f}")));
     argv.extend(query.binaries.iter().map(|b| format!("b:{b}")));
+    // Last: the node word sets the positional parameters for itself.
+    if let Some(n) = &query.node {
+        argv.push(format!("n:{}|{}|{}|{}|{}", n.name, n.server, n.ca, n.cert, n.key));
+    }
     RemoteCommand::read_only(argv)
 }
 
@@ -252,6 +403,10 @@ pub async fn gather(t: &dyn Transport, query: &Query) -> Result<HostFacts, Facts
         facts.privileged = false;
     }
     Ok(facts)
+}
+
+fn node(f: &mut HostFacts) -> &mut NodeFacts {
+    f.node.get_or_insert_with(NodeFacts::default)
 }
 
 /// Parses the probe's output (one fact per line; unknown lines are ignored).
@@ -363,6 +518,39 @@ pub fn parse(text: &str) -> HostFacts {
                     );
                 }
             }
+            "snapfs" => node(&mut f).snapshot_fs = rest.join(" "),
+            "conntrackmax" => {
+                node(&mut f).conntrack_max = match rest.first() {
+                    Some(&"readonly") => ConntrackMax::ReadOnly,
+                    Some(&"absent") => ConntrackMax::Absent,
+                    _ => ConntrackMax::Writable,
+                }
+            }
+            "ctrimage" => {
+                if let [reference, digest] = rest.as_slice() {
+                    node(&mut f)
+                        .images
+                        .insert(reference.to_string(), digest.to_string());
+                }
+            }
+            "podroute" => {
+                if let [dst, via] = rest.as_slice() {
+                    node(&mut f).pod_routes.insert(dst.to_string(), via.to_string());
+                }
+            }
+            "node" => {
+                let raw = line.trim_start().strip_prefix("node").unwrap_or("").trim();
+                node(&mut f).api = match raw {
+                    "absent" => NodeApi::Absent,
+                    _ if raw.starts_with("unknown") => {
+                        NodeApi::Unknown(raw.trim_start_matches("unknown").trim().to_string())
+                    }
+                    json => match RegisteredNode::parse(json) {
+                        Some(n) => NodeApi::Registered(n),
+                        None => NodeApi::Unknown("the answer is not a Node".into()),
+                    },
+                };
+            }
             "addr" => {
                 if let [interface, cidr] = rest.as_slice() {
                     let (ip, prefix) = cidr.split_once('/').unwrap_or((cidr, ""));
@@ -423,6 +611,70 @@ kubeversion kube-apiserver Kubernetes v1.31.4\naddr lo 127.0.0.1/8\naddr host0 1
     }
 
     #[test]
+    fn a_node_hosts_probe_reads_its_images_routes_and_node() {
+        let node = r#"{"kind":"Node","apiVersion":"v1","metadata":{"name":"w1","labels":{"kubernetes.io/hostname":"w1"}},"spec":{"podCIDR":"10.244.3.0/24","podCIDRs":["10.244.3.0/24"],"taints":[{"key":"node-role.kubernetes.io/master","effect":"NoSchedule"},{"key":"k","value":"v","effect":"NoExecute"}]},"status":{"conditions":[{"type":"Ready","status":"True","message":"kubelet is  posting ready status"}]}}"#;
+        let text = format!(
+            "snapfs overlayfs\nconntrackmax readonly\n\
+ctrimage hactl.local/pause:3.4 sha256:{d}\n\
+podroute 10.244.4.0/24 10.0.0.42\nnode {node}\n",
+            d = "0e".repeat(32)
+        );
+        let f = parse(&text);
+        let n = f.node.unwrap();
+        assert_eq!(n.snapshot_fs, "overlayfs");
+        assert_eq!(n.conntrack_max, ConntrackMax::ReadOnly);
+        assert_eq!(
+            n.images["hactl.local/pause:3.4"],
+            format!("sha256:{}", "0e".repeat(32))
+        );
+        assert_eq!(n.pod_routes["10.244.4.0/24"], "10.0.0.42");
+        let r = n.api.registered().unwrap();
+        assert_eq!(r.pod_cidr.as_deref(), Some("10.244.3.0/24"));
+        assert_eq!(r.labels["kubernetes.io/hostname"], "w1");
+        assert_eq!(
+            r.taints,
+            ["node-role.kubernetes.io/master:NoSchedule", "k=v:NoExecute"]
+        );
+        assert_eq!(parse("node absent\n").node.unwrap().api, NodeApi::Absent);
+        assert_eq!(
+            parse("node unknown curl: (7) Failed to connect\n")
+                .node
+                .unwrap()
+                .api,
+            NodeApi::Unknown("curl: (7) Failed to connect".into())
+        );
+        assert_eq!(
+            parse("node {\"kind\":\"Status\"}\n").node.unwrap().api,
+            NodeApi::Unknown("the answer is not a Node".into())
+        );
+        assert_eq!(
+            parse("os debian 13\n").node,
+            None,
+            "not a node host: nothing asked"
+        );
+        // The probe asks only with the node word, and passes what it needs.
+        let cmd = probe_command(&Query {
+            node: Some(NodeQuery {
+                name: "w1".into(),
+                server: "https://10.0.0.100:6443".into(),
+                ca: "/ca".into(),
+                cert: "/c".into(),
+                key: "/k".into(),
+            }),
+            ..Query::default()
+        });
+        assert_eq!(
+            cmd.argv.last().map(String::as_str),
+            Some("n:w1|https://10.0.0.100:6443|/ca|/c|/k")
+        );
+        assert!(cmd.read_only);
+        assert!(
+            cmd.argv[2].contains("proto 76"),
+            "the route protocol is filled in"
+        );
+    }
+
+    #[test]
     fn files_written_after_a_unit_started_are_reported_beyond_the_slack() {
         // Booted at 1000; etcd started 500 s after boot (1500); kube-apiserver is stopped.
         let text = "boot 1000\n\
@@ -452,6 +704,7 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
             units: vec!["etcd.service".into()],
             files: vec!["/etc/a b".into()],
             binaries: vec!["etcd".into()],
+            node: None,
         });
         assert!(cmd.read_only);
         assert_eq!(
@@ -467,6 +720,7 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
             units: vec![],
             files: vec!["/etc/hostname".into()],
             binaries: vec!["sh".into()],
+            node: None,
         });
         let out = std::process::Command::new("sh")
             .arg("-c")
@@ -492,6 +746,7 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
             units: vec![],
             files: vec!["/nonexistent/file".into()],
             binaries: vec!["sh".into(), "hactl-no-such-binary".into()],
+            node: None,
         });
         for shell in ["sh", "bash"] {
             let out = std::process::Command::new(shell)

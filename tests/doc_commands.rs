@@ -559,6 +559,18 @@ fn every_inventory_field_has_an_entry_in_the_reference() {
                 service_cidr: Some("10.96.0.0/12".into()),
                 pod_cidr: Some("10.244.0.0/16".into()),
                 mode: Some("systemd".into()),
+                images: Some(RawImages {
+                    dir: Some("i".into()),
+                    registry: Some("registry.k8s.io".into()),
+                }),
+                containerd: RawContainerd {
+                    source: RawSourceKind::Release,
+                    release_url: Some("https://x".into()),
+                    sha256: Some("0".into()),
+                    bundle_dir: Some("b".into()),
+                },
+                cgroup_driver: Some("systemd".into()),
+                eviction_hard: Some(Default::default()),
             }),
             pki: RawPki {
                 key_type: Some("ecdsa-p256".into()),

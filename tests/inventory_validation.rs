@@ -121,7 +121,7 @@ fn bad_inventories_report_every_problem_with_its_place() {
         (
             "nine etcd members",
             format!(
-                "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: lab\nspec:\n  ssh:\n    agent: true\n  hosts:\n{}  kubernetes:\n    version: 1.31.4\n    mode: static-pod\n",
+                "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: lab\nspec:\n  ssh:\n    agent: true\n  hosts:\n{}  kubernetes:\n    version: 1.31.4\n    mode: static-pod\n    source: bundle\n    bundleDir: /\n",
                 hosts_yaml(9, "[etcd, control-plane]")
             ),
             vec!["lab.yaml: hosts: 9 etcd members: more than 7 slows every write and adds little fault tolerance; use 3, 5 or 7".into()],
@@ -329,7 +329,7 @@ fn bad_inventories_report_every_problem_with_its_place() {
                 &format!("    source: release\n    releaseUrl: https://example.com/kubernetes-server-linux-amd64.tar.gz\n    sha256: {}\n", "ab".repeat(32)),
                 "    source: package\n",
             )]),
-            vec!["lab.yaml: kubernetes.source: package is not available: Debian has no kube-apiserver, kube-controller-manager or kube-scheduler package; set kubernetes.source to release (releaseUrl: the kubernetes-server-linux-amd64.tar.gz of your version, with its sha256) or bundle (bundleDir: a directory holding the three binaries)".into()],
+            vec!["lab.yaml: kubernetes.source: package is not available: Debian has no kubelet, kube-proxy, kube-apiserver, kube-controller-manager or kube-scheduler package; set kubernetes.source to release (releaseUrl: the kubernetes-server-linux-amd64.tar.gz of your version, with its sha256) or bundle (bundleDir: a directory holding the binaries)".into()],
         ),
         (
             "kubernetes without a source (package by default) in systemd mode",
@@ -337,7 +337,7 @@ fn bad_inventories_report_every_problem_with_its_place() {
                 &format!("    source: release\n    releaseUrl: https://example.com/kubernetes-server-linux-amd64.tar.gz\n    sha256: {}\n", "ab".repeat(32)),
                 "    mode: systemd\n",
             )]),
-            vec!["lab.yaml: kubernetes.source: package is not available: Debian has no kube-apiserver, kube-controller-manager or kube-scheduler package; set kubernetes.source to release (releaseUrl: the kubernetes-server-linux-amd64.tar.gz of your version, with its sha256) or bundle (bundleDir: a directory holding the three binaries)".into()],
+            vec!["lab.yaml: kubernetes.source: package is not available: Debian has no kubelet, kube-proxy, kube-apiserver, kube-controller-manager or kube-scheduler package; set kubernetes.source to release (releaseUrl: the kubernetes-server-linux-amd64.tar.gz of your version, with its sha256) or bundle (bundleDir: a directory holding the binaries)".into()],
         ),
         (
             "bundle dir missing",
@@ -769,18 +769,20 @@ fn workers_are_read_with_their_role_alone() {
 }
 
 #[test]
-fn static_pod_mode_takes_a_package_source() {
-    // Static pods run images: no binaries are installed, so the package source is not refused.
+fn static_pod_mode_refuses_a_package_source_too() {
+    // Static pods run the control plane from images, but every control-plane host runs a
+    // kubelet and kube-proxy, which no distribution packages: the package source is refused.
     let text = edit(&[(
         &format!("    source: release\n    releaseUrl: https://example.com/kubernetes-server-linux-amd64.tar.gz\n    sha256: {}\n", "ab".repeat(32)),
         "    source: package\n    mode: static-pod\n",
     )]);
-    let inv = inventory::load_str(Path::new("/srv/lab.yaml"), &text).unwrap_or_else(|err| panic!("{err}"));
-    let kube = inv.kubernetes.unwrap();
-    assert_eq!(
-        (kube.source, kube.mode),
-        (BinarySource::Package, KubernetesMode::StaticPod)
+    let err = inventory::load_str(Path::new("/srv/lab.yaml"), &text).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("kubernetes.source: package is not available: Debian has no kubelet"),
+        "{err}"
     );
+    let _ = (BinarySource::Package, KubernetesMode::StaticPod);
 }
 
 #[test]

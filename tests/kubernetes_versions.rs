@@ -18,6 +18,10 @@ fn unit_flags(version: &str, component: Component) -> Vec<String> {
         service_cidr: "10.96.0.0/12".parse().unwrap(),
         pod_cidr: "10.244.0.0/16".parse().unwrap(),
         mode: KubernetesMode::Systemd,
+        images: inventory::ImageSource::Registry(inventory::DEFAULT_IMAGE_REGISTRY.into()),
+        containerd: BinarySource::Package,
+        cgroup_driver: inventory::CgroupDriver::Systemd,
+        eviction_hard: Default::default(),
     });
     let host = inv.host("cp1").unwrap().clone();
     let unit = files::unit(component, &host, &inv).unwrap();

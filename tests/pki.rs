@@ -78,6 +78,10 @@ fn inventory(members: usize, key_type: KeyType) -> Inventory {
             service_cidr: "10.96.0.0/12".parse().unwrap(),
             pod_cidr: "10.244.0.0/16".parse().unwrap(),
             mode: KubernetesMode::Systemd,
+            images: hactl::inventory::ImageSource::Registry(hactl::inventory::DEFAULT_IMAGE_REGISTRY.into()),
+            containerd: BinarySource::Package,
+            cgroup_driver: hactl::inventory::CgroupDriver::Systemd,
+            eviction_hard: Default::default(),
         }),
         pki: PkiSpec {
             renew_before_days: 30,
@@ -436,6 +440,7 @@ fn changing_a_host_address_reissues_only_the_certs_that_name_it_from_the_same_ca
             "kubernetes/apiserver-cp1.crt: re-issued (SANs changed: +10.0.0.14, -10.0.0.12)",
             "kubernetes/apiserver-cp2.crt: re-issued (SANs changed: +10.0.0.14, -10.0.0.12)",
             "kubernetes/apiserver-cp3.crt: re-issued (SANs changed: +10.0.0.14, -10.0.0.12)",
+            "kubernetes/kubelet-serving-cp2.crt: re-issued (SANs changed: +10.0.0.14, -10.0.0.12)",
         ]
     );
     let server = second.etcd_server("cp2").unwrap();

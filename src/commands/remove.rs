@@ -1,9 +1,11 @@
-//! `hactl remove MEMBER`: the flags become [`crate::operations::remove::Options`]; the operation
-//! manager runs it.
+//! `hactl remove NAME`: the flags become [`crate::operations::remove::Options`] (an etcd member)
+//! or [`crate::operations::remove_node::Options`] (a worker: the state directory issued it a
+//! kubelet certificate and never an etcd one); the operation manager runs it.
 
 use crate::cli::RemoveArgs;
 use crate::operations::manager::{self, Context};
 use crate::operations::remove::{Options, Remove};
+use crate::operations::remove_node;
 
 /// `hactl remove`.
 pub async fn run(args: &RemoveArgs) -> anyhow::Result<i32> {
@@ -17,12 +19,21 @@ pub async fn run(args: &RemoveArgs) -> anyhow::Result<i32> {
             ),
         ));
     }
+    let connect = args.connect.settings();
+    let ctx = Context::new(&inv, &state, &connect);
+    if remove_node::applies(&state, &args.member, args.resume.as_deref()) {
+        // A node host that held no etcd member (a worker).
+        let mut op = remove_node::RemoveNode::new(remove_node::Options {
+            node: args.member.clone(),
+            confirm_dead: !args.confirm_dead.is_empty(),
+            resume: args.resume.clone(),
+        });
+        return manager::run(&mut op, &ctx, &(&args.run).into()).await;
+    }
     let mut op = Remove::new(Options {
         member: args.member.clone(),
         confirm_dead: !args.dead.confirm_dead.is_empty(),
         resume: args.resume.clone(),
     });
-    let connect = args.connect.settings();
-    let ctx = Context::new(&inv, &state, &connect);
     manager::run(&mut op, &ctx, &(&args.run).into()).await
 }

@@ -54,6 +54,23 @@ pub async fn run(args: &ResetArgs) -> anyhow::Result<i32> {
                 hosts.len(),
                 inv.etcd.data_dir
             );
+            let nodes: Vec<&str> = plan
+                .phases
+                .iter()
+                .filter(|p| p.title == reset::NODE_PHASE)
+                .flat_map(|p| p.hosts.iter().map(|h| h.host.as_str()))
+                .collect();
+            if !nodes.is_empty() {
+                println!(
+                    "reset: on {}, the node components' data moved aside as {}",
+                    nodes.join(", "),
+                    crate::kubernetes::node::DATA_DIRS
+                        .iter()
+                        .map(|d| format!("{d}.hactl-reset-{stamp}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
             println!("{}", summary(&inv, &prepared));
             Ok(remote_left(&inv, &prepared, crate::exit::FAILED_AFTER_CHANGES))
         }

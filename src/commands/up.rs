@@ -25,9 +25,19 @@ pub async fn plan(args: &PlanArgs) -> anyhow::Result<i32> {
                 eprint!("{}", first_use(&prepared, fresh));
             }
             exec::run(&prepared.plan, Mode::DryRun, &prepared.transports).await?;
+            if !prepared.pending_nodes.is_empty() {
+                println!(
+                    "then, once the Nodes of {} have registered: their pod network (CNI configuration, \
+                     routes to the other nodes) and the control-plane Nodes' labels, planned by \
+                     `hactl up` from the pod CIDRs they get (a second round of the same run)",
+                    prepared.pending_nodes.join(", ")
+                );
+            }
         }
         OutputFormat::Json => {
-            println!("{}", serde_json::to_string_pretty(&prepared.plan.to_json())?);
+            let mut json = prepared.plan.to_json();
+            json["pendingNodes"] = serde_json::json!(prepared.pending_nodes);
+            println!("{}", serde_json::to_string_pretty(&json)?);
         }
     }
     Ok(crate::exit::OK)

@@ -61,6 +61,12 @@ pub fn phases() -> Vec<Box<dyn Phase>> {
         Box::new(start_kubernetes::StartKubernetes),
         Box::new(roll_apiservers::RollApiservers),
         Box::new(roll_controllers::RollControllers),
+        // The node components on every control-plane and worker host (kubelet, containerd,
+        // kube-proxy, the pod network), once an apiserver answers.
+        Box::new(crate::phases::install_nodes::InstallNodes),
+        Box::new(crate::phases::configure_nodes::ConfigureNodes),
+        Box::new(crate::phases::start_nodes::StartNodes),
+        Box::new(crate::phases::label_nodes::LabelNodes),
     ]
 }
 
@@ -90,6 +96,9 @@ pub struct Prepared {
     /// Host keys seen for the first time and not recorded (a [`preview`]): `host keytype
     /// SHA256:…`, for the operator to compare.
     pub unrecorded_host_keys: Vec<String>,
+    /// Node hosts whose Node the facts showed without a pod CIDR (not registered yet): the plan
+    /// waits for their registration, and `apply` plans their pod network in a second round.
+    pub pending_nodes: Vec<String>,
 }
 
 /// What a command that changes the cluster does between reaching the hosts and its first
@@ -421,6 +430,12 @@ fn build_plan(inv: Inventory, state: StateView, reached: Reached, m: Materials) 
         plan.push(verify_phase(&inv));
     }
     let unrecorded_host_keys = known.map(|k| k.unrecorded()).unwrap_or_default();
+    let pending_nodes = inv
+        .node_hosts()
+        .iter()
+        .filter(|h| facts.get(&h.name).is_none_or(crate::phases::start_nodes::pending))
+        .map(|h| h.name.clone())
+        .collect();
     Ok(Prepared {
         inv,
         state,
@@ -433,6 +448,7 @@ fn build_plan(inv: Inventory, state: StateView, reached: Reached, m: Materials) 
         backup_remote,
         plan,
         unrecorded_host_keys,
+        pending_nodes,
     })
 }
 
@@ -514,6 +530,11 @@ pub async fn gather_facts(
 /// Plans and runs `up` for an inventory loaded by a caller that holds the state's `up` lock
 /// (`up` itself, and each roll of `certs rotate-ca`); `renew` as for [`prepare`]. Prints the
 /// summaries, asks before a disruptive plan unless `opts.yes`, stops between steps on Ctrl-C.
+///
+/// Two rounds when Nodes register during the first: their pod network (CNI configuration,
+/// routes) and the control-plane Nodes' labels need the pod CIDRs the controller-manager gives
+/// them at registration, so once the first plan ran, the facts are read again and what they now
+/// allow is planned and run (nothing else is left by then). `hactl plan` says so.
 pub async fn apply(
     inv: Inventory,
     state: StateView,
@@ -550,26 +571,99 @@ pub async fn apply(
         confirm("this plan restarts running etcd members or control-plane components one at a time")?;
     }
     exec::run::stop_between_steps_on_ctrl_c();
-    match exec::run(&prepared.plan, Mode::Live, &prepared.transports).await {
-        Ok(report) => {
-            member_history::record(&prepared, &state, true).await;
-            ensure_rbac(&prepared).await.context(
-                "hactl up changed the hosts but could not create the kubelet client's \
-                 ClusterRoleBinding; run `hactl up` again once an apiserver answers",
-            )?;
-            println!(
-                "up: done in {:.1}s: {} commands run, {} files written, {} unchanged",
-                started.elapsed().as_secs_f64(),
-                report.commands_run,
-                report.files_written,
-                report.files_unchanged
-            );
-            Ok(crate::exit::OK)
+    let mut report = run_prepared(&prepared).await?;
+    member_history::record(&prepared, &state, true).await;
+    ensure_rbac(&prepared).await.context(
+        "hactl up changed the hosts but could not create the kubelet client's \
+         ClusterRoleBinding; run `hactl up` again once an apiserver answers",
+    )?;
+    if !prepared.pending_nodes.is_empty() {
+        // Second round: the Nodes registered during the first have their pod CIDRs now. The
+        // lock is held and the identity was checked in the first round: no gate.
+        eprintln!(
+            "up: the Nodes of {} registered; planning their pod network from the pod CIDRs they got",
+            prepared.pending_nodes.join(", ")
+        );
+        let Prepared { inv, state: view, .. } = prepared;
+        let again = prepare(inv, view, &opts.connect, &[], &mut NoGate).await?;
+        if !again.plan.is_empty() {
+            eprint!("{}", plan_summary(&again.plan));
+            let more = run_prepared(&again).await?;
+            report.commands_run += more.commands_run;
+            report.files_written += more.files_written;
+            report.files_unchanged += more.files_unchanged;
         }
+        if !again.pending_nodes.is_empty() {
+            bail!(
+                "hactl up changed the hosts but the Nodes of {} have no pod CIDR yet (their kubelets \
+                 registered, the controller-manager allocated none): check `hactl status` and the \
+                 controller-manager's log, then run `hactl up` again",
+                again.pending_nodes.join(", ")
+            );
+        }
+    }
+    println!(
+        "up: done in {:.1}s: {} commands run, {} files written, {} unchanged",
+        started.elapsed().as_secs_f64(),
+        report.commands_run,
+        report.files_written,
+        report.files_unchanged
+    );
+    Ok(crate::exit::OK)
+}
+
+/// Runs a prepared plan live, its API requests ([`crate::plan::Step::Api`]) sent with the admin
+/// credential through the first control-plane apiserver that answers.
+async fn run_prepared(p: &Prepared) -> anyhow::Result<exec::Report> {
+    let api: exec::run::Api = Some(Arc::new(AdminApi {
+        inv: p.inv.clone(),
+        transports: p.transports.clone(),
+        pki_dir: p.state.path.join("pki"),
+        client: tokio::sync::OnceCell::new(),
+    }));
+    match exec::run::run_with_api(&p.plan, Mode::Live, &p.transports, api).await {
+        Ok(report) => Ok(report),
         Err(failed) => {
             eprint!("{}", failed.details());
             Err(anyhow::Error::new(failed).context("hactl up stopped; nothing after the failed step ran; fix the cause and run `hactl up` again to continue"))
         }
+    }
+}
+
+/// The plan's API requests, sent with the admin certificate through the first control-plane
+/// apiserver that answers `/readyz` (reached when the first request comes).
+struct AdminApi {
+    inv: Inventory,
+    transports: Transports,
+    pki_dir: std::path::PathBuf,
+    client: tokio::sync::OnceCell<crate::kubernetes::api::ApiClient>,
+}
+
+#[async_trait::async_trait]
+impl crate::plan::ApiSender for AdminApi {
+    async fn send(&self, request: &crate::plan::ApiRequest) -> anyhow::Result<()> {
+        let api = self
+            .client
+            .get_or_try_init(|| async {
+                crate::kubernetes::rbac::first_ready(&self.inv, &self.transports, &self.pki_dir)
+                    .await
+                    .map(|(_, api)| api)
+                    .map_err(|e| anyhow::anyhow!("no apiserver answered /readyz: {e}"))
+            })
+            .await?;
+        let method = reqwest::Method::from_bytes(request.method.as_bytes())?;
+        let (code, body) = api
+            .request(
+                method,
+                &request.path,
+                &request.content_type,
+                request.body.as_ref(),
+            )
+            .await?;
+        if !(200..300).contains(&code) {
+            return Err(crate::kubernetes::api::status_error(request.to_string(), code, &body).into());
+        }
+        Ok(())
     }
 }
 

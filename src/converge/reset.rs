@@ -64,15 +64,19 @@ fn stop_units(facts: &HostFacts, units: &[(String, Option<String>)]) -> Option<S
 /// its `.hactl-orig` when one was kept, removed otherwise. One the operator wrote since (no
 /// hactl header) is left alone.
 fn give_back(facts: &HostFacts, path: &str) -> Option<Step> {
-    (facts.files.contains_key(path) && !facts.foreign.contains(path)).then(|| {
-        Step::Run(RemoteCommand::new([
-            "sh",
-            "-c",
-            r#"if [ -e "$1.hactl-orig" ]; then mv -f -- "$1.hactl-orig" "$1"; else rm -f -- "$1"; fi"#,
-            "hactl-give-back",
-            path,
-        ]))
-    })
+    (facts.files.contains_key(path) && !facts.foreign.contains(path))
+        .then(|| Step::Run(give_back_command(path)))
+}
+
+/// Puts `path` back from its `.hactl-orig`, or removes it when hactl kept none.
+pub fn give_back_command(path: &str) -> RemoteCommand {
+    RemoteCommand::new([
+        "sh",
+        "-c",
+        r#"if [ -e "$1.hactl-orig" ]; then mv -f -- "$1.hactl-orig" "$1"; else rm -f -- "$1"; fi"#,
+        "hactl-give-back",
+        path,
+    ])
 }
 
 /// The directories on an etcd host that may hold snapshots: the scheduled backups
@@ -198,6 +202,129 @@ pub fn kubernetes_steps(inv: &Inventory, host: &Host, facts: &HostFacts) -> Vec<
     steps
 }
 
+/// Stops what runs pods, before containerd stops: the kubelet and kube-proxy are stopped by
+/// [`stop_units`] first; then every task in containerd's `k8s.io` namespace is killed and deleted
+/// (their shims outlive containerd otherwise), kube-proxy's iptables rules are removed
+/// (`kube-proxy --cleanup`) and so are the kubelet's (the `KUBE-*` chains and the jumps to them
+/// in every table), the pods' volume mounts under the kubelet's directory are unmounted,
+/// and the pods' bridge is deleted.
+pub const STOP_PODS: &str = r#"if command -v ctr >/dev/null 2>&1 && systemctl is-active -q containerd.service; then
+  for t in $(ctr -n k8s.io tasks ls -q 2>/dev/null); do ctr -n k8s.io tasks kill -s SIGKILL "$t" >/dev/null 2>&1 || true; done
+  i=0
+  while ctr -n k8s.io tasks ls 2>/dev/null | awk 'NR > 1 && $3 == "RUNNING"' | grep -q . && [ $i -lt 50 ]; do
+    sleep 0.2; i=$((i + 1))
+  done
+  for t in $(ctr -n k8s.io tasks ls -q 2>/dev/null); do ctr -n k8s.io tasks delete -f "$t" >/dev/null 2>&1 || true; done
+  for c in $(ctr -n k8s.io containers ls -q 2>/dev/null); do ctr -n k8s.io containers rm "$c" >/dev/null 2>&1 || true; done
+fi
+[ ! -x "$1" ] || "$1" --cleanup >/dev/null 2>&1 || true
+for ipt in iptables ip6tables; do
+  command -v "$ipt" >/dev/null 2>&1 || continue
+  for t in filter nat mangle; do
+    "$ipt" -w -t "$t" -S 2>/dev/null | grep -E '^-A [A-Z]+ .*-j KUBE-' | sed 's/^-A/-D/' | while read -r r; do eval "$ipt -w -t $t $r" || true; done
+    chains=$("$ipt" -w -t "$t" -S 2>/dev/null | awk '/^-N KUBE-/ {print $2}')
+    for c in $chains; do "$ipt" -w -t "$t" -F "$c" || true; done
+    for c in $chains; do "$ipt" -w -t "$t" -X "$c" || true; done
+  done
+done
+grep -o " $2/[^ ]*" /proc/mounts | sort -r | while read -r m; do umount "$m" 2>/dev/null || umount -l "$m"; done
+! ip link show "$3" >/dev/null 2>&1 || ip link delete "$3""#;
+
+/// Moves each of the node components' data dirs that exists (the kubelet's, containerd's, the
+/// CNI state and configuration) to `<dir>.<suffix>` and names it on stdout; never deletes one.
+/// Arguments: the suffix (`hactl-reset-<time>`, `hactl-removed-<run>`), then the dirs.
+pub const MOVE_NODE_DATA: &str = r#"suffix=$1; shift
+for d in "$@"; do
+  [ -e "$d" ] || continue
+  mv --no-clobber -- "$d" "$d.$suffix"
+  echo "moved aside: $d -> $d.$suffix"
+done"#;
+
+/// [`MOVE_NODE_DATA`] of every node data dir ([`crate::kubernetes::node::DATA_DIRS`]).
+pub fn move_node_data(suffix: &str) -> RemoteCommand {
+    let mut argv = vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        MOVE_NODE_DATA.to_string(),
+        "hactl-move-node-data".to_string(),
+        suffix.to_string(),
+    ];
+    argv.extend(crate::kubernetes::node::DATA_DIRS.iter().map(|d| d.to_string()));
+    RemoteCommand::new(argv)
+}
+
+/// Stops the kubelet and kube-proxy, the pods ([`STOP_PODS`]), containerd and the pod network
+/// (whose unit removes the routes as it stops). Idempotent.
+pub fn stop_node_components() -> RemoteCommand {
+    use crate::kubernetes::node;
+    let script = format!(
+        "systemctl disable --now {kubelet} {proxy} 2>/dev/null || true\n{stop}\nsystemctl disable --now {containerd} {network} 2>/dev/null || true",
+        kubelet = node::KUBELET_UNIT,
+        proxy = node::KUBE_PROXY_UNIT,
+        stop = STOP_PODS,
+        containerd = node::CONTAINERD_UNIT,
+        network = node::POD_NETWORK_UNIT,
+    );
+    RemoteCommand::new([
+        "sh",
+        "-c",
+        &script,
+        "hactl-stop-node",
+        node::KUBE_PROXY_BIN,
+        "/var/lib/kubelet",
+        node::CNI_BRIDGE,
+    ])
+}
+
+/// The steps that undo `up`'s node components on one control-plane or worker host: the kubelet
+/// and kube-proxy stopped and disabled, every pod's container killed, kube-proxy's rules and the
+/// pods' bridge removed, containerd stopped and disabled, the pod routes removed (the unit's stop
+/// does it), the data dirs moved aside ([`MOVE_NODE_DATA`]), then every file hactl placed (keys,
+/// kubeconfigs, units, binaries, the image archives; containerd's configuration given back from
+/// its `.hactl-orig`). The packages stay installed.
+pub fn node_steps(inv: &Inventory, host: &Host, facts: &HostFacts, stamp: &str) -> Vec<Step> {
+    use crate::kubernetes::node;
+    let Some(kube) = inv.kubernetes.as_ref().filter(|_| host.is_node()) else {
+        return vec![];
+    };
+    let paths = node::managed_paths(kube);
+    let ours = paths
+        .iter()
+        .any(|p| facts.files.contains_key(p) && p != crate::kubernetes::files::CA_CRT);
+    let running = [node::KUBELET_UNIT, node::KUBE_PROXY_UNIT]
+        .iter()
+        .any(|u| facts.units.get(*u).is_some_and(|s| s.active == "active"));
+    if !ours && !running {
+        return vec![];
+    }
+    let mut steps = vec![Step::Run(stop_node_components())];
+    steps.push(Step::Run(move_node_data(&format!("hactl-reset-{stamp}"))));
+    steps.extend(give_back(facts, node::CONTAINERD_CONFIG));
+    // The trust file stays where the control plane reads it too (its own reset removes it).
+    let keep = |p: &String| {
+        p == node::CONTAINERD_CONFIG
+            || p == node::CNI_CONFLIST
+            || (host.has(Role::ControlPlane) && p == crate::kubernetes::files::CA_CRT)
+            || p.starts_with("/usr/lib/cni/")
+    };
+    steps.extend(remove_present(facts, paths.into_iter().filter(|p| !keep(p))));
+    steps.push(Step::Run(remove_image_archives()));
+    steps.push(Step::Run(RemoteCommand::new(["systemctl", "daemon-reload"])));
+    steps
+}
+
+/// Removes the image archives hactl uploaded to a node (copies of the operator's; containerd's
+/// own store is data, moved aside with it).
+pub fn remove_image_archives() -> RemoteCommand {
+    RemoteCommand::new([
+        "sh",
+        "-c",
+        r#"[ ! -d "$1" ] || find "$1" -maxdepth 1 -type f -name '*.tar' -exec rm -f -- {} +"#,
+        "hactl-remove-images",
+        crate::kubernetes::node::IMAGE_DIR,
+    ])
+}
+
 /// The steps that undo `up` on one load balancer: keepalived stopped first (the VIP leaves),
 /// then HAProxy; `haproxy.cfg` and `keepalived.conf` (which holds the VRRP password) given back
 /// or removed; hactl's scripts, sysctl file and the CA copy (and an old health-check key)
@@ -257,6 +384,9 @@ fn host_steps(
         .collect()
 }
 
+/// The title of reset's first phase.
+pub const NODE_PHASE: &str = "Stop and remove the node components";
+
 /// What reset reads besides the facts, before anything changes.
 #[derive(Debug, Clone, Default)]
 pub struct Leftovers {
@@ -269,9 +399,9 @@ pub struct Leftovers {
     pub remote_unreached: Option<String>,
 }
 
-/// Every role, in order: the Kubernetes control plane (it writes to etcd), etcd, then the load
-/// balancers (the VIP stays until nothing behind it serves); last, the push key's authorization
-/// on the backup remote.
+/// Every role, in order: the node components (their pods stop while the API still answers),
+/// the Kubernetes control plane (it writes to etcd), etcd, then the load balancers (the VIP stays
+/// until nothing behind it serves); last, the push key's authorization on the backup remote.
 pub fn plan(
     inv: &Inventory,
     facts: &BTreeMap<String, HostFacts>,
@@ -279,6 +409,20 @@ pub fn plan(
     stamp: &str,
 ) -> Plan {
     let mut plan = Plan::default();
+    plan.push(phase(
+        NODE_PHASE,
+        inv.node_hosts()
+            .into_iter()
+            .map(|h| HostSteps {
+                host: h.name.clone(),
+                sudo: h.ssh.sudo,
+                steps: facts
+                    .get(&h.name)
+                    .map(|f| node_steps(inv, h, f, stamp))
+                    .unwrap_or_default(),
+            })
+            .collect(),
+    ));
     plan.push(phase(
         "Stop and remove the Kubernetes control plane",
         host_steps(inv, Role::ControlPlane, facts, |h, f| kubernetes_steps(inv, h, f)),
@@ -517,6 +661,7 @@ mod tests {
                 Step::Run(c) => format!("{}\n", c.line(false)),
                 Step::Upload(u) => format!("{u}\n"),
                 Step::Wait(c) => format!("{c}\n"),
+                Step::Api(r) => format!("api {r}\n"),
             })
             .collect()
     }

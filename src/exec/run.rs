@@ -13,7 +13,11 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Context};
 
 use super::transport::{Transport, UploadOutcome};
-use crate::plan::{Check, Parallelism, Plan, PlannedPhase, Probe, Step};
+use crate::plan::{ApiSender, Check, Parallelism, Plan, PlannedPhase, Probe, Step};
+
+/// Who sends a plan's [`Step::Api`] requests, if anyone (a plan with such a step and no sender
+/// fails at that step).
+pub type Api = Option<Arc<dyn ApiSender>>;
 
 /// Whether steps are sent to hosts or only printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,6 +98,16 @@ impl PhaseFailed {
 
 /// Runs `plan` (Live) or prints it to stdout (DryRun).
 pub async fn run(plan: &Plan, mode: Mode, transports: &Transports) -> Result<Report, PhaseFailed> {
+    run_with_api(plan, mode, transports, None).await
+}
+
+/// [`run`], with `api` sending the plan's Kubernetes API requests.
+pub async fn run_with_api(
+    plan: &Plan,
+    mode: Mode,
+    transports: &Transports,
+    api: Api,
+) -> Result<Report, PhaseFailed> {
     if mode == Mode::DryRun {
         print!("{plan}");
         return Ok(Report::default());
@@ -104,7 +118,7 @@ pub async fn run(plan: &Plan, mode: Mode, transports: &Transports) -> Result<Rep
     for phase in &plan.phases {
         tracing::info!("== {}", phase.title);
         phases.start(&phase.title);
-        let result = run_phase(phase, transports).await;
+        let result = run_phase(phase, transports, &api).await;
         phases.inc();
         let phase_report = result.map_err(|mut failed| {
             phases.finish();
@@ -117,13 +131,13 @@ pub async fn run(plan: &Plan, mode: Mode, transports: &Transports) -> Result<Rep
     Ok(report)
 }
 
-async fn run_phase(phase: &PlannedPhase, transports: &Transports) -> Result<Report, PhaseFailed> {
+async fn run_phase(phase: &PlannedPhase, transports: &Transports, api: &Api) -> Result<Report, PhaseFailed> {
     let bars: Vec<crate::output::Counter> = phase
         .hosts
         .iter()
         .map(|h| crate::output::Counter::new(format!("  {}", h.host), h.steps.len()))
         .collect();
-    let result = run_phase_hosts(phase, transports, &bars).await;
+    let result = run_phase_hosts(phase, transports, &bars, api).await;
     for bar in &bars {
         bar.finish();
     }
@@ -134,13 +148,14 @@ async fn run_phase_hosts(
     phase: &PlannedPhase,
     transports: &Transports,
     bars: &[crate::output::Counter],
+    api: &Api,
 ) -> Result<Report, PhaseFailed> {
     let mut report = Report::default();
     let mut failures = Vec::new();
     match phase.parallelism {
         Parallelism::OneAtATime => {
             for (host, bar) in phase.hosts.iter().zip(bars) {
-                match run_host(&host.host, &host.steps, transports, bar).await {
+                match run_host(&host.host, &host.steps, transports, bar, api).await {
                     Ok(r) => report.add(&r),
                     Err((r, e)) => {
                         report.add(&r);
@@ -157,7 +172,8 @@ async fn run_phase_hosts(
                 let name = host.host.clone();
                 let steps = host.steps.clone();
                 let bar = bar.clone();
-                set.spawn(async move { (i, run_host(&name, &steps, &transports, &bar).await) });
+                let api = api.clone();
+                set.spawn(async move { (i, run_host(&name, &steps, &transports, &bar, &api).await) });
             }
             let mut results = Vec::new();
             while let Some(joined) = set.join_next().await {
@@ -194,6 +210,7 @@ async fn run_host(
     steps: &[Step],
     transports: &Transports,
     bar: &crate::output::Counter,
+    api: &Api,
 ) -> Result<Report, (Report, anyhow::Error)> {
     let mut report = Report::default();
     let Some(t) = transports.get(host) else {
@@ -210,7 +227,7 @@ async fn run_host(
             Step::Upload(u) => format!("write {}", u.path),
             _ => describe(step, t.sudo()),
         });
-        if let Err(e) = run_step(t.as_ref(), step, &mut report).await {
+        if let Err(e) = run_step(t.as_ref(), step, &mut report, api).await {
             return Err((report, e));
         }
         bar.inc();
@@ -223,10 +240,11 @@ fn describe(step: &Step, sudo: bool) -> String {
         Step::Upload(u) => format!("write {u}"),
         Step::Run(c) => format!("run {}", c.line(sudo)),
         Step::Wait(c) => c.description.clone(),
+        Step::Api(r) => format!("api {r}"),
     }
 }
 
-async fn run_step(t: &dyn Transport, step: &Step, report: &mut Report) -> anyhow::Result<()> {
+async fn run_step(t: &dyn Transport, step: &Step, report: &mut Report, api: &Api) -> anyhow::Result<()> {
     let host = t.host();
     match step {
         Step::Upload(u) => {
@@ -266,6 +284,18 @@ async fn run_step(t: &dyn Transport, step: &Step, report: &mut Report) -> anyhow
         Step::Wait(check) => {
             report.waits += 1;
             wait(t, check).await?;
+        }
+        Step::Api(request) => {
+            let Some(api) = api else {
+                return Err(anyhow!(
+                    "no Kubernetes API client for: {request} (a bug in hactl: this plan was run without one)"
+                ));
+            };
+            tracing::info!("{host}: api {request}");
+            api.send(request)
+                .await
+                .with_context(|| format!("failed to send {request}"))?;
+            report.commands_run += 1;
         }
     }
     Ok(())

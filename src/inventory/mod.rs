@@ -135,7 +135,6 @@ pub enum Role {
     ControlPlane,
     LoadBalancer,
     /// Runs the node components only (kubelet, container runtime, kube-proxy) and ordinary pods.
-    /// Nothing installs them yet: `plan` and `up` have no steps for a worker.
     Worker,
 }
 
@@ -173,6 +172,11 @@ pub struct Host {
 impl Host {
     pub fn has(&self, role: Role) -> bool {
         self.roles.contains(&role)
+    }
+    /// Whether the host runs the node components when the inventory has a kubernetes section
+    /// (control-plane hosts and workers; see [`Inventory::node_hosts`]).
+    pub fn is_node(&self) -> bool {
+        self.has(Role::ControlPlane) || self.has(Role::Worker)
     }
     /// `address` as it appears in a URL (IPv6 in brackets).
     pub fn url_host(&self) -> String {
@@ -284,6 +288,56 @@ pub struct KubernetesSpec {
     pub service_cidr: ipnet::IpNet,
     pub pod_cidr: ipnet::IpNet,
     pub mode: KubernetesMode,
+    /// Where the nodes' images come from (`kubernetes.images`).
+    pub images: ImageSource,
+    /// containerd, runc and the CNI plugins (`kubernetes.containerd`).
+    pub containerd: BinarySource,
+    /// The kubelet's and containerd's cgroup driver (`kubernetes.cgroupDriver`).
+    pub cgroup_driver: CgroupDriver,
+    /// The kubelet's hard eviction thresholds (`kubernetes.evictionHard`); empty: its defaults.
+    pub eviction_hard: std::collections::BTreeMap<String, String>,
+}
+
+/// The kubelet's eviction signals `kubernetes.evictionHard` may name.
+pub const EVICTION_SIGNALS: [&str; 6] = [
+    "memory.available",
+    "nodefs.available",
+    "nodefs.inodesFree",
+    "imagefs.available",
+    "imagefs.inodesFree",
+    "pid.available",
+];
+
+/// Where the nodes' container images come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageSource {
+    /// OCI archives and `images.json` in a directory on the operator machine: uploaded to each
+    /// node, imported into containerd and checked against their digests.
+    Dir(PathBuf),
+    /// A registry or mirror the nodes pull from (`registry.k8s.io`, `mirror.example.com/k8s`).
+    Registry(String),
+}
+
+/// The registry nodes pull from when the inventory names no image source.
+pub const DEFAULT_IMAGE_REGISTRY: &str = "registry.k8s.io";
+
+/// The cgroup driver of the kubelet and containerd (they must agree).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupDriver {
+    /// systemd manages the pods' cgroups (what a host whose init is systemd should use).
+    Systemd,
+    /// The kubelet and runc write the cgroup hierarchies themselves (the lab: systemd-nspawn
+    /// hosts on cgroup v1, where the hosts' systemd cannot manage controllers).
+    Cgroupfs,
+}
+
+impl CgroupDriver {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CgroupDriver::Systemd => "systemd",
+            CgroupDriver::Cgroupfs => "cgroupfs",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -311,6 +365,15 @@ impl Inventory {
     /// Hosts holding `role`, in inventory order.
     pub fn with_role(&self, role: Role) -> Vec<&Host> {
         self.hosts.iter().filter(|h| h.has(role)).collect()
+    }
+    /// The hosts that run the node components (kubelet, containerd, kube-proxy): every
+    /// control-plane host and every worker, in inventory order, when the inventory has a
+    /// kubernetes section; none otherwise.
+    pub fn node_hosts(&self) -> Vec<&Host> {
+        if self.kubernetes.is_none() {
+            return vec![];
+        }
+        self.hosts.iter().filter(|h| h.is_node()).collect()
     }
     pub fn host(&self, name: &str) -> Option<&Host> {
         self.hosts.iter().find(|h| h.name == name)

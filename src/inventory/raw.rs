@@ -247,6 +247,49 @@ pub struct RawKubernetes {
     pub pod_cidr: Option<String>,
     /// `systemd` (default) or `static-pod`.
     pub mode: Option<String>,
+    /// Where the nodes' container images come from (the pause image; in static-pod mode the
+    /// control-plane images): a directory of OCI archives or a registry (default: a registry,
+    /// `registry.k8s.io`).
+    #[serde(default)]
+    pub images: Option<RawImages>,
+    /// containerd and runc (with the CNI reference plugins) on every node host.
+    #[serde(default)]
+    pub containerd: RawContainerd,
+    /// The kubelet's and containerd's cgroup driver: `systemd` (default) or `cgroupfs`.
+    pub cgroup_driver: Option<String>,
+    /// The kubelet's hard eviction thresholds, signal → threshold (`imagefs.available: 5%`);
+    /// replaces the kubelet's defaults as a whole (default: the kubelet's own).
+    #[serde(default)]
+    pub eviction_hard: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// `kubernetes.images`: set exactly one of `dir` and `registry`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawImages {
+    /// A directory on the operator machine holding OCI image archives and their `images.json`
+    /// (what `scripts/node-images.sh` writes); hactl uploads and imports them on every node.
+    pub dir: Option<PathBuf>,
+    /// A registry (or mirror) the nodes pull from, e.g. `registry.k8s.io` or
+    /// `mirror.example.com/k8s`.
+    pub registry: Option<String>,
+}
+
+/// `kubernetes.containerd`: where containerd, runc and the CNI plugins come from.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawContainerd {
+    /// `package` (default: the distribution's containerd, runc and CNI plugins), `release` or
+    /// `bundle`.
+    #[serde(default)]
+    pub source: RawSourceKind,
+    /// A tarball holding containerd, containerd-shim-runc-v2, ctr, runc and the CNI plugins
+    /// bridge, host-local, loopback and portmap (containerd's `cri-containerd-cni` release).
+    pub release_url: Option<String>,
+    pub sha256: Option<String>,
+    /// A directory on the operator machine holding those eight binaries and a `SHA256SUMS`
+    /// file that lists each of them.
+    pub bundle_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]

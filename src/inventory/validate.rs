@@ -23,8 +23,8 @@ use serde_saphyr::MessageFormatter;
 
 use super::raw::{RawBastion, RawInventory, RawSourceKind, RawSsh};
 use super::{
-    BinarySource, EtcdSpec, Host, Inventory, KeyType, KubernetesMode, KubernetesSpec, PkiSpec, Role, SshAuth,
-    SshSpec, Vip, API_VERSION, KIND,
+    BinarySource, CgroupDriver, EtcdSpec, Host, ImageSource, Inventory, KeyType, KubernetesMode,
+    KubernetesSpec, PkiSpec, Role, SshAuth, SshSpec, Vip, API_VERSION, DEFAULT_IMAGE_REGISTRY, KIND,
 };
 
 /// The upper limits of the numeric fields (the lower ones are 0 or 1, said where they are
@@ -1472,6 +1472,77 @@ impl Checker {
                 self.report("kubernetes.source", refusal);
             }
         }
+        if let Some(pod) = pod_cidr {
+            // The controller-manager gives each Node a /24 (IPv4) or /64 (IPv6) out of podCidr.
+            let (mask, default) = if pod.addr().is_ipv4() {
+                (24, "/16")
+            } else {
+                (64, "/48")
+            };
+            if pod.prefix_len() > mask {
+                self.report(
+                    "kubernetes.podCidr",
+                    format!(
+                        "{pod} is smaller than the /{mask} each node gets from it: use a larger \
+                         range, e.g. a {default}"
+                    ),
+                );
+            }
+        }
+        self.node_subnet(hosts);
+        let images = self.images(raw.images.as_ref());
+        let containerd = self.source(
+            raw.containerd.source,
+            raw.containerd.release_url.as_deref(),
+            raw.containerd.sha256.as_deref(),
+            raw.containerd.bundle_dir.as_deref(),
+            "kubernetes.containerd",
+        );
+        let cgroup_driver = match raw.cgroup_driver.as_deref() {
+            None | Some("systemd") => Some(CgroupDriver::Systemd),
+            Some("cgroupfs") => Some(CgroupDriver::Cgroupfs),
+            Some(other) => {
+                self.report(
+                    "kubernetes.cgroupDriver",
+                    format!("unknown cgroup driver {other:?}: use systemd or cgroupfs"),
+                );
+                None
+            }
+        };
+        let eviction_hard = raw.eviction_hard.clone().unwrap_or_default();
+        for (signal, threshold) in &eviction_hard {
+            if !super::EVICTION_SIGNALS.contains(&signal.as_str()) {
+                self.report(
+                    format!("kubernetes.evictionHard.{signal}"),
+                    format!(
+                        "not an eviction signal: use one of {}",
+                        super::EVICTION_SIGNALS.join(", ")
+                    ),
+                );
+            }
+            let percent = threshold
+                .strip_suffix('%')
+                .and_then(|p| p.parse::<f64>().ok())
+                .is_some_and(|p| (0.0..=100.0).contains(&p));
+            let quantity = !threshold.is_empty()
+                && threshold.starts_with(|c: char| c.is_ascii_digit())
+                && threshold.chars().all(|c| c.is_ascii_alphanumeric() || c == '.');
+            if !(percent || quantity) {
+                self.report(
+                    format!("kubernetes.evictionHard.{signal}"),
+                    format!(
+                        "{threshold:?} is not a threshold: write a percentage (5%) or a quantity (100Mi)"
+                    ),
+                );
+            }
+        }
+        if raw.eviction_hard.as_ref().is_some_and(|m| m.is_empty()) {
+            self.report(
+                "kubernetes.evictionHard",
+                "empty: list every threshold the kubelet should keep (an empty map would turn \
+                 eviction off), or remove the field for the kubelet's defaults",
+            );
+        }
         if self.problems.len() != before {
             return None;
         }
@@ -1481,7 +1552,97 @@ impl Checker {
             service_cidr: service_cidr?,
             pod_cidr: pod_cidr?,
             mode: mode?,
+            images: images?,
+            containerd: containerd?,
+            cgroup_driver: cgroup_driver?,
+            eviction_hard,
         }))
+    }
+
+    /// Host-gw routing sends pod traffic straight to the node that holds the pod CIDR, so every
+    /// node host (control plane and workers) must be on one network: the first node host's.
+    fn node_subnet(&mut self, hosts: &[HostDraft]) {
+        let nodes: Vec<(usize, &HostDraft)> = hosts
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| h.has(Role::ControlPlane) || h.has(Role::Worker))
+            .collect();
+        let Some((first, net)) = nodes.iter().find_map(|(i, h)| Some((*i, h.subnet()?))) else {
+            return;
+        };
+        for (i, h) in &nodes {
+            let Some(address) = h.address else { continue };
+            if !net.contains(&address) {
+                self.report(
+                    format!("hosts[{i}].address"),
+                    format!(
+                        "{address} is not in {net}, the network of hosts[{first}]: every control-plane \
+                         and worker host must be on one network, since pod traffic is routed from \
+                         node to node directly (host-gw)"
+                    ),
+                );
+            }
+        }
+    }
+
+    /// `kubernetes.images`: a directory of OCI archives, or a registry (the default).
+    fn images(&mut self, raw: Option<&super::raw::RawImages>) -> Option<ImageSource> {
+        let Some(raw) = raw else {
+            return Some(ImageSource::Registry(DEFAULT_IMAGE_REGISTRY.into()));
+        };
+        match (&raw.dir, &raw.registry) {
+            (Some(_), Some(_)) => {
+                self.report(
+                    "kubernetes.images",
+                    "set dir or registry, not both: dir for archives hactl uploads, registry for \
+                     one the nodes pull from",
+                );
+                None
+            }
+            (None, None) => {
+                self.report(
+                    "kubernetes.images",
+                    "empty: set dir (a directory of OCI archives with images.json) or registry, \
+                     or remove the section to pull from registry.k8s.io",
+                );
+                None
+            }
+            (Some(dir), None) => {
+                let path = self.resolve(dir);
+                if path.is_dir() {
+                    Some(ImageSource::Dir(path))
+                } else {
+                    self.report(
+                        "kubernetes.images.dir",
+                        format!(
+                            "{}: no such directory (`scripts/node-images.sh` builds one)",
+                            path.display()
+                        ),
+                    );
+                    None
+                }
+            }
+            (None, Some(registry)) => {
+                let ok = !registry.is_empty()
+                    && !registry.contains("://")
+                    && !registry.ends_with('/')
+                    && registry
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "-._:/".contains(c));
+                if ok {
+                    Some(ImageSource::Registry(registry.clone()))
+                } else {
+                    self.report(
+                        "kubernetes.images.registry",
+                        format!(
+                            "{registry:?} is not a registry: write a host and optional path without \
+                             a scheme or trailing slash, e.g. registry.k8s.io or mirror.example.com/k8s"
+                        ),
+                    );
+                    None
+                }
+            }
+        }
     }
 
     fn cidr(&mut self, raw: &str, place: &str, example: &str) -> Option<IpNet> {
@@ -1573,20 +1734,21 @@ impl Checker {
 }
 
 /// Why the Kubernetes binaries cannot come from `source` in `mode`, or `None` when they can.
-/// The one rule `validate` and `plan` share, so the two never disagree: in systemd mode the server
-/// binaries are installed, and no distribution packages them; static-pod mode installs none.
-pub fn kubernetes_source_refusal(mode: &KubernetesMode, source: &BinarySource) -> Option<&'static str> {
-    match (mode, source) {
-        (KubernetesMode::Systemd, BinarySource::Package) => Some(KUBERNETES_PACKAGE_REFUSAL),
+/// The one rule `validate` and `plan` share, so the two never disagree: every control-plane and
+/// worker host runs a kubelet and kube-proxy (and in systemd mode the server binaries), and no
+/// distribution packages them, so `package` is refused in either mode.
+pub fn kubernetes_source_refusal(_mode: &KubernetesMode, source: &BinarySource) -> Option<&'static str> {
+    match source {
+        BinarySource::Package => Some(KUBERNETES_PACKAGE_REFUSAL),
         _ => None,
     }
 }
 
-/// What `kubernetes.source: package` (systemd mode) is refused with.
-pub const KUBERNETES_PACKAGE_REFUSAL: &str = "package is not available: Debian has no kube-apiserver, \
-kube-controller-manager or kube-scheduler package; set kubernetes.source to release (releaseUrl: the \
-kubernetes-server-linux-amd64.tar.gz of your version, with its sha256) or bundle (bundleDir: a directory \
-holding the three binaries)";
+/// What `kubernetes.source: package` is refused with.
+pub const KUBERNETES_PACKAGE_REFUSAL: &str = "package is not available: Debian has no kubelet, kube-proxy, \
+kube-apiserver, kube-controller-manager or kube-scheduler package; set kubernetes.source to release \
+(releaseUrl: the kubernetes-server-linux-amd64.tar.gz of your version, with its sha256) or bundle \
+(bundleDir: a directory holding the binaries)";
 
 /// Flags the etcd unit (or its initial env) already sets, with the inventory field that sets each
 /// where there is one. etcd takes the last copy of a flag, so an extra one would silently win.
@@ -1857,8 +2019,114 @@ mod tests {
         }
     }
 
+    /// The problems of an inventory with three control planes, a worker at `worker_address` and
+    /// `kubernetes` (the section's body) as written.
+    fn node_problems(worker_address: &str, kubernetes: &str) -> Vec<String> {
+        let yaml = [
+            "apiVersion: hactl.io/v1alpha1",
+            "kind: Cluster",
+            "metadata:",
+            "  name: n",
+            "spec:",
+            "  ssh:",
+            "    agent: true",
+            "  hosts:",
+            "  - { name: cp1, address: 10.0.0.11, roles: [etcd, control-plane] }",
+            "  - { name: cp2, address: 10.0.0.12, roles: [etcd, control-plane] }",
+            "  - { name: cp3, address: 10.0.0.13, roles: [etcd, control-plane] }",
+            &format!("  - {{ name: w1, address: {worker_address}, roles: [worker] }}"),
+            "  kubernetes:",
+            "    version: 1.20.2",
+            "    source: bundle",
+            "    bundleDir: /",
+            kubernetes,
+        ]
+        .join("\n");
+        match load_str(Path::new("/tmp/n.yaml"), &yaml) {
+            Ok(_) => vec![],
+            Err(e) => e.problems.iter().map(|p| p.to_string()).collect(),
+        }
+    }
+
     #[test]
-    fn kubernetes_package_source_is_refused_in_systemd_mode_only() {
+    fn the_node_fields_are_checked_with_their_places() {
+        assert_eq!(node_problems("10.0.0.41", ""), Vec::<String>::new());
+        let inv = load_str(
+            Path::new("/tmp/n.yaml"),
+            "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: n\nspec:\n  ssh:\n    agent: true\n  hosts:\n  - { name: cp1, address: 10.0.0.11, roles: [etcd, control-plane] }\n  - { name: w1, address: 10.0.0.41, roles: [worker] }\n  allowSingleMember: true\n  kubernetes:\n    version: 1.20.2\n    source: bundle\n    bundleDir: /\n",
+        )
+        .unwrap();
+        let kube = inv.kubernetes.as_ref().unwrap();
+        assert_eq!(kube.images, ImageSource::Registry("registry.k8s.io".into()));
+        assert_eq!(kube.containerd, BinarySource::Package);
+        assert_eq!(kube.cgroup_driver, CgroupDriver::Systemd);
+        assert!(kube.eviction_hard.is_empty());
+        let names: Vec<&str> = inv.node_hosts().iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, ["cp1", "w1"]);
+
+        // (a worker's address, the kubernetes section's extra lines) -> the problems
+        let table: [(&str, &str, &[&str]); 9] = [
+            (
+                "10.0.1.41",
+                "",
+                &["n.yaml: hosts[3].address: 10.0.1.41 is not in 10.0.0.0/24, the network of hosts[0]: every control-plane and worker host must be on one network, since pod traffic is routed from node to node directly (host-gw)"],
+            ),
+            (
+                "10.0.0.41",
+                "    images:\n      dir: /\n      registry: r.example.com",
+                &["n.yaml: kubernetes.images: set dir or registry, not both: dir for archives hactl uploads, registry for one the nodes pull from"],
+            ),
+            (
+                "10.0.0.41",
+                "    images: {}",
+                &["n.yaml: kubernetes.images: empty: set dir (a directory of OCI archives with images.json) or registry, or remove the section to pull from registry.k8s.io"],
+            ),
+            (
+                "10.0.0.41",
+                "    images:\n      registry: https://r.example.com/",
+                &["n.yaml: kubernetes.images.registry: \"https://r.example.com/\" is not a registry: write a host and optional path without a scheme or trailing slash, e.g. registry.k8s.io or mirror.example.com/k8s"],
+            ),
+            (
+                "10.0.0.41",
+                "    images:\n      dir: /nonexistent/images",
+                &["n.yaml: kubernetes.images.dir: /nonexistent/images: no such directory (`scripts/node-images.sh` builds one)"],
+            ),
+            (
+                "10.0.0.41",
+                "    cgroupDriver: docker",
+                &["n.yaml: kubernetes.cgroupDriver: unknown cgroup driver \"docker\": use systemd or cgroupfs"],
+            ),
+            (
+                "10.0.0.41",
+                "    evictionHard:\n      disk.available: 5%\n      memory.available: lots",
+                &[
+                    "n.yaml: kubernetes.evictionHard.disk.available: not an eviction signal: use one of memory.available, nodefs.available, nodefs.inodesFree, imagefs.available, imagefs.inodesFree, pid.available",
+                    "n.yaml: kubernetes.evictionHard.memory.available: \"lots\" is not a threshold: write a percentage (5%) or a quantity (100Mi)",
+                ],
+            ),
+            (
+                "10.0.0.41",
+                "    evictionHard: {}",
+                &["n.yaml: kubernetes.evictionHard: empty: list every threshold the kubelet should keep (an empty map would turn eviction off), or remove the field for the kubelet's defaults"],
+            ),
+            (
+                "10.0.0.41",
+                "    podCidr: 10.244.0.0/25",
+                &["n.yaml: kubernetes.podCidr: 10.244.0.0/25 is smaller than the /24 each node gets from it: use a larger range, e.g. a /16"],
+            ),
+        ];
+        for (address, extra, want) in table {
+            assert_eq!(node_problems(address, extra), want, "{extra}");
+        }
+        let bundle = node_problems("10.0.0.41", "    containerd:\n      source: bundle");
+        assert_eq!(
+            bundle,
+            ["n.yaml: kubernetes.containerd.bundleDir: required when source is bundle: the directory holding the binaries"]
+        );
+    }
+
+    #[test]
+    fn kubernetes_package_source_is_refused_in_either_mode() {
         let bundle = BinarySource::Bundle { dir: "/b".into() };
         let release = BinarySource::Release {
             url: "https://example.com/k.tar.gz".into(),
@@ -1868,7 +2136,7 @@ mod tests {
             (KubernetesMode::Systemd, BinarySource::Package, true),
             (KubernetesMode::Systemd, bundle.clone(), false),
             (KubernetesMode::Systemd, release.clone(), false),
-            (KubernetesMode::StaticPod, BinarySource::Package, false),
+            (KubernetesMode::StaticPod, BinarySource::Package, true),
             (KubernetesMode::StaticPod, bundle, false),
             (KubernetesMode::StaticPod, release, false),
         ];

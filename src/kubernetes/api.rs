@@ -356,7 +356,7 @@ pub fn parse_version_minor(body: &str) -> Option<u64> {
     (git.major == 1).then_some(git.minor)
 }
 
-pub(crate) fn status_error(what: String, code: u16, body: &str) -> ApiError {
+pub fn status_error(what: String, code: u16, body: &str) -> ApiError {
     let message = serde_json::from_str::<Status>(body)
         .ok()
         .map(|s| s.message)

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use semver::Version;
 
-use super::{skew, WANTED_BINARIES};
+use super::skew;
+#[cfg(test)]
+use super::WANTED_BINARIES;
 
 /// The marker `scripts/kube-binaries.sh` keeps in its cache directory while it builds.
 pub const BUILDING_MARKER: &str = ".building";
@@ -23,7 +25,7 @@ pub const BUILD_COMMAND: &str = "hactl lab kube-binaries (or scripts/kube-binari
 pub enum BundleError {
     #[error("bundle directory {} was left half-built by an interrupted build ({} is present): nothing was changed; rebuild it with `{BUILD_COMMAND}`, or point kubernetes.bundleDir at a complete directory", dir.display(), dir.join(BUILDING_MARKER).display())]
     HalfBuilt { dir: PathBuf },
-    #[error("bundle directory {} holds no {name} ({} does not exist): nothing was changed; put the {name} binary there (`{BUILD_COMMAND}` builds all three)", dir.display(), dir.join(name).display())]
+    #[error("bundle directory {} holds no {name} ({} does not exist): nothing was changed; put the {name} binary there (`{BUILD_COMMAND}` builds them all)", dir.display(), dir.join(name).display())]
     Missing { dir: PathBuf, name: String },
     #[error("{} is not executable (mode {mode:o}): nothing was changed; run `chmod 0755 {}`", path.display(), path.display())]
     NotExecutable { path: PathBuf, mode: u32 },
@@ -40,14 +42,14 @@ pub enum BundleError {
 
 /// Every problem of the bundle in `dir` for Kubernetes `want` (empty: usable). A half-built
 /// directory is reported alone: its files say nothing.
-pub fn check(dir: &Path, want: &Version) -> Vec<BundleError> {
+pub fn check(dir: &Path, want: &Version, mode: crate::inventory::KubernetesMode) -> Vec<BundleError> {
     if dir.join(BUILDING_MARKER).exists() {
         return vec![BundleError::HalfBuilt {
             dir: dir.to_path_buf(),
         }];
     }
     let mut problems = Vec::new();
-    for name in WANTED_BINARIES {
+    for name in super::wanted_binaries(mode) {
         let path = dir.join(name);
         let Ok(meta) = std::fs::metadata(&path) else {
             problems.push(BundleError::Missing {
@@ -108,12 +110,14 @@ fn version_of(path: &Path) -> Result<String, String> {
 mod tests {
     use super::*;
 
+    const SYSTEMD: crate::inventory::KubernetesMode = crate::inventory::KubernetesMode::Systemd;
+
     /// A directory with the three names as shell scripts printing `line` (they are not Kubernetes:
     /// only the checks' reading of files and `--version` is under test here; the lab tests use the
     /// real binaries).
     fn bundle(line: &str, mode: u32) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
-        for name in WANTED_BINARIES {
+        for name in WANTED_BINARIES.iter().chain(&super::super::NODE_BINARIES) {
             let p = dir.path().join(name);
             std::fs::write(&p, format!("#!/bin/sh\necho '{line}'\n")).unwrap();
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
@@ -124,16 +128,16 @@ mod tests {
     #[test]
     fn a_complete_bundle_of_the_right_version_passes() {
         let dir = bundle("Kubernetes v1.20.2", 0o755);
-        assert_eq!(check(dir.path(), &Version::new(1, 20, 2)), []);
+        assert_eq!(check(dir.path(), &Version::new(1, 20, 2), SYSTEMD), []);
     }
 
     #[test]
     fn each_bad_input_is_named() {
         let want = Version::new(1, 20, 2);
         let dir = bundle("Kubernetes v1.20.1", 0o755);
-        let got = check(dir.path(), &want);
-        assert_eq!(got.len(), 3);
-        let text = got[0].to_string();
+        let got = check(dir.path(), &want, SYSTEMD);
+        assert_eq!(got.len(), 5);
+        let text = got.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n");
         assert!(
             text.contains(
                 "kube-apiserver --version printed \"Kubernetes v1.20.1\", but kubernetes.version is 1.20.2"
@@ -142,7 +146,7 @@ mod tests {
         );
 
         let dir = bundle("Kubernetes v1.20.2", 0o644);
-        let got = check(dir.path(), &want);
+        let got = check(dir.path(), &want, SYSTEMD);
         assert!(
             matches!(&got[0], BundleError::NotExecutable { mode: 0o644, .. }),
             "{got:?}"
@@ -151,7 +155,7 @@ mod tests {
 
         let dir = bundle("Kubernetes v1.20.2", 0o755);
         std::fs::remove_file(dir.path().join("kube-scheduler")).unwrap();
-        let got = check(dir.path(), &want);
+        let got = check(dir.path(), &want, SYSTEMD);
         assert_eq!(
             got,
             [BundleError::Missing {
@@ -161,7 +165,7 @@ mod tests {
         );
 
         std::fs::write(dir.path().join(BUILDING_MARKER), "").unwrap();
-        let got = check(dir.path(), &want);
+        let got = check(dir.path(), &want, SYSTEMD);
         assert_eq!(got.len(), 1, "half-built is reported alone: {got:?}");
         assert!(
             got[0]

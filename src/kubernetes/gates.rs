@@ -8,6 +8,11 @@
 //! | Eviction API | `policy/v1beta1` | `policy/v1` (1.22) | CHANGELOG-1.22, API Change: `pods/eviction` accepts `policy/v1` Eviction |
 //! | controller-manager `--port=0` | rendered (1.20 – 1.23) | not rendered (1.24) | CHANGELOG-1.22 #96216 (`--port` may only be 0, removal in 1.24); CHANGELOG-1.24 #106860 (removed) |
 //! | scheduler `--port=0` | rendered (1.20 – 1.23) | not rendered (1.24) | CHANGELOG-1.23 #96345 (`--port` may only be 0, "would be removed in v1.24") |
+//! | control-plane Node labels | `node-role.kubernetes.io/master` and `…/control-plane` (1.20 – 1.23) | `…/control-plane` alone (1.24) | CHANGELOG-1.20, Urgent Upgrade Notes, kubeadm: the `control-plane` label applied in parallel to the deprecated `master` one; KEP-2067 (kubeadm#2200): `master` label gone in 1.24 |
+//! | control-plane Node taints | `node-role.kubernetes.io/master:NoSchedule` (1.20 – 1.23) | both (1.24), `…/control-plane:NoSchedule` alone (1.25) | KEP-2067: CHANGELOG-1.24, kubeadm: the `control-plane` taint applied beside `master`; CHANGELOG-1.25, kubeadm: the `master` taint removed |
+//! | kubelet `--container-runtime=remote` | rendered (1.20 – 1.23) | not rendered (1.24) | CHANGELOG-1.24: dockershim removed, `remote` the only runtime; CHANGELOG-1.27: `--container-runtime` removed |
+//! | kubelet `--pod-infra-container-image` | rendered (1.20 – 1.26): image GC spares only that image | not rendered (1.27) | CHANGELOG-1.27: flag deprecated, the image GC reads the sandbox image from the runtime |
+//! | default pause image tag | 3.2 (1.20), 3.4.1 (1.21), 3.5 (1.22), 3.6 (1.23), 3.7 (1.24), 3.8 (1.25), 3.9 (1.26 – 1.30), 3.10 (1.31 on) | | kubeadm's `PauseVersion` constant of each minor (cmd/kubeadm/app/constants) |
 //!
 //! Before 1.22 (controller-manager) and 1.23 (scheduler) the insecure port still served plain
 //! HTTP by default (10252, 10251) on every address; `--port=0` turns it off. From those minors on
@@ -69,6 +74,69 @@ pub fn version_flags(component: Component, minor: u64) -> Vec<String> {
             vec!["--port=0".to_string()]
         }
         _ => vec![],
+    }
+}
+
+/// The labels a control-plane Node carries in Kubernetes `1.<minor>` (values empty, as kubeadm
+/// writes them). NodeRestriction forbids a kubelet to set `node-role.kubernetes.io/*` on its own
+/// Node, so hactl sets them through the API once the Node registered.
+/// 1.20 introduced `…/control-plane` beside the deprecated `…/master` (CHANGELOG-1.20, Urgent
+/// Upgrade Notes, kubeadm); KEP-2067 dropped `…/master` from 1.24 on.
+pub fn control_plane_labels(minor: u64) -> Vec<&'static str> {
+    if minor < 24 {
+        vec![MASTER_ROLE, CONTROL_PLANE_ROLE]
+    } else {
+        vec![CONTROL_PLANE_ROLE]
+    }
+}
+
+/// The taints a control-plane Node registers with (kubelet `--register-with-taints`), so
+/// ordinary pods stay off it: `…/master:NoSchedule` until 1.23, both in 1.24 (CHANGELOG-1.24,
+/// kubeadm), `…/control-plane:NoSchedule` alone from 1.25 (CHANGELOG-1.25, kubeadm; KEP-2067).
+pub fn control_plane_taints(minor: u64) -> Vec<String> {
+    let taint = |key: &str| format!("{key}:NoSchedule");
+    match minor {
+        0..=23 => vec![taint(MASTER_ROLE)],
+        24 => vec![taint(MASTER_ROLE), taint(CONTROL_PLANE_ROLE)],
+        _ => vec![taint(CONTROL_PLANE_ROLE)],
+    }
+}
+
+/// The deprecated control-plane role label and taint key.
+pub const MASTER_ROLE: &str = "node-role.kubernetes.io/master";
+/// The control-plane role label and taint key.
+pub const CONTROL_PLANE_ROLE: &str = "node-role.kubernetes.io/control-plane";
+
+/// Kubelet flags only some minors take. Before 1.24 the kubelet ran dockershim unless told
+/// `--container-runtime=remote`; 1.24 removed dockershim (`remote` was then the only value,
+/// CHANGELOG-1.24) and 1.27 removed the flag (CHANGELOG-1.27), which a kubelet refuses to start
+/// with. Before 1.27 the kubelet's image garbage collection spares only the image
+/// `--pod-infra-container-image` names (it deletes an unused `pause` otherwise, and a node
+/// without a registry could start no pod after that); 1.27 deprecated the flag, the collector
+/// reading the sandbox image from the runtime instead (CHANGELOG-1.27).
+pub fn kubelet_version_flags(minor: u64, pause: &str) -> Vec<String> {
+    let mut flags = Vec::new();
+    if minor < 24 {
+        flags.push("--container-runtime=remote".to_string());
+    }
+    if minor < 27 {
+        flags.push(format!("--pod-infra-container-image={pause}"));
+    }
+    flags
+}
+
+/// The pause image tag Kubernetes `1.<minor>` expects (kubeadm's `PauseVersion` of that minor),
+/// for a registry source: what the sandbox image is pulled as.
+pub fn pause_tag(minor: u64) -> &'static str {
+    match minor {
+        0..=20 => "3.2",
+        21 => "3.4.1",
+        22 => "3.5",
+        23 => "3.6",
+        24 => "3.7",
+        25 => "3.8",
+        26..=30 => "3.9",
+        _ => "3.10",
     }
 }
 
@@ -144,6 +212,79 @@ mod tests {
             }
         }
         assert!(version_flags(Component::ApiServer, 20).is_empty());
+    }
+
+    #[test]
+    fn control_plane_nodes_carry_the_names_of_their_minor() {
+        // (minor, labels, taints)
+        let table: [(u64, &[&str], &[&str]); 6] = [
+            (
+                20,
+                &[MASTER_ROLE, CONTROL_PLANE_ROLE],
+                &["node-role.kubernetes.io/master:NoSchedule"],
+            ),
+            (
+                23,
+                &[MASTER_ROLE, CONTROL_PLANE_ROLE],
+                &["node-role.kubernetes.io/master:NoSchedule"],
+            ),
+            (
+                24,
+                &[CONTROL_PLANE_ROLE],
+                &[
+                    "node-role.kubernetes.io/master:NoSchedule",
+                    "node-role.kubernetes.io/control-plane:NoSchedule",
+                ],
+            ),
+            (
+                25,
+                &[CONTROL_PLANE_ROLE],
+                &["node-role.kubernetes.io/control-plane:NoSchedule"],
+            ),
+            (
+                31,
+                &[CONTROL_PLANE_ROLE],
+                &["node-role.kubernetes.io/control-plane:NoSchedule"],
+            ),
+            (
+                40,
+                &[CONTROL_PLANE_ROLE],
+                &["node-role.kubernetes.io/control-plane:NoSchedule"],
+            ),
+        ];
+        for (minor, labels, taints) in table {
+            assert_eq!(control_plane_labels(minor), labels, "1.{minor} labels");
+            assert_eq!(control_plane_taints(minor), taints, "1.{minor} taints");
+        }
+    }
+
+    #[test]
+    fn the_kubelet_is_told_remote_only_while_the_flag_exists_and_pause_follows_kubeadm() {
+        let p = "hactl.local/pause:3.4";
+        let both = [
+            "--container-runtime=remote",
+            "--pod-infra-container-image=hactl.local/pause:3.4",
+        ];
+        assert_eq!(kubelet_version_flags(20, p), both);
+        assert_eq!(kubelet_version_flags(23, p), both);
+        assert_eq!(kubelet_version_flags(24, p), both[1..]);
+        assert_eq!(kubelet_version_flags(26, p), both[1..]);
+        assert!(kubelet_version_flags(27, p).is_empty());
+        let table = [
+            (20, "3.2"),
+            (21, "3.4.1"),
+            (22, "3.5"),
+            (23, "3.6"),
+            (24, "3.7"),
+            (25, "3.8"),
+            (26, "3.9"),
+            (30, "3.9"),
+            (31, "3.10"),
+            (35, "3.10"),
+        ];
+        for (minor, tag) in table {
+            assert_eq!(pause_tag(minor), tag, "1.{minor}");
+        }
     }
 
     #[test]

@@ -52,24 +52,114 @@ async fn build(
     if let Some(warning) = crate::kubernetes::gates::end_of_life_warning(&kube.version, &today) {
         tracing::warn!("{warning}");
     }
-    let binaries = if kube.mode == crate::inventory::KubernetesMode::Systemd {
-        let (wanted, optional) = (
-            &crate::kubernetes::WANTED_BINARIES,
-            &crate::kubernetes::OPTIONAL_BINARIES,
-        );
-        if write_cache {
-            binaries::ensure(&kube.source, downloads, wanted, optional).await
-        } else {
-            binaries::ensure_read_only(&kube.source, downloads, wanted, optional).await
-        }
-        .context("failed to prepare the Kubernetes binaries")?
+    // The node binaries in either mode (every control-plane and worker host runs a kubelet),
+    // the control plane's in systemd mode.
+    let wanted = crate::kubernetes::wanted_binaries(kube.mode);
+    let optional: &[&str] = if kube.mode == crate::inventory::KubernetesMode::Systemd {
+        &crate::kubernetes::OPTIONAL_BINARIES
     } else {
-        None
+        &[]
     };
-    Ok(Some(crate::kubernetes::KubernetesInputs::new(
-        binaries.as_ref(),
-        key,
-    )))
+    let binaries = if write_cache {
+        binaries::ensure(&kube.source, downloads, &wanted, optional).await
+    } else {
+        binaries::ensure_read_only(&kube.source, downloads, &wanted, optional).await
+    }
+    .context("failed to prepare the Kubernetes binaries")?;
+    let containerd = containerd_binaries(&kube.containerd, downloads, write_cache).await?;
+    let images = match &kube.images {
+        crate::inventory::ImageSource::Registry(_) => None,
+        crate::inventory::ImageSource::Dir(dir) => Some(image_set(dir, kube)?),
+    };
+    Ok(Some(
+        crate::kubernetes::KubernetesInputs::new(binaries.as_ref(), key)
+            .with_node(containerd.as_ref(), images),
+    ))
+}
+
+/// containerd, its shim, ctr, runc and the CNI plugins from `kubernetes.containerd` (none for
+/// packages). A bundle directory must list each in its `SHA256SUMS` and match it.
+async fn containerd_binaries(
+    source: &crate::inventory::BinarySource,
+    downloads: &std::path::Path,
+    write_cache: bool,
+) -> anyhow::Result<Option<binaries::LocalBinaries>> {
+    let names: Vec<&str> = crate::kubernetes::node::containerd_binaries()
+        .iter()
+        .map(|(n, _)| *n)
+        .collect();
+    let bins = if write_cache {
+        binaries::ensure(source, downloads, &names, &[]).await
+    } else {
+        binaries::ensure_read_only(source, downloads, &names, &[]).await
+    }
+    .context("failed to prepare the containerd binaries (kubernetes.containerd)")?;
+    if let (crate::inventory::BinarySource::Bundle { dir }, Some(bins)) = (source, &bins) {
+        let problems = checksums(dir, bins);
+        if !problems.is_empty() {
+            return Err(crate::exit::refuse(crate::exit::REFUSED, problems.join("\n")));
+        }
+    }
+    Ok(bins)
+}
+
+/// What is wrong with a bundle's binaries against its `SHA256SUMS` (`<sha256>  <name>` lines, as
+/// `sha256sum` writes them): every problem, each naming the file.
+pub fn checksums(dir: &std::path::Path, bins: &binaries::LocalBinaries) -> Vec<String> {
+    use sha2::Digest as _;
+    let sums_path = dir.join("SHA256SUMS");
+    let Ok(sums) = fs_err::read_to_string(&sums_path) else {
+        return vec![format!(
+            "kubernetes.containerd.bundleDir: {} is missing: a bundle lists the sha256 of each \
+             binary there (`sha256sum * > SHA256SUMS` in the directory), so a changed file is \
+             refused; nothing was changed",
+            sums_path.display()
+        )];
+    };
+    let listed: std::collections::BTreeMap<&str, &str> = sums
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            let sum = w.next()?;
+            let name = w.next()?.trim_start_matches('*');
+            Some((name, sum))
+        })
+        .collect();
+    let mut problems = Vec::new();
+    for (name, content) in &bins.files {
+        let found = hex::encode(sha2::Sha256::digest(content));
+        match listed.get(name.as_str()) {
+            None => problems.push(format!(
+                "{}: lists no {name}: add its sha256; nothing was changed",
+                sums_path.display()
+            )),
+            Some(want) if !want.eq_ignore_ascii_case(&found) => problems.push(format!(
+                "{}: sha256 {found}, but {} says {want}: the file changed since it was listed; \
+                 nothing was changed",
+                dir.join(name).display(),
+                sums_path.display()
+            )),
+            Some(_) => {}
+        }
+    }
+    problems
+}
+
+/// The image set of `kubernetes.images.dir`: its manifest checked, every archive hashed against
+/// it, and the archives a node needs read.
+fn image_set(
+    dir: &std::path::Path,
+    kube: &crate::inventory::KubernetesSpec,
+) -> anyhow::Result<crate::kubernetes::node::NodeImages> {
+    let set = crate::images::ImageSet::load(dir).context("kubernetes.images.dir")?;
+    set.verify_archives().context("kubernetes.images.dir")?;
+    crate::kubernetes::node::NodeImages::from_set(&set, kube, |image| fs_err::read(set.archive_path(image)))
+        .map_err(|e| {
+            crate::exit::refuse(
+                crate::exit::REFUSED,
+                format!("kubernetes.images.dir: {e}; nothing was changed"),
+            )
+        })
 }
 
 /// Refuses (exit 2) a `source: bundle` directory that lacks a binary, holds one that is not
@@ -79,12 +169,10 @@ pub fn refuse_bad_bundle(inv: &Inventory) -> anyhow::Result<()> {
     let Some(kube) = &inv.kubernetes else {
         return Ok(());
     };
-    let (crate::inventory::KubernetesMode::Systemd, crate::inventory::BinarySource::Bundle { dir }) =
-        (kube.mode, &kube.source)
-    else {
+    let crate::inventory::BinarySource::Bundle { dir } = &kube.source else {
         return Ok(());
     };
-    let problems = crate::kubernetes::bundle::check(dir, &kube.version);
+    let problems = crate::kubernetes::bundle::check(dir, &kube.version, kube.mode);
     if problems.is_empty() {
         return Ok(());
     }

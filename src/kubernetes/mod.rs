@@ -19,6 +19,7 @@ pub mod gates;
 pub mod handover;
 pub mod inputs;
 pub mod lease;
+pub mod node;
 pub mod objects;
 pub mod probe;
 pub mod published_ca;
@@ -115,8 +116,17 @@ pub fn managed_paths(spec: &KubernetesSpec) -> Vec<String> {
 /// operator machine by [`inputs::prepare`].
 #[derive(Debug, Clone)]
 pub struct KubernetesInputs {
-    /// Release or bundle binaries as uploads to [`BIN_DIR`] (hashed once); empty in static-pod mode.
+    /// The control-plane binaries (and a bundle's kubectl) as uploads to [`BIN_DIR`] (hashed
+    /// once); empty in static-pod mode.
     pub binaries: Vec<crate::plan::Upload>,
+    /// The kubelet and kube-proxy as uploads to [`BIN_DIR`], for every node host.
+    pub node_binaries: Vec<crate::plan::Upload>,
+    /// containerd, its shim, ctr, runc and the CNI plugins from a release or bundle, as uploads
+    /// to where [`node::containerd_binaries`] puts them; empty for packages.
+    pub containerd_binaries: Vec<crate::plan::Upload>,
+    /// The images of `kubernetes.images.dir`, read and checked on the operator machine; `None`
+    /// for a registry (whose references need nothing from disk: [`node::node_images`]).
+    pub images: Option<node::NodeImages>,
     /// The key Secrets are encrypted with at rest.
     pub encryption_key: secrets::EncryptionKey,
 }
@@ -124,29 +134,76 @@ pub struct KubernetesInputs {
 /// The binaries a systemd-mode control plane needs, and the ones taken when present.
 pub const WANTED_BINARIES: [&str; 3] = ["kube-apiserver", "kube-controller-manager", "kube-scheduler"];
 pub const OPTIONAL_BINARIES: [&str; 1] = ["kubectl"];
+/// The binaries every node host (control plane or worker) runs, in either mode.
+pub const NODE_BINARIES: [&str; 2] = ["kubelet", "kube-proxy"];
+
+/// The binaries a bundle or release must hold in `mode`: the node binaries, and in systemd mode
+/// the control plane's.
+pub fn wanted_binaries(mode: crate::inventory::KubernetesMode) -> Vec<&'static str> {
+    let mut wanted = NODE_BINARIES.to_vec();
+    if mode == crate::inventory::KubernetesMode::Systemd {
+        wanted.extend(WANTED_BINARIES);
+    }
+    wanted
+}
 
 impl KubernetesInputs {
+    /// The inputs of `binaries` (node binaries taken apart from the control plane's) and the
+    /// encryption key; no containerd binaries and no image set (see [`Self::with_node`]).
     pub fn new(
         binaries: Option<&crate::binaries::LocalBinaries>,
         encryption_key: secrets::EncryptionKey,
     ) -> Self {
-        let binaries = binaries
+        let upload = |name: &str, content: &Vec<u8>| {
+            crate::plan::Upload::new(
+                format!("{BIN_DIR}/{name}"),
+                0o755,
+                "root",
+                "root",
+                content.clone(),
+            )
+        };
+        let files: Vec<&(String, Vec<u8>)> = binaries.iter().flat_map(|b| &b.files).collect();
+        KubernetesInputs {
+            binaries: files
+                .iter()
+                .filter(|(n, _)| !NODE_BINARIES.contains(&n.as_str()))
+                .map(|(n, c)| upload(n, c))
+                .collect(),
+            node_binaries: files
+                .iter()
+                .filter(|(n, _)| NODE_BINARIES.contains(&n.as_str()))
+                .map(|(n, c)| upload(n, c))
+                .collect(),
+            containerd_binaries: vec![],
+            images: None,
+            encryption_key,
+        }
+    }
+
+    /// With containerd's release or bundle binaries and the image set of an image directory.
+    pub fn with_node(
+        mut self,
+        containerd: Option<&crate::binaries::LocalBinaries>,
+        images: Option<node::NodeImages>,
+    ) -> Self {
+        let places = node::containerd_binaries();
+        self.containerd_binaries = containerd
             .iter()
             .flat_map(|b| &b.files)
-            .map(|(name, content)| {
-                crate::plan::Upload::new(
-                    format!("{BIN_DIR}/{name}"),
+            .filter_map(|(name, content)| {
+                let (_, path) = places.iter().find(|(n, _)| n == name)?;
+                Some(crate::plan::Upload::new(
+                    *path,
                     0o755,
                     "root",
                     "root",
                     content.clone(),
-                )
+                ))
             })
             .collect();
-        KubernetesInputs {
-            binaries,
-            encryption_key,
-        }
+        self.images = images;
+        self
     }
 }
 

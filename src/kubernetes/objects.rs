@@ -47,6 +47,8 @@ pub struct Node {
     pub metadata: ObjectMeta,
     #[serde(default)]
     pub spec: NodeSpec,
+    #[serde(default)]
+    pub status: NodeStatus,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
@@ -54,6 +56,73 @@ pub struct NodeSpec {
     /// `kubectl cordon` sets it; absent means schedulable.
     #[serde(default)]
     pub unschedulable: bool,
+    /// The pod range the controller-manager allocated to the Node.
+    #[serde(default, rename = "podCIDR", skip_serializing_if = "Option::is_none")]
+    pub pod_cidr: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub taints: Vec<Taint>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub struct Taint {
+    #[serde(default)]
+    pub key: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub value: String,
+    #[serde(default)]
+    pub effect: String,
+}
+
+impl std::fmt::Display for Taint {
+    /// `key=value:effect`, or `key:effect` without a value (as kubectl writes them).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.value.is_empty() {
+            write!(f, "{}:{}", self.key, self.effect)
+        } else {
+            write!(f, "{}={}:{}", self.key, self.value, self.effect)
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeStatus {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<NodeCondition>,
+    #[serde(default)]
+    pub node_info: NodeInfo,
+}
+
+impl NodeStatus {
+    /// The `Ready` condition's status (`True`, `False`, `Unknown`), or `Unknown` when absent.
+    pub fn ready(&self) -> &str {
+        self.conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .map(|c| c.status.as_str())
+            .unwrap_or("Unknown")
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+pub struct NodeCondition {
+    #[serde(default, rename = "type")]
+    pub type_: String,
+    #[serde(default)]
+    pub status: String,
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeInfo {
+    #[serde(default)]
+    pub kubelet_version: String,
+    #[serde(default)]
+    pub container_runtime_version: String,
 }
 
 /// A `v1` Pod.

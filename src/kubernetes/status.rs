@@ -21,6 +21,9 @@ use crate::inventory::{Inventory, KubernetesMode, Role};
 pub struct KubernetesStatus {
     pub components: Vec<ComponentRow>,
     pub leases: Vec<LeaseRow>,
+    /// Every Node the API lists and every node host of the inventory without one, in
+    /// inventory order (Nodes the inventory does not know last, by name).
+    pub nodes: Vec<NodeRow>,
     /// Why the Kubernetes layer is degraded; empty when it is healthy.
     pub problems: Vec<String>,
 }
@@ -35,6 +38,82 @@ pub struct ComponentRow {
     /// `/readyz` (apiserver) or `/healthz` answered.
     pub healthy: bool,
     pub detail: String,
+}
+
+/// One Node, as `hactl status` shows it.
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeRow {
+    pub name: String,
+    /// The inventory host of that name runs the node components (false: a Node hactl does not
+    /// manage).
+    pub in_inventory: bool,
+    /// Registered with the API.
+    pub registered: bool,
+    /// The `Ready` condition: `True`, `False` or `Unknown` (`""` when not registered).
+    pub ready: String,
+    pub kubelet_version: String,
+    /// `key=value:effect`.
+    pub taints: Vec<String>,
+    pub pod_cidr: String,
+    pub unschedulable: bool,
+}
+
+/// The rows and problems of the Nodes: each node host of the inventory (registered or not),
+/// then every other Node. Pure.
+pub fn node_rows(inv: &Inventory, nodes: &[super::objects::Node]) -> (Vec<NodeRow>, Vec<String>) {
+    let mut rows = Vec::new();
+    let mut problems = Vec::new();
+    let row = |n: &super::objects::Node, in_inventory: bool| NodeRow {
+        name: n.metadata.name.clone(),
+        in_inventory,
+        registered: true,
+        ready: n.status.ready().to_string(),
+        kubelet_version: n.status.node_info.kubelet_version.clone(),
+        taints: n.spec.taints.iter().map(|t| t.to_string()).collect(),
+        pod_cidr: n.spec.pod_cidr.clone().unwrap_or_default(),
+        unschedulable: n.spec.unschedulable,
+    };
+    for host in inv.node_hosts() {
+        match nodes.iter().find(|n| n.metadata.name == host.name) {
+            Some(n) => {
+                let r = row(n, true);
+                if r.ready != "True" {
+                    let why = n
+                        .status
+                        .conditions
+                        .iter()
+                        .find(|c| c.type_ == "Ready")
+                        .map(|c| format!(": {} {}", c.reason, c.message).trim_end().to_string())
+                        .unwrap_or_default();
+                    problems.push(format!(
+                        "Node {} is not Ready (Ready={}{why})",
+                        host.name, r.ready
+                    ));
+                }
+                rows.push(r);
+            }
+            None => {
+                problems.push(format!(
+                    "{} runs no registered Node: run `hactl up` to install and start its kubelet, \
+                     or see its log (`journalctl -u kubelet` on {})",
+                    host.name, host.name
+                ));
+                rows.push(NodeRow {
+                    name: host.name.clone(),
+                    in_inventory: true,
+                    ..NodeRow::default()
+                });
+            }
+        }
+    }
+    let mut others: Vec<&super::objects::Node> = nodes
+        .iter()
+        .filter(|n| !inv.node_hosts().iter().any(|h| h.name == n.metadata.name))
+        .collect();
+    others.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    rows.extend(others.into_iter().map(|n| row(n, false)));
+    (rows, problems)
 }
 
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -131,17 +210,21 @@ pub async fn gather(
             let host = inv.host(&h.host).expect("from the inventory");
             let t = t.as_ref().expect("checked above");
             match read_leases(t.as_ref(), &host.address.to_string(), pki_dir).await {
-                Ok(leases) => {
+                Ok((leases, nodes)) => {
                     let now = time::OffsetDateTime::now_utc();
                     for (lease, component) in leases {
                         let row = lease::evaluate(&lease, component, now, &hosts);
                         status.problems.extend(row.problems.iter().cloned());
                         status.leases.push(row);
                     }
+                    let (rows, problems) = node_rows(inv, &nodes);
+                    status.nodes = rows;
+                    status.problems.extend(problems);
                 }
-                Err(e) => status
-                    .problems
-                    .push(format!("cannot read the Leases through {}: {e:#}", h.host)),
+                Err(e) => status.problems.push(format!(
+                    "cannot read the Leases and Nodes through {}: {e:#}",
+                    h.host
+                )),
             }
         }
     }
@@ -154,6 +237,7 @@ async fn unit_states(t: &dyn Transport) -> BTreeMap<String, String> {
         units: Component::ALL.iter().map(|c| c.unit()).collect(),
         files: vec![],
         binaries: vec![],
+        node: None,
     };
     match crate::facts::gather(t, &query).await {
         Ok(f) => f.units.into_iter().map(|(k, v)| (k, v.active)).collect(),
@@ -161,12 +245,12 @@ async fn unit_states(t: &dyn Transport) -> BTreeMap<String, String> {
     }
 }
 
-/// GETs both Leases through an SSH tunnel to `address:6443` on the host behind `t`.
+/// GETs both Leases and every Node through an SSH tunnel to `address:6443` on the host behind `t`.
 async fn read_leases(
     t: &dyn Transport,
     address: &str,
     pki_dir: &std::path::Path,
-) -> anyhow::Result<Vec<(Lease, Component)>> {
+) -> anyhow::Result<(Vec<(Lease, Component)>, Vec<super::objects::Node>)> {
     let read = |rel: &str| crate::bounded::read(pki_dir.join(rel), crate::bounded::TEXT);
     let cas = super::api::trusted_cas(pki_dir)?;
     let mut identity_pem = read("kubernetes/admin.key")?;
@@ -203,7 +287,14 @@ async fn read_leases(
             crate::bounded::http_body(resp, crate::bounded::TEXT, &format!("the Lease {name}")).await?;
         out.push((serde_json::from_slice::<Lease>(&body)?, component));
     }
-    Ok(out)
+    let resp = client
+        .get(format!("https://127.0.0.1:{local}/api/v1/nodes"))
+        .send()
+        .await?
+        .error_for_status()?;
+    let body = crate::bounded::http_body(resp, crate::bounded::TEXT, "the Nodes").await?;
+    let nodes = serde_json::from_slice::<super::objects::List<super::objects::Node>>(&body)?.items;
+    Ok((out, nodes))
 }
 
 /// The human table of the Kubernetes layer.
@@ -222,6 +313,35 @@ pub fn table(s: &KubernetesStatus) -> String {
             if r.healthy { "ok" } else { "FAILING" }
         ));
     }
+    if !s.nodes.is_empty() {
+        out.push_str(&format!(
+            "\n{:<10} {:<8} {:<10} {:<16} {}\n",
+            "NODE", "READY", "KUBELET", "POD CIDR", "TAINTS"
+        ));
+        for n in &s.nodes {
+            let mut taints = n.taints.join(",");
+            if n.unschedulable {
+                taints = format!("(cordoned) {taints}");
+            }
+            out.push_str(&format!(
+                "{:<10} {:<8} {:<10} {:<16} {}{}\n",
+                n.name,
+                if n.registered { n.ready.as_str() } else { "MISSING" },
+                if n.kubelet_version.is_empty() {
+                    "-"
+                } else {
+                    &n.kubelet_version
+                },
+                if n.pod_cidr.is_empty() { "-" } else { &n.pod_cidr },
+                if taints.is_empty() { "-" } else { &taints },
+                if n.in_inventory {
+                    ""
+                } else {
+                    "  (not in the inventory)"
+                },
+            ));
+        }
+    }
     for l in &s.leases {
         out.push_str(&format!(
             "lease {}: {} (renewed {:.1}s ago, duration {}s, transitions {})\n",
@@ -237,4 +357,78 @@ pub fn table(s: &KubernetesStatus) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kubernetes::objects::{Node, NodeCondition, ObjectMeta, Taint};
+
+    fn node(name: &str, ready: &str) -> Node {
+        let mut n = Node {
+            metadata: ObjectMeta {
+                name: name.into(),
+                ..ObjectMeta::default()
+            },
+            ..Node::default()
+        };
+        n.status.conditions.push(NodeCondition {
+            type_: "Ready".into(),
+            status: ready.into(),
+            reason: if ready == "True" {
+                "KubeletReady"
+            } else {
+                "NodeStatusUnknown"
+            }
+            .into(),
+            message: if ready == "True" {
+                ""
+            } else {
+                "Kubelet stopped posting node status."
+            }
+            .into(),
+        });
+        n.status.node_info.kubelet_version = "v1.20.2".into();
+        n
+    }
+
+    #[test]
+    fn every_node_host_is_a_row_and_a_missing_or_unready_node_a_problem() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("inventories/example.yaml");
+        let inv = crate::inventory::load(&path).unwrap();
+        let mut cp1 = node("cp1", "True");
+        cp1.spec.taints.push(Taint {
+            key: "node-role.kubernetes.io/master".into(),
+            value: String::new(),
+            effect: "NoSchedule".into(),
+        });
+        cp1.spec.pod_cidr = Some("10.244.0.0/24".into());
+        let nodes = [cp1, node("cp3", "Unknown"), node("extra", "True")];
+        let (rows, problems) = node_rows(&inv, &nodes);
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["cp1", "cp2", "cp3", "extra"]);
+        assert_eq!(rows[0].taints, ["node-role.kubernetes.io/master:NoSchedule"]);
+        assert_eq!(
+            (rows[0].ready.as_str(), rows[0].pod_cidr.as_str()),
+            ("True", "10.244.0.0/24")
+        );
+        assert!(!rows[1].registered);
+        assert!(
+            !rows[3].in_inventory,
+            "a Node hactl does not manage is listed, not a problem"
+        );
+        assert_eq!(
+            problems,
+            [
+                "cp2 runs no registered Node: run `hactl up` to install and start its kubelet, or see its log (`journalctl -u kubelet` on cp2)",
+                "Node cp3 is not Ready (Ready=Unknown: NodeStatusUnknown Kubelet stopped posting node status.)",
+            ]
+        );
+        let t = table(&KubernetesStatus {
+            nodes: rows,
+            ..KubernetesStatus::default()
+        });
+        assert!(t.contains("cp2        MISSING"), "{t}");
+        assert!(t.contains("(not in the inventory)"), "{t}");
+    }
 }

@@ -189,6 +189,9 @@ pub fn spawn(lab: &Lab, h: &LabHost) -> Result<u32> {
         .arg(&h.merged)
         .args(["-M", &h.machine, "-b"])
         .arg(format!("--network-bridge={}", lab.bridge))
+        // runc gives every container a session keyring of its own, which nspawn's default
+        // system-call filter refuses (a lab quirk: real hosts have no such filter).
+        .arg("--system-call-filter=@keyring")
         .stdin(Stdio::null());
     let out = run(&mut cmd)?;
     String::from_utf8_lossy(&out.stdout)

@@ -133,26 +133,37 @@ fn write_fresh(path: &Path, text: &str) -> Result<()> {
     Ok(())
 }
 
-/// The `kubernetes` section of a lab inventory (under `spec`), binaries from `bundle_dir`.
-pub fn inventory_section(version: &str, bundle_dir: &Path) -> String {
+/// The `kubernetes` section of a lab inventory (under `spec`): binaries from `bundle_dir`, the
+/// nodes' images from `images_dir` (no registry is reachable from a lab), and the cgroupfs
+/// driver (the hosts' systemd cannot manage cgroup v1 controllers inside systemd-nspawn).
+pub fn inventory_section(version: &str, bundle_dir: &Path, images_dir: &Path) -> String {
     format!(
-        "  kubernetes:\n    version: {}\n    source: bundle\n    bundleDir: {}\n",
+        "  kubernetes:\n    version: {}\n    source: bundle\n    bundleDir: {}\n    images:\n      dir: {}\n    cgroupDriver: cgroupfs\n{}",
         version.trim_start_matches('v'),
-        bundle_dir.display()
+        bundle_dir.display(),
+        images_dir.display(),
+        LAB_EVICTION_HARD
     )
 }
 
+/// The lab's kubelets evict only when the machine's disk is nearly full: the hosts share the
+/// machine's filesystem, which other work fills, and the kubelet's defaults (10% free for the
+/// node, 15% for images) would taint every lab Node with disk pressure on a busy machine.
+const LAB_EVICTION_HARD: &str = "    evictionHard:\n      memory.available: 100Mi\n      nodefs.available: 2%\n      nodefs.inodesFree: 2%\n      imagefs.available: 2%\n";
+
 /// Appends the `kubernetes` section to the lab inventory at `path` (written by `lab up`, whose
-/// last mapping is `spec`), unless it has one.
+/// last mapping is `spec`), unless it has one; the node images are packed from `bundle_dir`
+/// first when the image cache lacks them ([`ensure_images`]).
 pub fn add_to_inventory(path: &Path, version: &str, bundle_dir: &Path) -> Result<()> {
     let mut text = fs_err::read_to_string(path)?;
     if text.lines().any(|l| l.starts_with("  kubernetes:")) {
         return Ok(());
     }
+    let images = ensure_images(version, bundle_dir)?;
     if !text.ends_with('\n') {
         text.push('\n');
     }
-    text.push_str(&inventory_section(version, bundle_dir));
+    text.push_str(&inventory_section(version, bundle_dir, &images));
     fs_err::write(path, text)?;
     Ok(())
 }
@@ -167,14 +178,25 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("inventory.yaml");
         let base = "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: t1\nspec:\n  hosts: []\n  etcd:\n    source: package\n";
-        std::fs::write(&path, base).unwrap();
-        add_to_inventory(&path, "v1.20.2", Path::new("/var/cache/hactl/kubernetes/v1.20.2")).unwrap();
+        let mut yaml = base.to_string();
+        yaml.push_str(&inventory_section(
+            "v1.20.2",
+            Path::new("/var/cache/hactl/kubernetes/v1.20.2"),
+            Path::new("/var/cache/hactl/images/v1.20.2"),
+        ));
+        std::fs::write(&path, &yaml).unwrap();
+        // A second call finds the section and changes nothing (it would build nothing either).
         add_to_inventory(&path, "v1.20.2", Path::new("/elsewhere")).unwrap();
         let yaml = std::fs::read_to_string(&path).unwrap();
         assert_eq!(yaml.matches("kubernetes:").count(), 1, "{yaml}");
         let raw: RawInventory = serde_saphyr::from_str(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
         let kube = raw.spec.kubernetes.unwrap();
         assert_eq!(kube.version.as_deref(), Some("1.20.2"));
+        assert_eq!(
+            kube.images.unwrap().dir.as_deref(),
+            Some(Path::new("/var/cache/hactl/images/v1.20.2"))
+        );
+        assert_eq!(kube.cgroup_driver.as_deref(), Some("cgroupfs"));
         assert_eq!(cache_dir("v1.20.2").file_name().unwrap(), "v1.20.2");
     }
 

@@ -14,7 +14,7 @@ use crate::exec::connect::ConnectSettings;
 use crate::exec::{Mode, Transports};
 use crate::exit;
 use crate::exit::refuse;
-use crate::inventory::{Inventory, KubernetesMode, Role};
+use crate::inventory::{Inventory, Role};
 use crate::kubernetes::api::{ApiClient, MAINTENANCE_STAGE_ANNOTATION};
 use crate::kubernetes::drain::{self, Eviction, PodRef};
 use crate::kubernetes::objects::Node;
@@ -25,7 +25,8 @@ use crate::state::StateDir;
 pub struct Kube {
     pub api: ApiClient,
     /// The Node by the host's name, as read before anything changed; `None` when no kubelet
-    /// registered one (hactl itself runs no kubelet): then there is nothing to cordon or drain.
+    /// registered one (a host without the node components, or whose kubelet never started):
+    /// then there is nothing to cordon or drain.
     pub node: Option<Node>,
 }
 
@@ -120,16 +121,14 @@ pub async fn kube_for(
 pub fn not_applicable(inv: &Inventory, kube: Option<&Kube>, node: &str) -> Option<String> {
     match kube {
         None => Some("no kubernetes section in the inventory".into()),
-        Some(k) if k.node.is_none() => {
-            Some(format!(
-            "no Node named {node} in the cluster (no kubelet registered this host{}), so no pod runs there",
-            if inv.kubernetes.as_ref().is_some_and(|k| k.mode == KubernetesMode::Systemd) {
-                "; hactl runs the control plane as systemd units"
+        Some(k) if k.node.is_none() => Some(format!(
+            "no Node named {node} in the cluster (its kubelet has not registered one{}), so no pod runs there",
+            if inv.host(node).is_some_and(|h| h.is_node()) {
+                ": `hactl up` installs and starts it"
             } else {
                 ""
             }
-        ))
-        }
+        )),
         Some(_) => None,
     }
 }

@@ -271,6 +271,7 @@ impl JournaledStep {
                 Act::Remote(Step::Run(c)) => out.push_str(&format!("    run: {}\n", c.line(sudo))),
                 Act::Remote(Step::Upload(u)) => out.push_str(&format!("    write: {u}\n")),
                 Act::Remote(Step::Wait(c)) => out.push_str(&format!("    {}\n", c.line(sudo))),
+                Act::Remote(Step::Api(r)) => out.push_str(&format!("    api: {r}\n")),
                 Act::Local(a) => out.push_str(&format!("    operator: {}\n", a.describe())),
             }
         }
@@ -781,6 +782,10 @@ async fn remote(t: &dyn Transport, step: &Step) -> anyhow::Result<Option<serde_j
             wait(t, check).await?;
             Ok(None)
         }
+        // Journaled operations send API requests as operator-side acts (`LocalAct`).
+        Step::Api(r) => Err(anyhow!(
+            "{host}: an API request cannot be a remote act: {r} (a bug in hactl)"
+        )),
     }
 }
 

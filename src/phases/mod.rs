@@ -7,12 +7,15 @@
 pub mod configure_etcd;
 pub mod configure_kubernetes;
 pub mod configure_load_balancer;
+pub mod configure_nodes;
 pub mod etcd_files;
 pub mod fence_old_members;
 pub mod install_etcd;
 pub mod install_kubernetes;
 pub mod install_load_balancer;
+pub mod install_nodes;
 pub mod join_etcd;
+pub mod label_nodes;
 pub mod load_balancer;
 pub mod query;
 pub mod replace_control_plane;
@@ -23,6 +26,7 @@ pub mod roll_etcd;
 pub mod schedule_backups;
 pub mod start_etcd;
 pub mod start_kubernetes;
+pub mod start_nodes;
 
 pub use query::{member_query_for, query_for};
 
@@ -387,6 +391,7 @@ pub const KEPT_CONFIGS: &[&str] = &[
     crate::load_balancer::HAPROXY_CFG,
     crate::load_balancer::KEEPALIVED_CONF,
     crate::etcd::UNIT_PATH,
+    crate::kubernetes::node::CONTAINERD_CONFIG,
 ];
 
 /// Keeps the first version of a config hactl is about to overwrite as `<file>.hactl-orig`: only

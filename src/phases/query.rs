@@ -30,8 +30,20 @@ pub fn owned_units(host: &Host) -> Vec<&'static str> {
     if host.has(Role::LoadBalancer) {
         units.extend(["haproxy.service", "keepalived.service"]);
     }
+    if host.is_node() {
+        units.extend(NODE_UNITS);
+    }
     units
 }
+
+/// The node components' units on a control-plane or worker host (when the inventory has a
+/// kubernetes section: [`query_for`] asks only then).
+pub const NODE_UNITS: [&str; 4] = [
+    crate::kubernetes::node::CONTAINERD_UNIT,
+    crate::kubernetes::node::KUBELET_UNIT,
+    crate::kubernetes::node::KUBE_PROXY_UNIT,
+    crate::kubernetes::node::POD_NETWORK_UNIT,
+];
 
 /// The binaries `host`'s roles need (what `hactl check` reports as present or missing).
 pub fn required_binaries(host: &Host) -> Vec<String> {
@@ -48,11 +60,17 @@ pub fn required_binaries(host: &Host) -> Vec<String> {
 /// What the facts probe asks `host`: its units, the sha256 of every file hactl manages there, and
 /// the binaries its roles need.
 pub fn query_for(inv: &Inventory, host: &Host) -> Query {
+    let node = inv.kubernetes.as_ref().filter(|_| host.is_node());
     let mut q = Query {
         data_dir: inv.etcd.data_dir.clone(),
-        units: owned_units(host).into_iter().map(String::from).collect(),
+        units: owned_units(host)
+            .into_iter()
+            .filter(|u| node.is_some() || !NODE_UNITS.contains(u))
+            .map(String::from)
+            .collect(),
         files: vec![],
         binaries: required_binaries(host),
+        node: None,
     };
     if host.has(Role::Etcd) {
         q.files = super::etcd_files::managed_paths(&inv.etcd.source);
@@ -72,6 +90,20 @@ pub fn query_for(inv: &Inventory, host: &Host) -> Query {
     }
     if host.has(Role::LoadBalancer) {
         q.files.extend(super::load_balancer::managed_paths(inv));
+    }
+    if let Some(kube) = node {
+        for path in crate::kubernetes::node::managed_paths(kube) {
+            if !q.files.contains(&path) {
+                q.files.push(path);
+            }
+        }
+        let wanted = crate::kubernetes::node::NODE_PACKAGES
+            .iter()
+            .chain(&crate::kubernetes::node::PROXY_PACKAGES)
+            .map(|(_, known_by)| *known_by)
+            .filter(|b| !b.starts_with('/'));
+        q.binaries.extend(wanted.map(String::from));
+        q.node = Some(crate::kubernetes::node::node_query(inv, host));
     }
     // The health probes run curl on etcd, control-plane and load-balancer hosts alike; the
     // install phases add it where it is missing.

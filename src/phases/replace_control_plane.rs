@@ -209,6 +209,7 @@ mod tests {
                     Step::Upload(u) => format!("{}: write {}", h.host, u.path),
                     Step::Run(c) => format!("{}: run {}", h.host, c.line(false)),
                     Step::Wait(c) => format!("{}: wait {}", h.host, c.description),
+                    Step::Api(r) => format!("{}: api {r}", h.host),
                 });
             }
         }

@@ -320,6 +320,18 @@ pub(crate) fn etcd_peer_name(host: &str) -> String {
 pub(crate) fn apiserver_name(host: &str) -> String {
     format!("kubernetes/apiserver-{host}")
 }
+pub(crate) fn kubelet_client_name(host: &str) -> String {
+    format!("kubernetes/kubelet-{host}")
+}
+pub(crate) fn kubelet_serving_name(host: &str) -> String {
+    format!("kubernetes/kubelet-serving-{host}")
+}
+pub(crate) const KUBE_PROXY_CLIENT: &str = "kubernetes/kube-proxy";
+
+/// The user a kubelet authenticates as (its Node's name behind `system:node:`).
+pub fn kubelet_user(host: &str) -> String {
+    format!("system:node:{host}")
+}
 
 /// A subject alternative name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -392,6 +404,8 @@ impl CertRequest {
 const SERVER_AND_CLIENT: &[Usage] = &[Usage::ServerAuth, Usage::ClientAuth];
 const CLIENT: &[Usage] = &[Usage::ClientAuth];
 const SYSTEM_MASTERS: &str = "system:masters";
+/// The group of every kubelet's identity (what the Node authorizer and NodeRestriction check).
+pub const SYSTEM_NODES: &str = "system:nodes";
 /// The CN of every etcd member's peer certificate; the only CN the peer port admits once every
 /// member holds such a certificate (`--peer-cert-allowed-cn`, see
 /// `phases::etcd_files::peer_cn_enforced`).
@@ -491,6 +505,32 @@ pub fn requests(inv: &Inventory) -> Vec<CertRequest> {
         "system:kube-controller-manager",
     ));
     out.push(k8s("kubernetes/scheduler", "system:kube-scheduler"));
+    // The node components: each kubelet's client certificate is its Node identity (the Node
+    // authorizer and NodeRestriction read `system:node:<name>` in `system:nodes`), its serving
+    // certificate is what the apiservers verify (`--kubelet-certificate-authority`) at the
+    // address they reach it on; kube-proxy's identity is bound by the built-in ClusterRoleBinding
+    // `system:node-proxier`.
+    for host in inv.node_hosts() {
+        let cn = kubelet_user(&host.name);
+        out.push(
+            CertRequest::new(kubelet_client_name(&host.name), CaKind::Kubernetes, &cn, CLIENT)
+                .org(SYSTEM_NODES),
+        );
+        out.push(
+            CertRequest::new(
+                kubelet_serving_name(&host.name),
+                CaKind::Kubernetes,
+                &cn,
+                &[Usage::ServerAuth],
+            )
+            .org(SYSTEM_NODES)
+            .san(San::Ip(host.address))
+            .san(San::Dns(host.name.clone())),
+        );
+    }
+    if !inv.node_hosts().is_empty() {
+        out.push(k8s(KUBE_PROXY_CLIENT, "system:kube-proxy"));
+    }
     out.push(CertRequest::new(
         FRONT_PROXY_CLIENT.into(),
         CaKind::FrontProxy,

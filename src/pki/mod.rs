@@ -26,6 +26,9 @@
 //! kubernetes/ca.{crt,key}                Kubernetes CA
 //! kubernetes/apiserver-<host>.{crt,key}  per control-plane host (VIP, all control-plane names, service IP…)
 //! kubernetes/apiserver-kubelet-client.{crt,key}, admin, controller-manager, scheduler
+//! kubernetes/kubelet-<host>.{crt,key}    per control-plane and worker host: system:node:<host>
+//! kubernetes/kubelet-serving-<host>.{crt,key}  per node host: its kubelet's serving certificate
+//! kubernetes/kube-proxy.{crt,key}        system:kube-proxy (every node's kube-proxy)
 //! front-proxy/ca.{crt,key}, front-proxy/client.{crt,key}
 //! sa.key, sa.pub                         service-account signing key pair (PKCS#8 / SPKI PEM)
 //! ```
@@ -45,8 +48,8 @@ use crate::inventory::{Inventory, KeyType};
 pub(crate) use issue::pem_to_der;
 pub use issue::CaKind;
 pub use issue::{
-    bundle_ders, inspect, is_signed_by, requests, CertInfo, CertRequest, San, Usage, ETCD_PEER_CN,
-    KUBELET_CLIENT_GROUP,
+    bundle_ders, inspect, is_signed_by, kubelet_user, requests, CertInfo, CertRequest, San, Usage,
+    ETCD_PEER_CN, KUBELET_CLIENT_GROUP, SYSTEM_NODES,
 };
 
 /// How long before `not_after` a certificate valid from `not_before` is due for renewal, when
@@ -343,6 +346,19 @@ impl Pki {
     }
     pub fn kubernetes_client(&self, client: KubernetesClient) -> Option<&CertFiles> {
         self.get(client.name())
+    }
+    /// `host`'s kubelet client certificate (`system:node:<host>`); `None` when `host` runs no
+    /// kubelet (not a control-plane or worker host, or no kubernetes section).
+    pub fn kubelet_client(&self, host: &str) -> Option<&CertFiles> {
+        self.get(&issue::kubelet_client_name(host))
+    }
+    /// `host`'s kubelet serving certificate (its address and name).
+    pub fn kubelet_serving(&self, host: &str) -> Option<&CertFiles> {
+        self.get(&issue::kubelet_serving_name(host))
+    }
+    /// kube-proxy's client certificate (`system:kube-proxy`), shared by every node.
+    pub fn kube_proxy(&self) -> Option<&CertFiles> {
+        self.get(issue::KUBE_PROXY_CLIENT)
     }
     pub fn service_account_key(&self) -> Option<&KeyFiles> {
         self.service_account.as_ref()

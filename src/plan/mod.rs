@@ -23,6 +23,51 @@ pub enum Step {
     Run(RemoteCommand),
     /// Poll a read-only probe until it holds or its deadline passes.
     Wait(Check),
+    /// A request to the Kubernetes API, sent from the operator machine with hactl's admin
+    /// credential (the host names the object it is about; `exec` needs an [`ApiSender`]).
+    Api(ApiRequest),
+}
+
+/// A request to the Kubernetes API, as data: what a dry run prints is what a run sends.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiRequest {
+    /// `PATCH`, `DELETE`, …
+    pub method: String,
+    /// `/api/v1/nodes/cp1`.
+    pub path: String,
+    /// The body's media type (`application/merge-patch+json`); empty without a body.
+    pub content_type: String,
+    pub body: Option<serde_json::Value>,
+}
+
+impl ApiRequest {
+    /// A JSON merge patch of the object at `path`.
+    pub fn merge_patch(path: impl Into<String>, body: serde_json::Value) -> ApiRequest {
+        ApiRequest {
+            method: "PATCH".into(),
+            path: path.into(),
+            content_type: "application/merge-patch+json".into(),
+            body: Some(body),
+        }
+    }
+}
+
+impl fmt::Display for ApiRequest {
+    /// `PATCH /api/v1/nodes/cp1 {"metadata":…}`: the method, the path and the body as sent.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}", self.method, self.path)?;
+        if let Some(body) = &self.body {
+            write!(f, " {body}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Sends [`ApiRequest`]s for `exec` (implemented above the executor, by whoever holds the
+/// credentials: bring-up's admin client through a control-plane host).
+#[async_trait::async_trait]
+pub trait ApiSender: Send + Sync {
+    async fn send(&self, request: &ApiRequest) -> anyhow::Result<()>;
 }
 
 impl Step {
@@ -38,6 +83,12 @@ impl Step {
                 "timeoutSecs": c.timeout.as_secs(),
             }),
             Step::Wait(c) => c.to_json(sudo),
+            Step::Api(r) => serde_json::json!({
+                "kind": "api",
+                "method": r.method,
+                "path": r.path,
+                "body": r.body,
+            }),
         }
     }
 }
@@ -367,6 +418,7 @@ impl fmt::Display for Plan {
                                 cmd.line(h.sudo)
                             )?,
                         },
+                        Step::Api(r) => writeln!(f, "{}: api {r}", h.host)?,
                     }
                 }
             }

@@ -58,6 +58,51 @@ const TEMPLATES: &[(&str, &str)] = &[
         "audit-policy.yaml",
         include_str!("../../templates/audit-policy.yaml.tera"),
     ),
+    // The node components (see `kubernetes::node`).
+    (
+        "kubelet-config.yaml",
+        include_str!("../../templates/kubelet-config.yaml.tera"),
+    ),
+    (
+        "kubelet.service",
+        include_str!("../../templates/kubelet.service.tera"),
+    ),
+    (
+        "kube-proxy.service",
+        include_str!("../../templates/kube-proxy.service.tera"),
+    ),
+    (
+        "containerd.service",
+        include_str!("../../templates/containerd.service.tera"),
+    ),
+    (
+        "containerd-config.toml",
+        include_str!("../../templates/containerd-config.toml.tera"),
+    ),
+    (
+        "10-hactl.conflist",
+        include_str!("../../templates/10-hactl.conflist.tera"),
+    ),
+    (
+        "pod-network.conf",
+        include_str!("../../templates/pod-network.conf.tera"),
+    ),
+    (
+        "hactl-pod-network",
+        include_str!("../../templates/hactl-pod-network.tera"),
+    ),
+    (
+        "hactl-pod-network.service",
+        include_str!("../../templates/hactl-pod-network.service.tera"),
+    ),
+    (
+        "hactl-node.sysctl.conf",
+        include_str!("../../templates/hactl-node.sysctl.conf.tera"),
+    ),
+    (
+        "hactl-node.modules.conf",
+        include_str!("../../templates/hactl-node.modules.conf.tera"),
+    ),
     // Load balancers (contexts in `phases::load_balancer`).
     ("haproxy.cfg", include_str!("../../templates/haproxy.cfg.tera")),
     (

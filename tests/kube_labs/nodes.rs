@@ -1,16 +1,23 @@
 //! Lab tests of what nodes stand on: each host in cgroups of its own (gone once it stops), the
 //! node packages in the base image, the lab's node-prep unit (cgroups writable, `/dev/kmsg`, the
 //! kubelet's kernel settings inside the host while the machine keeps its own), worker hosts with
-//! the `worker` role, and the node images importing into containerd in a host.
+//! the `worker` role, and the node images importing into containerd in a host; then the proof
+//! that pods run: one lab of 3 control planes, 2 load balancers and 2 workers brought up by
+//! `hactl up`, on which a Deployment of the local busybox image runs, reaches across nodes and
+//! through Services, keeps answering after a worker's power cut, and `reset` leaves no node
+//! state behind.
 //! They need root; without it each prints `SKIPPED <name>: needs root`.
 
+use crate::support::kube::{text, KubeLab};
 use crate::support::lab as lab_support;
 
 use hactl::images::{parse_ctr_images_ls, ImageSet};
 use hactl::inventory::Role;
 use hactl::lab::{Fault, HostState};
 use lab_support::TestLab;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// The three kernel settings a kubelet must find that differ from a default kernel's, as
 /// `(path under /proc/sys, what the kubelet wants)`.
@@ -342,5 +349,432 @@ fn node_images_import_into_containerd_in_a_lab_host_with_the_recorded_digests() 
     assert!(
         pause_line.contains("io.cri-containerd.pinned=pinned"),
         "{pause_line}"
+    );
+}
+
+/// The workload of [`pods_run_on_the_workers_and_reach_each_other_and_the_services`]: two
+/// replicas of the local busybox image, each serving its own pod name on 8080 with busybox's
+/// httpd, spread over the nodes, leaving a node 5 s after it becomes unreachable (the default is
+/// 300 s); and a Service in front of them.
+const WEB: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: default
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      terminationGracePeriodSeconds: 1
+      tolerations:
+      - {key: node.kubernetes.io/unreachable, operator: Exists, effect: NoExecute, tolerationSeconds: 5}
+      - {key: node.kubernetes.io/not-ready, operator: Exists, effect: NoExecute, tolerationSeconds: 5}
+      affinity:
+        podAntiAffinity:
+          preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 100
+            podAffinityTerm:
+              labelSelector:
+                matchLabels: {app: web}
+              topologyKey: kubernetes.io/hostname
+      containers:
+      - name: web
+        image: @IMAGE@
+        imagePullPolicy: Never
+        command: ["sh", "-c", "mkdir -p /www && hostname > /www/index.html && exec httpd -f -p 8080 -h /www"]
+        ports:
+        - containerPort: 8080
+        readinessProbe:
+          httpGet: {path: /, port: 8080}
+          periodSeconds: 2
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: default
+spec:
+  selector: {app: web}
+  ports:
+  - {port: 80, targetPort: 8080}
+"#;
+
+/// One pod of the `web` Deployment as the API lists it.
+#[derive(Debug, Clone)]
+struct WebPod {
+    name: String,
+    node: String,
+    ip: String,
+    ready: bool,
+    terminating: bool,
+}
+
+/// The pods of the `web` Deployment.
+fn web_pods(k: &KubeLab) -> Vec<WebPod> {
+    let out = k.kubectl(&["get", "pods", "-l", "app=web", "-o", "json"]);
+    if !out.status.success() {
+        return Vec::new();
+    }
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    doc["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|p| WebPod {
+            name: p["metadata"]["name"].as_str().unwrap_or("").to_string(),
+            node: p["spec"]["nodeName"].as_str().unwrap_or("").to_string(),
+            ip: p["status"]["podIP"].as_str().unwrap_or("").to_string(),
+            ready: p["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True")),
+            terminating: !p["metadata"]["deletionTimestamp"].is_null(),
+        })
+        .collect()
+}
+
+/// Node name → (`Ready` condition status, taints as `key:effect`, pod CIDR).
+fn nodes(k: &KubeLab) -> BTreeMap<String, (String, Vec<String>, String)> {
+    let out = k.kubectl(&["get", "nodes", "-o", "json"]);
+    if !out.status.success() {
+        return BTreeMap::new();
+    }
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    doc["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|n| {
+            let ready = n["status"]["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+                .and_then(|c| c["status"].as_str())
+                .unwrap_or("")
+                .to_string();
+            let taints = n["spec"]["taints"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|t| {
+                    format!(
+                        "{}:{}",
+                        t["key"].as_str().unwrap_or(""),
+                        t["effect"].as_str().unwrap_or("")
+                    )
+                })
+                .collect();
+            (
+                n["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                (
+                    ready,
+                    taints,
+                    n["spec"]["podCIDR"].as_str().unwrap_or("").to_string(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// `kubectl exec POD -- ARGV`: (exit success, stdout + stderr).
+fn exec_in(k: &KubeLab, pod: &str, argv: &[&str]) -> (bool, String) {
+    let mut args = vec!["exec", pod, "--"];
+    args.extend_from_slice(argv);
+    let out = k.kubectl(&args);
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// `wget -q -O - URL` in `pod`, stopped after 10 s (busybox's own `wget -T` crashes, exit 139,
+/// in the Debian build of 1.35): (exit success, what it printed).
+fn fetch(k: &KubeLab, pod: &str, url: &str) -> (bool, String) {
+    exec_in(k, pod, &["timeout", "10", "wget", "-q", "-O", "-", url])
+}
+
+/// Polls `read` until it returns `Some`, for at most `timeout`; panics with `what` and the last
+/// observation (`last`) otherwise.
+fn wait_some<T>(timeout: Duration, what: &str, mut read: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match read() {
+            Ok(v) => return v,
+            Err(last) if Instant::now() >= deadline => panic!("{what}: not within {timeout:?}; last: {last}"),
+            Err(_) => std::thread::sleep(Duration::from_secs(2)),
+        }
+    }
+}
+
+/// Issue 21's first proof, on one lab of 3 control planes, 2 load balancers and 2 workers
+/// brought up by `hactl up`: every Node Ready (control planes tainted), a Deployment of the local
+/// busybox image on the workers with addresses from their nodes' pod CIDRs, pod to pod across
+/// nodes, pod to the `kubernetes` Service through kube-proxy, a Service with 2 endpoints, the
+/// Nodes in `hactl status`, `no changes` the second time; then a worker powered off (its Node
+/// NotReady, `status` degraded, the Service still answering from the other worker; the pod's
+/// recreation elsewhere is a known gap) and `reset` (no node component left, their data moved
+/// aside).
+#[test]
+fn pods_run_on_the_workers_and_reach_each_other_and_the_services() {
+    let name = "pods_run_on_the_workers";
+    let started = Instant::now();
+    let Some(mut k) = KubeLab::up_with(name, |o| {
+        o.control_planes = 3;
+        o.load_balancers = 2;
+        o.workers = 2;
+    }) else {
+        return;
+    };
+    let step = |what: &str| eprintln!("{name}: [{:.0} s] {what}", started.elapsed().as_secs_f64());
+    let all = ["cp1", "cp2", "cp3", "w1", "w2"];
+    let workers = ["w1", "w2"];
+
+    step("every Node Ready, the control planes tainted, a pod CIDR each");
+    let listed = wait_some(Duration::from_secs(300), "every Node Ready", || {
+        let n = nodes(&k);
+        let names: Vec<&str> = n.keys().map(String::as_str).collect();
+        if names == all
+            && n.values()
+                .all(|(ready, _, cidr)| ready == "True" && !cidr.is_empty())
+        {
+            Ok(n)
+        } else {
+            Err(format!("{n:?}"))
+        }
+    });
+    for (node, (_, taints, _)) in &listed {
+        let control_plane_taint = taints
+            .iter()
+            .any(|t| t.starts_with("node-role.kubernetes.io/") && t.ends_with(":NoSchedule"));
+        assert_eq!(
+            control_plane_taint,
+            node.starts_with("cp"),
+            "{node}: taints {taints:?}"
+        );
+    }
+
+    step("a Deployment of 2 busybox pods on the workers");
+    let bins = k.bin_dir.clone();
+    let images = hactl::lab::kubernetes::ensure_images(&k.version.to_string(), &bins)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let set = ImageSet::load(&images).unwrap_or_else(|e| panic!("{e}"));
+    let busybox = set.get("hactl.local/busybox").unwrap().reference.clone();
+    k.kubectl_input(&["apply", "-f", "-"], Some(&WEB.replace("@IMAGE@", &busybox)));
+    let pods = wait_some(Duration::from_secs(240), "2 web pods Ready", || {
+        let pods = web_pods(&k);
+        let ready: Vec<WebPod> = pods
+            .iter()
+            .filter(|p| p.ready && !p.terminating)
+            .cloned()
+            .collect();
+        if ready.len() == 2 {
+            Ok(ready)
+        } else {
+            let events = k.kubectl(&["get", "events", "--sort-by=.lastTimestamp"]);
+            Err(format!("{pods:?}\n{}", String::from_utf8_lossy(&events.stdout)))
+        }
+    });
+    let mut on: Vec<&str> = pods.iter().map(|p| p.node.as_str()).collect();
+    on.sort();
+    assert_eq!(on, workers, "{pods:?}");
+    for p in &pods {
+        let cidr: ipnet::Ipv4Net = listed[&p.node].2.parse().unwrap();
+        let ip: std::net::Ipv4Addr = p.ip.parse().unwrap();
+        assert!(
+            cidr.contains(&ip),
+            "{}: {} is not in {}'s pod CIDR {cidr}",
+            p.name,
+            p.ip,
+            p.node
+        );
+    }
+
+    step("a pod on one worker reaches the pod on the other");
+    for (from, to) in [(&pods[0], &pods[1]), (&pods[1], &pods[0])] {
+        let url = format!("http://{}:8080/", to.ip);
+        let (ok, got) = fetch(&k, &from.name, &url);
+        assert!(
+            ok && got.trim() == to.name,
+            "{} ({}) -> {url} ({}): {got}",
+            from.name,
+            from.node,
+            to.node
+        );
+    }
+
+    step("a pod reaches the kubernetes Service through kube-proxy");
+    let kubernetes_ip = k.kubectl_ok(&["get", "service", "kubernetes", "-o", "jsonpath={.spec.clusterIP}"]);
+    // Plain HTTP to the apiserver's TLS port: an answer (400) proves the path through the Service
+    // address to an apiserver; a refused or timed-out connection would not answer at all.
+    let url = format!("http://{kubernetes_ip}:443/");
+    let (_, got) = fetch(&k, &pods[0].name, &url);
+    assert!(got.contains("400"), "{} -> {url}: {got}", pods[0].name);
+
+    step("the web Service has 2 endpoints and answers from both");
+    let web_ip = k.kubectl_ok(&["get", "service", "web", "-o", "jsonpath={.spec.clusterIP}"]);
+    let endpoints = wait_some(Duration::from_secs(60), "2 endpoints", || {
+        let got = k.kubectl_ok(&[
+            "get",
+            "endpoints",
+            "web",
+            "-o",
+            "jsonpath={.subsets[*].addresses[*].ip}",
+        ]);
+        let mut ips: Vec<String> = got.split_whitespace().map(str::to_string).collect();
+        ips.sort();
+        (ips.len() == 2).then_some(ips).ok_or(got)
+    });
+    let mut want: Vec<String> = pods.iter().map(|p| p.ip.clone()).collect();
+    want.sort();
+    assert_eq!(endpoints, want);
+    let url = format!("http://{web_ip}/");
+    let mut answered = BTreeSet::new();
+    for _ in 0..40 {
+        let (ok, got) = fetch(&k, &pods[0].name, &url);
+        assert!(ok, "{} -> {url}: {got}", pods[0].name);
+        answered.insert(got.trim().to_string());
+        if answered.len() == 2 {
+            break;
+        }
+    }
+    let mut names: BTreeSet<String> = pods.iter().map(|p| p.name.clone()).collect();
+    assert_eq!(
+        answered,
+        std::mem::take(&mut names),
+        "the Service answered from {answered:?}"
+    );
+
+    step("hactl status shows the Nodes");
+    let (code, doc) = k.status();
+    let rows = doc["kubernetes"]["nodes"].as_array().cloned().unwrap_or_default();
+    let shown: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap_or(""),
+                r["ready"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shown,
+        all.iter().map(|n| (*n, "True")).collect::<Vec<_>>(),
+        "status (exit {code}): {doc:#}"
+    );
+    assert_eq!(code, 0, "status: {doc:#}");
+
+    step("a second up has nothing to do");
+    let again = k.hactl(&["up", "--yes"]);
+    assert!(again.status.success(), "{}", text(&again));
+    assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), "no changes");
+
+    step("w2 powered off: its Node NotReady, status degraded, the Service answers from w1");
+    let on_w2 = pods.iter().find(|p| p.node == "w2").unwrap().name.clone();
+    k.lab.fault("w2", Fault::PowerCut);
+    wait_some(Duration::from_secs(180), "w2 NotReady", || {
+        let n = nodes(&k);
+        match n.get("w2") {
+            Some((ready, _, _)) if ready != "True" && !ready.is_empty() => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+    let (code, _) = k.status();
+    assert_ne!(code, 0, "status with a NotReady Node exits non-zero");
+    // The pod on w1 still answers through the Service while w2 is gone.
+    let on_w1 = pods.iter().find(|p| p.node == "w1").unwrap().name.clone();
+    wait_some(
+        Duration::from_secs(120),
+        "the Service answering from w1's pod",
+        || {
+            let (ok, got) = fetch(&k, &on_w1, &url);
+            (ok && got.trim() == on_w1).then_some(()).ok_or(got)
+        },
+    );
+    // Not asserted (known gap, docs/development/known-gaps.md): the controller-manager 1.20 here
+    // puts only the NoSchedule `unreachable` taint on the Node, never the NoExecute one, so the
+    // pod on w2 is not evicted and not recreated on w1 (seen for 3 minutes, with the pods'
+    // 5-second toleration). What it did is printed for the record.
+    let taints = nodes(&k).get("w2").map(|n| n.1.clone()).unwrap_or_default();
+    let now = web_pods(&k);
+    eprintln!("{name}: after the power cut: w2 taints {taints:?}; pods {now:?} (the one on w2 was {on_w2})");
+
+    step("reset: no kubelet, containerd or CNI state left, the data moved aside");
+    k.lab.fault("w2", Fault::Poweron);
+    // Which data dirs each host has (a control plane that never ran a pod has no /var/lib/cni).
+    let exists = |host: &str, dir: &str| k.lab.exec(host, &["test", "-e", dir]).status.success();
+    let mut had = BTreeMap::new();
+    for host in ["w1", "w2", "cp1"] {
+        let dirs: Vec<&str> = hactl::kubernetes::node::DATA_DIRS
+            .into_iter()
+            .filter(|d| exists(host, d))
+            .collect();
+        had.insert(host, dirs);
+    }
+    assert_eq!(
+        had["w1"].len(),
+        hactl::kubernetes::node::DATA_DIRS.len(),
+        "{had:?}"
+    );
+    let out = k.hactl(&["reset", "--yes"]);
+    assert!(out.status.success(), "reset: {}", text(&out));
+    for host in ["w1", "w2", "cp1"] {
+        for process in [
+            "kubelet",
+            "kube-proxy",
+            "containerd",
+            "containerd-shim-runc-v2",
+            "pause",
+            "httpd",
+        ] {
+            let found = k.lab.exec(host, &["pgrep", "-x", process]);
+            assert!(
+                !found.status.success(),
+                "{host}: {process} still runs after reset"
+            );
+        }
+        for dir in hactl::kubernetes::node::DATA_DIRS {
+            let gone = k.lab.exec(host, &["test", "-e", dir]);
+            assert!(!gone.status.success(), "{host}: {dir} is still there after reset");
+            let aside = k
+                .lab
+                .exec_ok(host, &["sh", "-c", &format!("ls -d {dir}.hactl-reset-* || true")]);
+            let want = usize::from(had[host].contains(&dir));
+            assert_eq!(
+                aside.lines().count(),
+                want,
+                "{host}: {dir} moved aside: {aside:?} (it had {:?})",
+                had[host]
+            );
+        }
+        let bridge = k
+            .lab
+            .exec(host, &["ip", "link", "show", hactl::kubernetes::node::CNI_BRIDGE]);
+        assert!(
+            !bridge.status.success(),
+            "{host}: the pods' bridge is still there"
+        );
+        let mounts = k.lab.exec_ok(
+            host,
+            &[
+                "sh",
+                "-c",
+                "grep -c ' /var/lib/kubelet' /proc/self/mounts || true",
+            ],
+        );
+        assert_eq!(mounts.trim(), "0", "{host}: kubelet mounts left after reset");
+    }
+    println!(
+        "{name}: passed in {:.1} s; first `hactl up` with Kubernetes and 2 workers took {:.1} s",
+        started.elapsed().as_secs_f64(),
+        k.up_seconds
     );
 }

@@ -28,6 +28,10 @@ fn kubernetes_spec(version: &str, source: BinarySource) -> KubernetesSpec {
         service_cidr: "10.96.0.0/12".parse().unwrap(),
         pod_cidr: "10.244.0.0/16".parse().unwrap(),
         mode: KubernetesMode::Systemd,
+        images: inventory::ImageSource::Registry(inventory::DEFAULT_IMAGE_REGISTRY.into()),
+        containerd: BinarySource::Package,
+        cgroup_driver: inventory::CgroupDriver::Systemd,
+        eviction_hard: Default::default(),
     }
 }
 

@@ -75,9 +75,21 @@ impl KubeLab {
     /// kubernetes section, brought up by `hactl up`; every control-plane apiserver answers
     /// `/readyz`. `None` without root.
     pub fn up(test_name: &str, cps: u8, lbs: u8, spares: u8) -> Option<KubeLab> {
+        Self::up_with(test_name, |opts| {
+            opts.control_planes = cps;
+            opts.load_balancers = lbs;
+            opts.spares = spares;
+        })
+    }
+
+    /// Like [`KubeLab::up`], with the lab's shape (on trixie) set by `shape`, e.g. its workers.
+    pub fn up_with(test_name: &str, shape: impl FnOnce(&mut hactl::lab::LabUpOptions)) -> Option<KubeLab> {
         let bin_dir = bin_dir(test_name)?;
         let version = version_of(&bin_dir);
-        let lab = TestLab::up(test_name, cps, lbs, spares, "trixie")?;
+        let lab = TestLab::up_with(test_name, |opts| {
+            shape(opts);
+            opts.suite = "trixie".to_string();
+        })?;
         let inv = lab.inventory().to_path_buf();
         hactl::lab::kubernetes::add_to_inventory(&inv, &version.to_string(), &bin_dir).unwrap();
         let state = inv.parent().unwrap().join("state");

@@ -20,7 +20,7 @@
 //! With a `kubernetes` section, Cordon marks the host's Node unschedulable and Drain evicts its
 //! pods through the Eviction API by ascending priority, honouring PodDisruptionBudgets
 //! ([`crate::operations::node`], decisions in [`crate::kubernetes::drain`]); Complete uncordons. A host with
-//! no Node object (no kubelet) has nothing to cordon or drain, and the journal says so.
+//! no Node object (its kubelet never registered) has nothing to cordon or drain, and the journal says so.
 //!
 //! The record lives in the state dir (`maintenance/<host>.json`), on the host
 //! (`/var/lib/hactl/maintenance/<host>.json`) and, when the Node exists, in its annotation

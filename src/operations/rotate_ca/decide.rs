@@ -69,9 +69,10 @@ pub fn confirmation(kind: CaKind) -> &'static str {
             "this rotation restarts every apiserver and controller-manager one at a time, three times"
         }
         CaKind::Kubernetes => {
-            "this rotation restarts every apiserver, controller-manager and scheduler one at a time, three times; \
-kubeconfigs made outside hactl, kubelets and pods that read the CA once must take the new CA between the \
-first roll and the last (docs/ca-rotation.md)"
+            "this rotation restarts every apiserver, controller-manager and scheduler one at a time, and every \
+kubelet and kube-proxy hactl installed, three times; kubeconfigs made outside hactl, kubelets hactl did not \
+install and pods that read the CA once must take the new CA between the first roll and the last \
+(docs/ca-rotation.md)"
         }
         _ => "this rotation restarts every etcd member and apiserver one at a time, three times",
     }

@@ -1,0 +1,334 @@
+//! Start (or restart) the node components on every control-plane and worker host, in the order
+//! they need each other: the kernel settings, containerd (restarted only when its configuration,
+//! unit or binaries changed), the images it must hold (uploaded, imported and checked against
+//! their digests only when containerd does not show them already), the kubelet and kube-proxy
+//! (restarted when a file they read changed), the pod network's routes (reloaded when they
+//! differ from what the Nodes' pod CIDRs ask). Then it waits: for the kubelet's health after a
+//! start, for the Node's registration and pod CIDR when the facts did not show them (the pod
+//! network is then planned by a second round of `up`, [`crate::converge::apply`]), and for the
+//! Node to be Ready once its pod network is written.
+//!
+//! All hosts at once: restarting a kubelet, kube-proxy or containerd leaves running pods alone.
+
+use std::time::Duration;
+
+use super::configure_nodes::files;
+use super::{differs, Ctx, Phase, PlanError};
+use crate::facts::HostFacts;
+use crate::inventory::{Host, Inventory};
+use crate::kubernetes::node::{self, NodeComponent};
+use crate::kubernetes::KubernetesPlanError;
+use crate::plan::{Check, RemoteCommand, Step, Upload};
+
+pub struct StartNodes;
+
+/// Whether `host`'s Node has no pod CIDR the facts know of (not registered yet, or no
+/// credentials to ask with): the pod network cannot be planned for it in this round.
+pub fn pending(facts: &HostFacts) -> bool {
+    use crate::facts::NodeApi;
+    match facts.node.as_ref().map(|n| &n.api) {
+        None | Some(NodeApi::NotAsked) | Some(NodeApi::Absent) => true,
+        Some(NodeApi::Registered(n)) => n.pod_cidr.is_none(),
+        // The API did not answer: nothing is known, and nothing is changed.
+        Some(NodeApi::Unknown(_)) => false,
+    }
+}
+
+/// The read-only command that succeeds when `host`'s Node answers with `pattern` in its JSON
+/// (asked with the kubelet's credentials, as the facts probe asks).
+fn node_has(inv: &Inventory, host: &Host, pattern: &str) -> RemoteCommand {
+    let q = node::node_query(inv, host);
+    RemoteCommand::read_only([
+        "sh".to_string(),
+        "-c".to_string(),
+        "curl -fsS --max-time 5 --cacert \"$1\" --cert \"$2\" --key \"$3\" \"$4/api/v1/nodes/$5\" | tr -d ' \\n' | grep -qF \"$6\"".to_string(),
+        "hactl-node".to_string(),
+        q.ca,
+        q.cert,
+        q.key,
+        q.server,
+        q.name,
+        pattern.to_string(),
+    ])
+    .with_timeout(Duration::from_secs(10))
+}
+
+/// The last lines of a unit's journal.
+fn journal(unit: &str) -> RemoteCommand {
+    RemoteCommand::read_only(["journalctl", "-u", unit, "-n", "25", "--no-pager", "-o", "cat"])
+}
+
+/// Waits until the Node of `host` is registered and has its pod CIDR.
+pub fn wait_registered(inv: &Inventory, host: &Host) -> Check {
+    Check::command(
+        format!(
+            "the kubelet on {} registered Node {} and it has a pod CIDR",
+            host.name, host.name
+        ),
+        node_has(inv, host, "\"podCIDR\":"),
+        Duration::from_secs(180),
+    )
+    .diagnose_with(journal(node::KUBELET_UNIT))
+}
+
+/// Waits until the Node of `host` is Ready.
+pub fn wait_ready(inv: &Inventory, host: &Host) -> Check {
+    Check::command(
+        format!("Node {} is Ready", host.name),
+        node_has(inv, host, "\"type\":\"Ready\",\"status\":\"True\""),
+        Duration::from_secs(180),
+    )
+    .diagnose_with(journal(node::KUBELET_UNIT))
+}
+
+/// Waits until the kubelet on the host answers its health endpoint.
+fn wait_kubelet(host: &Host) -> Check {
+    Check::command(
+        format!("the kubelet on {} answers {}", host.name, node::KUBELET_HEALTHZ),
+        RemoteCommand::read_only(["curl", "-fsS", "--max-time", "5", node::KUBELET_HEALTHZ])
+            .with_timeout(Duration::from_secs(10)),
+        Duration::from_secs(120),
+    )
+    .diagnose_with(journal(node::KUBELET_UNIT))
+}
+
+/// How `component` must be brought up on a host: nothing, a start (with its enable), or a
+/// restart because a file it reads changed (or was written after it started: a run uploaded it
+/// and stopped before the restart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bring {
+    Nothing,
+    Start,
+    Restart,
+}
+
+pub fn bring(
+    component: NodeComponent,
+    f: &HostFacts,
+    containerd: &crate::inventory::BinarySource,
+    uploads: &[&Upload],
+) -> Bring {
+    let reads = component.reads(containerd);
+    let active = f
+        .units
+        .get(component.unit())
+        .is_some_and(|u| u.active == "active");
+    if !active {
+        return Bring::Start;
+    }
+    let changed = uploads.iter().any(|u| reads.contains(&u.path) && differs(f, u));
+    let stale = !f
+        .written_after_start(component.unit(), reads.iter().map(String::as_str))
+        .is_empty();
+    if changed || stale {
+        Bring::Restart
+    } else {
+        Bring::Nothing
+    }
+}
+
+/// The steps that enable and start, or restart, `unit`.
+fn bring_steps(unit: &str, how: Bring, f: &HostFacts) -> Vec<Step> {
+    let mut steps = Vec::new();
+    if f.units.get(unit).map(|u| u.enabled.as_str()) != Some("enabled") {
+        steps.push(Step::Run(RemoteCommand::new(["systemctl", "enable", unit])));
+    }
+    match how {
+        Bring::Nothing => {}
+        Bring::Start => steps.push(Step::Run(super::start_unit(unit))),
+        Bring::Restart => steps.push(Step::Run(RemoteCommand::new(["systemctl", "restart", unit]))),
+    }
+    steps
+}
+
+/// Applies the kernel settings now (systemd applies them at boot): the modules where the host
+/// can load them (a container cannot, and needs them loaded by its machine), then the sysctls.
+fn apply_kernel_settings() -> RemoteCommand {
+    let script = "if command -v modprobe >/dev/null 2>&1; then
+  while read -r m; do case $m in ''|'#'*) ;; *) modprobe \"$m\" 2>/dev/null || true ;; esac; done < \"$1\"
+fi
+sysctl -q -p \"$2\"";
+    RemoteCommand::new([
+        "sh",
+        "-c",
+        script,
+        "hactl-node-kernel",
+        node::NODE_MODULES,
+        node::NODE_SYSCTL,
+    ])
+}
+
+impl Phase for StartNodes {
+    fn title(&self) -> &'static str {
+        "Start the node components"
+    }
+    fn hosts<'a>(&self, inv: &'a Inventory) -> Vec<&'a Host> {
+        inv.node_hosts()
+    }
+    fn steps(&self, host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
+        let Some(kube) = &ctx.inv.kubernetes else {
+            return Ok(vec![]);
+        };
+        let inputs = ctx.kubernetes.ok_or(KubernetesPlanError::MissingInputs)?;
+        let images = node::node_images(ctx.inv, inputs)?;
+        let f = ctx.facts(host);
+        let files = files(host, ctx)?;
+        let uploads: Vec<&Upload> = files
+            .all()
+            .chain(&inputs.node_binaries)
+            .chain(&inputs.containerd_binaries)
+            .collect();
+        let mut steps = Vec::new();
+
+        if files.kernel.iter().any(|u| differs(f, u)) {
+            steps.push(Step::Run(apply_kernel_settings()));
+        }
+        let containerd = bring(NodeComponent::Containerd, f, &kube.containerd, &uploads);
+        steps.extend(bring_steps(node::CONTAINERD_UNIT, containerd, f));
+        let snapshotter = node::snapshotter(f);
+        for image in images.for_host(host) {
+            // A restart with a new snapshotter needs the images unpacked for it: imported again.
+            let snapshotter_changed =
+                containerd == Bring::Restart && files.containerd.iter().any(|u| differs(f, u));
+            if !node::image_present(f, image) || snapshotter_changed {
+                steps.push(Step::Upload(image.archive.clone()));
+                steps.push(Step::Run(node::import_image(image, snapshotter)));
+            }
+        }
+        let mut kubelet = bring(NodeComponent::Kubelet, f, &kube.containerd, &uploads);
+        // A running kubelet whose Node is gone (deleted through the API) registers it again
+        // only when it starts.
+        let absent = matches!(
+            f.node.as_ref().map(|n| &n.api),
+            Some(crate::facts::NodeApi::Absent)
+        );
+        if absent && kubelet == Bring::Nothing {
+            kubelet = Bring::Restart;
+        }
+        steps.extend(bring_steps(node::KUBELET_UNIT, kubelet, f));
+        let proxy = bring(NodeComponent::KubeProxy, f, &kube.containerd, &uploads);
+        steps.extend(bring_steps(node::KUBE_PROXY_UNIT, proxy, f));
+
+        // The pod network, once this Node's pod CIDR is known (the files then exist).
+        let network_changed = files.network.iter().chain(&files.scripts).any(|u| differs(f, u));
+        if !files.network.is_empty() {
+            let unit = f.units.get(node::POD_NETWORK_UNIT);
+            let unit_written = files
+                .units
+                .iter()
+                .any(|u| u.path == node::POD_NETWORK_UNIT_PATH && differs(f, u));
+            let routes_differ = {
+                let cidrs = ctx
+                    .facts
+                    .iter()
+                    .filter_map(|(n, hf)| Some((n.clone(), node::pod_cidr_of(hf)?)))
+                    .collect();
+                !node::routes_match(f, &node::pod_routes(ctx.inv, host, &cidrs))
+            };
+            if unit.map(|u| u.enabled.as_str()) != Some("enabled") {
+                steps.push(Step::Run(RemoteCommand::new([
+                    "systemctl",
+                    "enable",
+                    node::POD_NETWORK_UNIT,
+                ])));
+            }
+            if network_changed
+                || unit_written
+                || routes_differ
+                || unit.map(|u| u.active.as_str()) != Some("active")
+            {
+                steps.push(Step::Run(RemoteCommand::new([
+                    "systemctl",
+                    "reload-or-restart",
+                    node::POD_NETWORK_UNIT,
+                ])));
+            }
+        }
+
+        if kubelet != Bring::Nothing {
+            steps.push(Step::Wait(wait_kubelet(host)));
+        }
+        if pending(f) {
+            steps.push(Step::Wait(wait_registered(ctx.inv, host)));
+        } else if network_changed && !files.network.is_empty() {
+            steps.push(Step::Wait(wait_ready(ctx.inv, host)));
+        }
+        Ok(steps)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::{NodeApi, NodeFacts, RegisteredNode, UnitState};
+
+    fn with_api(api: NodeApi) -> HostFacts {
+        HostFacts {
+            node: Some(NodeFacts {
+                api,
+                ..NodeFacts::default()
+            }),
+            ..HostFacts::default()
+        }
+    }
+
+    #[test]
+    fn a_node_is_pending_until_its_node_has_a_pod_cidr_and_an_unanswered_api_changes_nothing() {
+        let registered = |cidr: Option<&str>| {
+            NodeApi::Registered(RegisteredNode {
+                pod_cidr: cidr.map(String::from),
+                ..RegisteredNode::default()
+            })
+        };
+        // (what the API said, pending)
+        let table = [
+            (NodeApi::NotAsked, true),
+            (NodeApi::Absent, true),
+            (registered(None), true),
+            (registered(Some("10.244.0.0/24")), false),
+            (NodeApi::Unknown("timeout".into()), false),
+        ];
+        for (api, want) in table {
+            assert_eq!(pending(&with_api(api.clone())), want, "{api:?}");
+        }
+        assert!(pending(&HostFacts::default()), "no facts of a node: pending");
+    }
+
+    #[test]
+    fn a_component_restarts_when_a_file_it_reads_changed_and_starts_when_it_is_not_running() {
+        let config = Upload::new(node::KUBELET_CONFIG, 0o644, "root", "root", b"new".to_vec());
+        let other = Upload::new(node::CNI_CONFLIST, 0o644, "root", "root", b"x".to_vec());
+        let pkg = crate::inventory::BinarySource::Package;
+        let mut f = HostFacts::default();
+        assert_eq!(bring(NodeComponent::Kubelet, &f, &pkg, &[&config]), Bring::Start);
+        f.units.insert(
+            node::KUBELET_UNIT.into(),
+            UnitState {
+                active: "active".into(),
+                enabled: "enabled".into(),
+                ..UnitState::default()
+            },
+        );
+        assert_eq!(
+            bring(NodeComponent::Kubelet, &f, &pkg, &[&config]),
+            Bring::Restart
+        );
+        f.files.insert(
+            config.path.clone(),
+            crate::facts::FileState {
+                sha256: config.sha256.clone(),
+                mode: 0o644,
+                owner: "root".into(),
+                group: "root".into(),
+                mtime: 0,
+            },
+        );
+        assert_eq!(
+            bring(NodeComponent::Kubelet, &f, &pkg, &[&config]),
+            Bring::Nothing
+        );
+        // containerd re-reads the CNI configuration itself; the kubelet does not read it.
+        assert_eq!(bring(NodeComponent::Kubelet, &f, &pkg, &[&other]), Bring::Nothing);
+        assert!(bring_steps(node::KUBELET_UNIT, Bring::Nothing, &f).is_empty());
+    }
+}
