@@ -3,8 +3,8 @@
 # README.md, from the first shell block under the heading "Two commands" (any level): its first
 # line that is not a comment. Nothing here repeats it, so the README and CI cannot drift apart. Then:
 #   - it must exit 0 and end by showing a healthy cluster with Kubernetes: `hactl status`'s
-#     `state: healthy`, a kube-apiserver row in its kubernetes table, and `ok` from /readyz
-#     through the VIP;
+#     `state: healthy`, a kube-apiserver row in its kubernetes table, its Nodes table with every
+#     Node Ready, and `ok` from /readyz through the VIP;
 #   - the lab is removed again (`hactl lab down --name <its name>`), whatever happened.
 # Run from the repository's root as root (the lab needs it), with the Kubernetes binaries and the
 # lab's base image cached or not (the command builds what is missing). Prints its time.
@@ -68,5 +68,10 @@ missing=()
 grep -qx 'state: healthy' "$log" || missing+=("\`state: healthy\` from hactl status")
 grep -qE '^[^[:space:]]+[[:space:]]+kube-apiserver[[:space:]]' "$log" || missing+=("a kube-apiserver row in the kubernetes table")
 grep -qx 'ok' "$log" || missing+=("\`ok\` from /readyz through the VIP")
+# The Nodes table: every Node the command brought up Ready (a control-plane host's kubelet, and
+# each worker's), none NotReady.
+grep -qE '^NODE[[:space:]]+READY' "$log" || missing+=("the Nodes table of hactl status")
+grep -qE '^[^[:space:]]+[[:space:]]+True[[:space:]]+v[0-9]' "$log" || missing+=("a Ready Node")
+if grep -qE '^[^[:space:]]+[[:space:]]+(False|Unknown)[[:space:]]+v[0-9]' "$log"; then missing+=("every Node Ready"); fi
 [ ${#missing[@]} = 0 ] || fail "the README's command exited 0 after $took s, but its output lacks: $(IFS=';'; echo "${missing[*]}")"
-say "passed: a healthy lab with Kubernetes in $took s; removing lab $name"
+say "passed: a healthy lab with Kubernetes and Ready Nodes in $took s; removing lab $name"

@@ -1091,9 +1091,12 @@ fn every_numeric_field_is_checked_against_its_range() {
             "3600",
             "3601",
         ),
+        // On a host without roles: a control-plane host's prefix also decides whether the nodes
+        // share one network (host-gw), and a load balancer's whether the VIP is in its subnet,
+        // which a /32 fails either way.
         c(
-            "hosts[0].prefixLength",
-            "host:      prefixLength: {v}\n",
+            "hosts[5].prefixLength",
+            "spare:      prefixLength: {v}\n",
             Some("0"),
             "24",
             "32",
@@ -1297,6 +1300,11 @@ fn every_numeric_field_is_checked_against_its_range() {
         let line = case.snippet.replace("{v}", value);
         if let Some(rest) = line.strip_prefix("ssh:") {
             edit(&[("    agent: true\n", &format!("    agent: true\n{rest}"))])
+        } else if let Some(rest) = line.strip_prefix("spare:") {
+            edit(&[(
+                "  vip:\n",
+                &format!("    - name: spare1\n      address: 192.168.56.31\n{rest}      roles: []\n  vip:\n"),
+            )])
         } else if let Some(rest) = line.strip_prefix("host:") {
             edit(&[(
                 "      address: 192.168.56.11\n",

@@ -25,7 +25,7 @@ pub async fn run(args: &RemoveArgs) -> anyhow::Result<i32> {
         // A node host that held no etcd member (a worker).
         let mut op = remove_node::RemoveNode::new(remove_node::Options {
             node: args.member.clone(),
-            confirm_dead: !args.confirm_dead.is_empty(),
+            confirm_dead: !args.dead.confirm_dead.is_empty(),
             resume: args.resume.clone(),
         });
         return manager::run(&mut op, &ctx, &(&args.run).into()).await;

@@ -689,12 +689,13 @@ mod tests {
         assert_eq!(
             titles,
             [
+                "Stop and remove the node components",
                 "Stop and remove the Kubernetes control plane",
                 "Stop and remove etcd",
                 "Stop and remove the load balancers"
             ]
         );
-        let kube = lines(&plan, titles[0], "cp1");
+        let kube = lines(&plan, titles[1], "cp1");
         assert!(kube.contains("systemctl disable --now"), "{kube}");
         assert!(
             kube.contains(
@@ -715,7 +716,7 @@ mod tests {
             assert!(kube.contains(secret), "{secret} stays: {kube}");
         }
         assert!(!kube.contains(crate::kubernetes::files::AUDIT_LOG), "{kube}");
-        let etcd = lines(&plan, titles[1], "cp1");
+        let etcd = lines(&plan, titles[2], "cp1");
         assert!(
             etcd.contains("hactl_data_dir_guard \"$1\" \"move $1 aside\""),
             "{etcd}"
@@ -726,7 +727,7 @@ mod tests {
         );
         assert!(etcd.contains("/etc/hactl/pki/etcd/server.key"), "{etcd}");
         assert!(!etcd.contains("rm -rf"), "{etcd}");
-        let lb = lines(&plan, titles[2], "lb1");
+        let lb = lines(&plan, titles[3], "lb1");
         assert!(
             lb.contains("hactl-stop keepalived.service haproxy.service"),
             "keepalived first, so the VIP leaves before HAProxy stops: {lb}"
@@ -741,7 +742,7 @@ mod tests {
         }
         assert!(lb.contains(".hactl-orig"), "{lb}");
         // Nothing of another role's on a host without it.
-        assert!(plan.phases[2].hosts.iter().all(|h| h.host.starts_with("lb")));
+        assert!(plan.phases[3].hosts.iter().all(|h| h.host.starts_with("lb")));
     }
 
     #[test]
