@@ -84,13 +84,22 @@ pub fn node_problem(n: &super::objects::Node, owner: NodeOwner) -> Option<String
         .find(|c| c.type_ == "Ready")
         .map(|c| format!(": {} {}", c.reason, c.message).trim_end().to_string())
         .unwrap_or_default();
-    let todo = match owner {
-        NodeOwner::Inventory => format!(
+    let stage = n
+        .metadata
+        .annotations
+        .get(super::api::MAINTENANCE_STAGE_ANNOTATION)
+        .filter(|s| s.as_str() != "Complete");
+    let todo = match (owner, stage) {
+        (_, Some(stage)) => format!(
+            "{name} is in maintenance (stage {stage}): its kubelet talks to its own apiserver, \
+             which the maintenance stopped; `hactl maintenance complete {name}` brings it back"
+        ),
+        (NodeOwner::Inventory, None) => format!(
             "if {name} is up, see `journalctl -u kubelet -u containerd` there, and `hactl up` starts \
              node components that are stopped; if it is gone for good, `hactl remove {name}` (a \
              worker) or `hactl replace` (a control-plane host)"
         ),
-        NodeOwner::Foreign => format!(
+        (NodeOwner::Foreign, None) => format!(
             "{name} is not in the inventory: if that host is gone, delete its Node \
              (`kubectl delete node {name}`)"
         ),
@@ -459,6 +468,24 @@ mod tests {
                 }
             }
         }
+        // A host in maintenance: the advice is to complete it (the stage is on the Node).
+        let mut m = node("cp1", "Unknown");
+        m.metadata.annotations.insert(
+            crate::kubernetes::api::MAINTENANCE_STAGE_ANNOTATION.into(),
+            "StopControlPlane".into(),
+        );
+        let p = node_problem(&m, NodeOwner::Inventory).unwrap();
+        assert!(
+            p.ends_with("cp1 is in maintenance (stage StopControlPlane): its kubelet talks to its own apiserver, which the maintenance stopped; `hactl maintenance complete cp1` brings it back"),
+            "{p}"
+        );
+        m.metadata.annotations.insert(
+            crate::kubernetes::api::MAINTENANCE_STAGE_ANNOTATION.into(),
+            "Complete".into(),
+        );
+        assert!(node_problem(&m, NodeOwner::Inventory)
+            .unwrap()
+            .contains("journalctl"));
         // An inventory host's problem names both ways out.
         let p = node_problem(&node("w1", "False"), NodeOwner::Inventory).unwrap();
         assert!(
