@@ -59,6 +59,54 @@ pub struct NodeRow {
     pub unschedulable: bool,
 }
 
+/// Where a Node stands for `status`: one of the inventory's node hosts, or a Node the
+/// inventory does not name (a host taken away without deleting its Node, or a kubelet hactl does
+/// not manage).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeOwner {
+    Inventory,
+    Foreign,
+}
+
+/// The problem a registered Node makes in `status`, with what to do, or `None` when it is Ready.
+/// Every Node that is not Ready degrades the cluster (exit 5): its pods are not looked after,
+/// whether hactl manages the host or not. Pure.
+pub fn node_problem(n: &super::objects::Node, owner: NodeOwner) -> Option<String> {
+    let ready = n.status.ready();
+    if ready == "True" {
+        return None;
+    }
+    let name = &n.metadata.name;
+    let why = n
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| format!(": {} {}", c.reason, c.message).trim_end().to_string())
+        .unwrap_or_default();
+    let stage = n
+        .metadata
+        .annotations
+        .get(super::api::MAINTENANCE_STAGE_ANNOTATION)
+        .filter(|s| s.as_str() != "Complete");
+    let todo = match (owner, stage) {
+        (_, Some(stage)) => format!(
+            "{name} is in maintenance (stage {stage}): its kubelet talks to its own apiserver, \
+             which the maintenance stopped; `hactl maintenance complete {name}` brings it back"
+        ),
+        (NodeOwner::Inventory, None) => format!(
+            "if {name} is up, see `journalctl -u kubelet -u containerd` there, and `hactl up` starts \
+             node components that are stopped; if it is gone for good, `hactl remove {name}` (a \
+             worker) or `hactl replace` (a control-plane host)"
+        ),
+        (NodeOwner::Foreign, None) => format!(
+            "{name} is not in the inventory: if that host is gone, delete its Node \
+             (`kubectl delete node {name}`)"
+        ),
+    };
+    Some(format!("Node {name} is not Ready (Ready={ready}{why}); {todo}"))
+}
+
 /// The rows and problems of the Nodes: each node host of the inventory (registered or not),
 /// then every other Node. Pure.
 pub fn node_rows(inv: &Inventory, nodes: &[super::objects::Node]) -> (Vec<NodeRow>, Vec<String>) {
@@ -77,21 +125,8 @@ pub fn node_rows(inv: &Inventory, nodes: &[super::objects::Node]) -> (Vec<NodeRo
     for host in inv.node_hosts() {
         match nodes.iter().find(|n| n.metadata.name == host.name) {
             Some(n) => {
-                let r = row(n, true);
-                if r.ready != "True" {
-                    let why = n
-                        .status
-                        .conditions
-                        .iter()
-                        .find(|c| c.type_ == "Ready")
-                        .map(|c| format!(": {} {}", c.reason, c.message).trim_end().to_string())
-                        .unwrap_or_default();
-                    problems.push(format!(
-                        "Node {} is not Ready (Ready={}{why})",
-                        host.name, r.ready
-                    ));
-                }
-                rows.push(r);
+                problems.extend(node_problem(n, NodeOwner::Inventory));
+                rows.push(row(n, true));
             }
             None => {
                 problems.push(format!(
@@ -112,7 +147,10 @@ pub fn node_rows(inv: &Inventory, nodes: &[super::objects::Node]) -> (Vec<NodeRo
         .filter(|n| !inv.node_hosts().iter().any(|h| h.name == n.metadata.name))
         .collect();
     others.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    rows.extend(others.into_iter().map(|n| row(n, false)));
+    for n in others {
+        problems.extend(node_problem(n, NodeOwner::Foreign));
+        rows.push(row(n, false));
+    }
     (rows, problems)
 }
 
@@ -393,6 +431,71 @@ mod tests {
     }
 
     #[test]
+    fn node_problems_say_what_to_do() {
+        // (Ready status, owner) → the problem's start, or None.
+        let table: [(&str, NodeOwner, Option<&str>); 6] = [
+            ("True", NodeOwner::Inventory, None),
+            ("True", NodeOwner::Foreign, None),
+            (
+                "Unknown",
+                NodeOwner::Inventory,
+                Some("Node n is not Ready (Ready=Unknown: NodeStatusUnknown Kubelet stopped posting node status.); if n is up, see `journalctl -u kubelet -u containerd` there"),
+            ),
+            (
+                "False",
+                NodeOwner::Inventory,
+                Some("Node n is not Ready (Ready=False: NodeStatusUnknown"),
+            ),
+            (
+                "Unknown",
+                NodeOwner::Foreign,
+                Some("Node n is not Ready (Ready=Unknown: NodeStatusUnknown Kubelet stopped posting node status.); n is not in the inventory: if that host is gone, delete its Node (`kubectl delete node n`)"),
+            ),
+            // No Ready condition at all (a Node registered a moment ago): not Ready.
+            ("", NodeOwner::Inventory, Some("Node n is not Ready (Ready=Unknown);")),
+        ];
+        for (ready, owner, want) in table {
+            let mut n = node("n", if ready.is_empty() { "True" } else { ready });
+            if ready.is_empty() {
+                n.status.conditions.clear();
+            }
+            let got = node_problem(&n, owner);
+            match want {
+                None => assert_eq!(got, None, "{ready} {owner:?}"),
+                Some(w) => {
+                    let got = got.unwrap_or_else(|| panic!("{ready} {owner:?}: no problem"));
+                    assert!(got.starts_with(w), "{ready} {owner:?}: {got}");
+                }
+            }
+        }
+        // A host in maintenance: the advice is to complete it (the stage is on the Node).
+        let mut m = node("cp1", "Unknown");
+        m.metadata.annotations.insert(
+            crate::kubernetes::api::MAINTENANCE_STAGE_ANNOTATION.into(),
+            "StopControlPlane".into(),
+        );
+        let p = node_problem(&m, NodeOwner::Inventory).unwrap();
+        assert!(
+            p.ends_with("cp1 is in maintenance (stage StopControlPlane): its kubelet talks to its own apiserver, which the maintenance stopped; `hactl maintenance complete cp1` brings it back"),
+            "{p}"
+        );
+        m.metadata.annotations.insert(
+            crate::kubernetes::api::MAINTENANCE_STAGE_ANNOTATION.into(),
+            "Complete".into(),
+        );
+        assert!(node_problem(&m, NodeOwner::Inventory)
+            .unwrap()
+            .contains("journalctl"));
+        // An inventory host's problem names both ways out.
+        let p = node_problem(&node("w1", "False"), NodeOwner::Inventory).unwrap();
+        assert!(
+            p.contains("`hactl up` starts node components that are stopped"),
+            "{p}"
+        );
+        assert!(p.contains("`hactl remove w1`"), "{p}");
+    }
+
+    #[test]
     fn every_node_host_is_a_row_and_a_missing_or_unready_node_a_problem() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("inventories/example.yaml");
         let inv = crate::inventory::load(&path).unwrap();
@@ -413,16 +516,21 @@ mod tests {
             ("True", "10.244.0.0/24")
         );
         assert!(!rows[1].registered);
-        assert!(
-            !rows[3].in_inventory,
-            "a Node hactl does not manage is listed, not a problem"
-        );
+        assert!(!rows[3].in_inventory, "a Node hactl does not manage is listed");
         assert_eq!(
             problems,
             [
                 "cp2 runs no registered Node: run `hactl up` to install and start its kubelet, or see its log (`journalctl -u kubelet` on cp2)",
-                "Node cp3 is not Ready (Ready=Unknown: NodeStatusUnknown Kubelet stopped posting node status.)",
+                "Node cp3 is not Ready (Ready=Unknown: NodeStatusUnknown Kubelet stopped posting node status.); if cp3 is up, see `journalctl -u kubelet -u containerd` there, and `hactl up` starts node components that are stopped; if it is gone for good, `hactl remove cp3` (a worker) or `hactl replace` (a control-plane host)",
             ]
+        );
+        // A foreign Node that is not Ready degrades the cluster too.
+        let (_, problems) = node_rows(&inv, &[node("cp1", "True"), node("gone", "Unknown")]);
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.starts_with("Node gone is not Ready") && p.contains("`kubectl delete node gone`")),
+            "{problems:?}"
         );
         let t = table(&KubernetesStatus {
             nodes: rows,

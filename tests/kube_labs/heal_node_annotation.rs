@@ -4,9 +4,7 @@
 //! heal records: cp3's etcd loses its data and fails with its old identity, so heal replaces it on
 //! its own host (a plain restart, the first rung, is not a recorded remediation).
 //!
-//! hactl runs no kubelet (a container runtime inside the lab's nspawn hosts is untried), so no
-//! kubelet registers Nodes: the test creates the Node `cp3` through the API, as a kubelet's
-//! registration would, and that Node is the real API object the annotation lands on.
+//! The Node is the one cp3's own kubelet registered (every control-plane host runs one).
 
 use crate::support::kube as kube_support;
 use crate::support::lab as lab_support;
@@ -23,9 +21,13 @@ fn heal_annotates_the_node_of_the_member_it_repaired() {
         return;
     };
     k.set_inventory(|t| format!("{t}  heal:\n    unhealthyTimeout: 2s\n"));
-    let node = r#"{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cp3"}}"#;
-    let out = k.kubectl_input(&["create", "-f", "-"], Some(node));
-    assert!(out.status.success(), "cannot create Node cp3: {}", text(&out));
+    assert!(
+        eventually(Duration::from_secs(180), || k
+            .kubectl(&["get", "node", "cp3"])
+            .status
+            .success()),
+        "cp3's kubelet did not register its Node"
+    );
 
     // cp3's etcd loses its data and crash-loops with its old identity: heal's record-keeping
     // remediation (a replace on its own host; a plain restart is not recorded as one).

@@ -2,9 +2,13 @@
 //! of the cache `scripts/kube-binaries.sh` builds; never skipped as root): P8 starts the control
 //! plane on the new host and its `/readyz` answers on its own address; P9 rolls the new
 //! `--etcd-servers` into the other apiservers one host at a time; kubectl through the VIP keeps
-//! answering throughout (every failed request is reported).
+//! answering throughout (every failed request is reported). The old host's node components stop
+//! and its Node is deleted (P8 node-stop, P8 node-delete); the report names `hactl up`, which
+//! brings up the new host's node components, after which its Node is Ready and `status` is
+//! healthy (no Node left NotReady behind).
 
 use crate::support::kube as kube_support;
+use crate::support::lab as lab_support;
 
 use std::time::{Duration, Instant};
 
@@ -69,5 +73,46 @@ fn replace_to_a_new_host_moves_the_control_plane_while_kubectl_answers() {
     assert_eq!(
         failed, 0,
         "kubectl through the VIP failed during the replace (listed above)"
+    );
+
+    // The old host's Node: its kubelet stopped, then the Node deleted, after P8.
+    let stop = position(&j, "P8 node-stop", "done").unwrap_or_else(|| panic!("no node-stop: {j:?}"));
+    let delete = position(&j, "P8 node-delete", "done").unwrap_or_else(|| panic!("no node-delete: {j:?}"));
+    assert!(
+        p8 < stop && stop < delete,
+        "order: P8, node-stop, node-delete: {j:?}"
+    );
+    let kubelet = k.lab.exec("cp3", &["systemctl", "is-active", "kubelet"]);
+    assert_ne!(
+        String::from_utf8_lossy(&kubelet.stdout).trim(),
+        "active",
+        "the kubelet still runs on cp3"
+    );
+    let gone = k.kubectl(&["get", "node", "cp3"]);
+    assert!(
+        !gone.status.success() && String::from_utf8_lossy(&gone.stderr).contains("NotFound"),
+        "Node cp3 is still there: {}",
+        text(&gone)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("installs and starts the node components on spare1"),
+        "the report does not name `hactl up` for spare1's node components: {}",
+        text(&out)
+    );
+    // `hactl up` brings up spare1's node components: its Node registers and is Ready, and status
+    // is healthy again.
+    let up = k.hactl(&["up", "--yes"]);
+    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    let mut last = (0, serde_json::Value::Null);
+    assert!(
+        lab_support::eventually(Duration::from_secs(180), || {
+            last = k.status();
+            last.0 == 0
+                && last.1["kubernetes"]["nodes"]
+                    .as_array()
+                    .is_some_and(|n| n.iter().any(|n| n["name"] == "spare1" && n["ready"] == "True"))
+        }),
+        "spare1's Node is not Ready or status is not healthy: {}",
+        last.1
     );
 }

@@ -33,7 +33,7 @@ crate::step_codes! {
 }
 
 /// Read-only: neither the kubelet nor containerd runs on the host.
-fn stopped() -> RemoteCommand {
+pub fn node_stopped() -> RemoteCommand {
     RemoteCommand::read_only([
         "sh",
         "-c",
@@ -89,7 +89,7 @@ pub fn build(d: &Decisions, inputs: &Arc<Inputs>) -> Vec<JournaledStep> {
                 "stop the kubelet, kube-proxy, the pods, containerd and the pod routes",
                 Some(h),
             )
-            .done_when(stopped())
+            .done_when(node_stopped())
             .run(crate::converge::reset::stop_node_components()),
         );
     }

@@ -171,6 +171,36 @@ pub fn decide(obs: &Observation, i: &Inputs<'_>) -> Result<Decisions, Refusal> {
     })
 }
 
+/// What a replace does with the old host's Node (docs/recovery.md, "Replace and heal (P0–P10)").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OldNode {
+    /// Nothing: no kubernetes section, or the member stays on its host (`--reuse-host`), whose
+    /// kubelet keeps its Node.
+    Keep(String),
+    /// Stop the node components on the old host (reachable), then delete its Node: a kubelet
+    /// left running would keep reporting a Node nothing manages.
+    StopThenDelete,
+    /// Delete the Node only: the old host cannot be reached (gone, or attested dead), so nothing
+    /// runs there to stop.
+    DeleteOnly(String),
+}
+
+/// The old Node's fate, from whether the inventory has a kubernetes section, whether the member
+/// moved to another host, and whether the old host is in the inventory and answered.
+pub fn old_node(kubernetes: bool, moved: bool, old_host_reachable: bool) -> OldNode {
+    if !kubernetes {
+        return OldNode::Keep("no kubernetes section: no Node".into());
+    }
+    if !moved {
+        return OldNode::Keep("the member stays on its host: its kubelet keeps its Node".into());
+    }
+    if old_host_reachable {
+        OldNode::StopThenDelete
+    } else {
+        OldNode::DeleteOnly("the old host is not reachable: nothing runs there to stop".into())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,5 +399,25 @@ mod tests {
         );
         let later = 1_000 + policy.min_healthy_period.as_secs();
         assert!(retry_limit(&records, &policy, "cp3", later, "heal.json", 2380).is_ok());
+    }
+
+    #[test]
+    fn the_old_node_is_deleted_when_the_member_moved() {
+        // (kubernetes, moved, reachable) → what happens to the old Node.
+        let table = [
+            ((false, true, true), "keep"),
+            ((true, false, true), "keep"),
+            ((true, false, false), "keep"),
+            ((true, true, true), "stop+delete"),
+            ((true, true, false), "delete"),
+        ];
+        for ((kube, moved, reachable), want) in table {
+            let got = match old_node(kube, moved, reachable) {
+                OldNode::Keep(_) => "keep",
+                OldNode::StopThenDelete => "stop+delete",
+                OldNode::DeleteOnly(_) => "delete",
+            };
+            assert_eq!(got, want, "kubernetes={kube} moved={moved} reachable={reachable}");
+        }
     }
 }

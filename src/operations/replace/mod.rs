@@ -363,10 +363,19 @@ impl Operation for Replace {
             .expect("never poisoned")
             .take()
             .unwrap_or((exit::OK, String::new()));
-        Ok(Report {
-            code,
-            text: format!("{line}\n"),
-        })
+        let mut text = format!("{line}\n");
+        // The replacement's node components (kubelet, containerd, kube-proxy) and the pod routes
+        // to it are `hactl up`'s node phases: replace brings up the control plane only.
+        if run.inv.kubernetes.is_some() && run.replacement.name != run.target {
+            text.push_str(&format!(
+                "next: `hactl up -i {}` installs and starts the node components on {} (its kubelet registers Node {}) and routes the pod network to it; Node {} was deleted\n",
+                ctx.inv.source.display(),
+                run.replacement.name,
+                run.replacement.name,
+                run.target
+            ));
+        }
+        Ok(Report { code, text })
     }
 
     fn explain(&self, failed: &StepFailed) -> Option<String> {

@@ -40,6 +40,10 @@ crate::step_codes! {
         Start = "P6",
         Promote = "P7",
         Serve = "P8",
+        /// The old host's node components stopped (the member moved to another host).
+        NodeStop = "P8 node-stop",
+        /// The old host's Node deleted (the member moved to another host).
+        NodeDelete = "P8 node-delete",
         Propagate = "P9",
         Verify = "P10",
     }
@@ -60,6 +64,8 @@ impl P {
             P::Start => "start",
             P::Promote => "promote",
             P::Serve => "serve",
+            P::NodeStop => "stop the old node",
+            P::NodeDelete => "delete the old Node",
             P::Propagate => "propagate",
             P::Verify => "verify",
         }
@@ -132,7 +138,10 @@ pub(super) fn build(run: &Arc<Run>, obs: &Observation, d: &Decisions) -> anyhow:
             P::AddLearner => steps.push(p5_add(run, &observer)),
             P::Start => steps.push(p6_start(run, obs, &observer)?),
             P::Promote => steps.push(p7_promote(run, &observer)),
-            P::Serve => steps.push(p8_serve(run)),
+            P::Serve => {
+                steps.push(p8_serve(run));
+                steps.extend(p8_old_node(run));
+            }
             P::Propagate => steps.push(p9_propagate(run)),
             P::Verify => steps.push(
                 JournaledStep::new(
@@ -142,7 +151,9 @@ pub(super) fn build(run: &Arc<Run>, obs: &Observation, d: &Decisions) -> anyhow:
                 )
                 .local(Arc::new(Verify { run: run.clone() })),
             ),
-            P::Decide | P::CleanupLearner | P::Balancers => unreachable!("not in the flow tables"),
+            P::Decide | P::CleanupLearner | P::Balancers | P::NodeStop | P::NodeDelete => {
+                unreachable!("not in the flow tables")
+            }
         }
     }
     Ok(steps)
@@ -522,6 +533,51 @@ fn p8_serve(run: &Arc<Run>) -> JournaledStep {
         ));
     }
     step.local(Arc::new(Serve { run: run.clone() }))
+}
+
+/// After P8, when the member moved to another host: the old host's node components stopped
+/// (when it answers) and its Node deleted, so no Node of a host that left the control plane stays
+/// behind NotReady. The new host's own node components come with `hactl up`, which the report
+/// names (known gap: replace does not install them itself).
+fn p8_old_node(run: &Arc<Run>) -> Vec<JournaledStep> {
+    let moved = run.replacement.name != run.target;
+    let reachable = run
+        .target_host
+        .as_ref()
+        .is_some_and(|h| run.reach.transports.contains_key(&h.name));
+    let node = run.target.clone();
+    let delete = || {
+        let act = Arc::new(crate::operations::remove_node::acts::DeleteNode {
+            inputs: Arc::new(crate::operations::remove_node::acts::Inputs {
+                inv: run.inv.clone(),
+                pki: run.pki.clone(),
+                kubernetes: None,
+                state: run.state.clone(),
+            }),
+            node: node.clone(),
+        });
+        JournaledStep::new(P::NodeDelete, format!("delete Node {node}"), None)
+            .done_when_local(act.clone())
+            .local(act)
+    };
+    match super::decide::old_node(run.inv.kubernetes.is_some(), moved, reachable) {
+        super::decide::OldNode::Keep(_) => vec![],
+        super::decide::OldNode::DeleteOnly(why) => vec![
+            JournaledStep::new(P::NodeStop, format!("stop the node components on {node}"), None)
+                .done_when_local(fact(why, true)),
+            delete(),
+        ],
+        super::decide::OldNode::StopThenDelete => vec![
+            JournaledStep::new(
+                P::NodeStop,
+                format!("stop the node components on {node} (kubelet, kube-proxy, pods, containerd)"),
+                Some(&node),
+            )
+            .done_when(crate::operations::remove_node::steps::node_stopped())
+            .run(crate::converge::reset::stop_node_components()),
+            delete(),
+        ],
+    }
 }
 
 fn p9_propagate(run: &Arc<Run>) -> JournaledStep {
