@@ -12,7 +12,11 @@
 //!   process, `/readyz` answers, the mirror pod counts the restart);
 //! - `lease failover`: the host holding the controller-manager Lease powers off; both Leases are
 //!   held by the other hosts within leaseDuration + renewDeadline; after power-on the host's
-//!   kubelet starts its control plane again with no help from hactl, and `up` converges.
+//!   kubelet starts its control plane again with no help from hactl, and `up` converges;
+//! - `replace`: `hactl replace cp3 --host spare1`: P2 moves cp3's manifests aside (its kubelet
+//!   stops the pods), P8 starts spare1's containerd, images and kubelet, then its manifests, P9
+//!   rolls the new `--etcd-servers` into the other apiservers (their manifests); spare1's mirror
+//!   pods show.
 
 use crate::support::kube as kube_support;
 use crate::support::lab as lab_support;
@@ -80,7 +84,7 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
         return;
     };
     let version = version_of(&bin_dir);
-    let Some(lab) = TestLab::up(name, 3, 2, 0, "trixie") else {
+    let Some(lab) = TestLab::up(name, 3, 2, 1, "trixie") else {
         return;
     };
     let inv = lab.inventory().to_path_buf();
@@ -232,4 +236,56 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
         last.1
     );
     check(name, "lease failover", t0);
+
+    // replace
+    k.move_roles("cp3", "spare1");
+    let started = Instant::now();
+    let out = k.hactl(&["replace", "cp3", "--host", "spare1", "--yes"]);
+    assert_eq!(out.status.code(), Some(0), "replace failed: {}", text(&out));
+    println!(
+        "{name}: replace cp3 → spare1 took {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        k.readyz_on("spare1"),
+        "spare1's apiserver does not answer /readyz"
+    );
+    for c in COMPONENTS {
+        let running = pids(&k, "spare1", c);
+        assert_eq!(running.len(), 1, "spare1: {c} processes: {running:?}");
+        let unit = k
+            .lab
+            .exec("spare1", &["systemctl", "is-active", &format!("{c}.service")]);
+        assert_ne!(
+            String::from_utf8_lossy(&unit.stdout).trim(),
+            "active",
+            "spare1: {c} unit"
+        );
+        assert!(pids(&k, "cp3", c).is_empty(), "cp3 still runs {c}");
+    }
+    let listing = k.lab.exec_ok("cp3", &["ls", "-A", "/etc/kubernetes/manifests"]);
+    assert!(!listing.contains("kube-"), "cp3 keeps manifests: {listing}");
+    let (spare, old) = (k.lab.ip("spare1").to_string(), k.lab.ip("cp3").to_string());
+    for h in ["cp1", "cp2"] {
+        let pid = pids(&k, h, "kube-apiserver");
+        assert_eq!(pid.len(), 1, "{h}: kube-apiserver processes: {pid:?}");
+        let cmdline = k.lab.exec_ok(
+            h,
+            &["sh", "-c", &format!("tr '\\0' ' ' < /proc/{}/cmdline", pid[0])],
+        );
+        assert!(
+            cmdline.contains(&format!("https://{spare}:2379"))
+                && !cmdline.contains(&format!("https://{old}:")),
+            "{h}: the apiserver runs without the new member list: {cmdline}"
+        );
+    }
+    let mut last = vec![];
+    let mirrored = eventually(Duration::from_secs(180), || {
+        last = mirror_pods(&k);
+        COMPONENTS
+            .iter()
+            .all(|c| last.iter().any(|(comp, node, _)| comp == c && node == "spare1"))
+    });
+    assert!(mirrored, "spare1's mirror pods are not in kube-system: {last:?}");
+    check(name, "replace", t0);
 }
