@@ -119,7 +119,7 @@ fn host_uploads(inv: &Inventory, pki: &Pki, host: &str) -> BTreeMap<String, Uplo
     let files = files::host_files(host, inv, pki, &inputs()).unwrap();
     let mut all: BTreeMap<String, Upload> = files.iter().map(|u| (u.path.clone(), u.clone())).collect();
     for c in Component::ALL {
-        let u = files::runner(c, host, inv, &files).unwrap();
+        let u = files::runner(c, host, inv, &files, &inputs()).unwrap();
         all.insert(u.path.clone(), u);
     }
     all

@@ -58,13 +58,16 @@ pub fn phases() -> Vec<Box<dyn Phase>> {
         // The Kubernetes control plane (control-plane hosts, when the inventory has a kubernetes section).
         Box::new(install_kubernetes::InstallKubernetes),
         Box::new(configure_kubernetes::ConfigureKubernetes),
+        // The node components on every control-plane and worker host (kubelet, containerd,
+        // kube-proxy, the pod network) are installed and configured with the control plane;
+        // in static-pod mode the control-plane hosts' kubelets start before it, since they run it.
+        Box::new(crate::phases::install_nodes::InstallNodes),
+        Box::new(crate::phases::configure_nodes::ConfigureNodes),
+        Box::new(crate::phases::start_kubelets::StartKubelets),
         Box::new(start_kubernetes::StartKubernetes),
         Box::new(roll_apiservers::RollApiservers),
         Box::new(roll_controllers::RollControllers),
-        // The node components on every control-plane and worker host (kubelet, containerd,
-        // kube-proxy, the pod network), once an apiserver answers.
-        Box::new(crate::phases::install_nodes::InstallNodes),
-        Box::new(crate::phases::configure_nodes::ConfigureNodes),
+        // The rest of the node components start once an apiserver answers.
         Box::new(crate::phases::start_nodes::StartNodes),
         Box::new(crate::phases::label_nodes::LabelNodes),
     ]

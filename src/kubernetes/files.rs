@@ -479,17 +479,15 @@ pub struct ManifestContext {
     pub audit_log_dir: String,
 }
 
-/// The static-pod manifest of `component` on `host`; `files` are the host's [`host_files`].
+/// The static-pod manifest of `component` on `host`; `files` are the host's [`host_files`],
+/// `image` the component's image reference ([`super::node::NodeImages::control_plane`]).
 pub fn manifest(
     component: Component,
     host: &Host,
     inv: &Inventory,
     files: &[Upload],
+    image: &str,
 ) -> Result<Upload, KubernetesPlanError> {
-    let kube = inv
-        .kubernetes
-        .as_ref()
-        .expect("manifests are rendered for a kubernetes section");
     let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
     for u in files
         .iter()
@@ -500,7 +498,7 @@ pub fn manifest(
     let text = render::render(
         &format!("{}.yaml", component.binary()),
         &ManifestContext {
-            image: format!("registry.k8s.io/{}:v{}", component.binary(), kube.version),
+            image: image.to_string(),
             flags: flags(component, host, inv),
             probe_host: match component {
                 Component::ApiServer => host.address.to_string(),
@@ -521,15 +519,24 @@ pub fn manifest(
     ))
 }
 
-/// The unit or the manifest of `component`, by the inventory's mode.
+/// The unit or the manifest of `component`, by the inventory's mode; a manifest runs the
+/// component's image from the inventory's image source.
 pub fn runner(
     component: Component,
     host: &Host,
     inv: &Inventory,
     files: &[Upload],
+    inputs: &KubernetesInputs,
 ) -> Result<Upload, KubernetesPlanError> {
     match inv.kubernetes.as_ref().map(|k| k.mode) {
-        Some(KubernetesMode::StaticPod) => manifest(component, host, inv, files),
+        Some(KubernetesMode::StaticPod) => {
+            let images = super::node::node_images(inv, inputs)?;
+            let image = images
+                .control_plane
+                .get(component.binary())
+                .ok_or(KubernetesPlanError::MissingInputs)?;
+            manifest(component, host, inv, files, image)
+        }
         _ => unit(component, host, inv),
     }
 }

@@ -102,8 +102,10 @@ pub fn managed_paths(spec: &KubernetesSpec) -> Vec<String> {
                 paths.push(c.unit_path());
                 paths.push(c.binary_path());
             }
-            crate::inventory::KubernetesMode::StaticPod => paths.push(c.manifest_path()),
+            crate::inventory::KubernetesMode::StaticPod => {}
         }
+        // In either mode: a manifest left in systemd mode is a mode switch `up` refuses.
+        paths.push(c.manifest_path());
     }
     // A bundle's kubectl is uploaded too: without its hash in the facts every `up` would plan it.
     if spec.mode == crate::inventory::KubernetesMode::Systemd {

@@ -17,7 +17,7 @@ pub fn uploads(host: &Host, ctx: &Ctx<'_>) -> Result<(Vec<Upload>, Vec<Upload>),
     let host_files = files::host_files(host, ctx.inv, ctx.pki, inputs)?;
     let mut runners = Vec::new();
     for component in Component::ALL {
-        runners.push(files::runner(component, host, ctx.inv, &host_files)?);
+        runners.push(files::runner(component, host, ctx.inv, &host_files, inputs)?);
     }
     Ok((host_files, runners))
 }

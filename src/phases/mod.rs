@@ -25,6 +25,7 @@ pub mod roll_controllers;
 pub mod roll_etcd;
 pub mod schedule_backups;
 pub mod start_etcd;
+pub mod start_kubelets;
 pub mod start_kubernetes;
 pub mod start_nodes;
 
@@ -126,6 +127,12 @@ pub enum PlanError {
     Kubernetes(#[from] crate::kubernetes::KubernetesPlanError),
     #[error("{host} has no interface with address {address}, so keepalived cannot be told where to hold the VIP: set hosts[].interface for {host} in the inventory")]
     NoInterface { host: String, address: String },
+    #[error("{host} runs the control plane as {running} but kubernetes.mode is {wanted}: hactl cannot switch an installed cluster's mode yet (see docs/development/known-gaps.md); set kubernetes.mode back to {running} in the inventory and run again")]
+    ModeSwitch {
+        host: String,
+        running: &'static str,
+        wanted: &'static str,
+    },
     /// Boxed: the refusal carries versions and names, and every phase returns this error.
     #[error(transparent)]
     EtcdUpgrade(Box<crate::etcd::upgrade::UpgradeRefusal>),
@@ -142,7 +149,9 @@ impl PlanError {
     pub fn is_refusal(&self) -> bool {
         match self {
             PlanError::Kubernetes(e) => e.is_refusal(),
-            PlanError::EtcdUpgrade(_) | PlanError::MemberNotInInventory { .. } => true,
+            PlanError::EtcdUpgrade(_)
+            | PlanError::MemberNotInInventory { .. }
+            | PlanError::ModeSwitch { .. } => true,
             _ => false,
         }
     }

@@ -1,6 +1,7 @@
 //! The Kubernetes side of `hactl replace` (docs/recovery.md, steps P8 and P9), as steps:
 //!
-//! - P8, on the replacement host: install, configure and start kube-apiserver (its
+//! - P8, on the replacement host (static-pod mode: its containerd, images and kubelet first):
+//!   install, configure and start kube-apiserver (its
 //!   `--etcd-servers` lists every etcd host of the inventory, which after the replace is every
 //!   member), then the controller-manager and scheduler, each waiting for its health endpoint.
 //!   Only then may its `kubernetes-api` backend be made ready on the load balancers.
@@ -68,6 +69,13 @@ pub fn start_on_replacement(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, Pla
     let mut steps = vec![Step::Run(RemoteCommand::script(crate::fence::lift_all(&units)))];
     steps.extend(InstallKubernetes.steps(host, ctx)?);
     steps.extend(ConfigureKubernetes.steps(host, ctx)?);
+    // Static-pod mode: the host's kubelet runs the control plane, so it (with containerd and
+    // the images) comes first, as in `up`.
+    if super::start_nodes::runs_control_plane(ctx.inv, host) {
+        steps.extend(super::install_nodes::InstallNodes.steps(host, ctx)?);
+        steps.extend(super::configure_nodes::ConfigureNodes.steps(host, ctx)?);
+        steps.extend(super::start_kubelets::StartKubelets.steps(host, ctx)?);
+    }
     // Its backend is out of rotation (drained in P2, or not rendered yet): restart in place.
     if let Some(manifest) = restart_needed(Component::ApiServer, host, ctx)? {
         steps.extend(restart_steps(Component::ApiServer, host, manifest));

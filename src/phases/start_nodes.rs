@@ -8,6 +8,9 @@
 //! network is then planned by a second round of `up`, [`crate::converge::apply`]), and for the
 //! Node to be Ready once its pod network is written.
 //!
+//! In static-pod mode the control-plane hosts' first part (up to the kubelet) ran before the
+//! control plane, in `start_kubelets`; here they get the rest.
+//!
 //! All hosts at once: restarting a kubelet, kube-proxy or containerd leaves running pods alone.
 
 use std::time::Duration;
@@ -158,6 +161,66 @@ sysctl -q -p \"$2\"";
     ])
 }
 
+/// Whether `host`'s kubelet runs control-plane components (static-pod mode, control-plane host):
+/// `start_kubelets` starts it, before the control plane.
+pub fn runs_control_plane(inv: &Inventory, host: &Host) -> bool {
+    host.has(crate::inventory::Role::ControlPlane)
+        && inv
+            .kubernetes
+            .as_ref()
+            .is_some_and(|k| k.mode == crate::inventory::KubernetesMode::StaticPod)
+}
+
+/// The first part of a node's start: the kernel settings, containerd, the images it must hold,
+/// and the kubelet, waited for when it was (re)started. Nothing here needs an apiserver: in
+/// static-pod mode it runs before the control plane, on the hosts whose kubelets run it.
+pub fn kubelet_steps(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
+    let Some(kube) = &ctx.inv.kubernetes else {
+        return Ok(vec![]);
+    };
+    let inputs = ctx.kubernetes.ok_or(KubernetesPlanError::MissingInputs)?;
+    let images = node::node_images(ctx.inv, inputs)?;
+    let f = ctx.facts(host);
+    let files = files(host, ctx)?;
+    let uploads: Vec<&Upload> = files
+        .all()
+        .chain(&inputs.node_binaries)
+        .chain(&inputs.containerd_binaries)
+        .collect();
+    let mut steps = Vec::new();
+
+    if files.kernel.iter().any(|u| differs(f, u)) {
+        steps.push(Step::Run(apply_kernel_settings()));
+    }
+    let containerd = bring(NodeComponent::Containerd, f, &kube.containerd, &uploads);
+    steps.extend(bring_steps(node::CONTAINERD_UNIT, containerd, f));
+    let snapshotter = node::snapshotter(f);
+    for image in images.for_host(host) {
+        // A restart with a new snapshotter needs the images unpacked for it: imported again.
+        let snapshotter_changed =
+            containerd == Bring::Restart && files.containerd.iter().any(|u| differs(f, u));
+        if !node::image_present(f, image) || snapshotter_changed {
+            steps.push(Step::Upload(image.archive.clone()));
+            steps.push(Step::Run(node::import_image(image, snapshotter)));
+        }
+    }
+    let mut kubelet = bring(NodeComponent::Kubelet, f, &kube.containerd, &uploads);
+    // A running kubelet whose Node is gone (deleted through the API) registers it again
+    // only when it starts.
+    let absent = matches!(
+        f.node.as_ref().map(|n| &n.api),
+        Some(crate::facts::NodeApi::Absent)
+    );
+    if absent && kubelet == Bring::Nothing {
+        kubelet = Bring::Restart;
+    }
+    steps.extend(bring_steps(node::KUBELET_UNIT, kubelet, f));
+    if kubelet != Bring::Nothing {
+        steps.push(Step::Wait(wait_kubelet(host)));
+    }
+    Ok(steps)
+}
+
 impl Phase for StartNodes {
     fn title(&self) -> &'static str {
         "Start the node components"
@@ -170,7 +233,6 @@ impl Phase for StartNodes {
             return Ok(vec![]);
         };
         let inputs = ctx.kubernetes.ok_or(KubernetesPlanError::MissingInputs)?;
-        let images = node::node_images(ctx.inv, inputs)?;
         let f = ctx.facts(host);
         let files = files(host, ctx)?;
         let uploads: Vec<&Upload> = files
@@ -178,34 +240,13 @@ impl Phase for StartNodes {
             .chain(&inputs.node_binaries)
             .chain(&inputs.containerd_binaries)
             .collect();
-        let mut steps = Vec::new();
+        // The kubelets that run the control plane were started before it (`start_kubelets`).
+        let mut steps = if runs_control_plane(ctx.inv, host) {
+            Vec::new()
+        } else {
+            kubelet_steps(host, ctx)?
+        };
 
-        if files.kernel.iter().any(|u| differs(f, u)) {
-            steps.push(Step::Run(apply_kernel_settings()));
-        }
-        let containerd = bring(NodeComponent::Containerd, f, &kube.containerd, &uploads);
-        steps.extend(bring_steps(node::CONTAINERD_UNIT, containerd, f));
-        let snapshotter = node::snapshotter(f);
-        for image in images.for_host(host) {
-            // A restart with a new snapshotter needs the images unpacked for it: imported again.
-            let snapshotter_changed =
-                containerd == Bring::Restart && files.containerd.iter().any(|u| differs(f, u));
-            if !node::image_present(f, image) || snapshotter_changed {
-                steps.push(Step::Upload(image.archive.clone()));
-                steps.push(Step::Run(node::import_image(image, snapshotter)));
-            }
-        }
-        let mut kubelet = bring(NodeComponent::Kubelet, f, &kube.containerd, &uploads);
-        // A running kubelet whose Node is gone (deleted through the API) registers it again
-        // only when it starts.
-        let absent = matches!(
-            f.node.as_ref().map(|n| &n.api),
-            Some(crate::facts::NodeApi::Absent)
-        );
-        if absent && kubelet == Bring::Nothing {
-            kubelet = Bring::Restart;
-        }
-        steps.extend(bring_steps(node::KUBELET_UNIT, kubelet, f));
         let proxy = bring(NodeComponent::KubeProxy, f, &kube.containerd, &uploads);
         steps.extend(bring_steps(node::KUBE_PROXY_UNIT, proxy, f));
 
@@ -245,9 +286,6 @@ impl Phase for StartNodes {
             }
         }
 
-        if kubelet != Bring::Nothing {
-            steps.push(Step::Wait(wait_kubelet(host)));
-        }
         if pending(f) {
             steps.push(Step::Wait(wait_registered(ctx.inv, host)));
         } else if network_changed && !files.network.is_empty() {

@@ -158,7 +158,8 @@ impl fmt::Display for RemoteCommand {
     }
 }
 
-/// A file to place on a host: written to `<path>.hactl-tmp`, then renamed, mode and owner set.
+/// A file to place on a host: written to `<dir>/.<name>.hactl-tmp` (a name the kubelet's static-pod
+/// directory and other directory readers skip), then renamed, mode and owner set.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Upload {
     pub path: String,

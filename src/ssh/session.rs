@@ -665,7 +665,7 @@ impl Session {
             debug!("{}: {} unchanged", self.host, upload.path);
             return Ok(UploadOutcome::Unchanged);
         }
-        let tmp = format!("{}.hactl-tmp", upload.path);
+        let tmp = temp_path(&upload.path);
         let owner = format!("{}:{}", upload.owner, upload.group);
         let mode = format!("{:04o}", upload.mode & 0o7777);
         let timeout = upload_timeout(upload.size());
@@ -974,6 +974,18 @@ const MKDIR_SCRIPT: &str = r#"mkdir -p -- "$(dirname -- "$1")""#;
 const FINISH_SCRIPT: &str = r#"{ chown -- "$2" "$1" && chmod -- "$3" "$1" && mv -f -- "$1" "$4"; } || { rc=$?; rm -f -- "$1"; exit $rc; }"#;
 
 /// Parent directory, stdin into a fresh 0600 temporary file, then as [`FINISH_SCRIPT`].
+/// Where an upload to `path` is written before its rename: beside it (so the rename is atomic),
+/// under a name that starts with a dot. Readers of a whole directory skip such names: the
+/// kubelet takes every other file in its static-pod directory as a pod (a `<name>.hactl-tmp`
+/// there once started as a second apiserver), and a `*.conf` drop-in directory takes
+/// `<name>.conf.hactl-tmp` no more than `.<name>.hactl-tmp`.
+pub fn temp_path(path: &str) -> String {
+    match path.rsplit_once('/') {
+        Some((dir, name)) => format!("{dir}/.{name}.hactl-tmp"),
+        None => format!(".{path}.hactl-tmp"),
+    }
+}
+
 const INSTALL_SCRIPT: &str = r#"mkdir -p -- "$(dirname -- "$4")" && rm -f -- "$1" && { ( umask 077 && cat > "$1" ) && chown -- "$2" "$1" && chmod -- "$3" "$1" && mv -f -- "$1" "$4"; } || { rc=$?; rm -f -- "$1"; exit $rc; }"#;
 
 /// What [`PROBE_SCRIPT`] saw.
@@ -1076,10 +1088,20 @@ mod tests {
     }
 
     #[test]
+    fn an_uploads_temp_file_is_a_dot_file_beside_it() {
+        // The kubelet starts every file of its static-pod directory whose name has no leading dot.
+        assert_eq!(
+            temp_path("/etc/kubernetes/manifests/kube-apiserver.yaml"),
+            "/etc/kubernetes/manifests/.kube-apiserver.yaml.hactl-tmp"
+        );
+        assert_eq!(temp_path("x"), ".x.hactl-tmp");
+    }
+
+    #[test]
     fn scripts_run_in_a_real_shell() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a/b/file").to_string_lossy().into_owned();
-        let tmp = format!("{path}.hactl-tmp");
+        let tmp = temp_path(&path);
         let sh = |script: &str, args: &[&str], stdin: &[u8]| {
             use std::io::Write;
             let mut child = std::process::Command::new("sh")

@@ -23,5 +23,6 @@ mod replace;
 mod rotate_etcd_ca;
 mod rotate_front_proxy_ca;
 mod rotate_kubernetes_ca;
+mod static_pods;
 mod units_and_drain;
 mod up;

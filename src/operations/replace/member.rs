@@ -46,6 +46,35 @@ pub fn fence_kube_steps(active: &[&str]) -> Vec<Step> {
     vec![Step::Run(RemoteCommand::script(script))]
 }
 
+/// Static-pod mode: moves the control-plane manifests of a host being replaced out of the
+/// kubelet's directory into `aside` (never deleted), so its kubelet stops the pods, and waits
+/// until no control-plane process is left. P8 writes them again on a host that is reused.
+pub fn manifests_aside_steps(aside: &str) -> Vec<Step> {
+    let components: Vec<&str> = crate::kubernetes::Component::ALL
+        .iter()
+        .map(|c| c.binary())
+        .collect();
+    let mut args = vec!["sh", "-c", MANIFESTS_ASIDE, "hactl-manifests-aside", aside];
+    args.extend(components.iter().copied());
+    vec![
+        Step::Run(RemoteCommand::new(args)),
+        Step::Wait(Check::command(
+            "the kubelet stopped the control-plane pods".to_string(),
+            RemoteCommand::read_only(["sh", "-c", CONTROL_PLANE_GONE]),
+            Duration::from_secs(120),
+        )),
+    ]
+}
+
+/// `$1` the aside dir, then the components: each manifest still in the kubelet's directory moves.
+const MANIFESTS_ASIDE: &str = r#"dest=$1; shift
+for c in "$@"; do
+  if [ -e "/etc/kubernetes/manifests/$c.yaml" ]; then mkdir -p "$dest" && mv -f "/etc/kubernetes/manifests/$c.yaml" "$dest/$c.yaml" && echo "moved /etc/kubernetes/manifests/$c.yaml to $dest/"; fi
+done"#;
+
+/// Read-only: no control-plane manifest in the kubelet's directory and no control-plane process.
+pub const CONTROL_PLANE_GONE: &str = "! ls /etc/kubernetes/manifests/kube-apiserver.yaml /etc/kubernetes/manifests/kube-controller-manager.yaml /etc/kubernetes/manifests/kube-scheduler.yaml >/dev/null 2>&1 && ! pgrep -f '^(/usr/local/bin/)?kube-(apiserver|controller-manager|scheduler)( |$)' >/dev/null";
+
 /// Lifts the fence (before the replacement starts).
 pub fn unfence_step() -> Step {
     Step::Run(RemoteCommand::script(fence::lift_all(&[UNIT])))
@@ -121,6 +150,26 @@ mod tests {
     use super::*;
     use crate::operations::replace::{F1_ORDER, F2_ORDER, P};
     use crate::operations::runner::StepCode;
+
+    #[test]
+    fn static_pod_manifests_move_aside_every_component_then_wait_for_the_pods_to_stop() {
+        let steps = manifests_aside_steps("/etc/kubernetes/manifests.hactl-replaced-r1");
+        let [Step::Run(mv), Step::Wait(wait)] = steps.as_slice() else {
+            panic!("{steps:?}");
+        };
+        let line = mv.to_string();
+        assert!(
+            line.ends_with(
+                "hactl-manifests-aside /etc/kubernetes/manifests.hactl-replaced-r1 kube-apiserver kube-controller-manager kube-scheduler"
+            ),
+            "{line}"
+        );
+        // Moved, never deleted; the aside dir is outside the kubelet's directory.
+        assert!(!MANIFESTS_ASIDE.contains("rm "), "{MANIFESTS_ASIDE}");
+        assert!(wait
+            .to_string()
+            .contains("kube-(apiserver|controller-manager|scheduler)"));
+    }
 
     pub(super) fn pos(order: &[P], s: P) -> usize {
         order.iter().position(|x| *x == s).unwrap()

@@ -286,7 +286,7 @@ fn p2_fence(run: &Run) -> anyhow::Result<JournaledStep> {
             crate::backup::TIMER
         ));
     }
-    let mut step = JournaledStep::new(
+    let step = JournaledStep::new(
         P::Fence,
         if kube.is_empty() {
             title
@@ -294,10 +294,29 @@ fn p2_fence(run: &Run) -> anyhow::Result<JournaledStep> {
             format!("{title} and its {}", kube.join(", "))
         },
         Some(&host.name),
-    )
-    .done_when(RemoteCommand::read_only(["sh", "-c", &done]));
+    );
+    let static_pod = run
+        .inv
+        .kubernetes
+        .as_ref()
+        .is_some_and(|k| k.mode == crate::inventory::KubernetesMode::StaticPod);
+    if static_pod {
+        done.push_str(" && ");
+        done.push_str(super::member::CONTROL_PLANE_GONE);
+    }
+    let mut step = step.done_when(RemoteCommand::read_only(["sh", "-c", &done]));
+    let manifests = if static_pod {
+        super::member::manifests_aside_steps(&format!(
+            "{}.hactl-replaced-{}",
+            crate::kubernetes::MANIFEST_DIR,
+            run.run_id
+        ))
+    } else {
+        vec![]
+    };
     for s in fence_kube_steps(&kube)
         .into_iter()
+        .chain(manifests)
         .chain(fence_steps(&run.target, id))
     {
         step = step.step(s);

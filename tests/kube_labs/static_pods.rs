@@ -1,0 +1,291 @@
+//! `kubernetes.mode: static-pod` with a real control plane (the binaries of `HACTL_KUBE_BIN_DIR`,
+//! or of the cache `scripts/kube-binaries.sh` builds, packed into images by
+//! `scripts/node-images.sh`; never skipped as root). One lab (3 control planes, 2 load
+//! balancers), several named checks in order:
+//! - `up`: `hactl up` brings the cluster up with kube-apiserver, kube-controller-manager and
+//!   kube-scheduler as static pods: no systemd unit of theirs, one process of each per host (an
+//!   upload's temporary file in the manifest directory once started a second apiserver), no
+//!   temporary file left in the directory;
+//! - `mirror pods`: each component's mirror pod shows in `kube-system` for each host;
+//! - `second up`: a second `hactl up` prints `no changes`;
+//! - `killed apiserver`: SIGKILL to an apiserver; the kubelet starts it again by itself (a new
+//!   process, `/readyz` answers, the mirror pod counts the restart);
+//! - `lease failover`: the host holding the controller-manager Lease powers off; both Leases are
+//!   held by the other hosts within leaseDuration + renewDeadline; after power-on the host's
+//!   kubelet starts its control plane again with no help from hactl, and `up` converges;
+//! - `replace`: `hactl replace cp3 --host spare1`: P2 moves cp3's manifests aside (its kubelet
+//!   stops the pods), P8 starts spare1's containerd, images and kubelet, then its manifests, P9
+//!   rolls the new `--etcd-servers` into the other apiservers (their manifests); spare1's mirror
+//!   pods show.
+
+use crate::support::kube as kube_support;
+use crate::support::lab as lab_support;
+
+use std::time::{Duration, Instant};
+
+use hactl::lab::Fault;
+use kube_support::{bin_dir, text, version_of, KubeLab};
+use lab_support::{eventually, TestLab};
+
+const COMPONENTS: [&str; 3] = ["kube-apiserver", "kube-controller-manager", "kube-scheduler"];
+/// leaseDuration + renewDeadline of kube-controller-manager and kube-scheduler (defaults).
+const HANDOVER_BOUND: Duration = Duration::from_secs(15 + 10);
+
+fn check(name: &str, what: &str, t0: Instant) {
+    println!(
+        "{name}: check `{what}` passed ({:.1} s into the test)",
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// The PIDs of processes running `binary` on `host` (by command line: a process name is cut
+/// to 15 characters, `kube-controller`).
+fn pids(k: &KubeLab, host: &str, binary: &str) -> Vec<String> {
+    let pattern = format!("^(/usr/local/bin/)?{binary}( |$)");
+    let out = k.lab.exec(host, &["pgrep", "-f", &pattern]);
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(String::from)
+        .collect()
+}
+
+/// Mirror pods in kube-system: (component label, node name) → restart count.
+fn mirror_pods(k: &KubeLab) -> Vec<(String, String, i64)> {
+    let out = k.kubectl(&["-n", "kube-system", "get", "pods", "-o", "json"]);
+    if !out.status.success() {
+        return vec![];
+    }
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    doc["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter(|p| !p["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_null())
+        .map(|p| {
+            (
+                p["metadata"]["labels"]["component"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+                p["spec"]["nodeName"].as_str().unwrap_or("").to_string(),
+                p["status"]["containerStatuses"][0]["restartCount"]
+                    .as_i64()
+                    .unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn static_pod_control_plane_runs_under_the_kubelet() {
+    let name = "static_pod_control_plane_runs_under_the_kubelet";
+    let Some(bin_dir) = bin_dir(name) else {
+        return;
+    };
+    let version = version_of(&bin_dir);
+    let Some(lab) = TestLab::up(name, 3, 2, 1, "trixie") else {
+        return;
+    };
+    let inv = lab.inventory().to_path_buf();
+    hactl::lab::kubernetes::add_to_inventory(&inv, &version.to_string(), &bin_dir).unwrap();
+    let state = inv.parent().unwrap().join("state");
+    let mut k = KubeLab {
+        lab,
+        inv,
+        state,
+        bin_dir,
+        version,
+        up_seconds: 0.0,
+    };
+    k.set_inventory(|t| {
+        let moved = t.replacen("  kubernetes:\n", "  kubernetes:\n    mode: static-pod\n", 1);
+        assert_ne!(moved, t, "no kubernetes section:\n{t}");
+        moved
+    });
+    let t0 = Instant::now();
+    let cps = k.control_planes();
+
+    // up
+    let out = k.hactl(&["up", "--yes"]);
+    assert!(out.status.success(), "hactl up failed: {}", text(&out));
+    println!(
+        "{name}: hactl up in static-pod mode took {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    for host in &cps {
+        assert!(
+            eventually(Duration::from_secs(120), || k.readyz_on(host)),
+            "{host}: /readyz did not answer"
+        );
+        for c in COMPONENTS {
+            let unit = k
+                .lab
+                .exec(host, &["systemctl", "is-active", &format!("{c}.service")]);
+            assert_ne!(
+                String::from_utf8_lossy(&unit.stdout).trim(),
+                "active",
+                "{host}: {c} runs as a systemd unit in static-pod mode"
+            );
+            let manifest = format!("/etc/kubernetes/manifests/{c}.yaml");
+            k.lab.exec_ok(host, &["test", "-f", &manifest]);
+            let running = pids(&k, host, c);
+            assert_eq!(running.len(), 1, "{host}: {c} processes: {running:?}");
+        }
+        let listing = k.lab.exec_ok(host, &["ls", "-A", "/etc/kubernetes/manifests"]);
+        assert!(
+            !listing.contains("hactl-tmp"),
+            "{host}: a temporary file is left in the manifest directory: {listing}"
+        );
+    }
+    check(name, "up", t0);
+
+    // mirror pods
+    let mut last = vec![];
+    let all_mirrored = eventually(Duration::from_secs(180), || {
+        last = mirror_pods(&k);
+        cps.iter().all(|h| {
+            COMPONENTS
+                .iter()
+                .all(|c| last.iter().any(|(comp, node, _)| comp == c && node == h))
+        })
+    });
+    assert!(
+        all_mirrored,
+        "not every component's mirror pod is in kube-system: {last:?}"
+    );
+    println!("{name}: mirror pods: {last:?}");
+    check(name, "mirror pods", t0);
+
+    // second up
+    let out = k.hactl(&["up", "--yes"]);
+    assert!(out.status.success(), "second hactl up failed: {}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("no changes"),
+        "the second up changed something: {}",
+        text(&out)
+    );
+    check(name, "second up", t0);
+
+    // killed apiserver
+    let victim = &cps[0];
+    let before = pids(&k, victim, "kube-apiserver");
+    assert_eq!(before.len(), 1, "{victim}: kube-apiserver processes: {before:?}");
+    let restarts_before = last
+        .iter()
+        .find(|(c, n, _)| c == "kube-apiserver" && n == victim)
+        .map(|(_, _, r)| *r)
+        .unwrap_or(0);
+    let killed = Instant::now();
+    k.lab.exec_ok(victim, &["kill", "-9", &before[0]]);
+    let mut now = vec![];
+    let restarted = eventually(Duration::from_secs(300), || {
+        now = pids(&k, victim, "kube-apiserver");
+        now.len() == 1 && now != before && k.readyz_on(victim)
+    });
+    assert!(
+        restarted,
+        "{victim}: the kubelet did not start the apiserver again: {now:?}"
+    );
+    println!(
+        "{name}: {victim}'s apiserver (pid {}) killed; pid {} answers /readyz {:.1} s later",
+        before[0],
+        now[0],
+        killed.elapsed().as_secs_f64()
+    );
+    let counted = eventually(Duration::from_secs(120), || {
+        mirror_pods(&k)
+            .iter()
+            .any(|(c, n, r)| c == "kube-apiserver" && n == victim && *r > restarts_before)
+    });
+    assert!(
+        counted,
+        "{victim}: the mirror pod does not count the apiserver's restart"
+    );
+    check(name, "killed apiserver", t0);
+
+    // lease failover
+    let before = k.wait_leases(Duration::from_secs(180), |h| h.starts_with("cp"));
+    let holder = before["kube-system/kube-controller-manager"].clone();
+    let stopped = Instant::now();
+    k.lab.fault(&holder, Fault::Poweroff);
+    let mut last = None;
+    let moved = eventually(HANDOVER_BOUND + Duration::from_secs(60), || {
+        last = k.lease_holders_via_kubectl();
+        last.as_ref()
+            .is_some_and(|l| l.len() == 2 && l.values().all(|h| !h.is_empty() && *h != holder))
+    });
+    assert!(moved, "the Leases did not leave {holder}: {last:?}");
+    println!(
+        "{name}: {holder} powered off; both Leases held elsewhere {:.1} s later: {last:?}",
+        stopped.elapsed().as_secs_f64()
+    );
+    k.lab.fault(&holder, Fault::Poweron);
+    assert!(
+        eventually(Duration::from_secs(300), || k.readyz_on(&holder)),
+        "{holder}: the kubelet did not start the apiserver after power-on"
+    );
+    k.hactl_ok(&["up", "--yes"]);
+    let mut last = (0, serde_json::Value::Null);
+    assert!(
+        eventually(Duration::from_secs(180), || {
+            last = k.status();
+            last.0 == 0
+        }),
+        "status is not healthy after power-on and up: {}",
+        last.1
+    );
+    check(name, "lease failover", t0);
+
+    // replace
+    k.move_roles("cp3", "spare1");
+    let started = Instant::now();
+    let out = k.hactl(&["replace", "cp3", "--host", "spare1", "--yes"]);
+    assert_eq!(out.status.code(), Some(0), "replace failed: {}", text(&out));
+    println!(
+        "{name}: replace cp3 → spare1 took {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        k.readyz_on("spare1"),
+        "spare1's apiserver does not answer /readyz"
+    );
+    for c in COMPONENTS {
+        let running = pids(&k, "spare1", c);
+        assert_eq!(running.len(), 1, "spare1: {c} processes: {running:?}");
+        let unit = k
+            .lab
+            .exec("spare1", &["systemctl", "is-active", &format!("{c}.service")]);
+        assert_ne!(
+            String::from_utf8_lossy(&unit.stdout).trim(),
+            "active",
+            "spare1: {c} unit"
+        );
+        assert!(pids(&k, "cp3", c).is_empty(), "cp3 still runs {c}");
+    }
+    let listing = k.lab.exec_ok("cp3", &["ls", "-A", "/etc/kubernetes/manifests"]);
+    assert!(!listing.contains("kube-"), "cp3 keeps manifests: {listing}");
+    let (spare, old) = (k.lab.ip("spare1").to_string(), k.lab.ip("cp3").to_string());
+    for h in ["cp1", "cp2"] {
+        let pid = pids(&k, h, "kube-apiserver");
+        assert_eq!(pid.len(), 1, "{h}: kube-apiserver processes: {pid:?}");
+        let cmdline = k.lab.exec_ok(
+            h,
+            &["sh", "-c", &format!("tr '\\0' ' ' < /proc/{}/cmdline", pid[0])],
+        );
+        assert!(
+            cmdline.contains(&format!("https://{spare}:2379"))
+                && !cmdline.contains(&format!("https://{old}:")),
+            "{h}: the apiserver runs without the new member list: {cmdline}"
+        );
+    }
+    let mut last = vec![];
+    let mirrored = eventually(Duration::from_secs(180), || {
+        last = mirror_pods(&k);
+        COMPONENTS
+            .iter()
+            .all(|c| last.iter().any(|(comp, node, _)| comp == c && node == "spare1"))
+    });
+    assert!(mirrored, "spare1's mirror pods are not in kube-system: {last:?}");
+    check(name, "replace", t0);
+}
