@@ -157,7 +157,9 @@ fn ensure_creates_every_certificate_of_a_three_member_cluster() {
         expected.push(Box::leak(format!("kubernetes/apiserver-{h}").into_boxed_str()));
         // Every control-plane host is a node: its kubelet's client and serving certificates.
         expected.push(Box::leak(format!("kubernetes/kubelet-{h}").into_boxed_str()));
-        expected.push(Box::leak(format!("kubernetes/kubelet-serving-{h}").into_boxed_str()));
+        expected.push(Box::leak(
+            format!("kubernetes/kubelet-serving-{h}").into_boxed_str(),
+        ));
     }
     expected.extend([
         "kubernetes/kube-proxy",
