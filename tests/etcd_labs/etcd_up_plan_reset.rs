@@ -118,7 +118,10 @@ fn up_twice_then_plan_says_no_changes(lab: &TestLab, n: usize) {
     let plan = hactl(&["plan", "-i", inv.to_str().unwrap(), "-o", "json"]);
     assert!(plan.status.success(), "{}", text(&plan));
     let json: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
-    assert_eq!(json, serde_json::json!({"changes": false, "phases": []}));
+    assert_eq!(
+        json,
+        serde_json::json!({"changes": false, "pendingNodes": [], "phases": []})
+    );
 }
 
 #[test]

@@ -25,6 +25,9 @@ fn on_a_terminal(lab: &TestLab, args: &str) -> (Output, String) {
     let out = std::process::Command::new("script")
         .args(["-qec", &line, "/dev/null"])
         .env_remove("NO_COLOR")
+        // A terminal that can redraw: a CI job may run with TERM=dumb or none, which makes
+        // hactl (rightly) print plain lines even on a terminal.
+        .env("TERM", "xterm")
         .output()
         .expect("script");
     let screen = String::from_utf8_lossy(&out.stdout).into_owned();
