@@ -194,7 +194,7 @@ fn hosts_run_in_cgroups_of_their_own_with_the_node_packages_and_the_kubelet_sysc
 }
 
 #[test]
-fn lab_up_with_workers_gives_worker_hosts_that_plan_leaves_alone() {
+fn lab_up_with_workers_gives_worker_hosts_that_plan_gives_only_the_node_components() {
     let Some(lab) = TestLab::up_cli(
         "lab_up_with_workers_gives_worker_hosts",
         &["--control-planes", "1", "--load-balancers", "0", "--workers", "1"],
@@ -214,7 +214,8 @@ fn lab_up_with_workers_gives_worker_hosts_that_plan_leaves_alone() {
         "a lab with workers has a kubernetes section"
     );
 
-    // Nothing is planned for a worker yet: the plan names cp1 only.
+    // The worker gets the node components and nothing else: no etcd, no control plane, no load
+    // balancer. (Its pod network waits for its Node's pod CIDR: `pendingNodes`.)
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_hactl"))
         .args(["plan", "-o", "json", "-i"])
         .arg(lab.inventory())
@@ -224,14 +225,32 @@ fn lab_up_with_workers_gives_worker_hosts_that_plan_leaves_alone() {
     assert!(out.status.success(), "plan failed: {stderr}");
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let mut planned = std::collections::BTreeSet::new();
+    let mut worker_phases = Vec::new();
     for phase in plan["phases"].as_array().unwrap() {
         for h in phase["hosts"].as_array().unwrap() {
             if h["steps"].as_array().is_some_and(|s| !s.is_empty()) {
-                planned.insert(h["host"].as_str().unwrap().to_string());
+                let host = h["host"].as_str().unwrap().to_string();
+                if host == "w1" {
+                    worker_phases.push(phase["title"].as_str().unwrap().to_string());
+                }
+                planned.insert(host);
             }
         }
     }
-    assert_eq!(planned.into_iter().collect::<Vec<_>>(), ["cp1"], "{plan:#}");
+    assert_eq!(planned.into_iter().collect::<Vec<_>>(), ["cp1", "w1"], "{plan:#}");
+    assert!(!worker_phases.is_empty(), "{plan:#}");
+    for title in &worker_phases {
+        assert!(
+            title.contains("node components"),
+            "w1 is planned in {title:?}: {plan:#}"
+        );
+    }
+    assert!(
+        plan["pendingNodes"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|h| h == "w1")),
+        "{plan:#}"
+    );
 
     // And `--workers` without Kubernetes is refused before anything is made.
     let other = format!("{}-x", lab.name());
