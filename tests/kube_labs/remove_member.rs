@@ -189,10 +189,31 @@ fn remove_of_control_plane_hosts_takes_them_out_of_etcd_haproxy_and_the_apiserve
             .exec_ok(h, &["test", "-d", &format!("{}/member", aside.trim())]);
     }
 
-    // The inventory and the cluster agree now.
+    // The inventory and the cluster agree now, but for the pod network: `remove` of a
+    // control-plane member leaves the remaining nodes' routes to the removed hosts' pod CIDRs
+    // (docs/development/known-gaps.md), which the next `up` rewrites, and nothing else.
     let o = k.hactl(&["up", "--yes"]);
     assert!(o.status.success(), "second up: {}", text(&o));
-    assert!(text(&o).contains("no changes"), "second up: {}", text(&o));
+    let said = text(&o);
+    if !said.contains("no changes") {
+        let phases: Vec<&str> = said
+            .lines()
+            .filter_map(|l| l.split_once("INFO == ").map(|(_, t)| t.trim()))
+            .collect();
+        assert!(
+            phases.iter().all(|t| [
+                "Configure the node components",
+                "Start the node components",
+                "Verify etcd"
+            ]
+            .contains(t)),
+            "second up changed more than the pod network: {said}"
+        );
+        assert!(!said.contains("wrote /etc/hactl/pki"), "{said}");
+        let o = k.hactl(&["up", "--yes"]);
+        assert!(o.status.success(), "third up: {}", text(&o));
+        assert!(text(&o).contains("no changes"), "third up: {}", text(&o));
+    }
 
     assert!(writes.len() > 20, "the writer barely ran: {}", writes.len());
     assert_eq!(
