@@ -58,6 +58,15 @@ pub async fn reach(
 }
 
 impl Reach {
+    /// The names of `hosts` this reach connected to, in their order.
+    pub fn reached(&self, hosts: &[&Host]) -> Vec<String> {
+        hosts
+            .iter()
+            .filter(|h| self.transports.contains_key(&h.name))
+            .map(|h| h.name.clone())
+            .collect()
+    }
+
     /// Whether etcd is active on `host` per its facts.
     pub fn etcd_active(&self, host: &str) -> bool {
         self.facts

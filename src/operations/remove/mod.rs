@@ -156,12 +156,7 @@ impl Operation for Remove {
                 decisions.member,
                 decisions.run
             ),
-            mirror_hosts: inv
-                .with_role(Role::Etcd)
-                .into_iter()
-                .filter(|h| reach.transports.contains_key(&h.name))
-                .map(|h| h.name.clone())
-                .collect(),
+            mirror_hosts: reach.reached(&inv.with_role(Role::Etcd)),
             decided: vec![],
         };
         self.decisions = Some(decisions);
