@@ -327,11 +327,13 @@ fn need<'a, T>(v: Option<&'a T>, name: &str) -> Result<&'a T, KubernetesPlanErro
     v.ok_or_else(|| KubernetesPlanError::MissingCertificate(name.to_string()))
 }
 
-fn cert(path: &str, files: &CertFiles) -> Upload {
+/// A certificate as an upload (0644, root). Shared with [`super::node`].
+pub(super) fn cert(path: &str, files: &CertFiles) -> Upload {
     Upload::new(path, 0o644, "root", "root", files.cert_pem.clone().into_bytes())
 }
 
-fn key(path: &str, files: &CertFiles) -> Upload {
+/// A private key as an upload (0600, root only). Shared with [`super::node`].
+pub(super) fn key(path: &str, files: &CertFiles) -> Upload {
     Upload::new(
         path,
         0o600,

@@ -22,10 +22,11 @@ use ipnet::IpNet;
 use serde::Serialize;
 
 use super::files::{self as cp, CA_CRT, TLS_CIPHER_SUITES, TLS_MIN_VERSION};
+use super::files::{cert, key};
 use super::{KubernetesPlanError, MANIFEST_DIR};
 use crate::facts::{ConntrackMax, HostFacts, NodeQuery};
 use crate::inventory::{BinarySource, CgroupDriver, Host, ImageSource, Inventory, KubernetesSpec, Role};
-use crate::pki::{CertFiles, Pki};
+use crate::pki::Pki;
 use crate::plan::Upload;
 use crate::render;
 
@@ -643,20 +644,6 @@ pub struct NodeUnitContext {
     pub cluster: String,
     pub binary: String,
     pub flags: Vec<String>,
-}
-
-fn key(path: &str, files: &CertFiles) -> Upload {
-    Upload::new(
-        path,
-        0o600,
-        "root",
-        "root",
-        files.key_pem.expose().as_bytes().to_vec(),
-    )
-}
-
-fn cert(path: &str, files: &CertFiles) -> Upload {
-    Upload::new(path, 0o644, "root", "root", files.cert_pem.clone().into_bytes())
 }
 
 fn need<'a, T>(v: Option<&'a T>, name: &str) -> Result<&'a T, KubernetesPlanError> {
