@@ -218,6 +218,17 @@ impl Drop for LocalLock {
     }
 }
 
+/// The owner written in the local lock file at `path`, read with its bound; a file that does not
+/// parse is [`LockError::Unreadable`] (named at `place`).
+fn read_local_owner(path: &std::path::Path, place: &str) -> Result<Owner, LockError> {
+    let text = crate::bounded::read_to_string(path, crate::bounded::TEXT)?;
+    serde_json::from_str::<Owner>(text.trim()).map_err(|_| LockError::Unreadable {
+        place: place.to_string(),
+        text: text.trim().to_string(),
+        path: path.display().to_string(),
+    })
+}
+
 impl LocalLock {
     fn acquire(state: &StateDir, owner: &Owner) -> Result<LocalLock, LockError> {
         let path = state.subdir("locks")?.join(format!("{NAME}.lock"));
@@ -238,14 +249,7 @@ impl LocalLock {
                     return Ok(lock);
                 }
                 Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {
-                    let text = crate::bounded::read_to_string(&path, crate::bounded::TEXT)?;
-                    let Ok(held) = serde_json::from_str::<Owner>(text.trim()) else {
-                        return Err(LockError::Unreadable {
-                            place,
-                            text: text.trim().to_string(),
-                            path: path.display().to_string(),
-                        });
-                    };
+                    let held = read_local_owner(&path, &place)?;
                     if held.liveness() != Liveness::Dead {
                         return Err(LockError::Held {
                             place,
@@ -269,19 +273,12 @@ impl LocalLock {
             }
         }
         // Someone else took it between our removal and our creation.
-        let text = crate::bounded::read_to_string(&path, crate::bounded::TEXT)?;
-        match serde_json::from_str::<Owner>(text.trim()) {
-            Ok(held) => Err(LockError::Held {
-                place,
-                owner: Box::new(held),
-                steal: None,
-            }),
-            Err(_) => Err(LockError::Unreadable {
-                place,
-                text: text.trim().to_string(),
-                path: path.display().to_string(),
-            }),
-        }
+        let held = read_local_owner(&path, &place)?;
+        Err(LockError::Held {
+            place,
+            owner: Box::new(held),
+            steal: None,
+        })
     }
 }
 
@@ -447,18 +444,11 @@ pub async fn release_on(transports: &Transports, hosts: &[String], run: &str) {
 /// still taken later, on the hosts first ([`ClusterLock::on_hosts_first`]).
 pub fn refuse_if_held_here(view: &crate::state::StateView) -> Result<(), LockError> {
     let path = view.file(format!("locks/{NAME}.lock"));
-    let text = match crate::bounded::read_to_string(&path, crate::bounded::TEXT) {
-        Ok(text) => text,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(err) => return Err(err.into()),
-    };
     let place = format!("the state directory {}", view.path.display());
-    let Ok(held) = serde_json::from_str::<Owner>(text.trim()) else {
-        return Err(LockError::Unreadable {
-            place,
-            text: text.trim().to_string(),
-            path: path.display().to_string(),
-        });
+    let held = match read_local_owner(&path, &place) {
+        Ok(held) => held,
+        Err(LockError::Io(err)) if err.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(err) => return Err(err),
     };
     if held.liveness() == Liveness::Dead {
         return Ok(());
