@@ -586,6 +586,10 @@ fn a_converged_control_plane_plans_nothing_and_a_changed_certificate_rolls_one_h
             "lb2: wait up to 10s",
             "cp2: run sudo -n -- systemctl restart kube-apiserver.service",
             "cp2: wait up to 120s",
+            // The controllers on cp2 talk to its apiserver: a leader among them may have lost
+            // its Lease during the restart; the roll waits until someone leads again.
+            "cp2: wait up to 90s",
+            "cp2: wait up to 90s",
             "lb1: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 ready",
             "lb1: wait up to 60s",
             "lb2: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 ready",
@@ -599,6 +603,22 @@ fn a_converged_control_plane_plans_nothing_and_a_changed_certificate_rolls_one_h
         !plan.contains("kube-controller-manager.service"),
         "controllers do not read the apiserver cert:\n{plan}"
     );
+    // Without a controller-manager running on cp2, nothing there follows its apiserver: no
+    // Lease gate (a cluster whose controllers lead nowhere must not wait for a leader).
+    let mut stopped = facts.clone();
+    stopped
+        .get_mut("cp2")
+        .unwrap()
+        .units
+        .get_mut("kube-controller-manager.service")
+        .unwrap()
+        .active = "inactive".into();
+    let plan = plan_text(&inv, &pki, &stopped, &inputs).unwrap();
+    assert!(
+        plan.contains("cp2: run sudo -n -- systemctl restart kube-apiserver.service"),
+        "{plan}"
+    );
+    assert!(!plan.contains("wait up to 90s"), "{plan}");
 }
 
 /// `hactl certs rotate-ca front-proxy`'s rolls are `up`'s plan: once the new front-proxy CA is

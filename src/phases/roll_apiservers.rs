@@ -67,6 +67,23 @@ pub fn restart_needed(
     }
 }
 
+/// The components that elect a leader through a Lease.
+const CONTROLLERS: [Component; 2] = [Component::ControllerManager, Component::Scheduler];
+
+/// Whether `host` runs both a controller-manager and a scheduler (their units active, or in
+/// static-pod mode their manifests written): then a leader among them follows this host's
+/// apiserver.
+fn controllers_run(host: &Host, ctx: &Ctx<'_>) -> bool {
+    let Some(kube) = &ctx.inv.kubernetes else {
+        return false;
+    };
+    let f = ctx.facts(host);
+    CONTROLLERS.iter().all(|c| match kube.mode {
+        KubernetesMode::Systemd => f.units.get(&c.unit()).is_some_and(|u| u.active == "active"),
+        KubernetesMode::StaticPod => f.files.contains_key(&c.manifest_path()),
+    })
+}
+
 /// The steps on `host` that restart `component` (or replace its pod) and wait for it.
 pub fn restart_steps(component: Component, host: &Host, manifest: Option<Upload>) -> Vec<Step> {
     match manifest {
@@ -111,11 +128,22 @@ impl Phase for RollApiservers {
     fn disruptive(&self) -> bool {
         true
     }
+    /// After the restart, when the host runs a controller-manager and a scheduler, a Lease gate
+    /// (both Leases freshly renewed): they talk to this host's apiserver, so a leader among them
+    /// loses its Lease when the restart outlasts its renew deadline (10 s), and nobody leads
+    /// until the Lease expires. The roll (and the command) does not move on, or end, while
+    /// nobody leads.
     fn steps(&self, host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
-        Ok(match restart_needed(Component::ApiServer, host, ctx)? {
-            None => vec![],
-            Some(manifest) => restart_steps(Component::ApiServer, host, manifest),
-        })
+        let Some(manifest) = restart_needed(Component::ApiServer, host, ctx)? else {
+            return Ok(vec![]);
+        };
+        let mut steps = restart_steps(Component::ApiServer, host, manifest);
+        if controllers_run(host, ctx) {
+            steps.extend(
+                CONTROLLERS.map(|c| Step::Wait(probe::wait_lease_fresh(c, host, Duration::from_secs(90)))),
+            );
+        }
+        Ok(steps)
     }
     /// Steps run on the load balancers around each host's restart, so the plan lists, in order:
     /// every LB (maint), the host (restart, wait), every LB (ready), then the next host.
