@@ -628,9 +628,30 @@ async fn run_prepared(p: &Prepared) -> anyhow::Result<exec::Report> {
         Ok(report) => Ok(report),
         Err(failed) => {
             eprint!("{}", failed.details());
-            Err(anyhow::Error::new(failed).context("hactl up stopped; nothing after the failed step ran; fix the cause and run `hactl up` again to continue"))
+            Err(stopped(failed))
         }
     }
+}
+
+/// The error of a live run that stopped at a failed step: exit 4 (`FAILED_AFTER_CHANGES`) once
+/// a command ran or a file was written before it (the hosts are part-way; running `up` again
+/// continues, since every step checks what is there), exit 1 when nothing was (the failed step
+/// was the first to change anything).
+fn stopped(failed: exec::run::PhaseFailed) -> anyhow::Error {
+    if failed.report.no_changes() {
+        return anyhow::Error::new(failed).context(
+            "hactl up stopped at its first change; nothing after the failed step ran; fix the cause and run `hactl up` again",
+        );
+    }
+    crate::exit::refuse(
+        crate::exit::FAILED_AFTER_CHANGES,
+        format!(
+            "{failed}: hactl up stopped after changing the hosts ({} commands run, {} files written); \
+             nothing after the failed step ran; fix the cause and run `hactl up` again to continue \
+             (every step checks what is there)",
+            failed.report.commands_run, failed.report.files_written
+        ),
+    )
 }
 
 /// The plan's API requests, sent with the admin certificate through the first control-plane
@@ -780,4 +801,43 @@ pub fn plan_summary(plan: &Plan) -> String {
         out.push_str(&format!("  {} ({})\n", p.title, seen.join(", ")));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::run::{PhaseFailed, Report};
+
+    fn failed(report: Report) -> PhaseFailed {
+        PhaseFailed {
+            phase: "Start etcd".into(),
+            hosts: vec![("cp2".into(), anyhow::anyhow!("etcd did not start"))],
+            report,
+        }
+    }
+
+    #[test]
+    fn a_run_that_stopped_after_changes_exits_4_and_one_that_changed_nothing_exits_1() {
+        let changed = stopped(failed(Report {
+            commands_run: 3,
+            files_written: 2,
+            ..Report::default()
+        }));
+        assert_eq!(
+            crate::exit::exit_code_of(&changed),
+            crate::exit::FAILED_AFTER_CHANGES
+        );
+        let text = format!("{changed:#}");
+        assert!(text.contains("phase \"Start etcd\" failed on cp2"), "{text}");
+        assert!(text.contains("3 commands run, 2 files written"), "{text}");
+        assert!(text.contains("run `hactl up` again"), "{text}");
+
+        let untouched = stopped(failed(Report {
+            files_unchanged: 4,
+            waits: 1,
+            ..Report::default()
+        }));
+        assert_eq!(crate::exit::exit_code_of(&untouched), crate::exit::FAILED);
+        assert!(format!("{untouched:#}").contains("stopped at its first change"));
+    }
 }
