@@ -38,10 +38,7 @@ pub fn restart_needed(
         .expect("one runner per component");
     match kube.mode {
         KubernetesMode::Systemd => {
-            let active = f
-                .units
-                .get(&component.unit())
-                .is_some_and(|u| u.active == "active");
+            let active = unit_active(f, component);
             let binary_changed = ctx
                 .kubernetes
                 .iter()
@@ -68,7 +65,20 @@ pub fn restart_needed(
 }
 
 /// The components that elect a leader through a Lease.
-const CONTROLLERS: [Component; 2] = [Component::ControllerManager, Component::Scheduler];
+pub const CONTROLLERS: [Component; 2] = [Component::ControllerManager, Component::Scheduler];
+
+/// Whether `component`'s unit is active on the host of `f` (systemd mode).
+fn unit_active(f: &crate::facts::HostFacts, component: Component) -> bool {
+    f.units
+        .get(&component.unit())
+        .is_some_and(|u| u.active == "active")
+}
+
+/// The Lease gate read on `host`: both [`CONTROLLERS`]' Leases freshly renewed, so someone
+/// leads again before a roll moves on.
+pub fn lease_gate(host: &Host) -> [Step; 2] {
+    CONTROLLERS.map(|c| Step::Wait(probe::wait_lease_fresh(c, host, Duration::from_secs(90))))
+}
 
 /// Whether `host` runs both a controller-manager and a scheduler (their units active, or in
 /// static-pod mode their manifests written): then a leader among them follows this host's
@@ -79,7 +89,7 @@ fn controllers_run(host: &Host, ctx: &Ctx<'_>) -> bool {
     };
     let f = ctx.facts(host);
     CONTROLLERS.iter().all(|c| match kube.mode {
-        KubernetesMode::Systemd => f.units.get(&c.unit()).is_some_and(|u| u.active == "active"),
+        KubernetesMode::Systemd => unit_active(f, *c),
         KubernetesMode::StaticPod => f.files.contains_key(&c.manifest_path()),
     })
 }
@@ -139,9 +149,7 @@ impl Phase for RollApiservers {
         };
         let mut steps = restart_steps(Component::ApiServer, host, manifest);
         if controllers_run(host, ctx) {
-            steps.extend(
-                CONTROLLERS.map(|c| Step::Wait(probe::wait_lease_fresh(c, host, Duration::from_secs(90)))),
-            );
+            steps.extend(lease_gate(host));
         }
         Ok(steps)
     }

@@ -3,13 +3,10 @@
 //! election moves the Lease to another host while one restarts; a Lease gate after each host
 //! (both Leases freshly renewed) keeps the roll from moving on while nobody leads.
 
-use std::time::Duration;
-
 use super::install_kubernetes::control_plane_hosts;
-use super::roll_apiservers::{restart_needed, restart_steps};
+use super::roll_apiservers::{lease_gate, restart_needed, restart_steps, CONTROLLERS};
 use super::{Ctx, Phase, PlanError};
 use crate::inventory::{Host, Inventory};
-use crate::kubernetes::{probe, Component};
 use crate::plan::{Parallelism, Step};
 
 pub struct RollControllers;
@@ -32,9 +29,8 @@ impl Phase for RollControllers {
     /// before the next host restarts. (No gate before the first host: a change that repairs
     /// controllers that lead nowhere must not wait for a leader.)
     fn steps(&self, host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
-        const BOTH: [Component; 2] = [Component::ControllerManager, Component::Scheduler];
         let mut restarts = Vec::new();
-        for component in BOTH {
+        for component in CONTROLLERS {
             if let Some(manifest) = restart_needed(component, host, ctx)? {
                 restarts.extend(restart_steps(component, host, manifest));
             }
@@ -42,7 +38,7 @@ impl Phase for RollControllers {
         if restarts.is_empty() {
             return Ok(restarts);
         }
-        restarts.extend(BOTH.map(|c| Step::Wait(probe::wait_lease_fresh(c, host, Duration::from_secs(90)))));
+        restarts.extend(lease_gate(host));
         Ok(restarts)
     }
 }
