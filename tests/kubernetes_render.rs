@@ -621,6 +621,75 @@ fn a_converged_control_plane_plans_nothing_and_a_changed_certificate_rolls_one_h
     assert!(!plan.contains("wait up to 90s"), "{plan}");
 }
 
+/// Static-pod mode: a changed apiserver manifest on cp2 replaces its pod with the old one stopped
+/// first (its manifest moved aside, no process left), then the new manifest, then the new process
+/// answering /readyz, then the Lease gate; drained on both load balancers around it.
+#[test]
+fn a_static_pod_roll_stops_the_old_pod_before_it_writes_the_new_manifest() {
+    let mut inv = bundle_inventory();
+    inv.kubernetes.as_mut().unwrap().mode = KubernetesMode::StaticPod;
+    let (_tmp, pki) = fixture_pki(&inv);
+    let inputs = plan_inputs();
+    let mut facts = converged_control_plane(&inv, &pki, &inputs);
+    for f in facts.values_mut() {
+        f.units.clear();
+    }
+    let manifest = Component::ApiServer.manifest_path();
+    let before = plan_text(&inv, &pki, &facts, &inputs).unwrap();
+    assert!(
+        !before.contains("Restart changed apiservers"),
+        "nothing to roll yet:\n{before}"
+    );
+    facts
+        .get_mut("cp2")
+        .unwrap()
+        .files
+        .get_mut(&manifest)
+        .unwrap()
+        .sha256 = "0".repeat(64);
+    let plan = plan_text(&inv, &pki, &facts, &inputs).unwrap();
+    let lines: Vec<&str> = plan.lines().collect();
+    let roll = lines
+        .iter()
+        .position(|l| *l == "== Restart changed apiservers (one host at a time)")
+        .unwrap_or_else(|| panic!("no roll:\n{plan}"));
+    let cp2: Vec<String> = lines[roll + 1..]
+        .iter()
+        .take_while(|l| !l.starts_with("=="))
+        .filter(|l| l.starts_with("cp2: "))
+        .map(|l| {
+            l.split(": ")
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(": ")
+                .split(" (")
+                .next()
+                .unwrap()
+                .split(" mode=")
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let aside = format!("cp2: run sudo -n -- sh -c 'mkdir -p \"$2\" && if [ -e \"$1\" ]; then mv -f \"$1\" \"$2/\"; fi' hactl-manifest-aside {manifest} /etc/kubernetes/manifests.hactl-previous");
+    assert_eq!(
+        cp2,
+        [
+            aside.as_str(),
+            "cp2: wait up to 120s",
+            &format!("cp2: write {manifest}"),
+            "cp2: wait up to 300s",
+            "cp2: wait up to 90s",
+            "cp2: wait up to 90s",
+        ],
+        "{plan}"
+    );
+    assert!(
+        plan.contains("cp2: wait up to 120s: the kubelet on cp2 stopped kube-apiserver"),
+        "{plan}"
+    );
+}
+
 /// `hactl certs rotate-ca front-proxy`'s rolls are `up`'s plan: once the new front-proxy CA is
 /// trusted beside the old one, every control-plane host gets the two-CA trust file and its
 /// apiserver (drained, /readyz) and controller-manager restart one host at a time; nothing

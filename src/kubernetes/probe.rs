@@ -134,29 +134,41 @@ pub fn wait_lease_fresh(component: Component, host: &Host, timeout: Duration) ->
     )
 }
 
-/// Holds when a process named `component` started after `file` was last written, and the
-/// component answers its health endpoint: in static-pod mode, the kubelet has replaced the pod
-/// after its manifest changed. (The start time is read from /proc: field 22 of /proc/PID/stat is
-/// the start in clock ticks after boot, /proc/stat's btime the boot.)
-pub fn restarted_after(component: Component, host: &Host, file: &str) -> RemoteCommand {
-    let script = format!(
-        "p=; for d in /proc/[0-9]*; do [ \"$(cat \"$d/comm\" 2>/dev/null)\" = \"$1\" ] && p=${{d#/proc/}}; done; \
-[ -n \"$p\" ] || exit 1; \
-start=$(( $(awk '{{print $22}}' /proc/$p/stat) / $(getconf CLK_TCK) + $(awk '/^btime/ {{print $2}}' /proc/stat) )); \
-[ \"$start\" -ge \"$(stat -c %Y \"$2\")\" ] && {}",
-        crate::quote::command_line(&healthy(component, host).argv, false)
-    );
-    RemoteCommand {
-        read_only: true,
-        ..RemoteCommand::new([
-            "sh".to_string(),
-            "-c".to_string(),
-            script,
-            "hactl-restarted".to_string(),
-            component.binary().to_string(),
-            file.to_string(),
-        ])
-    }
+/// The name the kernel gives `component`'s process (`comm`: the binary's name cut to 15 bytes,
+/// `kube-controller` for the controller-manager), which `pgrep -x` and /proc/PID/comm compare.
+pub fn process_name(component: Component) -> &'static str {
+    let b = component.binary();
+    &b[..b.len().min(15)]
+}
+
+/// Holds when no process of `component` runs on the host (the kubelet stopped its pod).
+pub fn stopped(component: Component) -> RemoteCommand {
+    RemoteCommand::read_only([
+        "sh".to_string(),
+        "-c".to_string(),
+        "if p=$(pgrep -x \"$1\"); then echo \"$1 still runs: pid $(echo $p)\" >&2; exit 1; fi".to_string(),
+        "hactl-stopped".to_string(),
+        process_name(component).to_string(),
+    ])
+    .with_timeout(Duration::from_secs(10))
+}
+
+/// What a static pod that does not come back looks like on its host: the component's processes
+/// with their start, the manifest's time, and the kubelet's last journal lines naming the
+/// component (a port in use, an image missing, a crash loop's back-off).
+pub fn static_pod_diagnosis(component: Component, manifest: &str) -> RemoteCommand {
+    RemoteCommand::read_only([
+        "sh".to_string(),
+        "-c".to_string(),
+        "ps -eo pid,lstart,comm | awk -v c=\"$1\" 'NR == 1 || $NF == c'; \
+ls -l --time-style=full-iso \"$2\" 2>&1; \
+journalctl -u kubelet.service -n 400 --no-pager -o short-iso 2>/dev/null | grep -F -- \"$3\" | tail -n 15"
+            .to_string(),
+        "hactl-diagnose".to_string(),
+        process_name(component).to_string(),
+        manifest.to_string(),
+        component.binary().to_string(),
+    ])
     .with_timeout(Duration::from_secs(15))
 }
 
@@ -181,67 +193,27 @@ mod tests {
             .success()
     }
 
-    /// The /proc arithmetic, against a real process on this machine: `sleep` started after a file
-    /// written an hour ago, and before a file written an hour from now. The health part is
-    /// replaced by `true`, since no component runs here.
+    /// `pgrep -x` and /proc/PID/comm see at most 15 bytes of a name: the controller-manager's
+    /// full name would never match. `stopped` against a real process: it runs, then it does not.
     #[test]
-    fn restarted_after_compares_the_process_start_with_the_file() {
+    fn process_names_are_cut_as_the_kernel_cuts_them_and_stopped_sees_a_real_process() {
+        assert_eq!(process_name(Component::ControllerManager), "kube-controller");
+        assert_eq!(process_name(Component::ApiServer), "kube-apiserver");
+        assert_eq!(process_name(Component::Scheduler), "kube-scheduler");
         let dir = tempfile::tempdir().unwrap();
-        let old = dir.path().join("old");
-        let new = dir.path().join("new");
-        std::fs::write(&old, "").unwrap();
-        std::fs::write(&new, "").unwrap();
-        let touch = |p: &std::path::Path, when: &str| {
-            assert!(std::process::Command::new("touch")
-                .args(["-d", when])
-                .arg(p)
-                .status()
-                .unwrap()
-                .success());
-        };
-        touch(&old, "-1 hour");
-        touch(&new, "+1 hour");
-        // A copy of sleep under a name no other process has, so /proc finds this one.
-        let name = format!("hx{}", std::process::id());
+        let name = format!("hs{}", std::process::id());
         let bin = dir.path().join(&name);
         std::fs::copy(which("sleep").expect("sleep is installed"), &bin).unwrap();
+        let mut probe = stopped(Component::ApiServer);
+        probe.argv[4] = name.clone();
+        assert!(run_locally(&probe), "nothing named {name} runs yet");
         let mut child = std::process::Command::new(&bin).arg("30").spawn().unwrap();
-        let host = crate::inventory::Host {
-            name: "cp1".into(),
-            address: "127.0.0.1".parse().unwrap(),
-            prefix_length: 8,
-            roles: vec![],
-            interface: None,
-            ssh: crate::inventory::SshSpec {
-                address: "127.0.0.1".parse().unwrap(),
-                port: 22,
-                user: "root".into(),
-                auth: crate::inventory::SshAuth::Agent,
-                sudo: false,
-                bastion: None,
-                connect_timeout_secs: 1,
-            },
-        };
-        let probe = |file: &std::path::Path| {
-            let mut cmd = restarted_after(Component::ApiServer, &host, &file.to_string_lossy());
-            let i = cmd.argv[2].rfind("&& ").unwrap();
-            cmd.argv[2] = format!("{}&& true", &cmd.argv[2][..i]);
-            cmd.argv[3] = "hactl-restarted".into();
-            cmd.argv[4] = name.clone();
-            cmd
-        };
-        let started_after_old = run_locally(&probe(&old));
-        let started_after_new = run_locally(&probe(&new));
+        std::thread::sleep(Duration::from_millis(100));
+        let while_running = run_locally(&probe);
         child.kill().ok();
         child.wait().ok();
-        assert!(
-            started_after_old,
-            "the process started after a file written an hour ago"
-        );
-        assert!(
-            !started_after_new,
-            "the process did not start after a file written an hour from now"
-        );
+        assert!(!while_running, "{name} runs: not stopped");
+        assert!(run_locally(&probe), "{name} was killed: stopped");
     }
 
     #[test]

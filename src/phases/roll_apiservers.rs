@@ -94,7 +94,23 @@ fn controllers_run(host: &Host, ctx: &Ctx<'_>) -> bool {
     })
 }
 
+/// Where a static pod's manifest goes while the kubelet stops its pod, before the new one is
+/// written: the previous manifest stays there (never deleted), one per component.
+pub const PREVIOUS_MANIFESTS: &str = "/etc/kubernetes/manifests.hactl-previous";
+
 /// The steps on `host` that restart `component` (or replace its pod) and wait for it.
+///
+/// Static-pod mode stops the old pod before it writes the new manifest, then waits for the
+/// component to answer: with no process left in between, whatever answers is the new pod. (Two
+/// things go wrong otherwise. A kubelet of these releases, given a changed manifest, can start
+/// the new pod while the old one still shuts down within its 30 s grace period; both use the
+/// host's network, so the new process may find its port taken, exit and be retried with a
+/// doubling back-off. And telling the new process from the old one by its start time against the
+/// manifest's mtime failed: both are whole seconds, /proc's start time is cut twice, up to 2 s
+/// early, and the kubelet starts the pod well within a second of the write; a replace in CI
+/// waited 300 s for a new apiserver that had been answering all along.) Stopping first is what
+/// `systemctl restart` does in systemd mode. A run cut between the two leaves no manifest; the
+/// next `up` writes it (the start phase) and starts the pod.
 pub fn restart_steps(component: Component, host: &Host, manifest: Option<Upload>) -> Vec<Step> {
     match manifest {
         None => vec![
@@ -107,18 +123,34 @@ pub fn restart_steps(component: Component, host: &Host, manifest: Option<Upload>
         ],
         Some(manifest) => {
             let path = manifest.path.clone();
+            let binary = component.binary();
             vec![
-                Step::Upload(manifest),
+                Step::Run(RemoteCommand::new([
+                    "sh",
+                    "-c",
+                    "mkdir -p \"$2\" && if [ -e \"$1\" ]; then mv -f \"$1\" \"$2/\"; fi",
+                    "hactl-manifest-aside",
+                    &path,
+                    PREVIOUS_MANIFESTS,
+                ])),
                 Step::Wait(Check::command(
-                    format!(
-                        "the kubelet on {} replaced {} and it answers {}",
-                        host.name,
-                        component.binary(),
-                        probe::endpoint(component)
-                    ),
-                    probe::restarted_after(component, host, &path),
-                    Duration::from_secs(300),
+                    format!("the kubelet on {} stopped {binary}", host.name),
+                    probe::stopped(component),
+                    Duration::from_secs(120),
                 )),
+                Step::Upload(manifest),
+                Step::Wait(
+                    Check::command(
+                        format!(
+                            "the kubelet on {} started {binary} again and it answers {}",
+                            host.name,
+                            probe::endpoint(component)
+                        ),
+                        probe::healthy(component, host),
+                        Duration::from_secs(300),
+                    )
+                    .diagnose_with(probe::static_pod_diagnosis(component, &path)),
+                ),
             ]
         }
     }

@@ -77,6 +77,32 @@ fn mirror_pods(k: &KubeLab) -> Vec<(String, String, i64)> {
         .collect()
 }
 
+/// The apiserver mirror pod on `node`: its manifest hash (`kubernetes.io/config.hash`), whether
+/// its container is ready, and its restart count; None until the kubelet reported a container.
+fn apiserver_pod(k: &KubeLab, node: &str) -> Option<(String, bool, i64)> {
+    let out = k.kubectl(&[
+        "-n",
+        "kube-system",
+        "get",
+        "pod",
+        &format!("kube-apiserver-{node}"),
+        "-o",
+        "json",
+    ]);
+    if !out.status.success() {
+        return None;
+    }
+    let p: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let status = &p["status"]["containerStatuses"][0];
+    Some((
+        p["metadata"]["annotations"]["kubernetes.io/config.hash"]
+            .as_str()?
+            .to_string(),
+        status["ready"].as_bool()?,
+        status["restartCount"].as_i64()?,
+    ))
+}
+
 #[test]
 fn static_pod_control_plane_runs_under_the_kubelet() {
     let name = "static_pod_control_plane_runs_under_the_kubelet";
@@ -238,6 +264,20 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
     check(name, "lease failover", t0);
 
     // replace
+    let hashes: Vec<String> = ["cp1", "cp2"]
+        .iter()
+        .map(|h| {
+            let mut last = None;
+            assert!(
+                eventually(Duration::from_secs(60), || {
+                    last = apiserver_pod(&k, h);
+                    last.is_some()
+                }),
+                "{h}: no apiserver mirror pod"
+            );
+            last.unwrap().0
+        })
+        .collect();
     k.move_roles("cp3", "spare1");
     let started = Instant::now();
     let out = k.hactl(&["replace", "cp3", "--host", "spare1", "--yes"]);
@@ -277,6 +317,26 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
             cmdline.contains(&format!("https://{spare}:2379"))
                 && !cmdline.contains(&format!("https://{old}:")),
             "{h}: the apiserver runs without the new member list: {cmdline}"
+        );
+    }
+    // The roll stopped each old apiserver pod before writing its new manifest: the new pod's
+    // container started once (a new pod started beside the old one, which still holds port
+    // 6443, would show restarts here).
+    for (h, before) in ["cp1", "cp2"].iter().zip(&hashes) {
+        let mut last = None;
+        let replaced = eventually(Duration::from_secs(120), || {
+            last = apiserver_pod(&k, h);
+            last.as_ref()
+                .is_some_and(|(hash, ready, _)| hash != before && *ready)
+        });
+        assert!(
+            replaced,
+            "{h}: no ready apiserver pod of the new manifest: {last:?}"
+        );
+        let restarts = last.unwrap().2;
+        assert_eq!(
+            restarts, 0,
+            "{h}: the new apiserver pod's container restarted {restarts} time(s)"
         );
     }
     let mut last = vec![];
