@@ -290,6 +290,8 @@ pub struct NodeQuery {
 }
 
 /// The probe script; arguments: data dir, then `u:<unit>`, `f:<path>` and `b:<binary>` words.
+/// A large file's digest comes from the record its upload left while the file is untouched
+/// ([`crate::digest_cache`]).
 const PROBE: &str = r#"
 dd=$1; shift
 . /etc/os-release 2>/dev/null
@@ -331,7 +333,7 @@ for a in "$@"; do
        echo "unit $u $s" ;;
   f:*) p=${a#f:}
        if [ -f "$p" ]; then
-         echo "file $p $(sha256sum "$p" | cut -d' ' -f1) $(stat -c '%a %U %G %Y' "$p")"
+         echo "file $p $(hactl_digest @DIGESTS@ "$p") $(stat -c '%a %U %G %Y' "$p")"
          head -n 3 "$p" | grep -q 'Managed by hactl' || echo "foreign $p"
        fi ;;
   b:*) b=${a#b:}; w=$(command -v "$b" 2>/dev/null) && echo "bin $b $w" ;;
@@ -364,7 +366,13 @@ pub fn probe_command(query: &Query) -> RemoteCommand {
     let mut argv = vec![
         "sh".to_string(),
         "-c".to_string(),
-        PROBE.replace("@PROTO@", &POD_ROUTE_PROTO.to_string()),
+        format!(
+            "{}{}",
+            crate::digest_cache::shell_functions(),
+            PROBE
+                .replace("@PROTO@", &POD_ROUTE_PROTO.to_string())
+                .replace("@DIGESTS@", crate::digest_cache::DIR)
+        ),
         "hactl-facts".to_string(),
         query.data_dir.clone(),
     ];

@@ -26,7 +26,7 @@
 //! bring-up                      phases (pure), converge (prepare, apply; reset, check, status)
 //! components                    facts, identity, etcd, kubernetes, load_balancer, snapshot, backup,
 //!                               backup_remote, certs, hwm, fence, old_members
-//! transport, local artifacts    ssh, exec, render, pki, binaries, images
+//! transport, local artifacts    digest_cache, ssh, exec, render, pki, binaries, images
 //! model                         inventory, state, plan
 //! basics                        clock, duration, exit, output, quote, local_command, bounded
 //! ```
@@ -67,6 +67,7 @@ pub mod cli;
 pub mod clock;
 pub mod commands;
 pub mod converge;
+pub mod digest_cache;
 pub mod duration;
 pub mod etcd;
 pub mod exec;

@@ -707,12 +707,14 @@ impl Session {
                     let finish = RemoteCommand::new([
                         "sh",
                         "-c",
-                        FINISH_SCRIPT,
+                        &recording(FINISH_SCRIPT),
                         "sh",
                         &tmp,
                         &owner,
                         &mode,
                         &upload.path,
+                        record_digest(upload),
+                        crate::digest_cache::DIR,
                     ])
                     .with_timeout(timeout);
                     self.run_checked(&finish, None, "placing the file").await?;
@@ -725,12 +727,14 @@ impl Session {
         let install = RemoteCommand::new([
             "sh",
             "-c",
-            INSTALL_SCRIPT,
+            &recording(INSTALL_SCRIPT),
             "sh",
             &tmp,
             &owner,
             &mode,
             &upload.path,
+            record_digest(upload),
+            crate::digest_cache::DIR,
         ])
         .with_timeout(timeout);
         self.run_checked(&install, Some(&upload.content), "writing the file")
@@ -966,6 +970,24 @@ fn upload_timeout(size: usize) -> Duration {
 /// when its directory does. `$1` = path.
 const PROBE_SCRIPT: &str = r#"if [ -e "$1" ]; then s=$(sha256sum < "$1") || exit 1; echo "sha256 ${s%% *}"; stat -L -c "stat %a %U %G" -- "$1" || exit 1; fi; if [ -d "$(dirname -- "$1")" ]; then echo parent; fi"#;
 
+/// `script` (which exits on failure), then, once the file is in place, the record of its digest
+/// ([`crate::digest_cache`]) when `$5` is one (`-`: none); `$6` = the records' directory.
+fn recording(script: &str) -> String {
+    format!(
+        "{}{script}\n[ \"$5\" = - ] || hactl_digest_record \"$6\" \"$4\" \"$5\"",
+        crate::digest_cache::shell_functions()
+    )
+}
+
+/// What [`recording`] gets as `$5`: the digest of a file large enough to be worth a record, else `-`.
+fn record_digest(upload: &Upload) -> &str {
+    if upload.size() >= crate::digest_cache::MIN_SIZE {
+        &upload.sha256
+    } else {
+        "-"
+    }
+}
+
 /// `$1` = path.
 const MKDIR_SCRIPT: &str = r#"mkdir -p -- "$(dirname -- "$1")""#;
 
@@ -1153,6 +1175,31 @@ mod tests {
         let (ok, out) = sh(PROBE_SCRIPT, &[&path], b"");
         assert!(ok);
         assert!(RemoteFile::parse(&out).matches(&u), "{out}");
+
+        // A large file placed through `recording` leaves the record the facts probe then reads
+        // (a recorded digest that is not the content's shows the record was used); a small one
+        // leaves none.
+        let big = vec![1u8; crate::digest_cache::MIN_SIZE];
+        let u = Upload::new(path.clone(), 0o640, user.trim(), group.trim(), big.clone());
+        assert_eq!(record_digest(&u), u.sha256);
+        let records = dir.path().join("digests").to_string_lossy().into_owned();
+        let fake = "b".repeat(64);
+        let (ok, _) = sh(
+            &recording(INSTALL_SCRIPT),
+            &[&tmp, &owner, "0640", &path, &fake, &records],
+            &big,
+        );
+        assert!(ok);
+        assert_eq!(std::fs::read(&path).unwrap(), big);
+        let digest = format!(
+            "{}hactl_digest \"$1\" \"$2\"",
+            crate::digest_cache::shell_functions()
+        );
+        let (ok, out) = sh(&digest, &[&records, &path], b"");
+        assert!(ok);
+        assert_eq!(out.trim(), fake);
+        let small = Upload::new(path.clone(), 0o640, "root", "root", b"small".to_vec());
+        assert_eq!(record_digest(&small), "-");
 
         // A failing step removes the temporary file.
         std::fs::write(&tmp, b"x").unwrap();

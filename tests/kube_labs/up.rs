@@ -62,6 +62,26 @@ fn kubernetes_control_plane_comes_up_with_real_binaries() {
     let again = k.hactl(&["up", "--yes"]);
     assert!(again.status.success(), "{}", text(&again));
     assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), "no changes");
+
+    // The upload of each binary left its digest record (the facts probe's shortcut): the
+    // digest recorded for the apiserver is the file's own.
+    let record = k.lab.exec_ok(
+        "cp1",
+        &[
+            "sh",
+            "-c",
+            "cat /var/lib/hactl/digests/$(printf %s /usr/local/bin/kube-apiserver | sha256sum | cut -c1-40)",
+        ],
+    );
+    let actual = k
+        .lab
+        .exec_ok("cp1", &["sha256sum", "/usr/local/bin/kube-apiserver"]);
+    let recorded = record.split_whitespace().nth(1).unwrap_or("");
+    assert_eq!(
+        recorded,
+        actual.split_whitespace().next().unwrap_or("-"),
+        "cp1's record for kube-apiserver: {record:?}"
+    );
     println!(
         "{name}: passed; first `hactl up` with Kubernetes took {:.1} s",
         k.up_seconds

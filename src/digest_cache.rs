@@ -1,0 +1,141 @@
+//! The digests of large files hactl placed on a host, kept beside them so that reading the host's
+//! facts need not hash them again.
+//!
+//! Every `plan` and `up` reads the sha256 of each file hactl manages on each host (the facts
+//! probe). For the certificates and configuration files that costs nothing; the Kubernetes and
+//! etcd binaries are tens to hundreds of MiB each, and hashing them on every host was most of a
+//! no-op `up`'s time on the hosts. So when hactl writes a file of at least [`MIN_SIZE`] bytes, the
+//! upload also records, in [`DIR`], the digest it wrote with the file's inode, size and change
+//! time (ctime, in nanoseconds). The probe takes the recorded digest only while all three still
+//! match: any write, rename, truncation, `chmod` or `chown` of the file sets its ctime to the
+//! current time, which no program can set back, so a file changed by anyone after hactl wrote it
+//! is hashed again. (The kernel moves file times in clock ticks of a few milliseconds: a change
+//! of the same size within the tick of hactl's own rename would go unseen; nothing writes hactl's
+//! binaries in that instant.) A missing, unreadable or stale record is hashed too: the cache only ever saves
+//! work. Recording is best effort (a failure there does not fail the upload) and reading is
+//! read-only, so `plan` stays read-only.
+//!
+//! A record is one line, `<inode>:<size>:<ctime> <sha256>`, in a file named after the sha256 of
+//! the path (the first 40 hex digits). The ctime is `stat`'s `%z` with its spaces made colons.
+
+/// Where the records live on a host.
+pub const DIR: &str = "/var/lib/hactl/digests";
+
+/// Files smaller than this are hashed every time (cheaper than the record's bookkeeping).
+pub const MIN_SIZE: usize = 1 << 20;
+
+/// Shell function `hactl_digest_key PATH`: the record's key for PATH as it is now.
+const KEY_FN: &str = r#"hactl_digest_key() { stat -c '%i:%s:%z' -- "$1" | tr ' ' :; }
+hactl_digest_name() { printf '%s' "$1" | sha256sum | cut -c1-40; }
+"#;
+
+/// Shell functions: `hactl_digest_record DIR PATH SHA256` records (best effort, exit 0 always)
+/// and `hactl_digest DIR PATH` prints PATH's sha256, from a record that still matches or hashed.
+pub fn shell_functions() -> String {
+    format!(
+        r#"{KEY_FN}hactl_digest_record() {{
+  k=$(hactl_digest_key "$2") && n=$(hactl_digest_name "$2") && mkdir -p -- "$1" &&
+    printf '%s %s\n' "$k" "$3" > "$1/.$n.tmp" && mv -f -- "$1/.$n.tmp" "$1/$n" || rm -f -- "$1/.$n.tmp" 2>/dev/null
+  return 0
+}}
+hactl_digest() {{
+  if [ "$(stat -c %s -- "$2")" -ge {MIN_SIZE} ]; then
+    n=$(hactl_digest_name "$2")
+    if [ -r "$1/$n" ] && read -r k s < "$1/$n" && [ "$k" = "$(hactl_digest_key "$2")" ] && [ ${{#s}} -eq 64 ]; then
+      echo "$s"; return 0
+    fi
+  fi
+  sha256sum -- "$2" | cut -d' ' -f1
+}}
+"#
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `script` with `hactl_digest*` defined, in a real shell.
+    fn sh(script: &str, args: &[&str]) -> String {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{}{script}", shell_functions()))
+            .arg("hactl-test")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    fn sha256(bytes: &[u8]) -> String {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(bytes))
+    }
+
+    /// A recorded digest is used while the file is as written (shown by recording a digest that is
+    /// not the content's), and given up as soon as anything touches the file: a rewrite of the
+    /// same size, a chmod. Small files are always hashed.
+    #[test]
+    fn a_record_is_used_only_while_the_file_is_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("digests");
+        let (cache, file) = (cache.to_str().unwrap(), dir.path().join("bin"));
+        let path = file.to_str().unwrap();
+        let big = vec![7u8; MIN_SIZE];
+        std::fs::write(&file, &big).unwrap();
+        let real = sha256(&big);
+        let recorded = "a".repeat(64);
+
+        assert_eq!(
+            sh(r#"hactl_digest "$1" "$2""#, &[cache, path]),
+            real,
+            "no record: hashed"
+        );
+        sh(r#"hactl_digest_record "$1" "$2" "$3""#, &[cache, path, &recorded]);
+        assert_eq!(
+            sh(r#"hactl_digest "$1" "$2""#, &[cache, path]),
+            recorded,
+            "an untouched file: the record"
+        );
+
+        // Same size, other content: the ctime moved, so the record no longer counts. (File times
+        // move in clock ticks of a few ms: the pause keeps both writes out of one tick.)
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut other = big.clone();
+        other[0] = 8;
+        std::fs::write(&file, &other).unwrap();
+        assert_eq!(sh(r#"hactl_digest "$1" "$2""#, &[cache, path]), sha256(&other));
+
+        sh(r#"hactl_digest_record "$1" "$2" "$3""#, &[cache, path, &recorded]);
+        assert_eq!(sh(r#"hactl_digest "$1" "$2""#, &[cache, path]), recorded);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::process::Command::new("chmod")
+            .args(["0700", path])
+            .status()
+            .unwrap();
+        assert_eq!(
+            sh(r#"hactl_digest "$1" "$2""#, &[cache, path]),
+            sha256(&other),
+            "a chmod moves the ctime too"
+        );
+
+        // Below MIN_SIZE the record is never read.
+        let small = dir.path().join("small");
+        std::fs::write(&small, b"x").unwrap();
+        let small = small.to_str().unwrap();
+        sh(
+            r#"hactl_digest_record "$1" "$2" "$3""#,
+            &[cache, small, &recorded],
+        );
+        assert_eq!(sh(r#"hactl_digest "$1" "$2""#, &[cache, small]), sha256(b"x"));
+
+        // A record that cannot be written does not fail (the cache dir is a file here).
+        let blocked = dir.path().join("blocked");
+        std::fs::write(&blocked, b"").unwrap();
+        sh(
+            r#"hactl_digest_record "$1" "$2" "$3""#,
+            &[blocked.to_str().unwrap(), path, &recorded],
+        );
+    }
+}
