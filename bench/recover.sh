@@ -16,7 +16,7 @@
 set -eu
 SIZE_MB=${1:-256}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
-H=$HERE/target/release/hactl
+H=${HACTL:-$HERE/target/release/hactl}
 NAME=bench$$
 OUT=$(mktemp -d)
 trap '$H lab down --name $NAME >/dev/null 2>&1 || true; rm -rf "$OUT"' EXIT INT TERM

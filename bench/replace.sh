@@ -84,8 +84,8 @@ echo "floor (etcdctl remove/add/start/promote over ssh): ${FLOOR_REP}s"
 writer_start
 sleep 1
 t=$(now)
-$H maintenance start cp1 -i "$I" >"$OUT/m1.out" 2>&1 || { cat "$OUT/m1.out" >&2; exit 1; }
-$H maintenance complete cp1 -i "$I" >"$OUT/m2.out" 2>&1 || { cat "$OUT/m2.out" >&2; exit 1; }
+$H maintenance start cp1 --yes -i "$I" >"$OUT/m1.out" 2>&1 || { cat "$OUT/m1.out" >&2; exit 1; }
+$H maintenance complete cp1 --yes -i "$I" >"$OUT/m2.out" 2>&1 || { cat "$OUT/m2.out" >&2; exit 1; }
 MAINT=$(since "$t")
 sleep 1
 set -- $(writer_stop)

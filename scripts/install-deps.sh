@@ -9,13 +9,15 @@
 #   rsync, dpkg-dev, xz-utils, curl            building the Kubernetes server binaries
 #                                              (scripts/kube-binaries.sh: apt-get source, make gen_openapi)
 #   ca-certificates, git                       TLS to the package archives; --version names the commit
+#   jq, bc                                     the bench scripts (bench/), which the lab tests run
 # The lab's base image (Debian with etcd, HAProxy, keepalived) is built by `hactl lab up` itself,
 # once per suite, and cached under /var/lib/hactl-lab/base.
 set -euo pipefail
 pkgs=(protobuf-compiler libprotobuf-dev gcc libc6-dev pkg-config make
       debootstrap systemd-container iproute2
       openssh-server openssh-client sudo
-      rsync dpkg-dev xz-utils curl ca-certificates git)
+      rsync dpkg-dev xz-utils curl ca-certificates git
+      jq bc)
 
 if ! command -v dpkg-query >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1; then
   echo "install-deps: this is not a Debian-based machine (no dpkg/apt-get)." >&2

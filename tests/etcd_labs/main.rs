@@ -11,6 +11,7 @@ mod support;
 
 mod backups_remote;
 mod backups_scheduled;
+mod benches;
 mod binaries;
 mod certs_check_renew;
 mod certs_rotate_ca;

@@ -11,6 +11,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod benches;
 mod failover;
 mod hardening;
 mod heal_node_annotation;
