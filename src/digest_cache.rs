@@ -30,7 +30,8 @@ hactl_digest_name() { printf '%s' "$1" | sha256sum | cut -c1-40; }
 "#;
 
 /// Shell functions: `hactl_digest_record DIR PATH SHA256` records (best effort, exit 0 always)
-/// and `hactl_digest DIR PATH` prints PATH's sha256, from a record that still matches or hashed.
+/// and `hactl_digest DIR PATH [SIZE]` prints PATH's sha256, from a record that still matches or
+/// hashed (SIZE: PATH's size in bytes when the caller has already read it, else one `stat`).
 pub fn shell_functions() -> String {
     format!(
         r#"{KEY_FN}hactl_digest_record() {{
@@ -39,7 +40,7 @@ pub fn shell_functions() -> String {
   return 0
 }}
 hactl_digest() {{
-  if [ "$(stat -c %s -- "$2")" -ge {MIN_SIZE} ]; then
+  if [ "${{3:-$(stat -c %s -- "$2")}}" -ge {MIN_SIZE} ]; then
     n=$(hactl_digest_name "$2")
     if [ -r "$1/$n" ] && read -r k s < "$1/$n" && [ "$k" = "$(hactl_digest_key "$2")" ] && [ ${{#s}} -eq 64 ]; then
       echo "$s"; return 0
@@ -98,6 +99,11 @@ mod tests {
             recorded,
             "an untouched file: the record"
         );
+        // The size the caller read decides, as `stat` would.
+        let size = MIN_SIZE.to_string();
+        let digest_sized = r#"hactl_digest "$1" "$2" "$3""#;
+        assert_eq!(sh(digest_sized, &[cache, path, &size]), recorded);
+        assert_eq!(sh(digest_sized, &[cache, path, "1"]), real, "said small: hashed");
 
         // Same size, other content: the ctime moved, so the record no longer counts. (File times
         // move in clock ticks of a few ms: the pause keeps both writes out of one tick.)

@@ -333,7 +333,8 @@ for a in "$@"; do
        echo "unit $u $s" ;;
   f:*) p=${a#f:}
        if [ -f "$p" ]; then
-         echo "file $p $(hactl_digest @DIGESTS@ "$p") $(stat -c '%a %U %G %Y' "$p")"
+         st=$(stat -c '%a %U %G %Y %s' "$p")
+         echo "file $p $(hactl_digest @DIGESTS@ "$p" "${st##* }") ${st% *}"
          head -n 3 "$p" | grep -q 'Managed by hactl' || echo "foreign $p"
        fi ;;
   b:*) b=${a#b:}; w=$(command -v "$b" 2>/dev/null) && echo "bin $b $w" ;;

@@ -546,6 +546,24 @@ fn a_fresh_plan_installs_configures_and_starts_and_matches_its_snapshot() {
     insta::assert_snapshot!("fresh-plan", plan);
 }
 
+/// `up`'s plan once cp2's `path` on the host differs from what `up` would write, and the index
+/// of its line `== Restart changed apiservers (one host at a time)`.
+fn plan_with_cp2_changed(
+    inv: &Inventory,
+    pki: &Pki,
+    facts: &mut BTreeMap<String, HostFacts>,
+    inputs: &KubernetesInputs,
+    path: &str,
+) -> (String, usize) {
+    facts.get_mut("cp2").unwrap().files.get_mut(path).unwrap().sha256 = "0".repeat(64);
+    let plan = plan_text(inv, pki, facts, inputs).unwrap();
+    let roll = plan
+        .lines()
+        .position(|l| l == "== Restart changed apiservers (one host at a time)")
+        .unwrap_or_else(|| panic!("no apiserver roll:\n{plan}"));
+    (plan, roll)
+}
+
 #[test]
 fn a_converged_control_plane_plans_nothing_and_a_changed_certificate_rolls_one_host_at_a_time() {
     let inv = bundle_inventory();
@@ -557,19 +575,8 @@ fn a_converged_control_plane_plans_nothing_and_a_changed_certificate_rolls_one_h
     // (The example logs in as `debian` and uses sudo.)
     // cp2's apiserver certificate on the host differs: only cp2's apiserver restarts, drained on
     // both load balancers first and made ready after /readyz answered.
-    facts
-        .get_mut("cp2")
-        .unwrap()
-        .files
-        .get_mut(files::APISERVER_CRT)
-        .unwrap()
-        .sha256 = "0".repeat(64);
-    let plan = plan_text(&inv, &pki, &facts, &inputs).unwrap();
+    let (plan, roll) = plan_with_cp2_changed(&inv, &pki, &mut facts, &inputs, files::APISERVER_CRT);
     let lines: Vec<&str> = plan.lines().collect();
-    let roll = lines
-        .iter()
-        .position(|l| *l == "== Restart changed apiservers (one host at a time)")
-        .unwrap();
     assert_eq!(
         lines[roll + 1..]
             .iter()
@@ -640,19 +647,8 @@ fn a_static_pod_roll_stops_the_old_pod_before_it_writes_the_new_manifest() {
         !before.contains("Restart changed apiservers"),
         "nothing to roll yet:\n{before}"
     );
-    facts
-        .get_mut("cp2")
-        .unwrap()
-        .files
-        .get_mut(&manifest)
-        .unwrap()
-        .sha256 = "0".repeat(64);
-    let plan = plan_text(&inv, &pki, &facts, &inputs).unwrap();
+    let (plan, roll) = plan_with_cp2_changed(&inv, &pki, &mut facts, &inputs, &manifest);
     let lines: Vec<&str> = plan.lines().collect();
-    let roll = lines
-        .iter()
-        .position(|l| *l == "== Restart changed apiservers (one host at a time)")
-        .unwrap_or_else(|| panic!("no roll:\n{plan}"));
     let cp2: Vec<String> = lines[roll + 1..]
         .iter()
         .take_while(|l| !l.starts_with("=="))
