@@ -433,6 +433,17 @@ fn build_plan(inv: Inventory, state: StateView, reached: Reached, m: Materials) 
         plan.push(verify_phase(&inv));
     }
     let unrecorded_host_keys = known.map(|k| k.unrecorded()).unwrap_or_default();
+    for h in inv.node_hosts() {
+        if let Some(crate::facts::NodeApi::Unknown(why)) =
+            facts.get(&h.name).and_then(|f| f.node.as_ref()).map(|n| &n.api)
+        {
+            tracing::warn!(
+                "{}: the API did not say what Node {} holds ({why}); its pod network is planned from the routes in place, run `hactl up` again once the apiservers answer",
+                h.name,
+                h.name
+            );
+        }
+    }
     let pending_nodes = inv
         .node_hosts()
         .iter()

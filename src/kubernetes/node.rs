@@ -620,6 +620,37 @@ pub fn pod_cidr_of(facts: &HostFacts) -> Option<IpNet> {
         .ok()
 }
 
+/// The pod CIDR of every node host, as far as planning may rely on it: the one its Node holds;
+/// for a host whose Node the API did not say anything about in this round (a timeout under
+/// load, an apiserver restarting), the one the other hosts route to its address now. A Node
+/// the API could not be asked about is not a Node that went away: dropping its CIDR would
+/// take every route to its pods off the other hosts.
+pub fn pod_cidrs(inv: &Inventory, all: &BTreeMap<String, HostFacts>) -> BTreeMap<String, IpNet> {
+    inv.node_hosts()
+        .into_iter()
+        .filter_map(|h| {
+            let facts = all.get(&h.name)?;
+            if let Some(cidr) = pod_cidr_of(facts) {
+                return Some((h.name.clone(), cidr));
+            }
+            let unknown = matches!(
+                facts.node.as_ref().map(|n| &n.api),
+                Some(crate::facts::NodeApi::Unknown(_))
+            );
+            if !unknown {
+                return None;
+            }
+            let gateway = h.address.to_string();
+            all.iter()
+                .filter(|(name, _)| **name != h.name)
+                .flat_map(|(_, f)| routes_in_place(f))
+                .find(|(_, via)| *via == gateway)
+                .and_then(|(dst, _)| dst.parse().ok())
+                .map(|cidr| (h.name.clone(), cidr))
+        })
+        .collect()
+}
+
 /// The routes the host has now (hactl's, by its route protocol), as the facts read them.
 pub fn routes_in_place(facts: &HostFacts) -> BTreeMap<String, String> {
     facts
@@ -850,11 +881,7 @@ pub fn node_files(
     )];
     let mut network = vec![];
     if let Some(own) = pod_cidr_of(facts) {
-        let cidrs: BTreeMap<String, IpNet> = all
-            .iter()
-            .filter_map(|(name, f)| Some((name.clone(), pod_cidr_of(f)?)))
-            .collect();
-        let routes = pod_routes(inv, host, &cidrs);
+        let routes = pod_routes(inv, host, &pod_cidrs(inv, all));
         network = vec![
             Upload::new(
                 CNI_CONFLIST,

@@ -154,7 +154,9 @@ pub fn node_rows(inv: &Inventory, nodes: &[super::objects::Node]) -> (Vec<NodeRo
     (rows, problems)
 }
 
-const TIMEOUT: Duration = Duration::from_secs(5);
+/// Generous: status only reads, and a slow host (an overloaded VM in CI took over 5 s) that
+/// is reported as not answering sends the operator after the wrong problem.
+const TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Reads the Kubernetes layer's state; `conns` are the control-plane hosts' connections (or why
 /// there is none). `pki_dir` is the state directory's `pki/` (the admin certificate is read there).

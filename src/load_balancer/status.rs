@@ -51,7 +51,9 @@ pub struct BackendRow {
     pub stat: ServerStat,
 }
 
-const TIMEOUT: Duration = Duration::from_secs(5);
+/// Generous: status only reads, and a slow host (an overloaded VM in CI took over 5 s) that
+/// is reported as not answering sends the operator after the wrong problem.
+const TIMEOUT: Duration = Duration::from_secs(15);
 const STAT_MARK: &str = "--- show stat";
 
 /// What one load-balancer host is asked: its addresses, its two units, HAProxy's `show stat`.

@@ -259,11 +259,7 @@ impl Phase for StartNodes {
                 .iter()
                 .any(|u| u.path == node::POD_NETWORK_UNIT_PATH && differs(f, u));
             let routes_differ = {
-                let cidrs = ctx
-                    .facts
-                    .iter()
-                    .filter_map(|(n, hf)| Some((n.clone(), node::pod_cidr_of(hf)?)))
-                    .collect();
+                let cidrs = node::pod_cidrs(ctx.inv, ctx.facts);
                 !node::routes_match(f, &node::pod_routes(ctx.inv, host, &cidrs))
             };
             if unit.map(|u| u.enabled.as_str()) != Some("enabled") {

@@ -471,3 +471,53 @@ fn control_plane_nodes_get_the_labels_they_lack_through_a_merge_patch() {
     assert_eq!(registered(&f), Some(true));
     assert_eq!(registered(&HostFacts::default()), None);
 }
+
+#[test]
+fn a_node_the_api_did_not_answer_for_keeps_the_routes_to_it() {
+    let inv = inventory("");
+    let mut all: BTreeMap<String, HostFacts> = BTreeMap::new();
+    let mut w1 = node_facts(true, ConntrackMax::ReadOnly, Some("10.244.3.0/24"));
+    w1.node
+        .as_mut()
+        .unwrap()
+        .pod_routes
+        .insert("10.244.4.0/24".into(), "10.0.0.42".into());
+    all.insert("w1".into(), w1);
+    let mut w2 = node_facts(true, ConntrackMax::ReadOnly, None);
+    w2.node.as_mut().unwrap().api = NodeApi::Unknown("curl: (28) Operation timed out".into());
+    all.insert("w2".into(), w2);
+    let mut cp1 = node_facts(true, ConntrackMax::ReadOnly, Some("10.244.0.0/24"));
+    all.insert("cp1".into(), cp1.clone());
+
+    let cidrs = pod_cidrs(&inv, &all);
+    assert_eq!(
+        cidrs.get("w2").map(|c| c.to_string()).as_deref(),
+        Some("10.244.4.0/24"),
+        "w2's CIDR from the route w1 has to its address: {cidrs:?}"
+    );
+    let routes: Vec<String> = pod_routes(&inv, host(&inv, "cp1"), &cidrs)
+        .iter()
+        .map(|r| format!("{} via {}", r.destination, r.gateway))
+        .collect();
+    assert_eq!(
+        routes,
+        ["10.244.3.0/24 via 10.0.0.41", "10.244.4.0/24 via 10.0.0.42"]
+    );
+
+    // A Node that is gone (the API said 404) loses its routes.
+    all.get_mut("w2").unwrap().node.as_mut().unwrap().api = NodeApi::Absent;
+    assert!(!pod_cidrs(&inv, &all).contains_key("w2"));
+
+    // Unknown, and no host routes to it yet: nothing is made up.
+    all.get_mut("w2").unwrap().node.as_mut().unwrap().api = NodeApi::Unknown("timeout".into());
+    cp1.node.as_mut().unwrap().pod_routes.clear();
+    all.insert("cp1".into(), cp1);
+    all.get_mut("w1")
+        .unwrap()
+        .node
+        .as_mut()
+        .unwrap()
+        .pod_routes
+        .clear();
+    assert!(!pod_cidrs(&inv, &all).contains_key("w2"));
+}
