@@ -75,12 +75,47 @@ die() { echo "kube-binaries: $*" >&2; exit 1; }
 # component-base, so the apiserver's /version said v0.0.0-master) is rebuilt.
 stamp="stamp: component-base client-go"
 
+# hactl's own patches to the tree, applied after Debian's: upstream fixes that 1.20.2 lacks. Their
+# name is written into BUILD-INFO; a cache built without them rebuilds the binaries they change
+# (patched_cmds) and keeps the others. The tree in the build directory records what was applied in
+# .hactl-patches; a tree with other patches is unpacked again.
+#  - kubernetes#96876 (in 1.21): the node lifecycle controller queued a Node for its NoExecute
+#    taint again every 5 s while the Node was not ready, without taking the old entry out of the
+#    queue, so Nodes that joined together left dozens of stale entries ahead of any later one. The
+#    queue drains one entry per 10 s: a worker that lost power got its `unreachable:NoExecute`
+#    taint (and its pods their eviction) only many minutes later. Take the old entry out.
+patches="patches: kubernetes#96876"
+patched_cmds=(kube-controller-manager)
+write_patches() {
+  cat <<'PATCH'
+--- a/pkg/controller/nodelifecycle/node_lifecycle_controller.go
++++ b/pkg/controller/nodelifecycle/node_lifecycle_controller.go
+@@ -1477,13 +1477,13 @@
+ 	defer nc.evictorLock.Unlock()
+ 	if status == v1.ConditionFalse {
+ 		if !taintutils.TaintExists(node.Spec.Taints, NotReadyTaintTemplate) {
+-			nc.zoneNoExecuteTainter[utilnode.GetZoneKey(node)].SetRemove(node.Name)
++			nc.zoneNoExecuteTainter[utilnode.GetZoneKey(node)].Remove(node.Name)
+ 		}
+ 	}
+ 
+ 	if status == v1.ConditionUnknown {
+ 		if !taintutils.TaintExists(node.Spec.Taints, UnreachableTaintTemplate) {
+-			nc.zoneNoExecuteTainter[utilnode.GetZoneKey(node)].SetRemove(node.Name)
++			nc.zoneNoExecuteTainter[utilnode.GetZoneKey(node)].Remove(node.Name)
+ 		}
+ 	}
+ 
+PATCH
+}
+
 # Whether SHA256SUMS lists `$1`.
 listed() { awk -v f="$1" '$2 == f || $2 == "*" f { found = 1 } END { exit !found }' "$out/SHA256SUMS" 2>/dev/null; }
 
 complete() {
   [ -f "$out/SHA256SUMS" ] && [ ! -e "$out/.building" ] || return 1
   grep -qxF "$stamp" "$out/BUILD-INFO" 2>/dev/null || return 1
+  grep -qxF "$patches" "$out/BUILD-INFO" 2>/dev/null || return 1
   (cd "$out" && sha256sum --quiet --strict -c SHA256SUMS >/dev/null 2>&1) || return 1
   local b
   for b in "${bins[@]}"; do [ -x "$out/$b" ] && listed "$b" || return 1; done
@@ -102,7 +137,7 @@ fi
 if [ "$(id -u)" != 0 ]; then
   die "run as root (apt-get and the cache under $root need it), or set HACTL_KUBE_CACHE to a directory you own and run as root anyway for apt"
 fi
-for tool in apt-get dpkg-source dpkg-deb rsync make gcc sha256sum flock; do
+for tool in apt-get dpkg-source dpkg-deb rsync make gcc sha256sum flock patch; do
   command -v "$tool" >/dev/null 2>&1 || die "'$tool' is missing: run scripts/install-deps.sh"
 done
 
@@ -124,6 +159,13 @@ elif [ -f "$out/SHA256SUMS" ] && grep -qxF "$stamp" "$out/BUILD-INFO" 2>/dev/nul
       keep+=("$b")
     fi
   done
+  if ! grep -qxF "$patches" "$out/BUILD-INFO"; then
+    # Built without (all of) today's patches: what they change is built again.
+    for b in "${patched_cmds[@]}"; do
+      for i in "${!keep[@]}"; do [ "${keep[$i]}" = "$b" ] && unset 'keep[i]'; done
+    done
+    keep=("${keep[@]}")
+  fi
   old_source=$(sed -n 's/^debian-source: kubernetes //p' "$out/BUILD-INFO")
   old_go=$(sed -n 's/^go: //p' "$out/BUILD-INFO")
   old_kubectl=$(sed -n 's/^kubectl: //p' "$out/BUILD-INFO")
@@ -190,6 +232,11 @@ done < <(awk '/^Checksums-Sha256:/ { on = 1; next } /^[^ ]/ { on = 0 } on { prin
 [ "$checked" -gt 0 ] || die "$dsc has no Checksums-Sha256 section"
 say "    $checked source files match $dsc"
 
+if [ -f "$src_dir/.unpacked" ] && [ -f "$src_dir/.hactl-patches" ] \
+  && [ "$(cat "$src_dir/.hactl-patches")" != "$patches" ]; then
+  say "    $src_dir has other patches ($(cat "$src_dir/.hactl-patches")): unpacking it again"
+  rm -f "$src_dir/.unpacked"
+fi
 if [ ! -f "$src_dir/.unpacked" ]; then
   rm -rf "$src_dir"
   say "3/8 unpacking the tree (with Debian's patches) into $src_dir"
@@ -199,6 +246,13 @@ if [ ! -f "$src_dir/.unpacked" ]; then
   : >"$src_dir/.unpacked"
 else
   say "3/8 the tree is already unpacked in $src_dir"
+fi
+if [ "$(cat "$src_dir/.hactl-patches" 2>/dev/null)" != "$patches" ]; then
+  say "    applying hactl's patches to the tree (${patches#patches: })"
+  write_patches >"$work/hactl.patch"
+  "${clean[@]}" patch -d "$src_dir" -p1 --forward --batch <"$work/hactl.patch" >"$work/patch.log" 2>&1 \
+    || { cat "$work/patch.log" >&2; die "hactl's patches do not apply to $src_dir (log: $work/patch.log)"; }
+  echo "$patches" >"$src_dir/.hactl-patches"
 fi
 
 # --- Go 1.15 -------------------------------------------------------------------------------------
@@ -335,6 +389,7 @@ done
 
 {
   echo "$stamp"
+  echo "$patches"
   echo "version: $version"
   echo "debian-source: kubernetes $src_version"
   echo "go: $go_version"

@@ -718,13 +718,35 @@ fn pods_run_on_the_workers_and_reach_each_other_and_the_services() {
             (ok && got.trim() == on_w1).then_some(()).ok_or(got)
         },
     );
-    // Not asserted (known gap, docs/development/known-gaps.md): the controller-manager 1.20 here
-    // puts only the NoSchedule `unreachable` taint on the Node, never the NoExecute one, so the
-    // pod on w2 is not evicted and not recreated on w1 (seen for 3 minutes, with the pods'
-    // 5-second toleration). What it did is printed for the record.
-    let taints = nodes(&k).get("w2").map(|n| n.1.clone()).unwrap_or_default();
-    let now = web_pods(&k);
-    eprintln!("{name}: after the power cut: w2 taints {taints:?}; pods {now:?} (the one on w2 was {on_w2})");
+    // The controller-manager taints the Node `unreachable:NoExecute` once it is Unknown (40 s
+    // without a heartbeat); the pods' 5 s toleration ends and the Deployment puts a new pod on w1.
+    // (Kubernetes 1.20.2 as released took many minutes here after Nodes had joined together:
+    // kubernetes#96876, which scripts/kube-binaries.sh applies; docs/development/known-gaps.md.)
+    step("the pod on w2 is evicted (unreachable:NoExecute) and recreated on w1");
+    let recreated = wait_some(
+        Duration::from_secs(240),
+        "w2 tainted unreachable:NoExecute and both web pods running on w1",
+        || {
+            let taints = nodes(&k).get("w2").map(|n| n.1.clone()).unwrap_or_default();
+            let now = web_pods(&k);
+            let running: Vec<&WebPod> = now.iter().filter(|p| p.ready && !p.terminating).collect();
+            let done = taints
+                .iter()
+                .any(|t| t == "node.kubernetes.io/unreachable:NoExecute")
+                && running.len() == 2
+                && running.iter().all(|p| p.node == "w1");
+            if done {
+                Ok(now)
+            } else {
+                Err(format!("w2 taints {taints:?}; pods {now:?}"))
+            }
+        },
+    );
+    assert!(
+        recreated.iter().any(|p| p.name == on_w2 && p.terminating)
+            || !recreated.iter().any(|p| p.name == on_w2),
+        "the pod on w2 ({on_w2}) is being deleted: {recreated:?}"
+    );
 
     step("reset: no kubelet, containerd or CNI state left, the data moved aside");
     k.lab.fault("w2", Fault::Poweron);
