@@ -786,9 +786,9 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
         assert!(f.binaries.contains_key("sh"));
     }
 
-    /// The files' batch: every existing file's digest, mode, owner and mtime, the large one's
-    /// digest from its record, and which files lack hactl's marker (an empty file too), as the
-    /// per-file probe read them.
+    /// The files' batch: every existing file's digest (the large one through `hactl_digest`:
+    /// hashed, as it has no record), mode, owner and mtime, and which files lack hactl's marker
+    /// (an empty file too), as the per-file probe read them.
     #[test]
     fn the_probe_reads_every_file_in_one_batch() {
         use sha2::Digest;
