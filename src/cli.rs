@@ -591,12 +591,23 @@ pub struct EtcdMaintenanceArgs {
     pub inventory: InventoryArgs,
     #[command(flatten)]
     pub connect: ConnectArgs,
+    /// Compact the keyspace to the current revision: the older revisions are gone for good
+    /// (a watch from an older revision then fails).
     #[arg(long)]
     pub compact: bool,
+    /// Defragment each voting member, one at a time (a member does not answer while its
+    /// defragmentation runs).
     #[arg(long)]
     pub defrag: bool,
+    /// Disarm the alarms (NOSPACE) once there is room again.
     #[arg(long)]
     pub disarm: bool,
+    /// Print the steps exactly as a live run sends them; change nothing (no lock).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not ask before compacting or defragmenting (needed when stdin is not a terminal).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
 }
 
 /// `--accept-data-loss-window`, `--drain-timeout`: the grammar of `crate::duration` (`30s`, `10m`,

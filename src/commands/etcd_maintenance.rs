@@ -2,7 +2,9 @@
 //! compact to the current revision, defragment each member one at a time (defrag blocks the
 //! member it runs on), then disarm the alarms.
 //!
-//! Invariant: no membership change; members are defragmented one after the other.
+//! Invariant: no membership change; members are defragmented one after the other; a host of
+//! another cluster is refused first; a live run that compacts or defragments asks (`--yes`), and
+//! `--dry-run` prints the steps without the lock.
 
 use std::time::Duration;
 
@@ -22,7 +24,28 @@ pub async fn run(args: &EtcdMaintenanceArgs) -> anyhow::Result<i32> {
     }
     let (inv, state) = super::load(&args.inventory)?;
     let hosts = inv.with_role(Role::Etcd);
-    let reach = operations::reach::reach(&inv, (&state).into(), &hosts, &args.connect.settings()).await;
+    let settings = args.connect.settings();
+    let reach = operations::reach::reach(&inv, (&state).into(), &hosts, &settings).await;
+    // Whose cluster: hosts whose trust files hold no CA this state directory knows are refused
+    // before anything else, as by every operation.
+    let ctx = operations::manager::Context::new(&inv, &state, &settings);
+    operations::manager::check_identity(&ctx, &reach.transports).await?;
+    if args.dry_run {
+        let obs = reach.observe(&inv, &[]).await?;
+        let observer = inv.host(&obs.observer).expect("observer from inventory");
+        operations::run_on(
+            Mode::DryRun,
+            &reach.transports,
+            "etcd maintenance",
+            observer,
+            steps(args, &obs),
+        )
+        .await?;
+        return Ok(exit::OK);
+    }
+    if (args.compact || args.defrag) && !args.yes {
+        crate::output::confirm(&confirmation(args))?;
+    }
     // Compaction and defragmentation change the cluster: the one lock, like every such command.
     let run = operations::journal::new_run_id("etcd-maintenance");
     let lock = operations::lock::ClusterLock::acquire(
@@ -36,6 +59,35 @@ pub async fn run(args: &EtcdMaintenanceArgs) -> anyhow::Result<i32> {
     .map_err(|e| anyhow::Error::new(e.refusal()))?;
     let obs = reach.observe(&inv, &[]).await?;
     let observer = inv.host(&obs.observer).expect("observer from inventory");
+    let done = operations::run_on(
+        Mode::Live,
+        &reach.transports,
+        "etcd maintenance",
+        observer,
+        steps(args, &obs),
+    )
+    .await;
+    lock.release().await;
+    done?;
+    println!("etcd maintenance: done on {} member(s)", obs.voters().count());
+    Ok(exit::OK)
+}
+
+/// What the operator is asked before a live run that compacts or defragments.
+fn confirmation(args: &EtcdMaintenanceArgs) -> String {
+    let mut what = vec![];
+    if args.compact {
+        what.push("compacts etcd to its current revision (older revisions are gone for good)");
+    }
+    if args.defrag {
+        what.push("defragments each member, one at a time (each stops answering while it runs)");
+    }
+    format!("this {}", what.join(" and "))
+}
+
+/// The steps, run from the observer: compaction, each voter's defragmentation, the disarm, then
+/// a wait for a healthy cluster.
+fn steps(args: &EtcdMaintenanceArgs, obs: &etcd::health::Observation) -> Vec<Step> {
     let ctl = etcd::ETCDCTL_WRAPPER;
     let mut steps = Vec::new();
     if args.compact {
@@ -65,9 +117,5 @@ pub async fn run(args: &EtcdMaintenanceArgs) -> anyhow::Result<i32> {
         "after maintenance",
         Duration::from_secs(60),
     )));
-    let done = operations::run_on(Mode::Live, &reach.transports, "etcd maintenance", observer, steps).await;
-    lock.release().await;
-    done?;
-    println!("etcd maintenance: done on {} member(s)", obs.voters().count());
-    Ok(exit::OK)
+    steps
 }

@@ -44,7 +44,7 @@ use crate::state::StateDir;
 
 /// The cluster identity ([`crate::identity`]) of the hosts an operation reached, against its
 /// state directory: a host whose trust files hold no CA the state knows is refused (exit 2).
-async fn check_identity(ctx: &Context<'_>, transports: &Transports) -> anyhow::Result<()> {
+pub(crate) async fn check_identity(ctx: &Context<'_>, transports: &Transports) -> anyhow::Result<()> {
     let cmd = crate::identity::probe_command();
     let asks = transports
         .iter()

@@ -167,10 +167,22 @@ fn five_members_crash_resume_nospace_budget_and_cancel() {
         before,
         "heal changed the membership on NOSPACE"
     );
-    let o = hactl(
-        &inv,
-        &["etcd", "maintenance", "--compact", "--defrag", "--disarm"],
+    // A dry run prints the steps; without --yes and no terminal, a refusal that names --yes.
+    // Neither changes anything: the alarm is still raised.
+    let nospace = ["etcd", "maintenance", "--compact", "--defrag", "--disarm"];
+    let o = hactl(&inv, &[&nospace[..], &["--dry-run"]].concat());
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("defrag") && text(&o).contains("alarm disarm"),
+        "{}",
+        text(&o)
     );
+    let o = hactl(&inv, &nospace);
+    assert_eq!(o.status.code(), Some(hactl::exit::NEEDS_INPUT), "{}", text(&o));
+    assert!(text(&o).contains("--yes"), "{}", text(&o));
+    let (_, alarms) = ctl(&lab, "cp1", &["alarm", "list"]);
+    assert!(alarms.contains("NOSPACE"), "{alarms}");
+    let o = hactl(&inv, &[&nospace[..], &["--yes"]].concat());
     assert!(o.status.success());
     assert!(
         ctl(&lab, "cp1", &["put", "after-nospace", "ok"]).0,
