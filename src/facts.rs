@@ -771,11 +771,7 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
             binaries: vec!["sh".into()],
             node: None,
         });
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(cmd.line(false))
-            .output()
-            .unwrap();
+        let out = cmd.run_in("sh");
         let f = parse(&String::from_utf8_lossy(&out.stdout));
         assert!(f.time_ns > 0);
         assert!(
@@ -813,11 +809,7 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
             binaries: vec![],
             node: None,
         });
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(cmd.line(false))
-            .output()
-            .unwrap();
+        let out = cmd.run_in("sh");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let f = parse(&String::from_utf8_lossy(&out.stdout));
         let got: Vec<&str> = f.files.keys().map(|k| k.as_str()).collect();
@@ -854,11 +846,7 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
             node: None,
         });
         for shell in ["sh", "bash"] {
-            let out = std::process::Command::new(shell)
-                .arg("-c")
-                .arg(cmd.line(false))
-                .output()
-                .unwrap();
+            let out = cmd.run_in(shell);
             assert!(out.status.success(), "{shell}: {:?}", out.status);
             let f = parse(&String::from_utf8_lossy(&out.stdout));
             assert!(f.binaries.contains_key("sh"));

@@ -149,6 +149,16 @@ impl RemoteCommand {
     pub fn line(&self, sudo: bool) -> String {
         quote::command_line(&self.argv, sudo)
     }
+    /// Tests: runs the exact line (without sudo) in a local `shell` (`sh`: dash here, as on the
+    /// hosts; `bash`).
+    #[cfg(test)]
+    pub fn run_in(&self, shell: &str) -> std::process::Output {
+        std::process::Command::new(shell)
+            .arg("-c")
+            .arg(self.line(false))
+            .output()
+            .unwrap()
+    }
 }
 
 impl fmt::Display for RemoteCommand {
