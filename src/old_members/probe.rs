@@ -464,11 +464,7 @@ health true
     fn the_probe_runs_in_a_real_shell_and_only_reads() {
         let cmd = command("/nonexistent/etcd", 2381, Some(90));
         assert!(cmd.read_only);
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(cmd.line(false))
-            .output()
-            .unwrap();
+        let out = cmd.run_in("sh");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let s = parse("here", &String::from_utf8_lossy(&out.stdout));
         assert_eq!(s.units.len(), UNITS.len());

@@ -357,11 +357,7 @@ mod tests {
         std::fs::write(dd.join("member/wal/0.wal"), "x").unwrap();
         let dds = dd.to_str().unwrap();
         let cmd = command("why", "r9", dds, Guard::None, &[]);
-        let out = std::process::Command::new("sh")
-            .arg("-c")
-            .arg(cmd.line(false))
-            .output()
-            .unwrap();
+        let out = cmd.run_in("sh");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         assert!(!dd.exists());
         let aside = std::path::PathBuf::from(aside(dds, "r9"));
