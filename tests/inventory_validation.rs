@@ -1135,6 +1135,14 @@ fn every_numeric_field_is_checked_against_its_range() {
             "30s1ms",
         ),
         c(
+            "loadBalancer.checkTimeout",
+            "  loadBalancer:\n    checkTimeout: {v}\n",
+            Some("99ms"),
+            "100ms",
+            "1m",
+            "1m1ms",
+        ),
+        c(
             "loadBalancer.fall",
             "  loadBalancer:\n    fall: {v}\n",
             Some("0"),

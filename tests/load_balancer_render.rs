@@ -65,6 +65,7 @@ fn tuning_from_the_inventory_reaches_haproxy_and_keepalived() {
     inv.vip.as_mut().unwrap().advert_interval = std::time::Duration::from_millis(1_250);
     inv.load_balancer.check_interval = std::time::Duration::from_millis(400);
     inv.load_balancer.connect_timeout = std::time::Duration::from_millis(700);
+    inv.load_balancer.check_timeout = std::time::Duration::from_millis(4_500);
     inv.load_balancer.fall = 3;
     inv.load_balancer.rise = 4;
     let conf = keepalived_conf(inv.host("lb1").unwrap(), &inv, "eth0").unwrap();
@@ -73,7 +74,7 @@ fn tuning_from_the_inventory_reaches_haproxy_and_keepalived() {
     assert!(!conf.contains("auth_pass"), "{conf}");
     let cfg = haproxy_cfg(inv.host("lb1").unwrap(), &inv).unwrap();
     assert!(cfg.contains("    timeout connect 700ms\n"), "{cfg}");
-    assert!(cfg.contains("    timeout check 700ms\n"), "{cfg}");
+    assert!(cfg.contains("    timeout check 4500ms\n"), "{cfg}");
     assert!(
         cfg.contains("default-server inter 400ms fastinter 100ms fall 3 rise 4 observe layer4"),
         "{cfg}"

@@ -228,8 +228,13 @@ pub struct LoadBalancerSpec {
     pub check_interval: std::time::Duration,
     pub fall: u32,
     pub rise: u32,
-    /// HAProxy's `timeout connect` (and `timeout check`).
+    /// HAProxy's `timeout connect`, and the connect part of a health check.
     pub connect_timeout: std::time::Duration,
+    /// HAProxy's `timeout check`: how long a connected server may take to answer a health check.
+    /// Apart from `connect_timeout`: a dead host is still found within `connect_timeout`, while a
+    /// live apiserver busy for a second (its `/readyz` asks etcd) is not marked down, which
+    /// would cut every session open to it (`on-marked-down shutdown-sessions`).
+    pub check_timeout: std::time::Duration,
 }
 
 impl Default for LoadBalancerSpec {
@@ -242,6 +247,7 @@ impl Default for LoadBalancerSpec {
             fall: 2,
             rise: 2,
             connect_timeout: std::time::Duration::from_secs(1),
+            check_timeout: std::time::Duration::from_secs(3),
         }
     }
 }

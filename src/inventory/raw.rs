@@ -189,6 +189,10 @@ pub struct RawLoadBalancer {
     /// (default 1s).
     #[serde(default)]
     pub connect_timeout: Option<String>,
+    /// How long a server may take to answer a health check once connected, 100ms to 60s
+    /// (default 3s).
+    #[serde(default)]
+    pub check_timeout: Option<String>,
 }
 
 /// Where a component's binaries come from.

@@ -1049,6 +1049,16 @@ impl Checker {
                 lb.connect_timeout = d;
             }
         }
+        if let Some(text) = &raw.check_timeout {
+            if let Some(d) = self.duration_in(
+                "loadBalancer.checkTimeout",
+                text,
+                Duration::from_millis(100)..=Duration::from_secs(60),
+                "default 3s",
+            ) {
+                lb.check_timeout = d;
+            }
+        }
         for (field, value, target) in [("fall", raw.fall, &mut lb.fall), ("rise", raw.rise, &mut lb.rise)] {
             match value {
                 Some(n) if (1..=10).contains(&n) => *target = n,

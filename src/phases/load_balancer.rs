@@ -54,6 +54,7 @@ pub struct HaproxyConfig {
     pub check_interval: String,
     pub fast_interval: String,
     pub connect_timeout: String,
+    pub check_timeout: String,
     pub fall: u32,
     pub rise: u32,
     pub stats_port: u16,
@@ -124,6 +125,7 @@ pub fn haproxy_cfg(host: &Host, inv: &Inventory) -> Result<String, PlanError> {
             check_interval: haproxy_time(inv.load_balancer.check_interval),
             fast_interval: haproxy_time(fast_interval(inv.load_balancer.check_interval)),
             connect_timeout: haproxy_time(inv.load_balancer.connect_timeout),
+            check_timeout: haproxy_time(inv.load_balancer.check_timeout),
             fall: inv.load_balancer.fall,
             rise: inv.load_balancer.rise,
             stats_port: lb::STATS_PORT,
@@ -254,7 +256,7 @@ pub fn keepalived_files(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Upload>, PlanE
     };
     let check = render::render(
         "hactl-check-haproxy",
-        &serde_json::json!({ "unit": lb::HAPROXY_UNIT, "cli": lb::HAPROXY_CLI }),
+        &serde_json::json!({ "cli": lb::HAPROXY_CLI }),
     )?;
     Ok(vec![
         Upload::new(lb::CHECK_SCRIPT, 0o755, "root", "root", check.into_bytes()),
