@@ -534,6 +534,7 @@ fn every_inventory_field_has_an_entry_in_the_reference() {
                 fall: Some(2),
                 rise: Some(2),
                 connect_timeout: Some("1s".into()),
+                check_timeout: Some("3s".into()),
             },
             etcd: RawEtcd {
                 version: Some("3.5.16".into()),

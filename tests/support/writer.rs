@@ -1,7 +1,7 @@
 //! A writer through the VIP, shared by the lab tests that prove "0 failed writes": a thread runs
 //! `hactl-etcdctl --endpoints=https://<VIP>:2379 --command-timeout=10s put` on one lab host in a
 //! loop (each put a new process, reading the host's trust file and client certificate afresh),
-//! counting writes and failures, until stopped (or dropped). A write fails when etcd refuses it
+//! 100 ms apart, counting writes and failures, until stopped (or dropped). A write fails when etcd refuses it
 //! or it takes more than 10 s (3 s were too few on the loaded 2-core machine: a put starved of CPU
 //! missed it without any outage); the slowest write is printed when the writer stops, so a pause
 //! shorter than that still shows.
@@ -44,6 +44,12 @@ fn explain_failure(lab: &TestLab) {
         );
     }
 }
+
+/// Between one write's end and the next one's start. Back to back, the writer's processes (an
+/// nsenter and an etcdctl each, about 50 ms of CPU a write) took most of a core from the 2-core
+/// machine the lab tests share; an outage shorter than this pause could slip between two writes,
+/// one of 100 ms or more cannot.
+const PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// A running writer; [`VipWriter::stop`] returns (writes, failed).
 pub struct VipWriter {
@@ -94,6 +100,7 @@ impl VipWriter {
                         eprintln!("writer: {}", String::from_utf8_lossy(&o.stderr));
                         explain_failure(lab);
                     }
+                    std::thread::sleep(PAUSE);
                 }
             })
         };
