@@ -251,7 +251,16 @@ grep -h "hactl: clock\|hactl: could not set" "$work/up.log" >&2 || true
 # client and no NTP server is reachable here); `hactl check`'s clock rule (< 1 s) judges that.
 timed "hactl check" "$hactl" check -i "$inventory" || fail "hactl check"
 timed "hactl up" "$hactl" up -i "$inventory" || fail "hactl up"
-timed "hactl status" "$hactl" status -i "$inventory" || fail "hactl status is not healthy"
+# On failure, keepalived's and HAProxy's last lines on each VM: a VIP held by nobody (seen once,
+# on VMs ten times slower than usual) is explained by keepalived's own log.
+journals() {
+  local vm
+  for vm in cp1 cp2 cp3; do
+    say "$vm: journalctl -u keepalived -u haproxy (last 30 lines)"
+    timeout 60 vagrant ssh "$vm" -c "sudo journalctl -u keepalived -u haproxy -n 30 --no-pager -o short-precise" 2>&1 | sed "s/^/  $vm | /" >&2 || true
+  done
+}
+timed "hactl status" "$hactl" status -i "$inventory" || { journals; fail "hactl status is not healthy"; }
 say "etcd through the VIP $vip, from this machine"
 pki="$HACTL_STATE_DIR/pki/etcd"
 health=$(curl -fsS --max-time 10 --cacert "$pki/ca.crt" --cert "$pki/hactl-client.crt" \
