@@ -75,19 +75,21 @@ fn remove_of_control_plane_hosts_takes_them_out_of_etcd_haproxy_and_the_apiserve
 
     // Each write goes through an apiserver to etcd.
     // (10 s per request: see `KubeLab::poll_readyz`; a failed request still counts.)
-    let writer = k.poll_kubectl(
-        |n| {
+    let writer = k.poll_api(
+        |n, server| {
             vec![
-                "--request-timeout=10s".into(),
-                "-n".into(),
-                "default".into(),
-                "create".into(),
-                "configmap".into(),
-                format!("remove-writer-{n}"),
-                format!("--from-literal=n={n}"),
+                "-X".into(),
+                "POST".into(),
+                "-H".into(),
+                "Content-Type: application/json".into(),
+                "--data".into(),
+                format!(
+                    r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"remove-writer-{n}"}},"data":{{"n":"{n}"}}}}"#
+                ),
+                format!("{server}/api/v1/namespaces/default/configmaps"),
             ]
         },
-        |o| o.status.success(),
+        |o| o.status.success() && String::from_utf8_lossy(&o.stdout).ends_with("\nHTTP 201"),
     );
     std::thread::sleep(Duration::from_secs(2));
     let t0 = Instant::now();

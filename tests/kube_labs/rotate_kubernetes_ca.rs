@@ -152,20 +152,12 @@ fn rotating_the_kubernetes_ca_keeps_kubectl_answering_and_leaves_only_the_new_ca
     // An authenticated request (RBAC needs the admin's client certificate): both the server's
     // certificate and the client's must be trusted by the other side for it to answer.
     // (10 s per request: see `KubeLab::poll_readyz`; a failed request still counts.)
-    let poller = k.poll_kubectl(
-        |_| {
-            [
-                "--request-timeout=10s",
-                "get",
-                "namespace",
-                "kube-system",
-                "-o",
-                "name",
-            ]
-            .map(String::from)
-            .to_vec()
+    let poller = k.poll_api(
+        |_, server| vec![format!("{server}/api/v1/namespaces/kube-system")],
+        |o| {
+            let out = String::from_utf8_lossy(&o.stdout);
+            o.status.success() && out.ends_with("\nHTTP 200") && out.contains("\"kube-system\"")
         },
-        |o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "namespace/kube-system",
     );
     assert!(
         poller.wait_answered(3, Duration::from_secs(30)),

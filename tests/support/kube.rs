@@ -394,26 +394,23 @@ impl KubeLab {
     /// kubectl processes a second took a third of a core from the 2-core machine the lab tests
     /// share, and a starved machine is what made other requests slow.
     pub fn poll_readyz_with(&self, kubeconfig: PathBuf) -> Poller {
-        let creds = CurlCredentials::from_kubeconfig(&kubeconfig);
-        poll(
-            move |_| {
-                // 10 s, as the VIP writer's deadline per write: on the saturated 2-core machine
-                // (two Kubernetes labs side by side) a request starved of CPU took over 2 s with
-                // no outage. A refused, reset or failed request still counts; the slowest is
-                // printed. `-w`: the HTTP code after the body, so a 500 shows its checks.
-                let mut c = Command::new("curl");
-                c.args(["-sS", "--max-time", "10", "-w", "\nHTTP %{http_code}"])
-                    .arg("--cacert")
-                    .arg(creds.dir.path().join("ca.crt"))
-                    .arg("--cert")
-                    .arg(creds.dir.path().join("client.crt"))
-                    .arg("--key")
-                    .arg(creds.dir.path().join("client.key"))
-                    .arg(format!("{}/readyz", creds.server));
-                c
-            },
+        poll_curl(
+            kubeconfig,
+            |_, server| vec![format!("{server}/readyz")],
             |o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "ok\nHTTP 200",
         )
+    }
+
+    /// Starts running `curl ARGS(n, server)` through the VIP with the admin credentials (n = 1,
+    /// 2, …, 200 ms apart; `server` the kubeconfig's, `https://<VIP>:6443`) until the returned
+    /// poller is stopped; `ok` judges each answer (stdout: the body, a newline, `HTTP <code>`).
+    /// The request kubectl would make at a fifth of its CPU: see [`KubeLab::poll_readyz_with`].
+    pub fn poll_api(
+        &self,
+        args: impl Fn(u32, &str) -> Vec<String> + Send + 'static,
+        ok: impl Fn(&Output) -> bool + Send + 'static,
+    ) -> Poller {
+        poll_curl(self.state.join("admin.kubeconfig"), args, ok)
     }
 
     /// Starts running `kubectl ARGS(n)` through the VIP with the admin kubeconfig (n = 1, 2, …,
@@ -446,40 +443,105 @@ impl KubeLab {
     }
 }
 
+/// [`KubeLab::poll_api`] with the kubeconfig `kubeconfig`.
+fn poll_curl(
+    kubeconfig: PathBuf,
+    args: impl Fn(u32, &str) -> Vec<String> + Send + 'static,
+    ok: impl Fn(&Output) -> bool + Send + 'static,
+) -> Poller {
+    let creds = std::sync::Mutex::new(CurlCredentials::new(kubeconfig));
+    poll(
+        move |n| {
+            // Read again before each request, as kubectl reads its kubeconfig each time (hactl
+            // rewrites it when the admin certificate or the CA changes).
+            let mut creds = creds.lock().unwrap();
+            creds.refresh();
+            // 10 s, as the VIP writer's deadline per write: on the saturated 2-core machine (two
+            // Kubernetes labs side by side) a request starved of CPU took over 2 s with no
+            // outage. A refused, reset or failed request still counts; the slowest is printed.
+            // `-w`: the HTTP code after the body, so a 500 shows its checks.
+            let mut c = Command::new("curl");
+            c.args(["-sS", "--max-time", "10", "-w", "\nHTTP %{http_code}"])
+                .arg("--cacert")
+                .arg(creds.dir.path().join("ca.crt"))
+                .arg("--cert")
+                .arg(creds.dir.path().join("client.crt"))
+                .arg("--key")
+                .arg(creds.dir.path().join("client.key"))
+                .args(args(n, &creds.server));
+            c
+        },
+        ok,
+    )
+}
+
 /// The server and credentials of a kubeconfig as files curl reads: in a directory of the test's
 /// own (0700, removed when the poller stops), never printed.
 struct CurlCredentials {
+    kubeconfig: PathBuf,
+    /// The kubeconfig's text the files were written from.
+    read: String,
     server: String,
     dir: tempfile::TempDir,
 }
 
 impl CurlCredentials {
-    fn from_kubeconfig(kubeconfig: &Path) -> CurlCredentials {
-        use base64::Engine as _;
+    fn new(kubeconfig: PathBuf) -> CurlCredentials {
         use std::os::unix::fs::PermissionsExt as _;
-        let text =
-            std::fs::read_to_string(kubeconfig).unwrap_or_else(|e| panic!("{}: {e}", kubeconfig.display()));
-        let field = |name: &str| {
-            text.lines()
-                .find_map(|l| l.trim().strip_prefix(&format!("{name}:")))
-                .map(|v| v.trim().to_string())
-                .unwrap_or_else(|| panic!("{}: no {name}", kubeconfig.display()))
-        };
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
-        for (file, name) in [
-            ("ca.crt", "certificate-authority-data"),
-            ("client.crt", "client-certificate-data"),
-            ("client.key", "client-key-data"),
-        ] {
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(field(name))
-                .unwrap_or_else(|e| panic!("{}: {name}: {e}", kubeconfig.display()));
-            std::fs::write(dir.path().join(file), bytes).unwrap();
-        }
-        CurlCredentials {
-            server: field("server"),
+        let mut creds = CurlCredentials {
+            kubeconfig,
+            read: String::new(),
+            server: String::new(),
             dir,
+        };
+        creds.refresh();
+        creds
+    }
+
+    /// Writes the files again when the kubeconfig changed since they were written. A kubeconfig
+    /// that cannot be read (caught while being replaced, say) keeps the files of the last one
+    /// that could; the first must be readable.
+    fn refresh(&mut self) {
+        use base64::Engine as _;
+        let path = self.kubeconfig.display().to_string();
+        let parsed = std::fs::read_to_string(&self.kubeconfig)
+            .map_err(|e| e.to_string())
+            .and_then(|text| {
+                if text == self.read {
+                    return Ok(None);
+                }
+                let field = |name: &str| {
+                    text.lines()
+                        .find_map(|l| l.trim().strip_prefix(&format!("{name}:")))
+                        .map(|v| v.trim().to_string())
+                        .ok_or(format!("no {name}"))
+                };
+                let mut files = Vec::new();
+                for (file, name) in [
+                    ("ca.crt", "certificate-authority-data"),
+                    ("client.crt", "client-certificate-data"),
+                    ("client.key", "client-key-data"),
+                ] {
+                    let bytes = base64::engine::general_purpose::STANDARD
+                        .decode(field(name)?)
+                        .map_err(|e| format!("{name}: {e}"))?;
+                    files.push((file, bytes));
+                }
+                Ok(Some((field("server")?, files, text.clone())))
+            });
+        match parsed {
+            Ok(None) => {}
+            Ok(Some((server, files, text))) => {
+                for (file, bytes) in files {
+                    std::fs::write(self.dir.path().join(file), bytes).unwrap();
+                }
+                self.server = server;
+                self.read = text;
+            }
+            Err(e) if self.read.is_empty() => panic!("{path}: {e}"),
+            Err(_) => {}
         }
     }
 }
