@@ -74,7 +74,7 @@ fn remove_of_control_plane_hosts_takes_them_out_of_etcd_haproxy_and_the_apiserve
     assert!(text(&o).contains("hactl remove cp"), "plan: {}", text(&o));
 
     // Each write goes through an apiserver to etcd.
-    // (10 s per request: see `KubeLab::poll_readyz`; a failed request still counts.)
+    // (10 s per request: see `KubeLab::poll_api`; a failed request still counts.)
     let writer = k.poll_api(
         |n, server| {
             vec![

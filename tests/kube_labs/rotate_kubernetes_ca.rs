@@ -151,7 +151,7 @@ fn rotating_the_kubernetes_ca_keeps_kubectl_answering_and_leaves_only_the_new_ca
 
     // An authenticated request (RBAC needs the admin's client certificate): both the server's
     // certificate and the client's must be trusted by the other side for it to answer.
-    // (10 s per request: see `KubeLab::poll_readyz`; a failed request still counts.)
+    // (10 s per request: see `KubeLab::poll_api`; a failed request still counts.)
     let poller = k.poll_api(
         |_, server| vec![format!("{server}/api/v1/namespaces/kube-system")],
         |o| {

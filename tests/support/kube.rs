@@ -404,7 +404,8 @@ impl KubeLab {
     /// Starts running `curl ARGS(n, server)` through the VIP with the admin credentials (n = 1,
     /// 2, …, 200 ms apart; `server` the kubeconfig's, `https://<VIP>:6443`) until the returned
     /// poller is stopped; `ok` judges each answer (stdout: the body, a newline, `HTTP <code>`).
-    /// The request kubectl would make at a fifth of its CPU: see [`KubeLab::poll_readyz_with`].
+    /// Each request has 10 s, and one refused, reset or failed counts as failed. The request
+    /// kubectl would make at a fifth of its CPU: see [`KubeLab::poll_readyz_with`].
     pub fn poll_api(
         &self,
         args: impl Fn(u32, &str) -> Vec<String> + Send + 'static,

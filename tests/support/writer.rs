@@ -1,10 +1,10 @@
 //! A writer through the VIP, shared by the lab tests that prove "0 failed writes": a thread runs
 //! `hactl-etcdctl --endpoints=https://<VIP>:2379 --command-timeout=10s put` on one lab host in a
 //! loop (each put a new process, reading the host's trust file and client certificate afresh),
-//! 100 ms apart, counting writes and failures, until stopped (or dropped). A write fails when etcd refuses it
-//! or it takes more than 10 s (3 s were too few on the loaded 2-core machine: a put starved of CPU
-//! missed it without any outage); the slowest write is printed when the writer stops, so a pause
-//! shorter than that still shows.
+//! 100 ms apart, counting writes and failures, until stopped (or dropped). A write fails when
+//! etcd refuses it or it takes more than 10 s (3 s were too few on the loaded 2-core machine: a
+//! put starved of CPU missed it without any outage); the slowest write is printed when the writer
+//! stops, so a pause shorter than that still shows.
 //!
 //! `support::writer` (see `support/mod.rs`); it builds on `support::lab`.
 #![allow(dead_code)]
