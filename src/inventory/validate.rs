@@ -1029,34 +1029,34 @@ impl Checker {
 
     fn load_balancer(&mut self, raw: &super::raw::RawLoadBalancer) -> super::LoadBalancerSpec {
         let mut lb = super::LoadBalancerSpec::default();
-        if let Some(text) = &raw.check_interval {
-            if let Some(d) = self.duration_in(
-                "loadBalancer.checkInterval",
-                text,
-                Duration::from_millis(100)..=Duration::from_secs(60),
+        let (ms, s) = (Duration::from_millis, Duration::from_secs);
+        for (field, text, range, hint, target) in [
+            (
+                "checkInterval",
+                &raw.check_interval,
+                ms(100)..=s(60),
                 "default 1s",
-            ) {
-                lb.check_interval = d;
-            }
-        }
-        if let Some(text) = &raw.connect_timeout {
-            if let Some(d) = self.duration_in(
-                "loadBalancer.connectTimeout",
-                text,
-                Duration::from_millis(100)..=Duration::from_secs(30),
+                &mut lb.check_interval,
+            ),
+            (
+                "connectTimeout",
+                &raw.connect_timeout,
+                ms(100)..=s(30),
                 "default 1s",
-            ) {
-                lb.connect_timeout = d;
-            }
-        }
-        if let Some(text) = &raw.check_timeout {
-            if let Some(d) = self.duration_in(
-                "loadBalancer.checkTimeout",
-                text,
-                Duration::from_millis(100)..=Duration::from_secs(60),
+                &mut lb.connect_timeout,
+            ),
+            (
+                "checkTimeout",
+                &raw.check_timeout,
+                ms(100)..=s(60),
                 "default 3s",
-            ) {
-                lb.check_timeout = d;
+                &mut lb.check_timeout,
+            ),
+        ] {
+            if let Some(text) = text {
+                if let Some(d) = self.duration_in(&format!("loadBalancer.{field}"), text, range, hint) {
+                    *target = d;
+                }
             }
         }
         for (field, value, target) in [("fall", raw.fall, &mut lb.fall), ("rise", raw.rise, &mut lb.rise)] {
