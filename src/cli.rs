@@ -191,6 +191,14 @@ pub struct CertsRenewArgs {
     /// Do not ask before restarting members and control-plane components.
     #[arg(long, short = 'y')]
     pub yes: bool,
+    /// Print what the renewal would re-issue and `up`'s plan that would roll it out, as `hactl
+    /// plan` prints it; change nothing (the state directory is only read, the new certificates
+    /// are made in memory).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// With --dry-run, `json`: the plan as `hactl plan -o json` prints it.
+    #[arg(short, long, value_enum, default_value_t, requires = "dry_run")]
+    pub output: OutputFormat,
 }
 
 /// Selects the inventory and the state directory.

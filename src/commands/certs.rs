@@ -111,6 +111,9 @@ pub async fn renew(args: &CertsRenewArgs) -> anyhow::Result<i32> {
             ),
         }));
     }
+    if args.dry_run {
+        return renew_dry_run(args, &names).await;
+    }
     let up = UpArgs {
         inventory: args.inventory.clone(),
         connect: args.connect.clone(),
@@ -119,6 +122,53 @@ pub async fn renew(args: &CertsRenewArgs) -> anyhow::Result<i32> {
     super::up::up_renewing(&up, &names)
         .await
         .context("hactl certs renew stopped; the re-issued certificates are in the state directory, so `hactl up` finishes rolling them out")
+}
+
+/// `hactl certs renew --dry-run`: the certificates the renewal would re-issue (on stderr, with
+/// their current expiry) and the plan `up` would run to roll them out, as `hactl plan` prints it,
+/// from the state directory read only and the new leaves made in memory.
+async fn renew_dry_run(args: &CertsRenewArgs, names: &[String]) -> anyhow::Result<i32> {
+    let (inv, view) = super::load_read_only(&args.inventory)?;
+    if !view.exists() {
+        return Err(anyhow::Error::new(super::Refusal {
+            code: super::exit::REFUSED,
+            message: format!(
+                "cluster {} has no state directory at {}, so it has no certificates to renew; \
+                 `hactl plan` shows what `hactl up` would create",
+                inv.name,
+                view.path.display()
+            ),
+        }));
+    }
+    let now = time::OffsetDateTime::now_utc();
+    let current = crate::pki::preview(&view.file("pki"), &inv, now)
+        .context("failed to read the cluster's certificates")?
+        .expiry_report();
+    let prepared = crate::converge::preview(inv, view, &args.connect.settings(), names).await?;
+    if args.output == crate::cli::OutputFormat::Table {
+        let renewed = prepared.pki.expiry_report();
+        let date = |report: &[(String, time::OffsetDateTime)], crt: &str| {
+            report
+                .iter()
+                .find(|(n, _)| n == crt)
+                .map(|(_, t)| t.date().to_string())
+                .unwrap_or_else(|| "-".into())
+        };
+        eprintln!("would re-issue, from the same CA and with the same key:");
+        for name in names {
+            let crt = format!("{name}.crt");
+            eprintln!(
+                "  {crt}: expires {} now, {} once renewed",
+                date(&current, &crt),
+                date(&renewed, &crt)
+            );
+        }
+    }
+    super::up::print_plan(&prepared, false, args.output).await?;
+    if args.output == crate::cli::OutputFormat::Table {
+        eprintln!("(dry run: nothing was changed; run without --dry-run to renew)");
+    }
+    Ok(super::exit::OK)
 }
 
 /// One roll of a CA rotation (`certs rotate-ca`, `adopt`): `up`'s plan, built from the state

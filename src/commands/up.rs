@@ -18,11 +18,22 @@ use crate::state::StateDir;
 pub async fn plan(args: &PlanArgs) -> anyhow::Result<i32> {
     let (inv, view) = super::load_read_only(&args.up.inventory)?;
     let fresh = !view.exists();
-    let prepared = crate::converge::preview(inv, view, &args.up.connect.settings()).await?;
-    match args.output {
+    let prepared = crate::converge::preview(inv, view, &args.up.connect.settings(), &[]).await?;
+    print_plan(&prepared, fresh, args.output).await?;
+    Ok(crate::exit::OK)
+}
+
+/// Prints a previewed plan as `hactl plan` does (also `certs renew --dry-run`): the text, or the
+/// plan as JSON.
+pub(super) async fn print_plan(
+    prepared: &crate::converge::Prepared,
+    fresh: bool,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
+    match output {
         OutputFormat::Table => {
             if fresh || !prepared.unrecorded_host_keys.is_empty() {
-                eprint!("{}", first_use(&prepared, fresh));
+                eprint!("{}", first_use(prepared, fresh));
             }
             exec::run(&prepared.plan, Mode::DryRun, &prepared.transports).await?;
             if !prepared.pending_nodes.is_empty() {
@@ -40,7 +51,7 @@ pub async fn plan(args: &PlanArgs) -> anyhow::Result<i32> {
             println!("{}", serde_json::to_string_pretty(&json)?);
         }
     }
-    Ok(crate::exit::OK)
+    Ok(())
 }
 
 /// What `up` would create before its first step, for a plan without state (or with hosts

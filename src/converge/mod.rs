@@ -188,6 +188,7 @@ pub async fn prepare_with(
             binaries,
             binary_version,
             kubernetes,
+            preview: false,
         },
     )?;
     // Raise the revision high-water mark from what the members answered. etcd 3.5 leaves the
@@ -223,8 +224,14 @@ pub async fn prepare_with(
 /// seen for the first time are trusted for this run and listed
 /// ([`Prepared::unrecorded_host_keys`]); a CA, certificate or key `up` would create is made in
 /// memory ([`pki::preview`]), so its sha256 is not the one `up` will upload.
-pub async fn preview(inv: Inventory, view: StateView, connect: &ConnectSettings) -> anyhow::Result<Prepared> {
-    preview_with(inv, view, connect, |t| t).await
+/// `renew` as for [`prepare`] (`hactl certs renew --dry-run`), the leaves re-issued in memory.
+pub async fn preview(
+    inv: Inventory,
+    view: StateView,
+    connect: &ConnectSettings,
+    renew: &[String],
+) -> anyhow::Result<Prepared> {
+    preview_with(inv, view, connect, renew, |t| t).await
 }
 
 /// [`preview`] through wrapped transports (tests: a transport that fails on any mutation).
@@ -232,10 +239,11 @@ pub async fn preview_with(
     inv: Inventory,
     view: StateView,
     connect: &ConnectSettings,
+    renew: &[String],
     wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
 ) -> anyhow::Result<Prepared> {
     let reached = reach_and_check(&inv, &view, connect, &wrap, None).await?;
-    let pki = pki::preview(&view.file("pki"), &inv, time::OffsetDateTime::now_utc())
+    let pki = pki::preview_renewing(&view.file("pki"), &inv, time::OffsetDateTime::now_utc(), renew)
         .context("failed to read the cluster's certificates")?;
     let backup_key = match &inv.backup.remote {
         Some(_) => Some(crate::backup_remote::preview_key(&view, &inv.name)?),
@@ -264,6 +272,7 @@ pub async fn preview_with(
             binaries,
             binary_version,
             kubernetes,
+            preview: true,
         },
     )
 }
@@ -285,6 +294,8 @@ struct Materials {
     binaries: Option<LocalBinaries>,
     binary_version: Option<String>,
     kubernetes: Option<crate::kubernetes::KubernetesInputs>,
+    /// `plan` and the dry runs: the PKI's changes were made in memory, not written.
+    preview: bool,
 }
 
 /// Connects (host keys checked against the state, nothing recorded), passes the gate, gathers
@@ -380,7 +391,11 @@ fn build_plan(inv: Inventory, state: StateView, reached: Reached, m: Materials) 
         tracing::warn!("{warning}");
     }
     for change in m.pki.report.iter().filter(|c| c.is_change()) {
-        tracing::info!("pki: {change}");
+        if m.preview {
+            tracing::info!("pki (preview, made in memory only): {change}");
+        } else {
+            tracing::info!("pki: {change}");
+        }
     }
     for warning in &m.pki.warnings {
         tracing::warn!("pki: {warning}");

@@ -2,8 +2,9 @@
 //! lists every certificate in the state directory and on the hosts, each host copy matching the
 //! state's; renewing cp1's etcd server certificate re-issues it from the same CA, restarts cp1
 //! alone, and cp1 then serves the new serial on 2379, while a writer through cp2 (a member that
-//! is not restarted) sees no failed write: the cluster keeps quorum throughout. An unknown name
-//! is refused with the known names.
+//! is not restarted) sees no failed write: the cluster keeps quorum throughout. Its dry run
+//! prints the certificate and that plan and changes nothing. An unknown name is refused with the
+//! known names.
 //! Needs root; without it the test prints `SKIPPED <name>: needs root`.
 
 use crate::support::lab as lab_support;
@@ -95,6 +96,40 @@ fn renewing_a_member_server_certificate_serves_the_new_serial_while_the_cluster_
         err.contains("no certificate named etcd/server-cp9") && err.contains("etcd/server-cp1"),
         "{err}"
     );
+
+    // The dry run prints the certificate and the plan that would roll it out (cp1's member alone
+    // restarts) and changes nothing: the state's certificate is the same file, `plan` has no
+    // changes.
+    let state_crt = inv.parent().unwrap().join("state/pki/etcd/server-cp1.crt");
+    let before = std::fs::read(&state_crt).unwrap();
+    let o = hactl(&inv, &["certs", "renew", "etcd/server-cp1", "--dry-run"]);
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{out}{err}");
+    assert!(
+        err.contains("etcd/server-cp1.crt: expires") && err.contains("nothing was changed"),
+        "{err}"
+    );
+    assert!(out.contains("cp1: run systemctl restart etcd.service"), "{out}");
+    assert_eq!(
+        out.matches("run systemctl restart etcd.service").count(),
+        1,
+        "{out}"
+    );
+    let o = hactl(&inv, &["certs", "renew", "--all", "--dry-run", "-o", "json"]);
+    let json: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)));
+    assert_eq!(json["changes"], true, "{json}");
+    assert!(json["phases"].as_array().is_some_and(|p| !p.is_empty()), "{json}");
+    assert_eq!(
+        std::fs::read(&state_crt).unwrap(),
+        before,
+        "the dry run re-issued"
+    );
+    let o = hactl(&inv, &["plan"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "no changes");
 
     let lab = Arc::new(lab);
     let stop = Arc::new(AtomicBool::new(false));

@@ -194,12 +194,18 @@ fn plan_on_a_fresh_lab_lists_the_steps_and_changes_nothing() {
     let connect = hactl::exec::connect::ConnectSettings::default();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let prepared = rt
-        .block_on(hactl::converge::preview_with(inv, state, &connect, |inner| {
-            Arc::new(FailOnMutation {
-                inner,
-                mutations: mutations.clone(),
-            }) as Arc<dyn Transport>
-        }))
+        .block_on(hactl::converge::preview_with(
+            inv,
+            state,
+            &connect,
+            &[],
+            |inner| {
+                Arc::new(FailOnMutation {
+                    inner,
+                    mutations: mutations.clone(),
+                }) as Arc<dyn Transport>
+            },
+        ))
         .expect("prepare");
     // The dry run goes through the same executor with the failing transports.
     rt.block_on(hactl::exec::run(
