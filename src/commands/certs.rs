@@ -154,7 +154,7 @@ async fn renew_dry_run(args: &CertsRenewArgs, names: &[String]) -> anyhow::Resul
                 .map(|(_, t)| t.date().to_string())
                 .unwrap_or_else(|| "-".into())
         };
-        eprintln!("would re-issue, from the same CA and with the same key:");
+        eprintln!("would re-issue, from the same CA (a sound key is kept):");
         for name in names {
             let crt = format!("{name}.crt");
             eprintln!(
