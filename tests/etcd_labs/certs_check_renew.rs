@@ -8,10 +8,10 @@
 //! Needs root; without it the test prints `SKIPPED <name>: needs root`.
 
 use crate::support::lab as lab_support;
+use crate::support::writer::VipWriter;
 
 use std::path::Path;
 use std::process::{Command, Output};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -132,46 +132,13 @@ fn renewing_a_member_server_certificate_serves_the_new_serial_while_the_cluster_
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "no changes");
 
     let lab = Arc::new(lab);
-    let stop = Arc::new(AtomicBool::new(false));
-    let (writes, failed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    let writer = {
-        let (lab, stop, writes, failed) = (lab.clone(), stop.clone(), writes.clone(), failed.clone());
-        std::thread::spawn(move || {
-            let mut i = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                i += 1;
-                let o = lab.exec(
-                    "cp2",
-                    &[
-                        "/usr/local/sbin/hactl-etcdctl",
-                        "--command-timeout=3s",
-                        "put",
-                        &format!("renew-writer/{}", i % 64),
-                        &i.to_string(),
-                    ],
-                );
-                writes.fetch_add(1, Ordering::Relaxed);
-                if !o.status.success() {
-                    failed.fetch_add(1, Ordering::Relaxed);
-                    eprintln!("writer: {}", String::from_utf8_lossy(&o.stderr));
-                }
-            }
-        })
-    };
-    struct StopOnDrop(Arc<AtomicBool>);
-    impl Drop for StopOnDrop {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::Relaxed);
-        }
-    }
-    let _guard = StopOnDrop(stop.clone());
+    let writer = VipWriter::start_local(lab.clone(), "cp2", "renew-writer");
     std::thread::sleep(Duration::from_secs(2));
     let started = Instant::now();
     let o = hactl(&inv, &["certs", "renew", "etcd/server-cp1", "--yes"]);
     let took = started.elapsed();
     std::thread::sleep(Duration::from_secs(1));
-    stop.store(true, Ordering::Relaxed);
-    writer.join().unwrap();
+    let (w, f) = writer.stop();
     assert!(o.status.success());
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(
@@ -183,7 +150,6 @@ fn renewing_a_member_server_certificate_serves_the_new_serial_while_the_cluster_
         stderr.contains("cp1: run systemctl restart etcd.service"),
         "{stderr}"
     );
-    let (w, f) = (writes.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
     eprintln!(
         "certs renew etcd/server-cp1: {:.1} s; writer through cp2: {w} writes, {f} failed",
         took.as_secs_f64()

@@ -116,12 +116,33 @@ impl VipWriter {
         host: &str,
         prefix: &str,
     ) -> VipWriter {
+        let vip = format!("--endpoints=https://{}:2379", (*lab).as_ref().lab().vip);
+        Self::start_at(lab, host, prefix, Some(vip))
+    }
+
+    /// [`VipWriter::start`], writing to `host`'s own etcd member instead of the VIP (a lab
+    /// without load balancers): the same counting, retry rule and read-back.
+    pub fn start_local<L: AsRef<TestLab> + Send + Sync + 'static>(
+        lab: Arc<L>,
+        host: &str,
+        prefix: &str,
+    ) -> VipWriter {
+        Self::start_at(lab, host, prefix, None)
+    }
+
+    /// `endpoint`: etcdctl's `--endpoints=…` argument, or none for `hactl-etcdctl`'s default
+    /// (the host's own member).
+    fn start_at<L: AsRef<TestLab> + Send + Sync + 'static>(
+        lab: Arc<L>,
+        host: &str,
+        prefix: &str,
+        endpoint: Option<String>,
+    ) -> VipWriter {
         let stop = Arc::new(AtomicBool::new(false));
         let tally = Arc::new(Mutex::new(Tally {
             last_acked: vec![None; SLOTS as usize],
             ..Tally::default()
         }));
-        let endpoint = format!("--endpoints=https://{}:2379", (*lab).as_ref().lab().vip);
         let since = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap()
@@ -137,17 +158,11 @@ impl VipWriter {
                     let lab: &TestLab = (*lab).as_ref();
                     let put = || {
                         let started = Instant::now();
-                        let o = lab.exec(
-                            &host,
-                            &[
-                                "/usr/local/sbin/hactl-etcdctl",
-                                &endpoint,
-                                "--command-timeout=10s",
-                                "put",
-                                &format!("{prefix}/{}", i % SLOTS),
-                                &i.to_string(),
-                            ],
-                        );
+                        let (key, value) = (format!("{prefix}/{}", i % SLOTS), i.to_string());
+                        let mut argv = vec!["/usr/local/sbin/hactl-etcdctl"];
+                        argv.extend(endpoint.as_deref());
+                        argv.extend(["--command-timeout=10s", "put", &key, &value]);
+                        let o = lab.exec(&host, &argv);
                         (o, started.elapsed().as_millis())
                     };
                     let (mut o, took) = put();
@@ -186,7 +201,7 @@ impl VipWriter {
             let (host, prefix) = (host.to_string(), prefix.to_string());
             Box::new(move |t: &Tally| {
                 let lab: &TestLab = (*lab).as_ref();
-                let mut problems = lost_writes(lab, &host, &endpoint, &prefix, t);
+                let mut problems = lost_writes(lab, &host, endpoint.as_deref(), &prefix, t);
                 let changes = leader_changes_since(lab, since);
                 eprintln!("writer: the members logged {changes} leader changes while it ran");
                 if t.retried > changes {
@@ -239,23 +254,16 @@ impl Drop for VipWriter {
     }
 }
 
-/// Reads `<prefix>/` back through the VIP (three tries: the read itself may meet a leader
+/// Reads `<prefix>/` back through the writer's endpoint (three tries: the read itself may meet a leader
 /// change) and names each key that lost its last acknowledged value.
-fn lost_writes(lab: &TestLab, host: &str, endpoint: &str, prefix: &str, t: &Tally) -> Vec<String> {
+fn lost_writes(lab: &TestLab, host: &str, endpoint: Option<&str>, prefix: &str, t: &Tally) -> Vec<String> {
     let key_prefix = format!("{prefix}/");
+    let mut argv = vec!["/usr/local/sbin/hactl-etcdctl"];
+    argv.extend(endpoint);
+    argv.extend(["--command-timeout=10s", "get", "--prefix", &key_prefix]);
     let mut read = None;
     for _ in 0..3 {
-        let o = lab.exec(
-            host,
-            &[
-                "/usr/local/sbin/hactl-etcdctl",
-                endpoint,
-                "--command-timeout=10s",
-                "get",
-                "--prefix",
-                &key_prefix,
-            ],
-        );
+        let o = lab.exec(host, &argv);
         if o.status.success() {
             read = Some(String::from_utf8_lossy(&o.stdout).into_owned());
             break;
@@ -267,7 +275,7 @@ fn lost_writes(lab: &TestLab, host: &str, endpoint: &str, prefix: &str, t: &Tall
         std::thread::sleep(Duration::from_secs(2));
     }
     let Some(read) = read else {
-        return vec![format!("could not read {key_prefix} back through the VIP")];
+        return vec![format!("could not read {key_prefix} back")];
     };
     let held = parse_key_values(&read);
     check_slots(prefix, &held, t)
