@@ -2,7 +2,8 @@
 //! thread runs `hactl-etcdctl --endpoints=https://<VIP>:2379 --command-timeout=10s put` on one lab
 //! host in a loop (each put a new process, reading the host's trust file and client certificate
 //! afresh), 100 ms apart, until stopped (or dropped). Keys are `<prefix>/0..63`, the value is the
-//! write's number.
+//! write's number. [`VipWriter::start_local`] writes to the host's own member instead, for a lab
+//! without load balancers.
 //!
 //! What counts as failed, when [`VipWriter::stop`] adds it up:
 //! - a put that etcd refused, or that took more than 10 s (3 s were too few on the loaded 2-core
