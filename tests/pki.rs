@@ -807,7 +807,7 @@ fn a_preview_reports_what_ensure_would_do_and_writes_nothing() {
     let dir = tmp.path().join("state/pki");
     let inv = inventory(3, KeyType::EcdsaP256);
     // No PKI yet: everything would be created, and nothing appears on disk.
-    let preview = pki::preview(&dir, &inv, NOW).expect("preview");
+    let preview = pki::preview(&dir, &inv, NOW, &[]).expect("preview");
     assert!(
         !tmp.path().join("state").exists(),
         "a preview created a directory"
@@ -827,7 +827,7 @@ fn a_preview_reports_what_ensure_would_do_and_writes_nothing() {
     grown.name = inv.name.clone();
     let key = dir.join("etcd/ca.key");
     fs_err::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let preview = pki::preview(&dir, &grown, NOW).expect("preview");
+    let preview = pki::preview(&dir, &grown, NOW, &[]).expect("preview");
     assert_eq!(snapshot(&dir), before, "a preview changed the PKI directory");
     use std::os::unix::fs::PermissionsExt as _;
     assert_eq!(

@@ -140,28 +140,32 @@ async fn renew_dry_run(args: &CertsRenewArgs, names: &[String]) -> anyhow::Resul
             ),
         }));
     }
+    // The certificates as they are now, read as `certs check` reads them.
     let now = time::OffsetDateTime::now_utc();
-    let current = crate::pki::preview(&view.file("pki"), &inv, now)
-        .context("failed to read the cluster's certificates")?
-        .expiry_report();
+    let current = crate::certs::report(&crate::certs::read_state(&view.file("pki")), &[], now);
     let prepared = crate::converge::preview(inv, view, &args.connect.settings(), names).await?;
     if args.output == crate::cli::OutputFormat::Table {
         let renewed = prepared.pki.expiry_report();
-        let date = |report: &[(String, time::OffsetDateTime)], crt: &str| {
-            report
-                .iter()
-                .find(|(n, _)| n == crt)
-                .map(|(_, t)| t.date().to_string())
-                .unwrap_or_else(|| "-".into())
-        };
         eprintln!("would re-issue, from the same CA (a sound key is kept):");
         for name in names {
             let crt = format!("{name}.crt");
-            eprintln!(
-                "  {crt}: expires {} now, {} once renewed",
-                date(&current, &crt),
-                date(&renewed, &crt)
-            );
+            let was = current
+                .iter()
+                .find(|r| r.file == *name)
+                .map(|r| {
+                    format!(
+                        "{} ({} days left)",
+                        r.not_after.get(..10).unwrap_or("-"),
+                        r.days_left
+                    )
+                })
+                .unwrap_or_else(|| "-".into());
+            let will = renewed
+                .iter()
+                .find(|(n, _)| *n == crt)
+                .map(|(_, t)| t.date().to_string())
+                .unwrap_or_else(|| "-".into());
+            eprintln!("  {crt}: expires {was} now, {will} once renewed");
         }
     }
     super::up::print_plan(&prepared, false, args.output).await?;

@@ -243,7 +243,7 @@ pub async fn preview_with(
     wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
 ) -> anyhow::Result<Prepared> {
     let reached = reach_and_check(&inv, &view, connect, &wrap, None).await?;
-    let pki = pki::preview_renewing(&view.file("pki"), &inv, time::OffsetDateTime::now_utc(), renew)
+    let pki = pki::preview(&view.file("pki"), &inv, time::OffsetDateTime::now_utc(), renew)
         .context("failed to read the cluster's certificates")?;
     let backup_key = match &inv.backup.remote {
         Some(_) => Some(crate::backup_remote::preview_key(&view, &inv.name)?),

@@ -458,18 +458,8 @@ pub fn ensure_renewing(
 /// decisions and the same report, with whatever it would create or re-issue generated in
 /// memory only (so the sha256 a preview prints for a new or re-issued file is not the one `up`
 /// will upload: `up` generates its own keys). A missing `dir` is a PKI to create from nothing.
-pub fn preview(dir: &Path, inv: &Inventory, now: OffsetDateTime) -> Result<Pki, PkiError> {
-    preview_renewing(dir, inv, now, &[])
-}
-
-/// [`preview`] of [`ensure_renewing`] (`hactl certs renew --dry-run`): the leaves named in
-/// `renew` are re-issued in memory only.
-pub fn preview_renewing(
-    dir: &Path,
-    inv: &Inventory,
-    now: OffsetDateTime,
-    renew: &[String],
-) -> Result<Pki, PkiError> {
+/// `renew` as for [`ensure_renewing`] (`hactl certs renew --dry-run`; `hactl plan` passes none).
+pub fn preview(dir: &Path, inv: &Inventory, now: OffsetDateTime, renew: &[String]) -> Result<Pki, PkiError> {
     build(dir, inv, now, renew, true)
 }
 
