@@ -11,11 +11,15 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use crate::inventory::BinarySource;
+use crate::local_digests::LocalDigests;
+use crate::plan::{Blob, Content};
 
-/// Binaries to upload: file name → content, in a fixed order.
+/// Binaries to upload: file name → content and sha256, in a fixed order. A bundle's stay in
+/// their files (hashed once per change, [`crate::local_digests`]); a release's are taken out of
+/// its tarball into memory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LocalBinaries {
-    pub files: Vec<(String, Vec<u8>)>,
+    pub files: Vec<(String, Blob)>,
     /// Where they came from, for messages.
     pub origin: String,
 }
@@ -54,13 +58,15 @@ pub enum BinariesError {
 
 /// Reads (and downloads once, when needed) the binaries named in `wanted` for `source`.
 /// `optional` names are taken when present. Returns `None` for distribution packages.
+/// A bundle's files are hashed through `digests`.
 pub async fn ensure(
     source: &BinarySource,
     cache_dir: &Path,
     wanted: &[&str],
     optional: &[&str],
+    digests: &LocalDigests,
 ) -> Result<Option<LocalBinaries>, BinariesError> {
-    obtain(source, cache_dir, wanted, optional, true).await
+    obtain(source, cache_dir, wanted, optional, true, digests).await
 }
 
 /// [`ensure`] for a read-only command (`hactl plan`): a verified copy in `cache_dir` is used,
@@ -71,8 +77,9 @@ pub async fn ensure_read_only(
     cache_dir: &Path,
     wanted: &[&str],
     optional: &[&str],
+    digests: &LocalDigests,
 ) -> Result<Option<LocalBinaries>, BinariesError> {
-    obtain(source, cache_dir, wanted, optional, false).await
+    obtain(source, cache_dir, wanted, optional, false, digests).await
 }
 
 async fn obtain(
@@ -81,6 +88,7 @@ async fn obtain(
     wanted: &[&str],
     optional: &[&str],
     write_cache: bool,
+    digests: &LocalDigests,
 ) -> Result<Option<LocalBinaries>, BinariesError> {
     match source {
         BinarySource::Package => Ok(None),
@@ -88,8 +96,8 @@ async fn obtain(
             let mut files = Vec::new();
             for name in wanted.iter().chain(optional) {
                 let path = dir.join(name);
-                match crate::bounded::read(&path, crate::bounded::BINARY) {
-                    Ok(content) => files.push((name.to_string(), content)),
+                match digests.blob(&path) {
+                    Ok(blob) => files.push((name.to_string(), blob)),
                     Err(_) if optional.contains(name) => {}
                     Err(_) => {
                         return Err(BinariesError::MissingInBundle {
@@ -120,7 +128,7 @@ async fn obtain(
             let archive = download_verified(url, &sha256, dir).await?;
             let files = extract(&archive, wanted, optional)?;
             Ok(Some(LocalBinaries {
-                files,
+                files: files.into_iter().map(|(n, c)| (n, Blob::bytes(c))).collect(),
                 origin: format!("release {url}"),
             }))
         }
@@ -256,33 +264,53 @@ pub fn extract(
     Ok(found)
 }
 
-/// The first line `NAME --version` prints, run on the operator machine from a copy of the
-/// binary in `scratch_dir` (named by its sha256, so it is written once). `None` when the
-/// binaries hold no NAME or it does not run here (another architecture): callers then check
-/// the version on the hosts instead.
-pub fn reported_version(bins: &LocalBinaries, name: &str, scratch_dir: &Path) -> Option<String> {
+/// The first line `NAME --version` prints, run on the operator machine: a bundle's executable
+/// file where it is (its line kept in `digests`), else a copy in `scratch_dir` (named by its
+/// sha256, so it is written once). `None` when the binaries hold no NAME or it does not run
+/// here (another architecture): callers then check the version on the hosts instead.
+pub fn reported_version(
+    bins: &LocalBinaries,
+    name: &str,
+    scratch_dir: &Path,
+    digests: &LocalDigests,
+) -> Option<String> {
     use std::os::unix::fs::PermissionsExt;
-    let (_, content) = bins.files.iter().find(|(n, _)| n == name)?;
-    let sha = hex::encode(Sha256::digest(content));
-    let path = scratch_dir.join(format!("{name}-{}", &sha[..16]));
+    let (_, blob) = bins.files.iter().find(|(n, _)| n == name)?;
+    if let Content::File { local, .. } = &blob.content {
+        let executable = fs_err::metadata(local.as_path()).is_ok_and(|m| m.permissions().mode() & 0o111 != 0);
+        if executable {
+            return digests.version(local, first_version_line).ok();
+        }
+    }
+    let path = scratch_dir.join(format!("{name}-{}", &blob.sha256[..16]));
+    let content = blob.read().ok()?;
     if crate::bounded::read(&path, crate::bounded::BINARY)
-        .map(|c| c != *content)
+        .map(|c| c != content)
         .unwrap_or(true)
     {
         fs_err::create_dir_all(scratch_dir).ok()?;
         let tmp = path.with_extension("part");
-        fs_err::write(&tmp, content).ok()?;
+        fs_err::write(&tmp, &content).ok()?;
         fs_err::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).ok()?;
         fs_err::rename(&tmp, &path).ok()?;
     }
-    let out = crate::local_command::new(&path).arg("--version").output().ok()?;
+    first_version_line(&path).ok()
+}
+
+/// The first line `path --version` prints, when it exits 0.
+fn first_version_line(path: &Path) -> Result<String, String> {
+    let out = crate::local_command::new(path)
+        .arg("--version")
+        .output()
+        .map_err(|e| e.to_string())?;
     if !out.status.success() {
-        return None;
+        return Err(format!("{} --version exited with {}", path.display(), out.status));
     }
-    String::from_utf8_lossy(&out.stdout)
+    Ok(String::from_utf8_lossy(&out.stdout)
         .lines()
         .next()
         .map(|l| l.trim().to_string())
+        .unwrap_or_default())
 }
 
 #[cfg(test)]
@@ -295,16 +323,37 @@ mod version_tests {
         let script = b"#!/bin/sh\necho 'etcd Version: 3.5.16'\necho 'Git SHA: x'\n".to_vec();
         let bins = LocalBinaries {
             files: vec![
-                ("etcd".into(), script),
-                ("etcdctl".into(), b"\x7fELF-not-runnable".to_vec()),
+                ("etcd".into(), Blob::bytes(script.clone())),
+                ("etcdctl".into(), Blob::bytes(b"\x7fELF-not-runnable".to_vec())),
             ],
             origin: "test".into(),
         };
+        let none = LocalDigests::none();
         assert_eq!(
-            reported_version(&bins, "etcd", dir.path()).as_deref(),
+            reported_version(&bins, "etcd", dir.path(), &none).as_deref(),
             Some("etcd Version: 3.5.16")
         );
-        assert_eq!(reported_version(&bins, "etcdctl", dir.path()), None);
-        assert_eq!(reported_version(&bins, "etcdutl", dir.path()), None);
+        assert_eq!(reported_version(&bins, "etcdctl", dir.path(), &none), None);
+        assert_eq!(reported_version(&bins, "etcdutl", dir.path(), &none), None);
+        // A bundle's executable file is run where it is.
+        use std::os::unix::fs::PermissionsExt;
+        let bundle = tempfile::tempdir().unwrap();
+        let etcd = bundle.path().join("etcd");
+        std::fs::write(&etcd, &script).unwrap();
+        std::fs::set_permissions(&etcd, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let bins = LocalBinaries {
+            files: vec![("etcd".into(), none.blob(&etcd).unwrap())],
+            origin: "test".into(),
+        };
+        let scratch = dir.path().join("scratch");
+        assert_eq!(
+            reported_version(&bins, "etcd", &scratch, &none).as_deref(),
+            Some("etcd Version: 3.5.16")
+        );
+        assert!(
+            !scratch.exists(),
+            "copied a bundle's executable to {}",
+            scratch.display()
+        );
     }
 }

@@ -29,9 +29,11 @@ const KEY_FN: &str = r#"hactl_digest_key() { stat -c '%i:%s:%z' -- "$1" | tr ' '
 hactl_digest_name() { printf '%s' "$1" | sha256sum | cut -c1-40; }
 "#;
 
-/// Shell functions: `hactl_digest_record DIR PATH SHA256` records (best effort, exit 0 always)
-/// and `hactl_digest DIR PATH [SIZE]` prints PATH's sha256, from a record that still matches or
-/// hashed (SIZE: PATH's size in bytes when the caller has already read it, else one `stat`).
+/// Shell functions: `hactl_digest_record DIR PATH SHA256` records (best effort, exit 0 always);
+/// `hactl_recorded DIR PATH` prints the recorded sha256 while the record matches PATH as it is
+/// now (else fails, printing nothing); and `hactl_digest DIR PATH [SIZE]` prints PATH's sha256,
+/// from a record that still matches or hashed (SIZE: PATH's size in bytes when the caller has
+/// already read it, else one `stat`).
 pub fn shell_functions() -> String {
     format!(
         r#"{KEY_FN}hactl_digest_record() {{
@@ -39,12 +41,13 @@ pub fn shell_functions() -> String {
     printf '%s %s\n' "$k" "$3" > "$1/.$n.tmp" && mv -f -- "$1/.$n.tmp" "$1/$n" || rm -f -- "$1/.$n.tmp" 2>/dev/null
   return 0
 }}
+hactl_recorded() {{
+  n=$(hactl_digest_name "$2")
+  [ -r "$1/$n" ] && read -r k s < "$1/$n" && [ "$k" = "$(hactl_digest_key "$2")" ] && [ ${{#s}} -eq 64 ] && echo "$s"
+}}
 hactl_digest() {{
-  if [ "${{3:-$(stat -c %s -- "$2")}}" -ge {MIN_SIZE} ]; then
-    n=$(hactl_digest_name "$2")
-    if [ -r "$1/$n" ] && read -r k s < "$1/$n" && [ "$k" = "$(hactl_digest_key "$2")" ] && [ ${{#s}} -eq 64 ]; then
-      echo "$s"; return 0
-    fi
+  if [ "${{3:-$(stat -c %s -- "$2")}}" -ge {MIN_SIZE} ] && hactl_recorded "$1" "$2"; then
+    return 0
   fi
   sha256sum -- "$2" | cut -d' ' -f1
 }}

@@ -276,6 +276,10 @@ pub struct Query {
     pub binaries: Vec<String>,
     /// A node host: what its node components need to be planned ([`NodeFacts`]).
     pub node: Option<NodeQuery>,
+    /// (sha256, first `--version` line) of binaries the operator machine ran already: a
+    /// binary on the host whose digest record ([`crate::digest_cache`]) names one of these
+    /// digests is the same file, so the probe prints that line instead of starting it.
+    pub known_versions: Vec<(String, String)>,
 }
 
 /// What a node host's facts read about its Node: its name, the apiserver its kubelet uses and
@@ -289,11 +293,16 @@ pub struct NodeQuery {
     pub key: String,
 }
 
-/// The probe script; arguments: data dir, then `u:<unit>`, `f:<path>` and `b:<binary>` words.
-/// A large file's digest comes from the record its upload left while the file is untouched
-/// ([`crate::digest_cache`]).
+/// The probe script; arguments: data dir, then `u:<unit>`, `f:<path>`, `b:<binary>` and
+/// `v:<sha256> <version line>` words. A large file's digest comes from the record its upload
+/// left while the file is untouched ([`crate::digest_cache`]); so does a binary's version,
+/// when that digest is one of the `v:` words (same bytes, same `--version`).
 const PROBE: &str = r#"
 dd=$1; shift
+known=
+for a in "$@"; do case $a in v:*) known="$known${a#v:}
+" ;; esac; done
+@VERSION_FN@
 . /etc/os-release 2>/dev/null
 echo "os $ID $VERSION_ID"
 echo "init $(cat /proc/1/comm 2>/dev/null)"
@@ -315,13 +324,15 @@ if [ -x /usr/local/sbin/hactl-etcdctl ] && [ "$(systemctl is-active etcd.service
   m=$(/usr/local/sbin/hactl-etcdctl --command-timeout=3s member list -w json 2>/dev/null | tr -d '\n') && echo "members $m"
   s=$(/usr/local/sbin/hactl-etcdctl --command-timeout=3s endpoint status -w json 2>/dev/null | tr -d '\n') && echo "status $s"
 fi
+# The binary `etcd` names on PATH is started once, whichever list it is in.
+ep=$(command -v etcd 2>/dev/null); ev=
 for e in /usr/bin/etcd /usr/local/bin/etcd; do
-  [ -x "$e" ] && echo "etcdbinary $e $("$e" --version 2>/dev/null | head -n1)"
+  if [ -x "$e" ]; then v=$(hactl_version "$e"); echo "etcdbinary $e $v"; [ "$e" = "$ep" ] && ev=$v; fi
 done
 ip -o addr show 2>/dev/null | awk '{print "addr", $2, $4}'
-command -v etcd >/dev/null 2>&1 && echo "etcdversion $(etcd --version 2>/dev/null | head -n1)"
+[ -n "$ep" ] && echo "etcdversion ${ev:-$(hactl_version "$ep")}"
 for k in kube-apiserver kube-controller-manager kube-scheduler; do
-  [ -x "/usr/local/bin/$k" ] && echo "kubeversion $k $("/usr/local/bin/$k" --version 2>/dev/null | head -n1)"
+  [ -x "/usr/local/bin/$k" ] && echo "kubeversion $k $(hactl_version "/usr/local/bin/$k")"
 done
 for c in /etc/hactl/pki/etcd/ca.crt /etc/hactl/pki/apiserver-etcd/ca.crt /etc/hactl/pki/kubernetes/ca.crt /etc/hactl/pki/kubernetes/signing-ca.crt /etc/hactl/pki/front-proxy/ca.crt; do
   [ -f "$c" ] && echo "trust $c $(base64 -w0 "$c" 2>/dev/null)"
@@ -401,6 +412,16 @@ fi
 exit 0
 "#;
 
+/// Shell function `hactl_version PATH`: the first line of `PATH --version`, or, when PATH's
+/// digest record matches it and names a digest listed in `$known` (`<sha256> <line>` lines),
+/// that line without starting PATH.
+const VERSION_FN: &str = r#"hactl_version() {
+  if [ -n "$known" ] && r=$(hactl_recorded @DIGESTS@ "$1") && l=$(printf '%s' "$known" | grep -m1 "^$r "); then
+    echo "${l#* }"; return 0
+  fi
+  "$1" --version 2>/dev/null | head -n1
+}"#;
+
 /// The read-only command that gathers facts for `query`.
 pub fn probe_command(query: &Query) -> RemoteCommand {
     let mut argv = vec![
@@ -410,6 +431,7 @@ pub fn probe_command(query: &Query) -> RemoteCommand {
             "{}{}",
             crate::digest_cache::shell_functions(),
             PROBE
+                .replace("@VERSION_FN@", VERSION_FN)
                 .replace("@PROTO@", &POD_ROUTE_PROTO.to_string())
                 .replace("@DIGESTS@", crate::digest_cache::DIR)
                 .replace("@MIN_SIZE@", &crate::digest_cache::MIN_SIZE.to_string())
@@ -420,6 +442,12 @@ pub fn probe_command(query: &Query) -> RemoteCommand {
     argv.extend(query.units.iter().map(|u| format!("u:{u}")));
     argv.extend(query.files.iter().map(|f| format!("f:{f}")));
     argv.extend(query.binaries.iter().map(|b| format!("b:{b}")));
+    argv.extend(
+        query
+            .known_versions
+            .iter()
+            .map(|(sha, line)| format!("v:{sha} {line}")),
+    );
     // Last: the node word sets the positional parameters for itself.
     if let Some(n) = &query.node {
         argv.push(format!("n:{}|{}|{}|{}|{}", n.name, n.server, n.ca, n.cert, n.key));
@@ -754,11 +782,18 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
             files: vec!["/etc/a b".into()],
             binaries: vec!["etcd".into()],
             node: None,
+            known_versions: vec![("ab".repeat(32), "Kubernetes v1.20.2".into())],
         });
         assert!(cmd.read_only);
         assert_eq!(
             &cmd.argv[4..],
-            ["/var/lib/etcd", "u:etcd.service", "f:/etc/a b", "b:etcd"]
+            [
+                "/var/lib/etcd",
+                "u:etcd.service",
+                "f:/etc/a b",
+                "b:etcd",
+                &format!("v:{} Kubernetes v1.20.2", "ab".repeat(32))
+            ]
         );
     }
 
@@ -770,6 +805,7 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
             files: vec!["/etc/hostname".into()],
             binaries: vec!["sh".into()],
             node: None,
+            known_versions: vec![],
         });
         let out = cmd.run_in("sh");
         let f = parse(&String::from_utf8_lossy(&out.stdout));
@@ -808,6 +844,7 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
             files: names.iter().map(|n| path(n)).collect(),
             binaries: vec![],
             node: None,
+            known_versions: vec![],
         });
         let out = cmd.run_in("sh");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -844,6 +881,7 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
             files: vec!["/nonexistent/file".into()],
             binaries: vec!["sh".into(), "hactl-no-such-binary".into()],
             node: None,
+            known_versions: vec![],
         });
         for shell in ["sh", "bash"] {
             let out = cmd.run_in(shell);
@@ -853,5 +891,59 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
             assert!(!f.binaries.contains_key("hactl-no-such-binary"));
             assert!(f.files.is_empty());
         }
+    }
+
+    /// A binary's version is read from the digest list only when its record matches the file
+    /// and names a listed digest; otherwise the binary is started. (The stand-in prints a
+    /// version the list does not, so the output shows which way it went.)
+    #[test]
+    fn a_binarys_version_comes_from_a_known_digest_only_when_its_record_matches() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let records = dir.path().join("digests");
+        let bin = dir.path().join("kube-apiserver");
+        std::fs::write(&bin, "#!/bin/sh\necho 'Kubernetes v9.9.9'\n").unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let (records, bin) = (records.to_str().unwrap(), bin.to_str().unwrap());
+        let listed = "c".repeat(64);
+        let run = |known: &str| {
+            let script = format!(
+                "{}{}\nknown=$1\nhactl_version \"$2\"",
+                crate::digest_cache::shell_functions(),
+                VERSION_FN.replace("@DIGESTS@", records)
+            );
+            let out = std::process::Command::new("sh")
+                .args(["-c", &script, "t", known, bin])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            String::from_utf8(out.stdout).unwrap().trim().to_string()
+        };
+        let known = format!("{listed} Kubernetes v1.20.2\n");
+        assert_eq!(run(&known), "Kubernetes v9.9.9", "no record: started");
+        let record = format!(
+            "{}hactl_digest_record \"$1\" \"$2\" \"$3\"",
+            crate::digest_cache::shell_functions()
+        );
+        let status = std::process::Command::new("sh")
+            .args(["-c", &record, "t", records, bin, &listed])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert_eq!(
+            run(&known),
+            "Kubernetes v1.20.2",
+            "a matching record of a listed digest"
+        );
+        assert_eq!(run(""), "Kubernetes v9.9.9", "nothing listed: started");
+        let other = format!("{} Kubernetes v1.20.2\n", "d".repeat(64));
+        assert_eq!(run(&other), "Kubernetes v9.9.9", "another digest listed: started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::set_permissions(bin, std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert_eq!(
+            run(&known),
+            "Kubernetes v9.9.9",
+            "the file changed since its record: started"
+        );
     }
 }

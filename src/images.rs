@@ -166,30 +166,29 @@ impl ImageSet {
         self.dir.join(&image.archive)
     }
 
-    /// Hashes every archive and compares it with the manifest.
-    pub fn verify_archives(&self) -> Result<(), ImagesError> {
-        use sha2::{Digest, Sha256};
+    /// Hashes every archive (through `digests`: once per change of the file) and compares it
+    /// with the manifest; the archives as blobs, by archive file name.
+    pub fn verify_archives(
+        &self,
+        digests: &crate::local_digests::LocalDigests,
+    ) -> Result<std::collections::BTreeMap<String, crate::plan::Blob>, ImagesError> {
+        let mut blobs = std::collections::BTreeMap::new();
         for image in &self.images {
             let path = self.archive_path(image);
-            let mut file = fs_err::File::open(&path).map_err(|source| ImagesError::Read {
+            let blob = digests.blob(&path).map_err(|source| ImagesError::Read {
                 path: path.clone(),
                 source,
             })?;
-            let mut hasher = Sha256::new();
-            std::io::copy(&mut file, &mut hasher).map_err(|source| ImagesError::Read {
-                path: path.clone(),
-                source,
-            })?;
-            let found = hex::encode(hasher.finalize());
-            if found != image.archive_sha256 {
+            if blob.sha256 != image.archive_sha256 {
                 return Err(ImagesError::ArchiveMismatch {
                     path,
-                    found,
+                    found: blob.sha256,
                     want: image.archive_sha256.clone(),
                 });
             }
+            blobs.insert(image.archive.clone(), blob);
         }
-        Ok(())
+        Ok(blobs)
     }
 }
 
@@ -335,9 +334,12 @@ mod tests {
         ));
         std::fs::write(dir.path().join(MANIFEST), &text).unwrap();
         let set = ImageSet::load(dir.path()).unwrap();
-        set.verify_archives().unwrap();
+        set.verify_archives(&crate::local_digests::LocalDigests::none())
+            .unwrap();
         std::fs::write(dir.path().join("pause.tar"), b"changed").unwrap();
-        let err = set.verify_archives().unwrap_err();
+        let err = set
+            .verify_archives(&crate::local_digests::LocalDigests::none())
+            .unwrap_err();
         assert!(matches!(err, ImagesError::ArchiveMismatch { .. }), "{err}");
         let missing = ImageSet::load(&dir.path().join("nope")).unwrap_err();
         assert!(

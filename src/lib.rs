@@ -82,6 +82,7 @@ pub mod kubernetes;
 pub mod lab;
 pub mod load_balancer;
 pub mod local_command;
+pub mod local_digests;
 pub mod old_members;
 pub mod operations;
 pub mod output;

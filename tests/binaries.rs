@@ -8,9 +8,21 @@ mod release;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
-use hactl::binaries::{self, BinariesError};
+use hactl::binaries::{BinariesError, LocalBinaries};
 use hactl::inventory::BinarySource;
+use hactl::local_digests::LocalDigests;
+use hactl::plan::{Blob, Content};
 use release::{release_tarball, serve, serve_with_sums, sha};
+
+/// `binaries::ensure` with no digest records.
+async fn ensure(
+    source: &BinarySource,
+    cache: &Path,
+    wanted: &[&str],
+    optional: &[&str],
+) -> Result<Option<LocalBinaries>, BinariesError> {
+    hactl::binaries::ensure(source, cache, wanted, optional, &LocalDigests::none()).await
+}
 
 #[tokio::test]
 async fn a_release_tarball_is_verified_then_downloaded_once() {
@@ -24,20 +36,20 @@ async fn a_release_tarball_is_verified_then_downloaded_once() {
         url: url.clone(),
         sha256: Some(sha(&tarball)),
     };
-    let got = binaries::ensure(&source, cache.path(), &["etcd", "etcdctl"], &["etcdutl"])
+    let got = ensure(&source, cache.path(), &["etcd", "etcdctl"], &["etcdutl"])
         .await
         .unwrap()
         .unwrap();
     assert_eq!(
         got.files,
         vec![
-            ("etcd".to_string(), b"etcd-binary".to_vec()),
-            ("etcdctl".to_string(), b"etcdctl-binary".to_vec())
+            ("etcd".to_string(), Blob::bytes(b"etcd-binary".to_vec())),
+            ("etcdctl".to_string(), Blob::bytes(b"etcdctl-binary".to_vec()))
         ]
     );
     assert_eq!(hits.load(Ordering::SeqCst), 1);
     // The verified copy is reused: no second download.
-    binaries::ensure(&source, cache.path(), &["etcd", "etcdctl"], &[])
+    ensure(&source, cache.path(), &["etcd", "etcdctl"], &[])
         .await
         .unwrap();
     assert_eq!(hits.load(Ordering::SeqCst), 1);
@@ -49,7 +61,7 @@ async fn a_tarball_with_the_wrong_sha256_is_refused_and_not_kept() {
     let (url, _) = serve(tarball.clone()).await;
     let cache = tempfile::tempdir().unwrap();
     let wrong = "0".repeat(64);
-    let err = binaries::ensure(
+    let err = ensure(
         &BinarySource::Release {
             url: url.clone(),
             sha256: Some(wrong.clone()),
@@ -80,7 +92,7 @@ async fn a_tarball_without_etcd_names_what_is_missing() {
     let tarball = release_tarball(&[("etcdctl", b"y".to_vec())]);
     let (url, _) = serve(tarball.clone()).await;
     let cache = tempfile::tempdir().unwrap();
-    let err = binaries::ensure(
+    let err = ensure(
         &BinarySource::Release {
             url,
             sha256: Some(sha(&tarball)),
@@ -101,12 +113,12 @@ async fn a_bundle_directory_must_hold_every_binary() {
     let source = BinarySource::Bundle {
         dir: dir.path().to_path_buf(),
     };
-    let err = binaries::ensure(&source, Path::new("/nonexistent"), &["etcd", "etcdctl"], &[])
+    let err = ensure(&source, Path::new("/nonexistent"), &["etcd", "etcdctl"], &[])
         .await
         .unwrap_err();
     assert!(err.to_string().contains("holds no etcdctl"), "{err}");
     std::fs::write(dir.path().join("etcdctl"), b"c").unwrap();
-    let got = binaries::ensure(
+    let got = ensure(
         &source,
         Path::new("/nonexistent"),
         &["etcd", "etcdctl"],
@@ -116,6 +128,14 @@ async fn a_bundle_directory_must_hold_every_binary() {
     .unwrap()
     .unwrap();
     assert_eq!(got.files.len(), 2);
+    // A bundle's binaries stay in their files, with the sha256 of what they hold.
+    let (name, blob) = &got.files[1];
+    assert_eq!(name, "etcdctl");
+    assert_eq!(blob.sha256, sha(b"c"));
+    assert!(
+        matches!(&blob.content, Content::File { local, size: 1 } if **local == dir.path().join("etcdctl")),
+        "{blob:?}"
+    );
 }
 
 /// An https:// release without a sha256 in the inventory: the checksum published beside it
@@ -131,7 +151,7 @@ async fn a_release_without_a_pinned_sha256_is_checked_against_the_published_one(
         url: url.clone(),
         sha256: None,
     };
-    let got = binaries::ensure(&source, cache.path(), &["etcd", "etcdctl"], &[])
+    let got = ensure(&source, cache.path(), &["etcd", "etcdctl"], &[])
         .await
         .unwrap()
         .unwrap();
@@ -141,7 +161,7 @@ async fn a_release_without_a_pinned_sha256_is_checked_against_the_published_one(
 
     let (url, _) = serve_with_sums(tarball.clone(), Some(format!("{}\n", "1".repeat(64)))).await;
     let cache = tempfile::tempdir().unwrap();
-    let err = binaries::ensure(
+    let err = ensure(
         &BinarySource::Release { url, sha256: None },
         cache.path(),
         &["etcd"],
@@ -157,7 +177,7 @@ async fn a_release_without_a_pinned_sha256_is_checked_against_the_published_one(
     );
 
     let (url, _) = serve_with_sums(tarball, Some("<html>not found</html>".into())).await;
-    let err = binaries::ensure(
+    let err = ensure(
         &BinarySource::Release { url, sha256: None },
         cache.path(),
         &["etcd"],

@@ -110,7 +110,7 @@ fn copy_tree_modes(dir: &Path) {
 }
 
 fn text(u: &Upload) -> String {
-    String::from_utf8(u.content.to_vec()).unwrap()
+    String::from_utf8(u.content.in_memory().unwrap().to_vec()).unwrap()
 }
 
 /// Everything a control-plane host gets, by path.
@@ -513,7 +513,7 @@ fn plan_inputs() -> KubernetesInputs {
             .map(|c| {
                 (
                     c.binary().to_string(),
-                    format!("test bytes for {}", c.binary()).into_bytes(),
+                    hactl::plan::Blob::bytes(format!("test bytes for {}", c.binary()).into_bytes()),
                 )
             })
             .collect(),

@@ -25,7 +25,7 @@ fn unit_flags(version: &str, component: Component) -> Vec<String> {
     });
     let host = inv.host("cp1").unwrap().clone();
     let unit = files::unit(component, &host, &inv).unwrap();
-    String::from_utf8(unit.content.to_vec())
+    String::from_utf8(unit.content.in_memory().unwrap().to_vec())
         .unwrap()
         .split_whitespace()
         .filter(|w| w.starts_with("--"))

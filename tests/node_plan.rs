@@ -49,7 +49,12 @@ fn inputs() -> KubernetesInputs {
     let bins = hactl::binaries::LocalBinaries {
         files: ["kubelet", "kube-proxy"]
             .iter()
-            .map(|b| (b.to_string(), format!("test bytes for {b}").into_bytes()))
+            .map(|b| {
+                (
+                    b.to_string(),
+                    hactl::plan::Blob::bytes(format!("test bytes for {b}").into_bytes()),
+                )
+            })
             .collect(),
         origin: "test".into(),
     };

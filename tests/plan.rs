@@ -224,7 +224,7 @@ fn growing_three_to_five_plans_one_learner_join_after_the_other() {
         .iter()
         .find_map(|s| match s {
             Step::Upload(u) if u.path == "/etc/hactl/etcd-initial.env" => {
-                Some(String::from_utf8(u.content.to_vec()).unwrap())
+                Some(String::from_utf8(u.content.in_memory().unwrap().to_vec()).unwrap())
             }
             _ => None,
         })
@@ -396,7 +396,7 @@ fn a_bundle_binary_that_is_not_the_declared_version_is_refused() {
     let mut view = EtcdView::from_facts(&inv, &facts).unwrap();
     view.binary_version = Some(semver::Version::new(3, 5, 17));
     let bins = hactl::binaries::LocalBinaries {
-        files: vec![("etcd".into(), b"etcd 3.5.17".to_vec())],
+        files: vec![("etcd".into(), hactl::plan::Blob::bytes(b"etcd 3.5.17".to_vec()))],
         origin: "bundle /srv/etcd-3.5.17".into(),
     };
     let ctx = Ctx::new(&inv, &pki, &facts)

@@ -301,6 +301,44 @@ async fn upload_is_atomic_and_idempotent(sudo: bool) {
     assert_eq!(stat(&path).5, 0o600);
     assert_eq!(s.upload(&third).await.unwrap(), UploadOutcome::Unchanged);
 
+    // A file of this machine (a binary): streamed from its file, placed, then unchanged.
+    let local = sshd.dir.path().join("local-kubelet");
+    let big: Vec<u8> = (0..3 << 20).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&local, &big).unwrap();
+    let digests = hactl::local_digests::LocalDigests::none();
+    let bin_path = sshd.dir.path().join("usr/local/bin/kubelet");
+    let bin = Upload::of(
+        bin_path.to_str().unwrap(),
+        0o755,
+        "root",
+        "root",
+        &digests.blob(&local).unwrap(),
+    );
+    assert!(bin.content.in_memory().is_none());
+    assert_eq!(s.upload(&bin).await.unwrap(), UploadOutcome::Written);
+    assert_eq!(std::fs::read(&bin_path).unwrap(), big);
+    assert_eq!(stat(&bin_path).5, 0o755);
+    assert_eq!(s.upload(&bin).await.unwrap(), UploadOutcome::Unchanged);
+
+    // The local file changed after it was planned: refused, and the host keeps what it had
+    // (no temporary file left either).
+    std::fs::remove_file(&bin_path).unwrap();
+    let mut changed = big.clone();
+    changed[1 << 20] ^= 0xff;
+    std::fs::write(&local, &changed).unwrap();
+    let err = s.upload(&bin).await.unwrap_err();
+    let chain = format!("{:#}", anyhow::Error::from(err));
+    assert!(
+        chain.contains(&format!(
+            "{} changed after hactl planned to upload it",
+            local.display()
+        )),
+        "{chain}"
+    );
+    assert!(!bin_path.exists(), "a changed file was placed");
+    let tmp = bin_path.parent().unwrap().join(".kubelet.hactl-tmp");
+    assert!(!tmp.exists(), "{} left behind", tmp.display());
+
     // Without sudo the content went over SFTP; with sudo through stdin (SFTP runs as the login user).
     let used_sftp = sshd_log(&sshd).contains("subsystem 'sftp'");
     assert_eq!(used_sftp, !sudo, "{}", sshd_log(&sshd));

@@ -28,6 +28,7 @@ use crate::exec::connect::ConnectSettings;
 use crate::exec::{self, Mode, Transport, Transports};
 use crate::facts::{self, HostFacts};
 use crate::inventory::{Host, Inventory, Role};
+use crate::local_digests::LocalDigests;
 use crate::phases::{self, configure_etcd, install_etcd, join_etcd, roll_etcd, schedule_backups, start_etcd};
 use crate::phases::{
     configure_kubernetes, install_kubernetes, roll_apiservers, roll_controllers, start_kubernetes,
@@ -149,7 +150,10 @@ pub async fn prepare_with(
     gate: &mut dyn Gate,
     wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
 ) -> anyhow::Result<Prepared> {
-    let reached = reach_and_check(&inv, &view, connect, &wrap, Some(gate)).await?;
+    // Read now, written once the state directory is known to be this cluster's (below).
+    let downloads = view.file("downloads");
+    let digests = LocalDigests::open(crate::kubernetes::inputs::digests_file(&downloads));
+    let reached = reach_and_check(&inv, &view, connect, &wrap, Some(gate), &digests).await?;
     let state = StateDir::open(&view.path)
         .with_context(|| format!("cannot use the state directory of cluster {}", inv.name))?;
     if let Some(known) = &reached.known {
@@ -170,14 +174,20 @@ pub async fn prepare_with(
         Some(_) => Some(crate::backup_remote::ensure_key(&state, &inv.name)?),
         None => None,
     };
-    let downloads = state.path.join("downloads");
-    let binaries = binaries::ensure(&inv.etcd.source, &downloads, &["etcd", "etcdctl"], &["etcdutl"])
-        .await
-        .context("failed to prepare the etcd binaries")?;
+    let binaries = binaries::ensure(
+        &inv.etcd.source,
+        &downloads,
+        &["etcd", "etcdctl"],
+        &["etcdutl"],
+        &digests,
+    )
+    .await
+    .context("failed to prepare the etcd binaries")?;
     let binary_version = binaries
         .as_ref()
-        .and_then(|b| binaries::reported_version(b, "etcd", &downloads.join("run")));
-    let kubernetes = crate::kubernetes::inputs::prepare(&inv, &state).await?;
+        .and_then(|b| binaries::reported_version(b, "etcd", &downloads.join("run"), &digests));
+    let kubernetes = crate::kubernetes::inputs::prepare_with(&inv, &state, &digests).await?;
+    crate::kubernetes::inputs::save_digests(&digests);
     let prepared = build_plan(
         inv,
         state.view(),
@@ -242,7 +252,8 @@ pub async fn preview_with(
     renew: &[String],
     wrap: impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport>,
 ) -> anyhow::Result<Prepared> {
-    let reached = reach_and_check(&inv, &view, connect, &wrap, None).await?;
+    let digests = LocalDigests::read_only(&crate::kubernetes::inputs::digests_file(&view.file("downloads")));
+    let reached = reach_and_check(&inv, &view, connect, &wrap, None, &digests).await?;
     let pki = pki::preview(&view.file("pki"), &inv, time::OffsetDateTime::now_utc(), renew)
         .context("failed to read the cluster's certificates")?;
     let backup_key = match &inv.backup.remote {
@@ -254,14 +265,15 @@ pub async fn preview_with(
         &view.file("downloads"),
         &["etcd", "etcdctl"],
         &["etcdutl"],
+        &digests,
     )
     .await
     .context("failed to prepare the etcd binaries")?;
     let scratch = tempfile::tempdir()?;
     let binary_version = binaries
         .as_ref()
-        .and_then(|b| binaries::reported_version(b, "etcd", scratch.path()));
-    let kubernetes = crate::kubernetes::inputs::preview(&inv, &view).await?;
+        .and_then(|b| binaries::reported_version(b, "etcd", scratch.path(), &digests));
+    let kubernetes = crate::kubernetes::inputs::preview(&inv, &view, &digests).await?;
     build_plan(
         inv,
         view,
@@ -307,8 +319,9 @@ async fn reach_and_check(
     connect: &ConnectSettings,
     wrap: &(impl Fn(Arc<dyn Transport>) -> Arc<dyn Transport> + ?Sized),
     gate: Option<&mut dyn Gate>,
+    digests: &LocalDigests,
 ) -> anyhow::Result<Reached> {
-    crate::kubernetes::inputs::refuse_bad_bundle(inv)?;
+    crate::kubernetes::inputs::refuse_bad_bundle(inv, digests)?;
     let mut hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
     // Hosts without roles (a replaced member's old host) are asked too, best effort: only for a
     // leftover etcd unit to disable (phases/retire_etcd.rs). One that does not answer (powered
@@ -345,7 +358,8 @@ async fn reach_and_check(
     if let Some(gate) = gate {
         gate.hosts_reached(&transports).await?;
     }
-    let facts = gather_facts(inv, &hosts, &transports, connect.concurrency).await?;
+    let versions = crate::kubernetes::inputs::known_versions(inv, digests);
+    let facts = gather_facts_knowing(inv, &hosts, &transports, connect.concurrency, &versions).await?;
     let expected = crate::identity::Expected::from_pki_dir(&view.file("pki"))?.with_cluster_id(
         view.read(crate::hwm::FILE)
             .ok()
@@ -524,9 +538,22 @@ pub async fn gather_facts(
     transports: &Transports,
     concurrency: usize,
 ) -> anyhow::Result<BTreeMap<String, HostFacts>> {
+    gather_facts_knowing(inv, hosts, transports, concurrency, &[]).await
+}
+
+/// [`gather_facts`], with the versions of binaries the operator machine knows by digest
+/// ([`crate::facts::Query::known_versions`]).
+async fn gather_facts_knowing(
+    inv: &Inventory,
+    hosts: &[&Host],
+    transports: &Transports,
+    concurrency: usize,
+    known_versions: &[(String, String)],
+) -> anyhow::Result<BTreeMap<String, HostFacts>> {
     let results: Vec<(String, anyhow::Result<HostFacts>)> = futures::stream::iter(hosts.iter().map(|h| {
         let t = transports[&h.name].clone();
-        let query = crate::phases::query_for(inv, h);
+        let mut query = crate::phases::query_for(inv, h);
+        query.known_versions = known_versions.to_vec();
         async move {
             let r = facts::gather(t.as_ref(), &query)
                 .await

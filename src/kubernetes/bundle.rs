@@ -2,8 +2,8 @@
 //! planned or uploaded: every binary is there, executable, and says the inventory's version; and
 //! the directory is not one an interrupted `scripts/kube-binaries.sh` left half-built.
 //!
-//! Invariant: read-only (it runs each binary's `--version`, nothing else); every refusal names the
-//! file, what was found and what to do.
+//! Invariant: read-only (it runs each binary's `--version`, once per change of the file:
+//! [`crate::local_digests`]); every refusal names the file, what was found and what to do.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -42,7 +42,13 @@ pub enum BundleError {
 
 /// Every problem of the bundle in `dir` for Kubernetes `want` (empty: usable). A half-built
 /// directory is reported alone: its files say nothing.
-pub fn check(dir: &Path, want: &Version, mode: crate::inventory::KubernetesMode) -> Vec<BundleError> {
+/// Each binary's `--version` line comes from `digests` while the file is unchanged.
+pub fn check(
+    dir: &Path,
+    want: &Version,
+    mode: crate::inventory::KubernetesMode,
+    digests: &crate::local_digests::LocalDigests,
+) -> Vec<BundleError> {
     if dir.join(BUILDING_MARKER).exists() {
         return vec![BundleError::HalfBuilt {
             dir: dir.to_path_buf(),
@@ -63,7 +69,7 @@ pub fn check(dir: &Path, want: &Version, mode: crate::inventory::KubernetesMode)
             problems.push(BundleError::NotExecutable { path, mode });
             continue;
         }
-        match version_of(&path) {
+        match digests.version(&path, version_of) {
             Ok(found) => {
                 if skew::parse_kubernetes_version(&found).as_ref() != Some(want) {
                     problems.push(BundleError::WrongVersion {
@@ -81,7 +87,7 @@ pub fn check(dir: &Path, want: &Version, mode: crate::inventory::KubernetesMode)
 }
 
 /// What `path --version` prints (first line, trimmed), within 20 s.
-fn version_of(path: &Path) -> Result<String, String> {
+pub fn version_of(path: &Path) -> Result<String, String> {
     let mut child = crate::local_command::new(path)
         .arg("--version")
         .stdin(std::process::Stdio::null())
@@ -128,14 +134,27 @@ mod tests {
     #[test]
     fn a_complete_bundle_of_the_right_version_passes() {
         let dir = bundle("Kubernetes v1.20.2", 0o755);
-        assert_eq!(check(dir.path(), &Version::new(1, 20, 2), SYSTEMD), []);
+        assert_eq!(
+            check(
+                dir.path(),
+                &Version::new(1, 20, 2),
+                SYSTEMD,
+                &crate::local_digests::LocalDigests::none()
+            ),
+            []
+        );
     }
 
     #[test]
     fn each_bad_input_is_named() {
         let want = Version::new(1, 20, 2);
         let dir = bundle("Kubernetes v1.20.1", 0o755);
-        let got = check(dir.path(), &want, SYSTEMD);
+        let got = check(
+            dir.path(),
+            &want,
+            SYSTEMD,
+            &crate::local_digests::LocalDigests::none(),
+        );
         assert_eq!(got.len(), 5);
         let text = got.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n");
         assert!(
@@ -146,7 +165,12 @@ mod tests {
         );
 
         let dir = bundle("Kubernetes v1.20.2", 0o644);
-        let got = check(dir.path(), &want, SYSTEMD);
+        let got = check(
+            dir.path(),
+            &want,
+            SYSTEMD,
+            &crate::local_digests::LocalDigests::none(),
+        );
         assert!(
             matches!(&got[0], BundleError::NotExecutable { mode: 0o644, .. }),
             "{got:?}"
@@ -155,7 +179,12 @@ mod tests {
 
         let dir = bundle("Kubernetes v1.20.2", 0o755);
         std::fs::remove_file(dir.path().join("kube-scheduler")).unwrap();
-        let got = check(dir.path(), &want, SYSTEMD);
+        let got = check(
+            dir.path(),
+            &want,
+            SYSTEMD,
+            &crate::local_digests::LocalDigests::none(),
+        );
         assert_eq!(
             got,
             [BundleError::Missing {
@@ -165,7 +194,12 @@ mod tests {
         );
 
         std::fs::write(dir.path().join(BUILDING_MARKER), "").unwrap();
-        let got = check(dir.path(), &want, SYSTEMD);
+        let got = check(
+            dir.path(),
+            &want,
+            SYSTEMD,
+            &crate::local_digests::LocalDigests::none(),
+        );
         assert_eq!(got.len(), 1, "half-built is reported alone: {got:?}");
         assert!(
             got[0]

@@ -156,16 +156,10 @@ impl KubernetesInputs {
         binaries: Option<&crate::binaries::LocalBinaries>,
         encryption_key: secrets::EncryptionKey,
     ) -> Self {
-        let upload = |name: &str, content: &Vec<u8>| {
-            crate::plan::Upload::new(
-                format!("{BIN_DIR}/{name}"),
-                0o755,
-                "root",
-                "root",
-                content.clone(),
-            )
+        let upload = |name: &str, blob: &crate::plan::Blob| {
+            crate::plan::Upload::of(format!("{BIN_DIR}/{name}"), 0o755, "root", "root", blob)
         };
-        let files: Vec<&(String, Vec<u8>)> = binaries.iter().flat_map(|b| &b.files).collect();
+        let files: Vec<&(String, crate::plan::Blob)> = binaries.iter().flat_map(|b| &b.files).collect();
         KubernetesInputs {
             binaries: files
                 .iter()
@@ -193,15 +187,9 @@ impl KubernetesInputs {
         self.containerd_binaries = containerd
             .iter()
             .flat_map(|b| &b.files)
-            .filter_map(|(name, content)| {
+            .filter_map(|(name, blob)| {
                 let (_, path) = places.iter().find(|(n, _)| n == name)?;
-                Some(crate::plan::Upload::new(
-                    *path,
-                    0o755,
-                    "root",
-                    "root",
-                    content.clone(),
-                ))
+                Some(crate::plan::Upload::of(*path, 0o755, "root", "root", blob))
             })
             .collect();
         self.images = images;

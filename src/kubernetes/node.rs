@@ -295,11 +295,11 @@ impl NodeImages {
     /// The images of an image directory: its pause image always, the control-plane images of
     /// `spec.version` in static-pod mode (an error names what is missing), and every other image
     /// of the directory (the workloads' images of an air-gapped cluster, e.g. the lab's busybox)
-    /// on every node. `read` gives an archive's content.
+    /// on every node. `read` gives an archive's content (a [`crate::plan::Blob`]).
     pub fn from_set(
         set: &crate::images::ImageSet,
         spec: &KubernetesSpec,
-        mut read: impl FnMut(&crate::images::Image) -> std::io::Result<Vec<u8>>,
+        mut read: impl FnMut(&crate::images::Image) -> std::io::Result<crate::plan::Blob>,
     ) -> Result<NodeImages, String> {
         let by_name = |suffix: &str| {
             set.images
@@ -316,16 +316,16 @@ impl NodeImages {
         let mut shipped = Vec::new();
         let mut control_plane = BTreeMap::new();
         let mut ship = |image: &crate::images::Image, control_plane: bool| -> Result<(), String> {
-            let content = read(image).map_err(|e| format!("{}: {e}", set.archive_path(image).display()))?;
+            let blob = read(image).map_err(|e| format!("{}: {e}", set.archive_path(image).display()))?;
             shipped.push(ShippedImage {
                 reference: image.reference.clone(),
                 digest: image.digest.clone(),
-                archive: Upload::new(
+                archive: Upload::of(
                     format!("{IMAGE_DIR}/{}", image.archive),
                     0o644,
                     "root",
                     "root",
-                    content,
+                    &blob,
                 ),
                 control_plane,
             });

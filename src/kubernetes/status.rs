@@ -278,6 +278,7 @@ async fn unit_states(t: &dyn Transport) -> BTreeMap<String, String> {
         files: vec![],
         binaries: vec![],
         node: None,
+        known_versions: vec![],
     };
     match crate::facts::gather(t, &query).await {
         Ok(f) => f.units.into_iter().map(|(k, v)| (k, v.active)).collect(),

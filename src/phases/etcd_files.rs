@@ -319,7 +319,7 @@ mod tests {
 
     fn unit_of(files: &[Upload]) -> String {
         let u = files.iter().find(|u| u.path == etcd::UNIT_PATH).unwrap();
-        String::from_utf8(u.content.to_vec()).unwrap()
+        String::from_utf8(u.content.in_memory().unwrap().to_vec()).unwrap()
     }
 
     #[test]

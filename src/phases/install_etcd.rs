@@ -4,7 +4,7 @@
 
 use super::{differs, Ctx, Phase, PlanError};
 use crate::inventory::{BinarySource, Host, Inventory, Role};
-use crate::plan::{HostSteps, PlannedPhase, RemoteCommand, Step, Upload};
+use crate::plan::{RemoteCommand, Step, Upload};
 
 pub struct InstallEtcd;
 
@@ -30,24 +30,6 @@ impl Phase for InstallEtcd {
     fn steps(&self, host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
         steps_with(host, ctx, &binary_uploads(ctx))
     }
-    /// The binaries are hashed once for every host (they are tens of MB each).
-    fn plan(&self, ctx: &Ctx<'_>) -> Result<Vec<PlannedPhase>, PlanError> {
-        let uploads = binary_uploads(ctx);
-        let mut hosts = Vec::new();
-        for host in self.hosts(ctx.inv) {
-            hosts.push(HostSteps {
-                host: host.name.clone(),
-                sudo: host.ssh.sudo,
-                steps: steps_with(host, ctx, &uploads)?,
-            });
-        }
-        Ok(vec![PlannedPhase {
-            title: self.title().to_string(),
-            parallelism: self.parallelism(),
-            disruptive: self.disruptive(),
-            hosts,
-        }])
-    }
 }
 
 /// The release or bundle binaries as uploads to `BIN_DIR` (none for packages).
@@ -57,13 +39,13 @@ fn binary_uploads(ctx: &Ctx<'_>) -> Vec<Upload> {
         (_, Some(bins)) => bins
             .files
             .iter()
-            .map(|(name, content)| {
-                Upload::new(
+            .map(|(name, blob)| {
+                Upload::of(
                     format!("{}/{name}", crate::etcd::BIN_DIR),
                     0o755,
                     "root",
                     "root",
-                    content.clone(),
+                    blob,
                 )
             })
             .collect(),

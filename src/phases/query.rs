@@ -71,6 +71,7 @@ pub fn query_for(inv: &Inventory, host: &Host) -> Query {
         files: vec![],
         binaries: required_binaries(host),
         node: None,
+        known_versions: vec![],
     };
     if host.has(Role::Etcd) {
         q.files = super::etcd_files::managed_paths(&inv.etcd.source);

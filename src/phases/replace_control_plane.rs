@@ -168,7 +168,7 @@ mod tests {
                 .map(|c| {
                     (
                         c.binary().to_string(),
-                        format!("bytes of {}", c.binary()).into_bytes(),
+                        crate::plan::Blob::bytes(format!("bytes of {}", c.binary()).into_bytes()),
                     )
                 })
                 .collect(),

@@ -136,10 +136,9 @@ fn decide(ctx: &Ctx<'_>) -> Result<BTreeMap<String, MemberRoll>, PlanError> {
 
 /// The sha256 of the etcd binary `InstallEtcd` uploads for a bundle or release (none for packages).
 fn binary_sha256(ctx: &Ctx<'_>) -> Option<String> {
-    use sha2::{Digest, Sha256};
     let bins = ctx.binaries?;
-    let (_, content) = bins.files.iter().find(|(name, _)| name == "etcd")?;
-    Some(hex::encode(Sha256::digest(content)))
+    let (_, blob) = bins.files.iter().find(|(name, _)| name == "etcd")?;
+    Some(blob.sha256.clone())
 }
 
 /// Reads the member's version from its own `endpoint status`.

@@ -176,7 +176,7 @@ mod tests {
     fn script(inv: &Inventory, remote: Option<&crate::backup_remote::HostFiles>) -> String {
         let files = files(inv, remote).unwrap();
         let s = files.iter().find(|u| u.path == SCRIPT).unwrap();
-        String::from_utf8(s.content.to_vec()).unwrap()
+        String::from_utf8(s.content.in_memory().unwrap().to_vec()).unwrap()
     }
 
     #[test]

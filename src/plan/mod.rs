@@ -168,6 +168,101 @@ impl fmt::Display for RemoteCommand {
     }
 }
 
+/// What an [`Upload`] writes: bytes held in memory (rendered files, keys), or a file on the
+/// operator machine (a binary, an image archive) that is read only when it is sent, streamed,
+/// and checked against the upload's sha256 on the way: a file that changed after it was
+/// planned is refused, never placed.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Content {
+    Bytes(Arc<Vec<u8>>),
+    File {
+        local: Arc<std::path::PathBuf>,
+        size: u64,
+    },
+}
+
+impl Content {
+    pub fn len(&self) -> u64 {
+        match self {
+            Content::Bytes(b) => b.len() as u64,
+            Content::File { size, .. } => *size,
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The bytes, when they are held in memory.
+    pub fn in_memory(&self) -> Option<&[u8]> {
+        match self {
+            Content::Bytes(b) => Some(b),
+            Content::File { .. } => None,
+        }
+    }
+}
+
+/// A file's content with its sha256 (hex), as binaries and image archives are handed to the
+/// phases: the digest of a file on the operator machine comes from
+/// [`crate::local_digests`], so it is not read again on every run.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Blob {
+    pub content: Content,
+    pub sha256: String,
+}
+
+impl Blob {
+    /// Bytes in memory, hashed here.
+    pub fn bytes(content: Vec<u8>) -> Self {
+        Blob {
+            sha256: hex::encode(Sha256::digest(&content)),
+            content: Content::Bytes(Arc::new(content)),
+        }
+    }
+    /// A file on this machine whose size and sha256 the caller has read.
+    pub fn file(local: impl Into<std::path::PathBuf>, size: u64, sha256: impl Into<String>) -> Self {
+        Blob {
+            content: Content::File {
+                local: Arc::new(local.into()),
+                size,
+            },
+            sha256: sha256.into(),
+        }
+    }
+    /// The whole content (read from its file, and checked against the sha256, when it is one).
+    pub fn read(&self) -> std::io::Result<Vec<u8>> {
+        match &self.content {
+            Content::Bytes(b) => Ok(b.to_vec()),
+            Content::File { local, .. } => {
+                let bytes = crate::bounded::read(local.as_path(), crate::bounded::BINARY)?;
+                if hex::encode(Sha256::digest(&bytes)) != self.sha256 {
+                    return Err(std::io::Error::other(format!(
+                        "{} changed after hactl read its sha256 {}; run again",
+                        local.display(),
+                        self.sha256
+                    )));
+                }
+                Ok(bytes)
+            }
+        }
+    }
+}
+
+impl fmt::Debug for Blob {
+    /// Never prints content.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.content {
+            Content::Bytes(b) => write!(f, "Blob({} bytes, sha256={})", b.len(), self.sha256),
+            Content::File { local, size } => {
+                write!(
+                    f,
+                    "Blob({}, {size} bytes, sha256={})",
+                    local.display(),
+                    self.sha256
+                )
+            }
+        }
+    }
+}
+
 /// A file to place on a host: written to `<dir>/.<name>.hactl-tmp` (a name the kubelet's static-pod
 /// directory and other directory readers skip), then renamed, mode and owner set.
 #[derive(Clone, PartialEq, Eq)]
@@ -176,7 +271,7 @@ pub struct Upload {
     pub mode: u32,
     pub owner: String,
     pub group: String,
-    pub content: Arc<Vec<u8>>,
+    pub content: Content,
     /// Hex sha256 of `content`.
     pub sha256: String,
     /// The content holds a short secret (see [`Upload::short_secret`]): its hash is not printed.
@@ -185,14 +280,17 @@ pub struct Upload {
 
 impl Upload {
     pub fn new(path: impl Into<String>, mode: u32, owner: &str, group: &str, content: Vec<u8>) -> Self {
-        let sha256 = hex::encode(Sha256::digest(&content));
+        Self::of(path, mode, owner, group, &Blob::bytes(content))
+    }
+    /// A [`Blob`] (its digest already known: nothing is read or hashed here).
+    pub fn of(path: impl Into<String>, mode: u32, owner: &str, group: &str, blob: &Blob) -> Self {
         Upload {
             path: path.into(),
             mode,
             owner: owner.to_string(),
             group: group.to_string(),
-            content: Arc::new(content),
-            sha256,
+            content: blob.content.clone(),
+            sha256: blob.sha256.clone(),
             short_secret: false,
         }
     }
@@ -203,8 +301,15 @@ impl Upload {
         self.short_secret = true;
         self
     }
-    pub fn size(&self) -> usize {
+    pub fn size(&self) -> u64 {
         self.content.len()
+    }
+    /// The content as a [`Blob`].
+    pub fn blob(&self) -> Blob {
+        Blob {
+            content: self.content.clone(),
+            sha256: self.sha256.clone(),
+        }
     }
 }
 

@@ -519,7 +519,7 @@ mod tests {
     fn the_helper_script_agrees_with_the_local_check() {
         let tmp = tempfile::tempdir().unwrap();
         let helper = tmp.path().join("helper");
-        fs_err::write(&helper, &*helper_upload().unwrap().content).unwrap();
+        fs_err::write(&helper, helper_upload().unwrap().content.in_memory().unwrap()).unwrap();
         let p = tmp.path().join("s.db");
         let body: Vec<u8> = (0..1024u32 * 7).map(|i| (i % 13) as u8).collect();
         for (bytes, want) in [
@@ -567,7 +567,8 @@ mod tests {
             "/usr/local/sbin/hactl-etcd-snapshot restore /var/lib/etcd.hactl/r/snapshot.db cp1 https://10.0.0.11:2380 cp1=https://10.0.0.11:2380 hactl-c-r /var/lib/etcd.hactl/r/staging 1000000000 no"
         );
         // The helper maps them onto the tool's flags, all of them, every time.
-        let script = String::from_utf8(helper_upload().unwrap().content.to_vec()).unwrap();
+        let script =
+            String::from_utf8(helper_upload().unwrap().content.in_memory().unwrap().to_vec()).unwrap();
         for flag in [
             "--name \"$name\"",
             "--initial-cluster \"$ic\"",

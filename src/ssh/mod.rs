@@ -165,6 +165,24 @@ pub enum Error {
         source: Box<Error>,
     },
 
+    #[error(
+        "{} changed after hactl planned to upload it (sha256 {planned} planned, {found} and {size} bytes read now): nothing was placed; run again to plan with the file as it is now",
+        local.display()
+    )]
+    LocalFileChanged {
+        local: PathBuf,
+        planned: String,
+        found: String,
+        size: u64,
+    },
+
+    #[error("failed to read {} to upload it", local.display())]
+    LocalRead {
+        local: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
     /// A remote step failed with this exit status and stderr (never the content).
     #[error("`{what}` exited with {status}: {stderr}")]
     Remote {

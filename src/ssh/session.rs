@@ -30,7 +30,7 @@ use tracing::{debug, info, warn};
 use super::known_hosts::{fingerprint, Verdict};
 use super::{Error, KnownHosts, Output, UploadOutcome};
 use crate::inventory::{SshAuth, SshSpec};
-use crate::plan::{RemoteCommand, Upload};
+use crate::plan::{Content, RemoteCommand, Upload};
 use crate::quote;
 
 /// How to connect, shared by all hosts of a run.
@@ -414,6 +414,15 @@ impl Session {
     /// Runs `cmd`, feeding `stdin` to it and closing its stdin after (secrets go this way, never
     /// in argv).
     pub async fn run_with_stdin(&self, cmd: &RemoteCommand, stdin: &[u8]) -> Result<Output, Error> {
+        self.run_with_reader(cmd, &mut &stdin[..]).await
+    }
+
+    /// [`Self::run_with_stdin`] with stdin streamed from `stdin` (a file, never whole in memory).
+    async fn run_with_reader(
+        &self,
+        cmd: &RemoteCommand,
+        stdin: &mut (dyn tokio::io::AsyncRead + Unpin + Send),
+    ) -> Result<Output, Error> {
         let mut out = Collector::new(cmd.output_limit);
         let status = self.exec(cmd, Some(stdin), &mut |chunk| out.push(chunk)).await?;
         out.finish(&self.host, cmd.line(self.sudo), status)
@@ -503,7 +512,7 @@ impl Session {
     async fn exec(
         &self,
         cmd: &RemoteCommand,
-        stdin: Option<&[u8]>,
+        stdin: Option<&mut (dyn tokio::io::AsyncRead + Unpin + Send)>,
         sink: &mut (dyn FnMut(OutputChunk<'_>) -> bool + Send),
     ) -> Result<Option<u32>, Error> {
         let line = quote::command_line(&cmd.argv, self.sudo);
@@ -524,8 +533,8 @@ impl Session {
         let mut stderr_head = Vec::new();
         let io = async {
             let writer = async {
-                if let Some(bytes) = stdin {
-                    write.data(bytes).await?;
+                if let Some(reader) = stdin {
+                    write.data(reader).await?;
                 }
                 write.eof().await
             };
@@ -620,13 +629,7 @@ impl Session {
         if out.success() {
             Ok(out)
         } else {
-            Err(Error::Remote {
-                what: what.to_string(),
-                status: out
-                    .status
-                    .map_or("no status".to_string(), |s| format!("status {s}")),
-                stderr: out.stderr_str().trim().to_string(),
-            })
+            Err(remote_failure(what, &out))
         }
     }
 
@@ -670,6 +673,19 @@ impl Session {
         let mode = format!("{:04o}", upload.mode & 0o7777);
         let timeout = upload_timeout(upload.size());
         debug!("{}: write {upload}", self.host);
+        let finish = RemoteCommand::new([
+            "sh",
+            "-c",
+            &recording(FINISH_SCRIPT),
+            "sh",
+            &tmp,
+            &owner,
+            &mode,
+            &upload.path,
+            record_digest(upload),
+            crate::digest_cache::DIR,
+        ])
+        .with_timeout(timeout);
 
         if !self.sudo {
             match self.sftp().await {
@@ -685,12 +701,13 @@ impl Session {
                         ..FileAttributes::empty()
                     };
                     let flags = OpenFlags::CREATE | OpenFlags::TRUNCATE | OpenFlags::WRITE;
+                    let mut source = ContentReader::open(upload).await?;
                     let write = async {
                         let mut file = sftp
                             .open_with_flags_and_attributes(tmp.clone(), flags, attrs)
                             .await
                             .map_err(std::io::Error::from)?;
-                        file.write_all(&upload.content).await?;
+                        tokio::io::copy(&mut source, &mut file).await?;
                         file.shutdown().await
                     };
                     match tokio::time::timeout(timeout, write).await {
@@ -703,43 +720,69 @@ impl Session {
                             })
                         }
                     }
+                    self.refuse_changed_source(upload, &source, &tmp).await?;
                     // Round trip 3: owner, mode, then the atomic rename.
-                    let finish = RemoteCommand::new([
-                        "sh",
-                        "-c",
-                        &recording(FINISH_SCRIPT),
-                        "sh",
-                        &tmp,
-                        &owner,
-                        &mode,
-                        &upload.path,
-                        record_digest(upload),
-                        crate::digest_cache::DIR,
-                    ])
-                    .with_timeout(timeout);
                     self.run_checked(&finish, None, "placing the file").await?;
                     return Ok(UploadOutcome::Written);
                 }
                 Err(e) => debug!("{}: sftp unavailable ({e}); writing through stdin", self.host),
             }
         }
-        // Round trip 2 (sudo, or no sftp): everything in one command, content on stdin.
-        let install = RemoteCommand::new([
-            "sh",
-            "-c",
-            &recording(INSTALL_SCRIPT),
-            "sh",
-            &tmp,
-            &owner,
-            &mode,
-            &upload.path,
-            record_digest(upload),
-            crate::digest_cache::DIR,
-        ])
-        .with_timeout(timeout);
-        self.run_checked(&install, Some(&upload.content), "writing the file")
-            .await?;
+        if let Content::Bytes(bytes) = &upload.content {
+            // Round trip 2 (sudo, or no sftp): everything in one command, content on stdin.
+            let install = RemoteCommand::new([
+                "sh",
+                "-c",
+                &recording(INSTALL_SCRIPT),
+                "sh",
+                &tmp,
+                &owner,
+                &mode,
+                &upload.path,
+                record_digest(upload),
+                crate::digest_cache::DIR,
+            ])
+            .with_timeout(timeout);
+            self.run_checked(&install, Some(bytes), "writing the file")
+                .await?;
+            return Ok(UploadOutcome::Written);
+        }
+        // A file of this machine: streamed into the temporary file, its sha256 checked on the
+        // way, and placed only then (one round trip more than bytes in memory).
+        let mut source = ContentReader::open(upload).await?;
+        let write =
+            RemoteCommand::new(["sh", "-c", WRITE_SCRIPT, "sh", &tmp, &upload.path]).with_timeout(timeout);
+        let out = self.run_with_reader(&write, &mut source).await?;
+        if !out.success() {
+            return Err(remote_failure("writing the file", &out));
+        }
+        self.refuse_changed_source(upload, &source, &tmp).await?;
+        self.run_checked(&finish, None, "placing the file").await?;
         Ok(UploadOutcome::Written)
+    }
+
+    /// After a file of this machine was sent to `tmp`: when what was read is not what was
+    /// planned (the file changed since its sha256 was taken), `tmp` is removed and the upload
+    /// refused, so no host ever holds content nobody planned.
+    async fn refuse_changed_source(
+        &self,
+        upload: &Upload,
+        source: &ContentReader,
+        tmp: &str,
+    ) -> Result<(), Error> {
+        let Some((local, found, size)) = source.mismatch(upload) else {
+            return Ok(());
+        };
+        let rm = RemoteCommand::new(["rm", "-f", "--", tmp]);
+        if let Err(e) = self.run(&rm).await {
+            warn!("{}: could not remove {tmp}: {e}", self.host);
+        }
+        Err(Error::LocalFileChanged {
+            local,
+            planned: upload.sha256.clone(),
+            found,
+            size,
+        })
     }
 }
 
@@ -962,8 +1005,105 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 /// A generous bound: 2 minutes plus a second per MiB.
-fn upload_timeout(size: usize) -> Duration {
-    Duration::from_secs(120 + (size as u64 >> 20))
+fn upload_timeout(size: u64) -> Duration {
+    Duration::from_secs(120 + (size >> 20))
+}
+
+/// A failed remote step as an error: its status and stderr (never any content).
+fn remote_failure(what: &str, out: &Output) -> Error {
+    Error::Remote {
+        what: what.to_string(),
+        status: out
+            .status
+            .map_or("no status".to_string(), |s| format!("status {s}")),
+        stderr: out.stderr_str().trim().to_string(),
+    }
+}
+
+/// An upload's content as a reader: its bytes, or its file on this machine, hashed as it is
+/// read so that a file changed since it was planned is noticed ([`Content::File`]).
+struct ContentReader {
+    inner: ContentSource,
+    hasher: sha2::Sha256,
+    read: u64,
+}
+
+enum ContentSource {
+    Bytes {
+        bytes: Arc<Vec<u8>>,
+        at: usize,
+    },
+    File {
+        local: Arc<std::path::PathBuf>,
+        file: tokio::fs::File,
+    },
+}
+
+impl ContentReader {
+    async fn open(upload: &Upload) -> Result<Self, Error> {
+        let inner = match &upload.content {
+            Content::Bytes(b) => ContentSource::Bytes {
+                bytes: b.clone(),
+                at: 0,
+            },
+            Content::File { local, .. } => {
+                let file =
+                    tokio::fs::File::open(local.as_path())
+                        .await
+                        .map_err(|source| Error::LocalRead {
+                            local: local.as_path().to_path_buf(),
+                            source,
+                        })?;
+                ContentSource::File {
+                    local: local.clone(),
+                    file,
+                }
+            }
+        };
+        Ok(ContentReader {
+            inner,
+            hasher: sha2::Sha256::default(),
+            read: 0,
+        })
+    }
+
+    /// For a file whose bytes sent are not the planned ones: its path, the sha256 and size read.
+    fn mismatch(&self, upload: &Upload) -> Option<(std::path::PathBuf, String, u64)> {
+        let ContentSource::File { local, .. } = &self.inner else {
+            return None;
+        };
+        use sha2::Digest as _;
+        let found = hex::encode(self.hasher.clone().finalize());
+        (found != upload.sha256 || self.read != upload.size())
+            .then(|| (local.as_path().to_path_buf(), found, self.read))
+    }
+}
+
+impl tokio::io::AsyncRead for ContentReader {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        use sha2::Digest as _;
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = match &mut this.inner {
+            ContentSource::Bytes { bytes, at } => {
+                let n = (bytes.len() - *at).min(buf.remaining());
+                buf.put_slice(&bytes[*at..*at + n]);
+                *at += n;
+                std::task::Poll::Ready(Ok(()))
+            }
+            ContentSource::File { file, .. } => std::pin::Pin::new(file).poll_read(cx, buf),
+        };
+        if let std::task::Poll::Ready(Ok(())) = &polled {
+            let new = &buf.filled()[before..];
+            this.hasher.update(new);
+            this.read += new.len() as u64;
+        }
+        polled
+    }
 }
 
 /// Prints `sha256 <hex>` and `stat <mode> <owner> <group>` when the file exists, and `parent`
@@ -981,7 +1121,7 @@ fn recording(script: &str) -> String {
 
 /// What [`recording`] gets as `$5`: the digest of a file large enough to be worth a record, else `-`.
 fn record_digest(upload: &Upload) -> &str {
-    if upload.size() >= crate::digest_cache::MIN_SIZE {
+    if upload.size() >= crate::digest_cache::MIN_SIZE as u64 {
         &upload.sha256
     } else {
         "-"
@@ -1007,6 +1147,10 @@ pub fn temp_path(path: &str) -> String {
         None => format!(".{path}.hactl-tmp"),
     }
 }
+
+/// Parent directory, then stdin into a fresh 0600 temporary file (placed by [`FINISH_SCRIPT`]
+/// once its content is known to be the planned one). `$1` = tmp, `$2` = path.
+const WRITE_SCRIPT: &str = r#"mkdir -p -- "$(dirname -- "$2")" && rm -f -- "$1" && ( umask 077 && cat > "$1" ) || { rc=$?; rm -f -- "$1"; exit $rc; }"#;
 
 const INSTALL_SCRIPT: &str = r#"mkdir -p -- "$(dirname -- "$4")" && rm -f -- "$1" && { ( umask 077 && cat > "$1" ) && chown -- "$2" "$1" && chmod -- "$3" "$1" && mv -f -- "$1" "$4"; } || { rc=$?; rm -f -- "$1"; exit $rc; }"#;
 
@@ -1201,6 +1345,20 @@ mod tests {
         let small = Upload::new(path.clone(), 0o640, "root", "root", b"small".to_vec());
         assert_eq!(record_digest(&small), "-");
 
+        // A file of this machine: written to the temporary file (0600, its parent made), then
+        // placed by the finishing script.
+        let other = dir.path().join("c/d/file").to_string_lossy().into_owned();
+        let other_tmp = temp_path(&other);
+        let (ok, _) = sh(WRITE_SCRIPT, &[&other_tmp, &other], b"streamed");
+        assert!(ok);
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(&other_tmp).unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        assert!(!std::path::Path::new(&other).exists(), "placed before its check");
+        let (ok, _) = sh(FINISH_SCRIPT, &[&other_tmp, &owner, "0640", &other], b"");
+        assert!(ok);
+        assert_eq!(std::fs::read(&other).unwrap(), b"streamed");
+
         // A failing step removes the temporary file.
         std::fs::write(&tmp, b"x").unwrap();
         let (ok, _) = sh(
@@ -1210,5 +1368,55 @@ mod tests {
         );
         assert!(!ok);
         assert!(!std::path::Path::new(&tmp).exists());
+    }
+
+    /// A file's content is hashed as it is read: the same file passes, a file changed after it
+    /// was planned is named with what was read; bytes in memory are never "changed".
+    #[tokio::test]
+    async fn a_file_changed_after_planning_is_noticed_while_it_is_read() {
+        use tokio::io::AsyncReadExt;
+        let dir = tempfile::tempdir().unwrap();
+        let local = dir.path().join("kubelet");
+        std::fs::write(&local, b"planned bytes").unwrap();
+        let digests = crate::local_digests::LocalDigests::none();
+        let upload = Upload::of(
+            "/usr/local/bin/kubelet",
+            0o755,
+            "root",
+            "root",
+            &digests.blob(&local).unwrap(),
+        );
+        assert!(upload.content.in_memory().is_none(), "a file stays in its file");
+
+        let read_all = |upload: Upload| async move {
+            let mut reader = ContentReader::open(&upload).await.unwrap();
+            let mut sent = Vec::new();
+            reader.read_to_end(&mut sent).await.unwrap();
+            (sent, reader.mismatch(&upload))
+        };
+        let (sent, mismatch) = read_all(upload.clone()).await;
+        assert_eq!(sent, b"planned bytes");
+        assert_eq!(mismatch, None);
+
+        std::fs::write(&local, b"other bytes!!").unwrap();
+        let (_, mismatch) = read_all(upload.clone()).await;
+        let (path, found, size) = mismatch.expect("a changed file is noticed");
+        assert_eq!(path, local);
+        assert_eq!(
+            found,
+            hex::encode(<sha2::Sha256 as sha2::Digest>::digest(b"other bytes!!"))
+        );
+        assert_eq!(size, 13);
+
+        let bytes = Upload::new("/etc/x", 0o644, "root", "root", b"in memory".to_vec());
+        let (sent, mismatch) = read_all(bytes).await;
+        assert_eq!(sent, b"in memory");
+        assert_eq!(mismatch, None);
+
+        std::fs::remove_file(&local).unwrap();
+        assert!(matches!(
+            ContentReader::open(&upload).await,
+            Err(Error::LocalRead { local: l, .. }) if l == local
+        ));
     }
 }

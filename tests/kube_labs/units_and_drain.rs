@@ -67,7 +67,7 @@ fn rendered_units_pass_systemd_analyze_verify_on_a_lab_host() {
             &lab,
             "cp1",
             &unit.path,
-            std::str::from_utf8(&unit.content).unwrap(),
+            std::str::from_utf8(unit.content.in_memory().unwrap()).unwrap(),
         );
         paths.push(unit.path.clone());
     }
@@ -77,6 +77,8 @@ fn rendered_units_pass_systemd_analyze_verify_on_a_lab_host() {
         files::unit(Component::Scheduler, &host, &inv)
             .unwrap()
             .content
+            .in_memory()
+            .unwrap()
             .to_vec(),
     )
     .unwrap()

@@ -329,7 +329,12 @@ fn the_network_files_wait_for_the_nodes_pod_cidr_and_follow_the_others() {
     let network: BTreeMap<&str, String> = files
         .network
         .iter()
-        .map(|u| (u.path.as_str(), String::from_utf8(u.content.to_vec()).unwrap()))
+        .map(|u| {
+            (
+                u.path.as_str(),
+                String::from_utf8(u.content.in_memory().unwrap().to_vec()).unwrap(),
+            )
+        })
         .collect();
     insta::assert_snapshot!("w1-10-hactl.conflist", text(&network[CNI_CONFLIST]));
     assert!(
@@ -345,7 +350,7 @@ fn the_network_files_wait_for_the_nodes_pod_cidr_and_follow_the_others() {
         .config
         .iter()
         .find(|u| u.path == KUBELET_KUBECONFIG)
-        .map(|u| String::from_utf8(u.content.to_vec()).unwrap())
+        .map(|u| String::from_utf8(u.content.in_memory().unwrap().to_vec()).unwrap())
         .unwrap();
     assert!(kubeconfig.contains("system:node:w1"), "{kubeconfig}");
     assert!(
@@ -384,7 +389,7 @@ fn the_images_of_a_directory_are_the_pause_image_the_workloads_and_in_static_pod
     );
     let set = crate::images::ImageSet::parse(std::path::Path::new("/cache"), &manifest).unwrap();
     let inv = inventory("");
-    let read = |i: &crate::images::Image| Ok(i.archive.clone().into_bytes());
+    let read = |i: &crate::images::Image| Ok(crate::plan::Blob::bytes(i.archive.clone().into_bytes()));
     let systemd = NodeImages::from_set(&set, kube(&inv), read).unwrap();
     assert_eq!(systemd.pause, "hactl.local/pause:3.4");
     let shipped: Vec<&str> = systemd.shipped.iter().map(|i| i.reference.as_str()).collect();

@@ -88,7 +88,7 @@ fn hosts_of(inv: &Inventory, pki: &Pki) -> BTreeMap<String, BTreeMap<String, Vec
         let mut files = BTreeMap::new();
         let mut put = |uploads: Vec<Upload>| {
             for u in uploads {
-                files.insert(u.path.clone(), u.content.to_vec());
+                files.insert(u.path.clone(), u.content.in_memory().unwrap().to_vec());
             }
         };
         if h.has(Role::Etcd) {

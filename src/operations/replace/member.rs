@@ -262,7 +262,7 @@ mod tests {
             m(3, "", "10.0.0.13", true),
         ];
         let up = initial_env(&inv, inv.host("cp3").unwrap(), &members).unwrap();
-        let text = String::from_utf8(up.content.to_vec()).unwrap();
+        let text = String::from_utf8(up.content.in_memory().unwrap().to_vec()).unwrap();
         assert!(text.contains("ETCD_INITIAL_CLUSTER=cp1=https://10.0.0.11:2380,cp2=https://10.0.0.12:2380,cp3=https://10.0.0.13:2380"), "{text}");
         assert!(text.contains("ETCD_INITIAL_CLUSTER_STATE=existing"));
         assert!(text.contains("ETCD_INITIAL_CLUSTER_TOKEN=hactl-t"));
