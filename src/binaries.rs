@@ -283,7 +283,13 @@ pub fn reported_version(
         }
     }
     let path = scratch_dir.join(format!("{name}-{}", &blob.sha256[..16]));
-    let content = blob.read().ok()?;
+    let content = match &blob.content {
+        Content::Bytes(bytes) => bytes.to_vec(),
+        Content::File { local, .. } => {
+            let bytes = crate::bounded::read(local.as_path(), crate::bounded::BINARY).ok()?;
+            (hex::encode(Sha256::digest(&bytes)) == blob.sha256).then_some(bytes)?
+        }
+    };
     if crate::bounded::read(&path, crate::bounded::BINARY)
         .map(|c| c != content)
         .unwrap_or(true)

@@ -227,23 +227,6 @@ impl Blob {
             sha256: sha256.into(),
         }
     }
-    /// The whole content (read from its file, and checked against the sha256, when it is one).
-    pub fn read(&self) -> std::io::Result<Vec<u8>> {
-        match &self.content {
-            Content::Bytes(b) => Ok(b.to_vec()),
-            Content::File { local, .. } => {
-                let bytes = crate::bounded::read(local.as_path(), crate::bounded::BINARY)?;
-                if hex::encode(Sha256::digest(&bytes)) != self.sha256 {
-                    return Err(std::io::Error::other(format!(
-                        "{} changed after hactl read its sha256 {}; run again",
-                        local.display(),
-                        self.sha256
-                    )));
-                }
-                Ok(bytes)
-            }
-        }
-    }
 }
 
 impl fmt::Debug for Blob {

@@ -645,7 +645,13 @@ impl Session {
                     .request_subsystem(true, "sftp")
                     .await
                     .map_err(self.channel_err())?;
-                SftpSession::new(channel.into_stream())
+                // Writes of up to 128 KiB (OpenSSH's sftp-server takes 256 KiB), 16 in
+                // flight: with the default 32 KiB a binary moved at a third of the speed.
+                let config = russh_sftp::client::Config {
+                    max_write_packet_len: 128 << 10,
+                    ..Default::default()
+                };
+                SftpSession::new_with_config(channel.into_stream(), config)
                     .await
                     .map_err(|e| self.sftp_err(e.into()))
             })
@@ -701,13 +707,19 @@ impl Session {
                         ..FileAttributes::empty()
                     };
                     let flags = OpenFlags::CREATE | OpenFlags::TRUNCATE | OpenFlags::WRITE;
-                    let mut source = ContentReader::open(upload).await?;
+                    // Read in large pieces: the SFTP client splits each write into packets of
+                    // its preferred size and keeps several in flight; small reads (8 KiB, as
+                    // `tokio::io::copy` makes) would send four times as many packets.
+                    let mut source = tokio::io::BufReader::with_capacity(
+                        SFTP_READ_CHUNK,
+                        ContentReader::open(upload).await?,
+                    );
                     let write = async {
                         let mut file = sftp
                             .open_with_flags_and_attributes(tmp.clone(), flags, attrs)
                             .await
                             .map_err(std::io::Error::from)?;
-                        tokio::io::copy(&mut source, &mut file).await?;
+                        tokio::io::copy_buf(&mut source, &mut file).await?;
                         file.shutdown().await
                     };
                     match tokio::time::timeout(timeout, write).await {
@@ -720,7 +732,7 @@ impl Session {
                             })
                         }
                     }
-                    self.refuse_changed_source(upload, &source, &tmp).await?;
+                    self.refuse_changed_source(upload, source.get_ref(), &tmp).await?;
                     // Round trip 3: owner, mode, then the atomic rename.
                     self.run_checked(&finish, None, "placing the file").await?;
                     return Ok(UploadOutcome::Written);
@@ -1005,6 +1017,9 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 /// A generous bound: 2 minutes plus a second per MiB.
+/// How much of an upload's content is read at a time for SFTP.
+const SFTP_READ_CHUNK: usize = 1 << 20;
+
 fn upload_timeout(size: u64) -> Duration {
     Duration::from_secs(120 + (size >> 20))
 }
