@@ -26,7 +26,7 @@
 //! bring-up                      phases (pure), converge (prepare, apply; reset, check, status)
 //! components                    facts, identity, etcd, kubernetes, load_balancer, snapshot, backup,
 //!                               backup_remote, certs, hwm, fence, old_members
-//! transport, local artifacts    digest_cache, ssh, exec, render, pki, binaries, images
+//! transport, local artifacts    digest_cache, local_digests, ssh, exec, render, pki, binaries, images
 //! model                         inventory, state, plan
 //! basics                        clock, duration, exit, output, quote, local_command, bounded
 //! ```
