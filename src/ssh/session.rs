@@ -1016,10 +1016,10 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-/// A generous bound: 2 minutes plus a second per MiB.
 /// How much of an upload's content is read at a time for SFTP.
 const SFTP_READ_CHUNK: usize = 1 << 20;
 
+/// A generous bound: 2 minutes plus a second per MiB.
 fn upload_timeout(size: u64) -> Duration {
     Duration::from_secs(120 + (size >> 20))
 }
@@ -1037,6 +1037,7 @@ fn remote_failure(what: &str, out: &Output) -> Error {
 
 /// An upload's content as a reader: its bytes, or its file on this machine, hashed as it is
 /// read so that a file changed since it was planned is noticed ([`Content::File`]).
+/// `hasher` and `read` count the file's bytes only.
 struct ContentReader {
     inner: ContentSource,
     hasher: sha2::Sha256,
@@ -1103,21 +1104,24 @@ impl tokio::io::AsyncRead for ContentReader {
         use sha2::Digest as _;
         let this = self.get_mut();
         let before = buf.filled().len();
-        let polled = match &mut this.inner {
+        match &mut this.inner {
+            // Bytes in memory were hashed when they were made, and cannot change.
             ContentSource::Bytes { bytes, at } => {
                 let n = (bytes.len() - *at).min(buf.remaining());
                 buf.put_slice(&bytes[*at..*at + n]);
                 *at += n;
                 std::task::Poll::Ready(Ok(()))
             }
-            ContentSource::File { file, .. } => std::pin::Pin::new(file).poll_read(cx, buf),
-        };
-        if let std::task::Poll::Ready(Ok(())) = &polled {
-            let new = &buf.filled()[before..];
-            this.hasher.update(new);
-            this.read += new.len() as u64;
+            ContentSource::File { file, .. } => {
+                let polled = std::pin::Pin::new(file).poll_read(cx, buf);
+                if let std::task::Poll::Ready(Ok(())) = &polled {
+                    let new = &buf.filled()[before..];
+                    this.hasher.update(new);
+                    this.read += new.len() as u64;
+                }
+                polled
+            }
         }
-        polled
     }
 }
 
