@@ -7,8 +7,8 @@
 //! reported). Afterwards the removed hosts' servers are gone from both HAProxy backends on every
 //! load balancer, every remaining apiserver runs (and its unit names) an `--etcd-servers` without
 //! them, the member list has three members, their apiserver, controller-manager, scheduler and
-//! etcd are stopped and fenced, their data dirs renamed aside, and a second `up` has nothing to
-//! do.
+//! etcd are stopped and fenced, their data dirs renamed aside, their Nodes deleted with their
+//! node components stopped and node data moved aside, and a second `up` has nothing to do.
 
 use crate::support::kube as kube_support;
 use crate::support::lab as lab_support;
@@ -192,31 +192,40 @@ fn remove_of_control_plane_hosts_takes_them_out_of_etcd_haproxy_and_the_apiserve
             .exec_ok(h, &["test", "-d", &format!("{}/member", aside.trim())]);
     }
 
-    // The inventory and the cluster agree now, but for the pod network: `remove` of a
-    // control-plane member leaves the remaining nodes' routes to the removed hosts' pod CIDRs
-    // (docs/development/known-gaps.md), which the next `up` rewrites, and nothing else.
+    // Their Nodes: deleted, their node components stopped, their node data moved aside under
+    // the run's suffix (RN1-RN5 after RM11), and the remaining nodes re-routed without them.
+    let nodes = k.kubectl_ok(&["get", "nodes", "-o", "name"]);
+    for h in REMOVED {
+        assert!(
+            !nodes.lines().any(|l| l == format!("node/{h}")),
+            "Node {h} still registered:\n{nodes}"
+        );
+        for unit in ["kubelet", "kube-proxy", "containerd"] {
+            let o = k.lab.exec(h, &["systemctl", "is-active", unit]);
+            assert!(!o.status.success(), "{unit} still runs on {h}");
+        }
+        k.lab.exec_ok(h, &["test", "!", "-e", "/var/lib/kubelet"]);
+        k.lab
+            .exec_ok(h, &["sh", "-c", "ls -d /var/lib/kubelet.hactl-removed-remove-*"]);
+    }
+    for h in ["cp1", "cp2", "cp3"] {
+        assert!(
+            nodes.lines().any(|l| l == format!("node/{h}")),
+            "Node {h} gone:\n{nodes}"
+        );
+        let routes = k.lab.exec_ok(h, &["ip", "route"]);
+        for ip in &removed_ips {
+            assert!(
+                !routes.contains(&format!("via {ip} ")),
+                "{h} still routes through {ip}:\n{routes}"
+            );
+        }
+    }
+
+    // The inventory and the cluster agree now: a second `up` has nothing to do.
     let o = k.hactl(&["up", "--yes"]);
     assert!(o.status.success(), "second up: {}", text(&o));
-    let said = text(&o);
-    if !said.contains("no changes") {
-        let phases: Vec<&str> = said
-            .lines()
-            .filter_map(|l| l.split_once("INFO == ").map(|(_, t)| t.trim()))
-            .collect();
-        assert!(
-            phases.iter().all(|t| [
-                "Configure the node components",
-                "Start the node components",
-                "Verify etcd"
-            ]
-            .contains(t)),
-            "second up changed more than the pod network: {said}"
-        );
-        assert!(!said.contains("wrote /etc/hactl/pki"), "{said}");
-        let o = k.hactl(&["up", "--yes"]);
-        assert!(o.status.success(), "third up: {}", text(&o));
-        assert!(text(&o).contains("no changes"), "third up: {}", text(&o));
-    }
+    assert!(text(&o).contains("no changes"), "second up: {}", text(&o));
 
     assert!(writes.len() > 20, "the writer barely ran: {}", writes.len());
     assert_eq!(

@@ -180,6 +180,25 @@ pub fn decide(obs: &Observation, i: &Inputs<'_>) -> Result<Decisions, Refusal> {
     })
 }
 
+/// Whether the member's host also leaves the cluster's Nodes: the inventory has a kubernetes
+/// section (every control-plane host ran a kubelet) and no longer gives the host a node role. A
+/// host kept as a worker (`roles: [worker]`) keeps its Node.
+pub fn node_leaves(inv: &Inventory, member: &str) -> bool {
+    inv.kubernetes.is_some() && !inv.node_hosts().iter().any(|h| h.name == member)
+}
+
+/// The node removal that follows a member's removal when [`node_leaves`]: the same run, Node and
+/// host (none when attested gone), so a resume rebuilds the same steps from [`Decisions`].
+pub fn node_decisions(d: &Decisions) -> crate::operations::remove_node::Decisions {
+    crate::operations::remove_node::Decisions {
+        cluster: d.cluster.clone(),
+        run: d.run.clone(),
+        node: d.member.clone(),
+        host: d.host.clone(),
+        registered: true,
+    }
+}
+
 /// One line for the operator: what is removed and what R-remove saw.
 pub fn summary(d: &Decisions) -> String {
     format!(
@@ -416,5 +435,52 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.code, exit::NEEDS_INPUT);
+    }
+
+    #[test]
+    fn the_node_leaves_with_the_member_unless_the_host_stays_a_node() {
+        // (kubernetes section, cp4's roles or absent) -> its Node removed after the member
+        let with = |cp4: Option<&str>, kubernetes: bool| {
+            let mut hosts: String = (1..=3)
+                .map(|i| {
+                    format!("  - {{ name: cp{i}, address: 10.9.0.1{i}, roles: [etcd, control-plane] }}\n")
+                })
+                .collect();
+            if let Some(roles) = cp4 {
+                hosts.push_str(&format!(
+                    "  - {{ name: cp4, address: 10.9.0.14, roles: {roles} }}\n"
+                ));
+            }
+            let kube = if kubernetes {
+                "  kubernetes:\n    version: 1.20.2\n    source: bundle\n    bundleDir: /\n"
+            } else {
+                ""
+            };
+            let text = format!(
+                "apiVersion: hactl.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: t\nspec:\n  ssh:\n    agent: true\n  hosts:\n{hosts}{kube}"
+            );
+            crate::inventory::load_str(std::path::Path::new("/tmp/t.yaml"), &text).unwrap()
+        };
+        assert!(node_leaves(&with(Some("[]"), true), "cp4"));
+        assert!(node_leaves(&with(None, true), "cp4"));
+        assert!(!node_leaves(&with(Some("[worker]"), true), "cp4"));
+        assert!(!node_leaves(&with(Some("[]"), false), "cp4"));
+        assert!(!node_leaves(&with(None, false), "cp4"));
+
+        let d = run(
+            &observation(5, &[4]),
+            &inventory(&[1, 2, 3], &[]),
+            "cp4",
+            &ALL,
+            true,
+        )
+        .unwrap();
+        let n = node_decisions(&d);
+        assert_eq!(
+            (n.node.as_str(), n.host.as_deref(), n.run.as_str()),
+            ("cp4", None, d.run.as_str())
+        );
+        // The node data goes aside under the same suffix as the member's data dir.
+        assert_eq!(d.aside("/var/lib/etcd"), format!("/var/lib/etcd.{}", n.aside()));
     }
 }

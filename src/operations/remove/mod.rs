@@ -114,11 +114,19 @@ impl Operation for Remove {
             )
             .map_err(anyhow::Error::new)?
         };
-        // The hosts a run acts on must answer (the member's own only when not attested gone).
+        // With Kubernetes, a host that is no node of the inventory any more loses its Node too
+        // (its pods drained, its node components stopped, the remaining nodes re-routed).
+        let node_leaves = decide::node_leaves(inv, &decisions.member);
+        // The hosts a run acts on must answer (the member's own only when not attested gone;
+        // every node host when the remaining nodes are re-routed).
         let needed: Vec<&str> = inv
             .hosts
             .iter()
-            .filter(|h| h.has(Role::LoadBalancer) || h.has(Role::ControlPlane) && inv.kubernetes.is_some())
+            .filter(|h| {
+                h.has(Role::LoadBalancer)
+                    || h.has(Role::ControlPlane) && inv.kubernetes.is_some()
+                    || node_leaves && h.is_node()
+            })
             .map(|h| h.name.as_str())
             .chain(decisions.host.as_deref())
             .chain([decisions.observer.as_str()])
@@ -142,10 +150,28 @@ impl Operation for Remove {
             kubernetes: crate::kubernetes::inputs::prepare(inv, state).await?,
             in_maintenance,
         });
+        let mut steps = steps::build(&decisions, &inputs);
+        let mut summary = decide::summary(&decisions);
+        if node_leaves {
+            // After RM11, with the member gone and the cluster verified: the node removal's own
+            // steps (RN1-RN5, remove_node::steps), on the same run and host.
+            let node = decide::node_decisions(&decisions);
+            let node_inputs = Arc::new(crate::operations::remove_node::acts::Inputs {
+                inv: inv.clone(),
+                pki: inputs.pki.clone(),
+                kubernetes: inputs.kubernetes.clone(),
+                state: state.clone(),
+            });
+            steps.extend(crate::operations::remove_node::steps::build(&node, &node_inputs));
+            summary.push_str(&format!(
+                "then {}",
+                crate::operations::remove_node::decide::summary(&node).trim_start_matches("remove ")
+            ));
+        }
         let planned = Planned {
-            summary: decide::summary(&decisions),
+            summary,
             decisions: serde_json::to_value(&decisions)?,
-            steps: steps::build(&decisions, &inputs),
+            steps,
             confirmation: Confirmation::Ask(format!(
                 "remove takes member {} out of cluster {} for good",
                 decisions.member, inv.name

@@ -43,6 +43,21 @@ impl Inputs {
 pub struct Drain {
     pub inputs: std::sync::Arc<Inputs>,
     pub node: String,
+    /// The host is attested gone (`--confirm-dead`): no kubelet will ever confirm a pod's end,
+    /// so a pod already terminating does not hold the drain up (deleting the Node next lets the
+    /// API's pod garbage collector remove it; its controller has replaced it already).
+    pub host_gone: bool,
+}
+
+/// The pods a drain still waits for: all of them, or with the host gone those not already
+/// terminating.
+fn waiting_for(
+    pods: Vec<crate::kubernetes::objects::Pod>,
+    host_gone: bool,
+) -> Vec<crate::kubernetes::objects::Pod> {
+    pods.into_iter()
+        .filter(|p| !(host_gone && p.metadata.deletion_timestamp.is_some()))
+        .collect()
 }
 
 #[async_trait]
@@ -67,7 +82,7 @@ impl LocalAct for Drain {
         let mut evicted = 0usize;
         let mut attempt = 0;
         loop {
-            let pods = api.pods_on_node(&self.node).await?;
+            let pods = waiting_for(api.pods_on_node(&self.node).await?, self.host_gone);
             let plan = drain::plan(&pods);
             let Some(wave) = plan.waves.first() else {
                 return Ok(serde_json::json!({ "evicted": evicted, "stay": plan.kept.len() }));
@@ -112,7 +127,10 @@ impl LocalAct for Drain {
         Ok(match api.node(&self.node).await? {
             None => true,
             Some(n) => {
-                n.spec.unschedulable && drain::plan(&api.pods_on_node(&self.node).await?).waves.is_empty()
+                n.spec.unschedulable
+                    && drain::plan(&waiting_for(api.pods_on_node(&self.node).await?, self.host_gone))
+                        .waves
+                        .is_empty()
             }
         })
     }
@@ -197,5 +215,26 @@ impl LocalAct for Reroute {
             .iter()
             .any(|h| h.has(Role::ControlPlane) || h.has(Role::Worker));
         Ok(!any || self.plan(transports).await?.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_terminating_pod_holds_the_drain_up_only_while_its_host_can_end_it() {
+        let pod = |name: &str, deleting: bool| {
+            let mut p = crate::kubernetes::objects::Pod::default();
+            p.metadata.name = name.into();
+            p.metadata.deletion_timestamp = deleting.then(|| "2026-11-25T07:00:00Z".to_string());
+            p
+        };
+        let names = |pods: Vec<crate::kubernetes::objects::Pod>| -> Vec<String> {
+            pods.into_iter().map(|p| p.metadata.name).collect()
+        };
+        let pods = || vec![pod("a", false), pod("b", true)];
+        assert_eq!(names(waiting_for(pods(), false)), ["a", "b"]);
+        assert_eq!(names(waiting_for(pods(), true)), ["a"]);
     }
 }

@@ -76,6 +76,7 @@ pub fn build(d: &Decisions, inputs: &Arc<Inputs>) -> Vec<JournaledStep> {
     let drain = Arc::new(Drain {
         inputs: inputs.clone(),
         node: d.node.clone(),
+        host_gone: d.host.is_none(),
     });
     steps.push(
         JournaledStep::new(Rn::Drain, format!("cordon and drain Node {}", d.node), None)
