@@ -389,6 +389,10 @@ pub struct SnapshotSaveArgs {
     /// Do not write the encrypted bundle of CAs and keys.
     #[arg(long)]
     pub no_bundle: bool,
+    /// Print the leader it would stream from and the files it would write; write nothing (no
+    /// canary key, no high-water mark, no file, no recorded host key).
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -1,5 +1,6 @@
 //! `hactl etcd snapshot save|verify`: snapshots on the operator machine (the streaming and the
-//! checks are [`crate::snapshot`]).
+//! checks are [`crate::snapshot`]). `save --dry-run` finds the leader read-only and prints what
+//! a save would write, writing nothing.
 
 use anyhow::{anyhow, Context as _};
 
@@ -10,12 +11,21 @@ use crate::snapshot::{refuse_bad_hash, take, verify_on};
 
 /// `hactl etcd snapshot save`.
 pub async fn save(args: &SnapshotSaveArgs) -> anyhow::Result<i32> {
-    let (inv, state) = super::load(&args.inventory)?;
-    let transports =
-        crate::exec::connect::reach(&state, &inv.with_role(Role::Etcd), &args.connect.settings())
-            .await
-            .warn_unreachable();
+    let (inv, state) = super::load_for(&args.inventory, args.dry_run)?;
+    let keys = if args.dry_run {
+        crate::exec::connect::HostKeys::Check(&state)
+    } else {
+        (&state).into()
+    };
+    let transports = crate::exec::connect::reach(keys, &inv.with_role(Role::Etcd), &args.connect.settings())
+        .await
+        .warn_unreachable();
     let out_dir = args.out.clone().unwrap_or_else(|| state.file("backups"));
+    if args.dry_run {
+        let p = snapshot::preview(&inv, &state, &transports, &out_dir, !args.no_bundle).await?;
+        print!("{}", preview_text(&p));
+        return Ok(crate::exit::OK);
+    }
     let saved = take(&inv, &state, &transports, &out_dir, !args.no_bundle).await?;
     let s = &saved.sidecar;
     println!("{}", saved.path.display());
@@ -36,6 +46,34 @@ pub async fn save(args: &SnapshotSaveArgs) -> anyhow::Result<i32> {
         );
     }
     Ok(crate::exit::OK)
+}
+
+/// What `snapshot save --dry-run` prints: the leader, its numbers and every write it would make.
+fn preview_text(p: &snapshot::Preview) -> String {
+    let mut out = format!(
+        "snapshot save (dry run: nothing written)\n\
+         stream a snapshot from the leader {} (etcd {}, revision {}, database {:.1} MiB) after \
+         writing the canary key {} through it\n\
+         write {} (named for the time of the save), then its sidecar {}\n",
+        p.leader,
+        p.etcd_version,
+        p.revision,
+        p.db_size as f64 / 1048576.0,
+        snapshot::CANARY_KEY,
+        p.path.display(),
+        p.sidecar.display()
+    );
+    match &p.bundle {
+        Some(b) => out.push_str(&format!(
+            "write the encrypted bundle of CAs and keys {} (--no-bundle leaves it out)\n",
+            b.display()
+        )),
+        None => out.push_str("no bundle of CAs and keys (--no-bundle)\n"),
+    }
+    out.push_str(
+        "record the high-water mark (the snapshot's revision) in the state directory and on the etcd hosts\n",
+    );
+    out
 }
 
 /// `hactl etcd snapshot restore-bundle`.
@@ -74,4 +112,36 @@ pub async fn verify(args: &SnapshotVerifyArgs) -> anyhow::Result<i32> {
         v.trial_cluster_id
     );
     Ok(crate::exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_dry_run_names_the_leader_and_every_write() {
+        let mut p = snapshot::Preview {
+            leader: "cp2".into(),
+            etcd_version: "3.5.16".into(),
+            revision: 42,
+            db_size: 3 << 20,
+            path: "/b/c-20261125T070000Z.db".into(),
+            sidecar: "/b/c-20261125T070000Z.db.json".into(),
+            bundle: Some("/b/c-20261125T070000Z.bundle.age".into()),
+        };
+        let text = preview_text(&p);
+        for part in [
+            "nothing written",
+            "from the leader cp2 (etcd 3.5.16, revision 42, database 3.0 MiB)",
+            snapshot::CANARY_KEY,
+            "write /b/c-20261125T070000Z.db (",
+            "sidecar /b/c-20261125T070000Z.db.json",
+            "bundle of CAs and keys /b/c-20261125T070000Z.bundle.age",
+            "high-water mark",
+        ] {
+            assert!(text.contains(part), "{part:?} missing from:\n{text}");
+        }
+        p.bundle = None;
+        assert!(preview_text(&p).contains("no bundle of CAs and keys (--no-bundle)"));
+    }
 }

@@ -12,8 +12,8 @@ pub mod bolt;
 mod stream;
 
 pub use stream::{
-    record_hwm_on_hosts, refuse_bad_hash, sidecar_path, take, upload_helper, verify_on, Saved, Verified,
-    CANARY_KEY,
+    preview, record_hwm_on_hosts, refuse_bad_hash, sidecar_path, take, upload_helper, verify_on, Preview,
+    Saved, Verified, CANARY_KEY,
 };
 
 use std::io::{Read, Write};

@@ -38,16 +38,19 @@ pub struct Saved {
     pub stream_secs: f64,
 }
 
-/// Takes a snapshot from the leader into `out_dir`. Records the high-water mark.
-pub async fn take(
-    inv: &Inventory,
-    state: &StateDir,
-    transports: &Transports,
-    out_dir: &Path,
-    bundle: bool,
-) -> anyhow::Result<Saved> {
+/// The member a snapshot is streamed from, found by asking every member at once.
+struct Leader {
+    host: String,
+    client: client::MemberClient,
+    status: client::MemberStatus,
+    /// The highest revision any member reported.
+    revision_before: i64,
+}
+
+/// Who leads (a lagging member would silently lose writes), and the revision just before the
+/// save. Read-only. Refused (exit 2) when no member leads.
+async fn leader(inv: &Inventory, state: &StateDir, transports: &Transports) -> anyhow::Result<Leader> {
     let tls = client::client_tls(&state.file("pki"))?;
-    // Who leads, and the revision just before the save: every member asked at once.
     let asked = inv.with_role(Role::Etcd).into_iter().filter_map(|host| {
         let t = transports.get(&host.name)?;
         let tls = &tls;
@@ -61,15 +64,13 @@ pub async fn take(
     });
     let mut leader = None;
     let mut revision_before = 0;
-    let mut version = String::new();
     for (host, c, s) in futures::future::join_all(asked).await.into_iter().flatten() {
         revision_before = revision_before.max(s.revision);
         if !s.id.is_empty() && s.id == s.leader {
-            version = s.version.clone();
-            leader = Some((host, c));
+            leader = Some((host, c, s));
         }
     }
-    let Some((leader_host, mut c)) = leader else {
+    let Some((host, client, status)) = leader else {
         return Err(anyhow::Error::new(crate::exit::Refusal {
             code: crate::exit::REFUSED,
             message: "no etcd member is the leader, so no consistent snapshot can be taken: \
@@ -77,6 +78,71 @@ pub async fn take(
                 .into(),
         }));
     };
+    Ok(Leader {
+        host,
+        client,
+        status,
+        revision_before,
+    })
+}
+
+/// What a save would do, found read-only (`hactl etcd snapshot save --dry-run`).
+#[derive(Debug, Clone)]
+pub struct Preview {
+    /// The leader it would stream from.
+    pub leader: String,
+    pub etcd_version: String,
+    /// The cluster's revision now.
+    pub revision: i64,
+    /// The leader's database size now (the snapshot's size, near enough).
+    pub db_size: i64,
+    /// Where the snapshot would go: `<out_dir>/<cluster>-<UTC time>.db` (the time of the save).
+    pub path: PathBuf,
+    /// Its sidecar, beside it.
+    pub sidecar: PathBuf,
+    /// The encrypted bundle beside it, unless `--no-bundle`.
+    pub bundle: Option<PathBuf>,
+}
+
+/// What [`take`] would do now, reading only: the leader and its numbers, and the files it would
+/// write (named as if taken now). Writes nothing here or on a host: no canary, no high-water
+/// mark, no directory.
+pub async fn preview(
+    inv: &Inventory,
+    state: &StateDir,
+    transports: &Transports,
+    out_dir: &Path,
+    bundle: bool,
+) -> anyhow::Result<Preview> {
+    let l = leader(inv, state, transports).await?;
+    let stem = snapshot::file_stem(&inv.name, time::OffsetDateTime::now_utc());
+    let path = out_dir.join(format!("{stem}.db"));
+    Ok(Preview {
+        leader: l.host,
+        etcd_version: l.status.version,
+        revision: l.revision_before,
+        db_size: l.status.db_size_bytes,
+        sidecar: sidecar_path(&path),
+        bundle: bundle.then(|| out_dir.join(format!("{stem}.bundle.age"))),
+        path,
+    })
+}
+
+/// Takes a snapshot from the leader into `out_dir`. Records the high-water mark.
+pub async fn take(
+    inv: &Inventory,
+    state: &StateDir,
+    transports: &Transports,
+    out_dir: &Path,
+    bundle: bool,
+) -> anyhow::Result<Saved> {
+    let Leader {
+        host: leader_host,
+        client: mut c,
+        status,
+        mut revision_before,
+    } = leader(inv, state, transports).await?;
+    let version = status.version.clone();
     // The canary: a write just before the save, so the snapshot's revision (the newest key's, as
     // `snapshot status` reports it) must reach this write's, proving it holds it.
     let canary = c

@@ -185,8 +185,72 @@ fn journal(lab: &TestLab, run: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// Saves a snapshot with `hactl etcd snapshot save`; returns its path and revision.
+/// What a directory holds (names, sorted; none when it does not exist).
+fn listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|r| {
+            r.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Saves a snapshot with `hactl etcd snapshot save`; returns its path and revision. Its
+/// `--dry-run` first: it names the leader and the files, and writes none of them, nor the
+/// high-water mark or the canary key.
 fn snapshot(lab: &TestLab, out: &Path) -> (PathBuf, i64) {
+    // The canary's value, read through the first member that answers (a host powered off or
+    // a member stopped is passed over).
+    let canary = |lab: &TestLab| {
+        let argv = [
+            "/usr/local/sbin/hactl-etcdctl",
+            "get",
+            hactl::snapshot::CANARY_KEY,
+            "--print-value-only",
+        ];
+        lab.hosts()
+            .iter()
+            .filter(|h| h.name.starts_with("cp"))
+            .filter_map(|h| lab.lab().exec(&h.name, &argv).ok())
+            .find(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .expect("no member answered a read of the canary key")
+    };
+    let (files, hwm, canary_before) = (
+        listing(out),
+        std::fs::read(state_dir(lab).join("hwm.json")).ok(),
+        canary(lab),
+    );
+    let said = ok(
+        lab,
+        &[
+            "etcd",
+            "snapshot",
+            "save",
+            "--dry-run",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        said.contains("nothing written") && said.contains("from the leader"),
+        "{said}"
+    );
+    assert!(said.contains(&format!("{}/", out.display())), "{said}");
+    assert_eq!(
+        listing(out),
+        files,
+        "snapshot save --dry-run wrote into {}",
+        out.display()
+    );
+    assert_eq!(
+        std::fs::read(state_dir(lab).join("hwm.json")).ok(),
+        hwm,
+        "--dry-run wrote hwm.json"
+    );
+    assert_eq!(canary(lab), canary_before, "--dry-run wrote the canary key");
     let path = PathBuf::from(ok(lab, &["etcd", "snapshot", "save", "--out", out.to_str().unwrap()]).trim());
     let sidecar: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(format!("{}.json", path.display())).unwrap()).unwrap();
