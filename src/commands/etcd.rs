@@ -48,17 +48,26 @@ pub async fn save(args: &SnapshotSaveArgs) -> anyhow::Result<i32> {
     Ok(crate::exit::OK)
 }
 
+/// A database size for the operator: KiB below 1 MiB (a new cluster's is a few dozen KiB).
+fn size(bytes: i64) -> String {
+    if bytes < 1 << 20 {
+        format!("{} KiB", (bytes + 1023) / 1024)
+    } else {
+        format!("{:.1} MiB", bytes as f64 / 1048576.0)
+    }
+}
+
 /// What `snapshot save --dry-run` prints: the leader, its numbers and every write it would make.
 fn preview_text(p: &snapshot::Preview) -> String {
     let mut out = format!(
         "snapshot save (dry run: nothing written)\n\
-         stream a snapshot from the leader {} (etcd {}, revision {}, database {:.1} MiB) after \
+         stream a snapshot from the leader {} (etcd {}, revision {}, database {}) after \
          writing the canary key {} through it\n\
          write {} (named for the time of the save), then its sidecar {}\n",
         p.leader,
         p.etcd_version,
         p.revision,
-        p.db_size as f64 / 1048576.0,
+        size(p.db_size),
         snapshot::CANARY_KEY,
         p.path.display(),
         p.sidecar.display()
@@ -142,6 +151,9 @@ mod tests {
             assert!(text.contains(part), "{part:?} missing from:\n{text}");
         }
         p.bundle = None;
-        assert!(preview_text(&p).contains("no bundle of CAs and keys (--no-bundle)"));
+        p.db_size = 20480;
+        let text = preview_text(&p);
+        assert!(text.contains("no bundle of CAs and keys (--no-bundle)"), "{text}");
+        assert!(text.contains("database 20 KiB)"), "{text}");
     }
 }
