@@ -679,19 +679,22 @@ impl Session {
         let mode = format!("{:04o}", upload.mode & 0o7777);
         let timeout = upload_timeout(upload.size());
         debug!("{}: write {upload}", self.host);
-        let finish = RemoteCommand::new([
-            "sh",
-            "-c",
-            &recording(FINISH_SCRIPT),
-            "sh",
-            &tmp,
-            &owner,
-            &mode,
-            &upload.path,
-            record_digest(upload),
-            crate::digest_cache::DIR,
-        ])
-        .with_timeout(timeout);
+        let install_with = |script: &str| {
+            RemoteCommand::new([
+                "sh",
+                "-c",
+                &recording(script),
+                "sh",
+                &tmp,
+                &owner,
+                &mode,
+                &upload.path,
+                record_digest(upload),
+                crate::digest_cache::DIR,
+            ])
+            .with_timeout(timeout)
+        };
+        let finish = install_with(FINISH_SCRIPT);
 
         if !self.sudo {
             match self.sftp().await {
@@ -742,19 +745,7 @@ impl Session {
         }
         if let Content::Bytes(bytes) = &upload.content {
             // Round trip 2 (sudo, or no sftp): everything in one command, content on stdin.
-            let install = RemoteCommand::new([
-                "sh",
-                "-c",
-                &recording(INSTALL_SCRIPT),
-                "sh",
-                &tmp,
-                &owner,
-                &mode,
-                &upload.path,
-                record_digest(upload),
-                crate::digest_cache::DIR,
-            ])
-            .with_timeout(timeout);
+            let install = install_with(INSTALL_SCRIPT);
             self.run_checked(&install, Some(bytes), "writing the file")
                 .await?;
             return Ok(UploadOutcome::Written);
