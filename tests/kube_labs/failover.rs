@@ -1,11 +1,12 @@
 //! Failures of a real control plane (the binaries of `HACTL_KUBE_BIN_DIR`, or of the cache
-//! `scripts/kube-binaries.sh` builds; never skipped as root):
-//! - the host holding the controller-manager and scheduler Leases loses power: another
+//! `scripts/kube-binaries.sh` builds; never skipped as root), one after the other on one lab (a
+//! lab each cost a whole bring-up; the second failure starts once the first has been measured):
+//! - the load balancer holding the VIP loses power while kubectl polls through the VIP: the API
+//!   answers again within 5 s; powered on, status is healthy again without hactl;
+//! - then the host holding the controller-manager and scheduler Leases loses power: another
 //!   control-plane host holds each within the Lease duration plus the renew deadline (15 s + 10 s,
 //!   the components' defaults), `hactl status` names the new holders and says degraded, and after
-//!   power-on and `hactl up` it is healthy again;
-//! - the load balancer holding the VIP loses power while kubectl polls through the VIP: the API
-//!   answers again within 5 s.
+//!   power-on and `hactl up` it is healthy again.
 
 use crate::support::kube as kube_support;
 use crate::support::lab as lab_support;
@@ -20,11 +21,81 @@ use lab_support::eventually;
 const HANDOVER_BOUND: Duration = Duration::from_secs(15 + 10);
 
 #[test]
-fn kubernetes_leases_move_when_their_holder_loses_power() {
-    let name = "kubernetes_leases_move_when_their_holder_loses_power";
+fn kubernetes_answers_through_the_vip_and_its_leases_move_when_their_holders_lose_power() {
+    let name = "kubernetes_failover";
     let Some(mut k) = KubeLab::up(name, 3, 2, 0) else {
         return;
     };
+    // 1. The load balancer holding the VIP loses power.
+    let mut holder = None;
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            holder = k.vip_holder();
+            holder.is_some()
+        }),
+        "no load balancer holds the VIP"
+    );
+    let lb_holder = holder.unwrap();
+    let poller = k.poll_readyz();
+    assert!(
+        poller.wait_answered(2, Duration::from_secs(60)),
+        "kubectl does not answer through the VIP"
+    );
+    let cut = Instant::now();
+    k.lab.fault(&lb_holder, Fault::PowerCut);
+    std::thread::sleep(Duration::from_secs(20));
+    let attempts = poller.stop();
+    report_failures(name, cut, &attempts);
+    let before: Vec<_> = attempts.iter().filter(|a| a.end < cut).collect();
+    assert!(
+        !before.is_empty() && before.iter().all(|a| a.ok),
+        "kubectl did not answer through the VIP before the cut"
+    );
+    // The outage: none when no request failed; else from the cut to the end of the first good
+    // answer that started after the last failure.
+    assert!(
+        attempts.iter().any(|a| a.ok && a.start > cut),
+        "kubectl never answered through the VIP after the cut"
+    );
+    let back = match attempts
+        .iter()
+        .filter(|a| !a.ok && a.end > cut)
+        .map(|a| a.end)
+        .max()
+    {
+        None => Duration::ZERO,
+        Some(last_failure) => attempts
+            .iter()
+            .find(|a| a.ok && a.start >= last_failure)
+            .map(|a| a.end.duration_since(cut))
+            .expect("kubectl never answered again through the VIP after it failed"),
+    };
+    let new_holder = k.vip_holder();
+    println!(
+        "{name}: VIP moved {lb_holder} → {new_holder:?}; the API answered again {:.2} s after the power cut",
+        back.as_secs_f64()
+    );
+    assert_ne!(new_holder.as_deref(), Some(lb_holder.as_str()));
+    assert!(
+        back <= Duration::from_secs(5),
+        "the API answered through the VIP only {back:?} after the power cut"
+    );
+
+    // Powered on again, the load balancer's units start with it: status healthy (the Leases'
+    // failure below then is the only one status can see).
+    k.lab.fault(&lb_holder, Fault::Poweron);
+    let mut last = (0, serde_json::Value::Null);
+    let healthy = eventually(Duration::from_secs(180), || {
+        last = k.status();
+        last.0 == 0
+    });
+    assert!(
+        healthy,
+        "status is not healthy once {lb_holder} is back: {}",
+        last.1
+    );
+
+    // 2. The host holding the Leases loses power.
     let before = k.wait_leases(Duration::from_secs(120), |h| h.starts_with("cp"));
     let victim = before["kube-system/kube-controller-manager"].clone();
     eprintln!("{name}: Lease holders before: {before:?}; power-cutting {victim}");
@@ -78,65 +149,4 @@ fn kubernetes_leases_move_when_their_holder_loses_power() {
         last.0 == 0
     });
     assert!(healthy, "status is not healthy after power-on and up: {}", last.1);
-}
-
-#[test]
-fn kubernetes_answers_through_the_vip_when_its_holder_loses_power() {
-    let name = "kubernetes_answers_through_the_vip_when_its_holder_loses_power";
-    let Some(mut k) = KubeLab::up(name, 3, 2, 0) else {
-        return;
-    };
-    let mut holder = None;
-    assert!(
-        eventually(Duration::from_secs(30), || {
-            holder = k.vip_holder();
-            holder.is_some()
-        }),
-        "no load balancer holds the VIP"
-    );
-    let holder = holder.unwrap();
-    let poller = k.poll_readyz();
-    assert!(
-        poller.wait_answered(2, Duration::from_secs(60)),
-        "kubectl does not answer through the VIP"
-    );
-    let cut = Instant::now();
-    k.lab.fault(&holder, Fault::PowerCut);
-    std::thread::sleep(Duration::from_secs(20));
-    let attempts = poller.stop();
-    report_failures(name, cut, &attempts);
-    let before: Vec<_> = attempts.iter().filter(|a| a.end < cut).collect();
-    assert!(
-        !before.is_empty() && before.iter().all(|a| a.ok),
-        "kubectl did not answer through the VIP before the cut"
-    );
-    // The outage: none when no request failed; else from the cut to the end of the first good
-    // answer that started after the last failure.
-    assert!(
-        attempts.iter().any(|a| a.ok && a.start > cut),
-        "kubectl never answered through the VIP after the cut"
-    );
-    let back = match attempts
-        .iter()
-        .filter(|a| !a.ok && a.end > cut)
-        .map(|a| a.end)
-        .max()
-    {
-        None => Duration::ZERO,
-        Some(last_failure) => attempts
-            .iter()
-            .find(|a| a.ok && a.start >= last_failure)
-            .map(|a| a.end.duration_since(cut))
-            .expect("kubectl never answered again through the VIP after it failed"),
-    };
-    let new_holder = k.vip_holder();
-    println!(
-        "{name}: VIP moved {holder} → {new_holder:?}; the API answered again {:.2} s after the power cut",
-        back.as_secs_f64()
-    );
-    assert_ne!(new_holder.as_deref(), Some(holder.as_str()));
-    assert!(
-        back <= Duration::from_secs(5),
-        "the API answered through the VIP only {back:?} after the power cut"
-    );
 }
