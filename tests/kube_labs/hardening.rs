@@ -3,9 +3,10 @@
 //! sandboxed (no new privileges, no capabilities, a read-only root), the apiserver refuses TLS 1.1
 //! and a TLS 1.2 cipher outside its list, and the apiserver's kubelet client is bound by RBAC
 //! (`system:kubelet-api-admin`), not `system:masters`; `up` recreates the binding when it is gone.
-//! No kubelet runs in the lab, so `kubectl logs`/`exec` through the kubelet client are not tried:
-//! the binding, the certificate's subject and what RBAC allows that subject are.
-//! In the same lab: `status` with only the operator's route to one member cut (point 11), and
+//! Here the binding, the certificate's subject and what RBAC allows that subject are checked;
+//! `kubectl exec` through the kubelet client into a running pod is `nodes::pods_run`'s.
+//! They run on `up`'s lab (3 control planes, 2 load balancers), after its checks. In the same lab:
+//! `status` with only the operator's route to one member cut (point 11), and
 //! etcd's peer port refusing every certificate of the etcd CA but the members' peer ones (point 7).
 
 use crate::support::kube as kube_support;
@@ -24,12 +25,13 @@ fn s_client(k: &KubeLab, from: &str, target: &str, args: &[&str]) -> (bool, Stri
     (done, all)
 }
 
-#[test]
-fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bound_by_rbac() {
-    let name = "kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bound_by_rbac";
-    let Some(k) = KubeLab::up(name, 3, 0, 0) else {
-        return;
-    };
+/// Run by `up::kubernetes_control_plane_comes_up_with_real_binaries` on its lab once its own
+/// checks passed: the checks below only read the cluster, or change it and put it back (the
+/// binding, a route), so they need no bring-up of their own.
+pub(crate) fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bound_by_rbac(
+    k: &KubeLab,
+) {
+    let name = "hardening";
 
     // 1. Every unit runs sandboxed: read from the running process, not from the unit file.
     for c in Component::ALL {
@@ -86,20 +88,20 @@ fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bo
     // 2. TLS: 1.1 refused by the server, 1.2 with an AEAD suite accepted, a CBC suite refused.
     let api = format!("{}:6443", k.lab.ip("cp1"));
     // SECLEVEL=0 lets this openssl offer TLS 1.1 at all, so a failure is the server's refusal.
-    let (ok11, out11) = s_client(&k, "cp2", &api, &["-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0"]);
+    let (ok11, out11) = s_client(k, "cp2", &api, &["-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0"]);
     assert!(!ok11, "TLS 1.1 was accepted:\n{out11}");
     assert!(
         out11.contains("protocol version") || out11.contains("alert"),
         "TLS 1.1 failed on the client side, not by the server's refusal:\n{out11}"
     );
-    let (ok12, out12) = s_client(&k, "cp2", &api, &["-tls1_2"]);
+    let (ok12, out12) = s_client(k, "cp2", &api, &["-tls1_2"]);
     assert!(ok12, "TLS 1.2 was refused:\n{out12}");
     assert!(
         out12.contains("GCM"),
         "TLS 1.2 did not use an AEAD suite:\n{out12}"
     );
     let (cbc, out_cbc) = s_client(
-        &k,
+        k,
         "cp2",
         &api,
         &[
@@ -112,9 +114,9 @@ fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bo
     // The controller-manager and scheduler serve on 127.0.0.1 with the same floor.
     for port in ["10257", "10259"] {
         let target = format!("127.0.0.1:{port}");
-        let (ok, out) = s_client(&k, "cp1", &target, &["-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0"]);
+        let (ok, out) = s_client(k, "cp1", &target, &["-tls1_1", "-cipher", "DEFAULT@SECLEVEL=0"]);
         assert!(!ok, "{target}: TLS 1.1 was accepted:\n{out}");
-        let (ok, out) = s_client(&k, "cp1", &target, &["-tls1_2"]);
+        let (ok, out) = s_client(k, "cp1", &target, &["-tls1_2"]);
         assert!(ok, "{target}: TLS 1.2 was refused:\n{out}");
     }
     eprintln!("{name}: TLS 1.1 and a CBC suite refused, TLS 1.2 with GCM accepted");
@@ -196,7 +198,7 @@ fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bo
     //    is unreachable from here but healthy to its peers, and still raises the high-water mark
     //    because a leader answered.
     let operator = k.lab.lab().operator_address.to_string();
-    let hwm_before = hwm_revision(&k);
+    let hwm_before = hwm_revision(k);
     k.lab.exec_ok(
         "cp3",
         &["ip", "route", "add", "blackhole", &format!("{operator}/32")],
@@ -233,7 +235,7 @@ fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bo
         "{problems:#?}"
     );
     assert_eq!(code, 5, "the operator's partition is still reported (exit 5)");
-    let hwm_after = hwm_revision(&k);
+    let hwm_after = hwm_revision(k);
     assert!(
         doc["leader"].as_str().is_some_and(|l| !l.is_empty()) && hwm_after > hwm_before,
         "a leader answered, so status raised the mark: {hwm_before} -> {hwm_after} ({})",
@@ -295,7 +297,6 @@ fn kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bo
         ],
     );
     eprintln!("{name}: the peer port admits peer certificates only");
-    println!("{name}: passed; first `hactl up` took {:.1} s", k.up_seconds);
 }
 
 /// The revision in the state directory's `hwm.json`; 0 when none was recorded yet.

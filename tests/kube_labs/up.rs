@@ -1,7 +1,8 @@
 //! `hactl up` with a `kubernetes` section brings up a real control plane (the binaries of
 //! `HACTL_KUBE_BIN_DIR`, or of the cache `scripts/kube-binaries.sh` builds; never skipped as root):
 //! three apiservers ready behind the VIP, kubectl through the VIP with the admin kubeconfig, both
-//! Leases held, and a second `up` with nothing to do.
+//! Leases held, and a second `up` with nothing to do; then, on the same lab, the hardening checks
+//! of `hardening.rs`.
 
 use crate::support::kube as kube_support;
 
@@ -83,7 +84,11 @@ fn kubernetes_control_plane_comes_up_with_real_binaries() {
         "cp1's record for kube-apiserver: {record:?}"
     );
     println!(
-        "{name}: passed; first `hactl up` with Kubernetes took {:.1} s",
+        "{name}: the bring-up's checks passed; first `hactl up` with Kubernetes took {:.1} s",
         k.up_seconds
     );
+
+    // The hardening checks on the same lab (no bring-up of their own).
+    crate::hardening::kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bound_by_rbac(&k);
+    println!("{name}: passed");
 }
