@@ -27,8 +27,10 @@
 # disk runs in the background (as root) while the first stages compile and test: the Kubernetes
 # binaries and node images, the lab's base images (`hactl lab image`, once the hactl binary is
 # built), the fresh-machine root, and the Vagrant packages and box. Nothing runs beside the lab
-# tests or the Vagrant lab: both wait for every preparation still under way first (the lab tests
-# are timing-sensitive: etcd's fsyncs, keepalived's and the tests' deadlines on 2 cores).
+# tests or the Vagrant lab at normal priority: both wait for every preparation still under way
+# first (the lab tests are timing-sensitive: etcd's fsyncs, keepalived's and the tests' deadlines
+# on 2 cores). The release build alone starts as the lab tests do, at idle priority (nice 19, idle
+# I/O class): it takes only the CPU they leave, and the release stage waits for the rest of it.
 # HACTL_TEST_OVERLAP=1 (not CI's default) also starts the release build and cargo-deny's install at
 # once at idle priority (nice 19, idle I/O class), and runs `lint` (its clippy shares target/debug
 # with the test build, so it waits until the lab tests have started) and `fresh` at idle priority
@@ -275,6 +277,13 @@ stage_lab() {
     need image_bookworm
   fi
   [ "$overlap" = 1 ] || quiet_machine "the lab tests"
+  # The release stage's build (cold on a fresh machine: 500-1100 s in CI runs, on the critical
+  # path when it ran after the lab tests) starts now at idle priority: it gets only the CPU the
+  # lab tests leave (their waits on timers and the network), and the release stage waits for
+  # what is left of it.
+  if selected release && [ ! -e "$jobs_dir/release_build.started" ]; then
+    job_bg release_build idle prep_release_build
+  fi
   local pid rc=0
   nextest_run "$run/lab.out" "${lab_args[@]}" &
   pid=$!
