@@ -776,6 +776,11 @@ pub struct LabUpArgs {
     /// Where to write the inventory (default: inventory.yaml in the lab's directory).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Keep the hosts' disks in memory (a tmpfs of the lab's own) rather than under the lab's
+    /// directory: faster on a busy machine; what the hosts wrote is gone with the lab or when this
+    /// machine restarts. Also set by HACTL_LAB_IN_MEMORY=1.
+    #[arg(long)]
+    pub in_memory: bool,
     /// Once the lab is up, bring the cluster up on it with that inventory.
     #[arg(long)]
     pub apply: bool,

@@ -28,6 +28,7 @@ fn run_blocking(cmd: LabCommand) -> Result<Option<PathBuf>> {
             opts.spares = args.spares;
             opts.workers = args.workers;
             opts.suite = args.suite;
+            opts.in_memory |= args.in_memory;
             if let Some(out) = args.out {
                 opts.out = out;
             }

@@ -140,6 +140,11 @@ pub struct LabUpOptions {
     pub out: PathBuf,
     /// Lab state directory (default [`lab_root`]).
     pub root: PathBuf,
+    /// Keep the hosts' disks (their overlays' upper layers) in a tmpfs of the lab's own instead of
+    /// under `root`: no disk writeback and free fsyncs, which matters on a loaded machine (the
+    /// test suite); what the hosts wrote is lost with the lab, or when this machine restarts.
+    /// Default: `HACTL_LAB_IN_MEMORY=1`.
+    pub in_memory: bool,
 }
 
 impl LabUpOptions {
@@ -156,6 +161,7 @@ impl LabUpOptions {
             suite: "trixie".to_string(),
             out: lab_dir(&root, name).join("inventory.yaml"),
             root,
+            in_memory: std::env::var("HACTL_LAB_IN_MEMORY").is_ok_and(|v| v == "1"),
         }
     }
 }
@@ -210,6 +216,9 @@ pub struct Lab {
     pub known_hosts: PathBuf,
     pub inventory_path: PathBuf,
     pub state_dir: PathBuf,
+    /// The hosts' disks are in a tmpfs mounted on `<dir>/hosts` ([`LabUpOptions::in_memory`]).
+    #[serde(default)]
+    pub in_memory: bool,
 }
 
 /// Whether a host's container is running.
@@ -415,6 +424,17 @@ pub fn up(opts: &LabUpOptions) -> Result<Lab> {
         down_at(&opts.root, name)?;
     }
     proc::create_private_dir(&dir)?;
+    if opts.in_memory {
+        // The hosts' overlays (upper and work dirs, which must share a file system) and their
+        // console logs; `down` unmounts it with the overlays, deepest first.
+        let hosts = dir.join("hosts");
+        proc::create_private_dir(&hosts)?;
+        proc::run(
+            local_command::new("mount")
+                .args(["-t", "tmpfs", "-o", "mode=0700", "hactl-lab"])
+                .arg(&hosts),
+        )?;
+    }
 
     // Choosing a subnet and creating the bridge is one critical section across parallel `up`s.
     let (bridge, net_addr) = {
@@ -527,6 +547,7 @@ fn new_lab(
         known_hosts: dir.join("known_hosts"),
         inventory_path: out,
         state_dir: dir.join("state"),
+        in_memory: opts.in_memory,
     }
 }
 

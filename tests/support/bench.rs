@@ -8,13 +8,14 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use super::lab::have_root;
+use super::lab::{have_root, in_memory};
 
 /// Runs `bench/<script> <args>` from the repository with an explicit environment: `PATH`,
 /// `HOME`, the Rust toolchain's variables and every `HACTL_*` variable of the test, then `HACTL`
 /// (this build's binary), `BENCH_PROFILE=dev` (a bench that builds an example builds it like
-/// the tests) and, given one, `HACTL_KUBE_BIN_DIR`. Asserts that it exits 0 and that its output
-/// holds `result` (the line with its figures). Skips (printing why) without root.
+/// the tests), `HACTL_LAB_IN_MEMORY` as the lab tests have it and, given one,
+/// `HACTL_KUBE_BIN_DIR`. Asserts that it exits 0 and that its output holds `result` (the line
+/// with its figures). Skips (printing why) without root.
 pub fn run_quick(test: &str, script: &str, args: &[&str], result: &str, kube_bin_dir: Option<&Path>) {
     if !have_root(test) {
         return;
@@ -39,7 +40,8 @@ pub fn run_quick(test: &str, script: &str, args: &[&str], result: &str, kube_bin
         }
     }
     cmd.env("HACTL", env!("CARGO_BIN_EXE_hactl"))
-        .env("BENCH_PROFILE", "dev");
+        .env("BENCH_PROFILE", "dev")
+        .env("HACTL_LAB_IN_MEMORY", if in_memory() { "1" } else { "0" });
     if let Some(dir) = kube_bin_dir {
         cmd.env("HACTL_KUBE_BIN_DIR", dir);
     }

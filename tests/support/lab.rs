@@ -62,6 +62,14 @@ fn remove_stale(root: &Path, test_name: &str) {
     }
 }
 
+/// Whether the test labs keep their hosts' disks in memory (`LabUpOptions::in_memory`): yes, unless
+/// `HACTL_LAB_IN_MEMORY=0`. On the 2-core machines the suite runs on, the lab hosts' writes (the
+/// Kubernetes binaries copied to every host, etcd's WAL and its fsyncs) cost the disk's writeback
+/// a third of a core and made etcd's fsyncs wait behind it (docs/development/testing.md).
+pub fn in_memory() -> bool {
+    std::env::var("HACTL_LAB_IN_MEMORY").map_or(true, |v| v != "0")
+}
+
 impl TestLab {
     /// Brings up `cps` control planes, `lbs` load balancers and `spares` spares on `suite`
     /// (`trixie`, `bookworm`); `None` (after printing `SKIPPED`) when not root. Panics if the lab
@@ -85,6 +93,7 @@ impl TestLab {
         remove_stale(&root, test_name);
         let name = lab_name(test_name, std::process::id());
         let mut opts = LabUpOptions::new(&name);
+        opts.in_memory = in_memory();
         shape(&mut opts);
         opts.root = root.clone();
         opts.out = lab::lab_dir(&root, &name).join("inventory.yaml");
@@ -128,6 +137,7 @@ impl TestLab {
         let started = Instant::now();
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_hactl"))
             .args(["lab", "up", "--name", &name])
+            .args(in_memory().then_some("--in-memory"))
             .args(args)
             .env("HACTL_LAB_DIR", &root)
             .stdin(std::process::Stdio::null())
