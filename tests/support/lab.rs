@@ -64,8 +64,9 @@ fn remove_stale(root: &Path, test_name: &str) {
 
 /// Whether the test labs keep their hosts' disks in memory (`LabUpOptions::in_memory`): yes, unless
 /// `HACTL_LAB_IN_MEMORY=0`. On the 2-core machines the suite runs on, the lab hosts' writes (the
-/// Kubernetes binaries copied to every host, etcd's WAL and its fsyncs) cost the disk's writeback
-/// a third of a core and made etcd's fsyncs wait behind it (docs/development/testing.md).
+/// Kubernetes binaries copied to every host, etcd's WAL and its fsyncs) cost the kernel's
+/// writeback a third of a core, and the lab stage took 1833 s in memory against more than 3,000
+/// on disk (docs/development/testing.md).
 pub fn in_memory() -> bool {
     std::env::var("HACTL_LAB_IN_MEMORY").map_or(true, |v| v != "0")
 }
