@@ -158,7 +158,6 @@ mod tests {
             known_hosts: dir.join("known_hosts"),
             inventory_path: dir.join("inventory.yaml"),
             state_dir: dir.join("state"),
-            in_memory: false,
         };
         let yaml = render(&lab).unwrap();
         let raw: RawInventory = serde_saphyr::from_str(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));

@@ -216,9 +216,6 @@ pub struct Lab {
     pub known_hosts: PathBuf,
     pub inventory_path: PathBuf,
     pub state_dir: PathBuf,
-    /// The hosts' disks are in a tmpfs mounted on `<dir>/hosts` ([`LabUpOptions::in_memory`]).
-    #[serde(default)]
-    pub in_memory: bool,
 }
 
 /// Whether a host's container is running.
@@ -547,7 +544,6 @@ fn new_lab(
         known_hosts: dir.join("known_hosts"),
         inventory_path: out,
         state_dir: dir.join("state"),
-        in_memory: opts.in_memory,
     }
 }
 
