@@ -47,7 +47,8 @@ pub struct Latest {
 #[serde(rename_all = "camelCase")]
 pub struct BackupRow {
     pub host: String,
-    /// Empty when the host has no `latest.json`.
+    /// Empty (`null`) when the host has no `latest.json`.
+    #[serde(serialize_with = "crate::output::empty_as_null")]
     pub file: String,
     /// Age of `latest.json`'s snapshot by the host's own clock; None without one.
     pub age_seconds: Option<i64>,
@@ -55,7 +56,7 @@ pub struct BackupRow {
     /// How long the host's timer has been active (seconds), None when it is not.
     #[serde(skip)]
     pub timer_active_seconds: Option<i64>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// Why the host's record could not be read; empty when it was.
     pub errors: Vec<String>,
 }
 

@@ -333,7 +333,7 @@ pub struct RemoteStatus {
     pub newest: Option<RemoteSnapshot>,
     /// Copies of this cluster there (with their checksum).
     pub copies: usize,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Why the remote could not be listed (`null` when it was).
     pub error: Option<String>,
 }
 

@@ -34,8 +34,8 @@ pub struct CertRow {
     /// none of them, so `hactl up` or `hactl certs renew` will replace it). Always `None` for
     /// the state directory's own rows.
     pub matches: Option<String>,
-    /// Why a row could not be read (an unparsable file); the other fields are then empty.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// Why a row could not be read (an unparsable file); the other fields are then empty
+    /// (`null` in [`json`]).
     pub error: Option<String>,
 }
 
@@ -48,6 +48,27 @@ impl CertRow {
 
 /// The location of the state directory's rows.
 pub const STATE: &str = "state";
+
+/// The `kind` of `hactl certs check -o json`'s document.
+pub const JSON_KIND: &str = "CertificateReport";
+
+/// The body of `hactl certs check -o json`: every row and the problems. What a row that could
+/// not be read does not know (subject, issuer, serial, SANs, expiry) is `null`. Pure.
+pub fn json(rows: &[CertRow], problems: &[String]) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            let mut v = serde_json::json!(r);
+            if r.error.is_some() {
+                for unknown in ["subject", "issuer", "serial", "sans", "notAfter", "daysLeft"] {
+                    v[unknown] = serde_json::Value::Null;
+                }
+            }
+            v
+        })
+        .collect();
+    serde_json::json!({ "certificates": rows, "problems": problems })
+}
 
 /// A certificate read from a file: its DER (for matching) and its row.
 struct Read {

@@ -343,6 +343,58 @@ pub fn confirm(what: &str) -> anyhow::Result<()> {
     }
 }
 
+/// The `apiVersion` of every JSON document hactl prints (`-o json`), as kubeadm's and
+/// kubectl's documents carry theirs: a reader checks it before trusting the fields.
+pub const API_VERSION: &str = "hactl.io/v1alpha1";
+
+/// One `-o json` document: `apiVersion` and `kind` first, then the body's own fields in their
+/// order (docs/reference/json.md lists every kind).
+#[derive(serde::Serialize)]
+pub struct Document<'a, T: serde::Serialize> {
+    #[serde(rename = "apiVersion")]
+    api_version: &'static str,
+    kind: &'a str,
+    #[serde(flatten)]
+    body: &'a T,
+}
+
+/// The document of `kind` around `body` (an object: a struct or a JSON map).
+pub fn document<'a, T: serde::Serialize>(kind: &'a str, body: &'a T) -> Document<'a, T> {
+    Document {
+        api_version: API_VERSION,
+        kind,
+        body,
+    }
+}
+
+/// Prints the document of `kind` around `body` on stdout, pretty, with a final newline.
+pub fn print_document<T: serde::Serialize>(kind: &str, body: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(&document(kind, body))?);
+    Ok(())
+}
+
+/// `serialize_with` for a text that is empty when unknown: `null` then, never `""`.
+pub fn empty_as_null<S: serde::Serializer>(v: &str, s: S) -> Result<S::Ok, S::Error> {
+    if v.is_empty() {
+        s.serialize_none()
+    } else {
+        s.serialize_str(v)
+    }
+}
+
+/// `serialize_with` for a number that is 0 when unknown (a raft term, a revision, a size no
+/// member reported): `null` then, never `0`.
+pub fn zero_as_null<S: serde::Serializer, N>(v: &N, s: S) -> Result<S::Ok, S::Error>
+where
+    N: serde::Serialize + Default + PartialEq,
+{
+    if *v == N::default() {
+        s.serialize_none()
+    } else {
+        v.serialize(s)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

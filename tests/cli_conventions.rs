@@ -89,6 +89,8 @@ fn validate_reports_json() {
     let out = hactl(&["validate", "-i", good.to_str().unwrap(), "-o", "json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["apiVersion"], "hactl.io/v1alpha1");
+    assert_eq!(json["kind"], "ValidationReport");
     assert_eq!(json["valid"], true);
     assert_eq!(json["cluster"], "example");
     assert_eq!(json["hosts"], 5);
@@ -104,6 +106,7 @@ fn validate_reports_json() {
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["valid"], false);
+    assert!(json["cluster"].is_null() && json["hosts"].is_null(), "{json}");
     assert_eq!(json["problems"][0]["place"], "hosts[1].address");
     assert!(json["problems"][0]["message"]
         .as_str()

@@ -61,13 +61,9 @@ pub async fn check(args: &CertsCheckArgs) -> anyhow::Result<i32> {
     let mut problems = crate::certs::problems(&rows, inv.pki.renew_before_days);
     problems.extend(unreachable.iter().map(|u| format!("not checked: {u}")));
     match args.output {
-        OutputFormat::Json => println!(
-            "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "certificates": rows,
-                "problems": problems,
-            }))?
-        ),
+        OutputFormat::Json => {
+            crate::output::print_document(crate::certs::JSON_KIND, &crate::certs::json(&rows, &problems))?
+        }
         OutputFormat::Table => {
             print!("{}", crate::certs::table(&rows));
             for p in &problems {

@@ -14,7 +14,7 @@ pub async fn run(args: &CheckArgs) -> anyhow::Result<i32> {
     let rows = check::check_hosts(&inv, &state, &hosts, &args.connect.settings()).await;
     match args.output {
         OutputFormat::Table => print!("{}", check::table(&rows)),
-        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&rows)?),
+        OutputFormat::Json => crate::output::print_document(check::JSON_KIND, &check::json(&rows))?,
     }
     let failed = rows.iter().filter(|r| r.verdict == Verdict::Fail).count();
     if failed > 0 {

@@ -90,15 +90,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     }
 }
 
-/// `hactl validate`: every problem with its place (text), or the same as JSON on stdout.
-fn validate(args: &crate::cli::ValidateArgs) -> anyhow::Result<i32> {
-    let file = args.inventory.inventory.display().to_string();
-    if args.output == crate::cli::OutputFormat::Table {
-        let inv = load_inventory(&args.inventory)?;
-        println!("{file}: valid: cluster {}, {} hosts", inv.name, inv.hosts.len());
-        return Ok(exit::OK);
-    }
-    let report = match inventory::load(&args.inventory.inventory) {
+/// The `kind` of `hactl validate -o json`'s document.
+pub const VALIDATION_KIND: &str = "ValidationReport";
+
+/// The body of `hactl validate -o json`: the file, whether it is valid, and every problem with
+/// its place; the cluster's name and host count are `null` when the file is not valid.
+pub fn validation_report(
+    file: &str,
+    loaded: &Result<inventory::Inventory, inventory::InventoryError>,
+) -> serde_json::Value {
+    match loaded {
         Ok(inv) => serde_json::json!({
             "file": file, "valid": true, "cluster": inv.name, "hosts": inv.hosts.len(), "problems": [],
         }),
@@ -108,10 +109,21 @@ fn validate(args: &crate::cli::ValidateArgs) -> anyhow::Result<i32> {
                 .iter()
                 .map(|p| serde_json::json!({ "place": p.place, "message": p.message, "text": p.to_string() }))
                 .collect();
-            serde_json::json!({ "file": file, "valid": false, "problems": problems })
+            serde_json::json!({ "file": file, "valid": false, "cluster": null, "hosts": null, "problems": problems })
         }
-    };
-    println!("{}", serde_json::to_string_pretty(&report)?);
+    }
+}
+
+/// `hactl validate`: every problem with its place (text), or the same as JSON on stdout.
+fn validate(args: &crate::cli::ValidateArgs) -> anyhow::Result<i32> {
+    let file = args.inventory.inventory.display().to_string();
+    if args.output == crate::cli::OutputFormat::Table {
+        let inv = load_inventory(&args.inventory)?;
+        println!("{file}: valid: cluster {}, {} hosts", inv.name, inv.hosts.len());
+        return Ok(exit::OK);
+    }
+    let report = validation_report(&file, &inventory::load(&args.inventory.inventory));
+    crate::output::print_document(VALIDATION_KIND, &report)?;
     Ok(if report["valid"] == true {
         exit::OK
     } else {

@@ -17,7 +17,7 @@ pub async fn run(args: &StatusArgs) -> anyhow::Result<i32> {
         status::record_hwm(&state, &status);
     }
     match args.output {
-        OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&status)?),
+        OutputFormat::Json => crate::output::print_document(status::JSON_KIND, &status)?,
         OutputFormat::Table => print!("{}", status::table(&status)),
     }
     Ok(status.exit_code())

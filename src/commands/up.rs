@@ -48,7 +48,7 @@ pub(super) async fn print_plan(
         OutputFormat::Json => {
             let mut json = prepared.plan.to_json();
             json["pendingNodes"] = serde_json::json!(prepared.pending_nodes);
-            println!("{}", serde_json::to_string_pretty(&json)?);
+            crate::output::print_document(crate::plan::JSON_KIND, &json)?;
         }
     }
     Ok(())

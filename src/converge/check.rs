@@ -363,6 +363,18 @@ pub fn human_bytes(b: u64) -> String {
     }
 }
 
+/// The `kind` of `hactl check -o json`'s document.
+pub const JSON_KIND: &str = "CheckReport";
+
+/// The body of `hactl check -o json`: every row, and how many failed (the exit code is 1 when
+/// any did).
+pub fn json(rows: &[CheckRow]) -> serde_json::Value {
+    serde_json::json!({
+        "checks": rows,
+        "failed": rows.iter().filter(|r| r.verdict == Verdict::Fail).count(),
+    })
+}
+
 /// Renders rows as an aligned table.
 pub fn table(rows: &[CheckRow]) -> String {
     let w_host = rows.iter().map(|r| r.host.len()).max().unwrap_or(4).max(4);

@@ -17,37 +17,43 @@ use crate::inventory::{Host, Inventory, Role};
 use crate::pki;
 use crate::state::{StateDir, StateView};
 
-/// The JSON document of `hactl status -o json` (schema in docs/reference/json.md).
+/// The `kind` of `hactl status -o json`'s document.
+pub const JSON_KIND: &str = "Status";
+
+/// The JSON document of `hactl status -o json` (schema in docs/reference/json.md); what no
+/// member told is `null`, never `""` or `0`.
 #[derive(Debug, Clone, Serialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusterStatus {
     pub cluster: String,
-    /// Hex cluster ID, as etcdctl prints it; empty when no member answered.
+    /// Hex cluster ID, as etcdctl prints it; empty (`null`) when no member answered.
+    #[serde(serialize_with = "crate::output::empty_as_null")]
     pub cluster_id: String,
-    /// The leader's member name (or hex ID when it has no name yet); empty when none.
+    /// The leader's member name (or hex ID when it has no name yet); empty (`null`) when none.
+    #[serde(serialize_with = "crate::output::empty_as_null")]
     pub leader: String,
+    /// 0 (`null`) when no member answered.
+    #[serde(serialize_with = "crate::output::zero_as_null")]
     pub raft_term: u64,
+    /// 0 (`null`) when no member answered.
+    #[serde(serialize_with = "crate::output::zero_as_null")]
     pub revision: i64,
     pub members: Vec<MemberRow>,
     pub alarms: Vec<AlarmRow>,
     pub certificates: Vec<CertRow>,
     /// Why the cluster is degraded; empty when it is healthy.
     pub problems: Vec<String>,
-    /// The VIP, HAProxy's backends, /readyz through the VIP (absent without load balancers).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The VIP, HAProxy's backends, /readyz through the VIP (`null` without load balancers).
+    /// Every key is always there: a section the inventory does not configure is `null`.
     pub load_balancers: Option<crate::load_balancer::status::LoadBalancerStatus>,
-    /// The Kubernetes control plane, when the inventory has a kubernetes section.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The Kubernetes control plane, when the inventory has a kubernetes section (else `null`).
     pub kubernetes: Option<crate::kubernetes::status::KubernetesStatus>,
     /// Per etcd host, the newest good scheduled backup (`spec.backup`; empty when disabled).
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub backups: Vec<crate::backup::BackupRow>,
-    /// `spec.backup.remote`: the newest copy there and its age.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// `spec.backup.remote`: the newest copy there and its age (`null` without a remote).
     pub backup_remote: Option<crate::backup_remote::RemoteStatus>,
     /// Zombies, old members whose fence is due or awaited, peers of another cluster dialling the
-    /// members ([`crate::old_members::Finding`]); absent when there are none.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// members ([`crate::old_members::Finding`]); empty when there are none.
     pub old_members: Vec<crate::old_members::Finding>,
 }
 
@@ -78,15 +84,20 @@ pub struct MemberRow {
     /// In the inventory (false: a member the inventory does not know).
     pub in_inventory: bool,
     pub healthy: bool,
+    /// What the member's own status answer told: 0 or empty (`null`) when it gave none.
+    #[serde(serialize_with = "crate::output::zero_as_null")]
     pub latency_ms: f64,
+    #[serde(serialize_with = "crate::output::zero_as_null")]
     pub db_size_bytes: i64,
+    #[serde(serialize_with = "crate::output::empty_as_null")]
     pub version: String,
+    #[serde(serialize_with = "crate::output::zero_as_null")]
     pub raft_index: u64,
+    #[serde(serialize_with = "crate::output::zero_as_null")]
     pub raft_applied_index: u64,
     pub errors: Vec<String>,
     /// Whether the other members see it healthy (their own health check, run on a healthy
-    /// member host); absent when hactl reached it itself or no peer could be asked.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// member host); `null` when hactl reached it itself or no peer could be asked.
     pub healthy_from_peers: Option<bool>,
 }
 

@@ -69,13 +69,21 @@ impl HostComponents {
 pub struct LeaseRow {
     /// `kube-system/kube-scheduler`.
     pub name: String,
-    /// The holder identity as written (`cp1_5b0c…`); empty when nobody holds it.
+    /// The holder identity as written (`cp1_5b0c…`); empty (`null`) when nobody holds it.
+    #[serde(serialize_with = "crate::output::empty_as_null")]
     pub holder: String,
-    /// The inventory host the holder runs on, when it is one.
+    /// The inventory host the holder runs on, when it is one (else `null`).
+    #[serde(serialize_with = "crate::output::empty_as_null")]
     pub holder_host: String,
+    /// Empty (`null`) when the Lease was never renewed.
+    #[serde(serialize_with = "crate::output::empty_as_null")]
     pub renew_time: String,
     /// Seconds since the last renewal (negative: the holder's clock is ahead).
+    /// 0 (`null`) when the Lease was never renewed.
+    #[serde(serialize_with = "crate::output::zero_as_null")]
     pub age_seconds: f64,
+    /// 0 (`null`) when the Lease names no duration.
+    #[serde(serialize_with = "crate::output::zero_as_null")]
     pub lease_duration_seconds: i64,
     pub transitions: i64,
     /// Why this Lease is a problem; empty when it is fine.

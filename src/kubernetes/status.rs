@@ -50,11 +50,16 @@ pub struct NodeRow {
     pub in_inventory: bool,
     /// Registered with the API.
     pub registered: bool,
-    /// The `Ready` condition: `True`, `False` or `Unknown` (`""` when not registered).
+    /// The `Ready` condition: `True`, `False` or `Unknown` (empty, `null`, when not registered).
+    #[serde(serialize_with = "crate::output::empty_as_null")]
     pub ready: String,
+    /// Empty (`null`) when not registered.
+    #[serde(serialize_with = "crate::output::empty_as_null")]
     pub kubelet_version: String,
     /// `key=value:effect`.
     pub taints: Vec<String>,
+    /// Empty (`null`) until the controller-manager gives the Node one.
+    #[serde(serialize_with = "crate::output::empty_as_null")]
     pub pod_cidr: String,
     pub unschedulable: bool,
 }

@@ -36,8 +36,11 @@ pub struct BalancerRow {
     pub name: String,
     pub reachable: bool,
     pub holds_vip: bool,
-    /// systemd ActiveState of haproxy.service and keepalived.service.
+    /// systemd ActiveState of haproxy.service and keepalived.service; empty (`null`) when the
+    /// host did not answer.
+    #[serde(serialize_with = "crate::output::empty_as_null")]
     pub haproxy: String,
+    #[serde(serialize_with = "crate::output::empty_as_null")]
     pub keepalived: String,
     pub errors: Vec<String>,
 }

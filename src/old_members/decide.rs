@@ -51,35 +51,27 @@ pub enum Kind {
 #[serde(rename_all = "camelCase")]
 pub struct Finding {
     pub kind: Kind,
-    /// The inventory host, when known.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The inventory host, when known (`null`: a dialler on no host hactl knows).
     pub host: Option<String>,
-    /// The foreign etcd's cluster ID and member ID (hex), when known.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The foreign etcd's cluster ID and member ID (hex), when known (else `null`).
     pub cluster_id: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub member_id: Option<String>,
     /// The current members whose logs show it refused, and how many times in the window.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub refused_by: Vec<String>,
-    #[serde(skip_serializing_if = "is_zero")]
     pub refusals: u64,
-    /// The member history's state of the host (`member`, `old`, `awaitingFence`, `fenced`).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    /// The member history's state of the host (`member`, `old`, `awaitingFence`, `fenced`;
+    /// `null` when it has no record).
     pub recorded: Option<&'static str>,
     /// For people: what was seen.
     pub detail: String,
-    /// The command that fences it (empty for a note).
+    /// The command that fences it (empty, `null`, for a note).
+    #[serde(serialize_with = "crate::output::empty_as_null")]
     pub command: String,
     /// Whether it is a problem (`status` exits 7); false for a note.
     pub problem: bool,
     /// heal may fence it: on a reachable inventory host.
     #[serde(skip)]
     pub fenceable: bool,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 impl Finding {

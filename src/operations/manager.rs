@@ -79,8 +79,8 @@ pub(crate) async fn check_identity(ctx: &Context<'_>, transports: &Transports) -
     ))
 }
 
-/// The `apiVersion` of every JSON document hactl prints.
-pub const API_VERSION: &str = "hactl.io/v1alpha1";
+/// The `apiVersion` of every JSON document hactl prints ([`crate::output::API_VERSION`]).
+pub const API_VERSION: &str = crate::output::API_VERSION;
 /// The `kind` of a dry run's document.
 pub const PLAN_KIND: &str = "OperationPlan";
 
@@ -290,7 +290,7 @@ fn stopped_message(kind: &str, failed: &StepFailed, explain: Option<String>, res
 /// The document `--dry-run -o json` prints for every operation:
 ///
 /// ```text
-/// {"apiVersion": "hactl.io/v1alpha1", "kind": "OperationPlan",
+/// {"apiVersion": "hactl.io/v1alpha1", "kind": "OperationPlan",   (added when printed)
 ///  "operation": "remove", "run": "remove-…", "resumed": false,
 ///  "summary": "…", "confirmation": "…" | null, "resume": "hactl …",
 ///  "decisions": {…} | null,
@@ -301,8 +301,6 @@ fn stopped_message(kind: &str, failed: &StepFailed, explain: Option<String>, res
 pub fn plan_json(kind: &str, run: &RunId, planned: &Planned, inv: &Inventory) -> serde_json::Value {
     let steps: Vec<serde_json::Value> = planned.steps.iter().map(|s| s.to_json(sudo(inv, s))).collect();
     serde_json::json!({
-        "apiVersion": API_VERSION,
-        "kind": PLAN_KIND,
         "operation": kind,
         "run": run.id,
         "resumed": run.resumed,
@@ -385,10 +383,7 @@ pub async fn run<O: Operation + ?Sized>(op: &mut O, ctx: &Context<'_>, flags: &F
             return Ok(exit::OK);
         }
         if flags.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&plan_json(op.kind(), &run, &planned, ctx.inv))?
-            );
+            crate::output::print_document(PLAN_KIND, &plan_json(op.kind(), &run, &planned, ctx.inv))?;
         } else {
             print!("{}", plan_text(&planned, ctx.inv));
             println!("(dry run: nothing was changed)");

@@ -458,6 +458,9 @@ impl Plan {
     }
 }
 
+/// The `kind` of `hactl plan -o json`'s document (and of `certs renew --dry-run -o json`).
+pub const JSON_KIND: &str = "Plan";
+
 impl Plan {
     /// The plan as data, for `hactl plan -o json`: the same phases, hosts and lines as the text
     /// (commands as sent, with the host's sudo prefix), uploads without their content.

@@ -24,8 +24,12 @@ fn check_json(inventory: &str, extra: &[&str]) -> (Option<i32>, Vec<serde_json::
     let mut args = vec!["check", "-i", inventory, "-o", "json"];
     args.extend_from_slice(extra);
     let out = hactl(&args);
-    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("check JSON: {e}: {}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(doc["kind"], "CheckReport", "{doc}");
+    let rows: Vec<serde_json::Value> = doc["checks"].as_array().expect("checks").clone();
+    let failed = rows.iter().filter(|r| r["verdict"] == "fail").count();
+    assert_eq!(doc["failed"], failed, "{doc}");
     (
         out.status.code(),
         rows,

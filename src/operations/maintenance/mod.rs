@@ -45,7 +45,7 @@ use crate::exit;
 use crate::inventory::{Host, Inventory, Role};
 use crate::operations::balancers::Balancers;
 use crate::operations::maintenance_record::{self, read_record, Stage};
-use crate::operations::manager::{self, Confirmation, Context, Operation, Planned, Report, RunId};
+use crate::operations::manager::{Confirmation, Context, Operation, Planned, Report, RunId};
 use crate::operations::node::{self, Kube};
 use crate::operations::runner::Outcome;
 use crate::operations::{self, Journal, Reach};
@@ -291,27 +291,55 @@ pub async fn plan(ctx: &Context<'_>, opts: &Options, json: bool) -> anyhow::Resu
             )
         })
         .collect();
-    let out = serde_json::json!({
-        "apiVersion": manager::API_VERSION,
-        "kind": "MaintenancePlan",
-        "host": host_name,
-        "counts": {
-            "voters": counts.voters,
-            "healthy": counts.healthy,
-            "quorum": counts.quorum(),
-            "budget": counts.budget(),
-            "inMaintenance": counts.in_maintenance,
-            "text": counts.numbers(),
-        },
-        "maxUnavailable": opts.max_unavailable,
-        "blockers": blockers,
-        "order": order,
-        "verdict": verdict,
-        "exitCode": code,
-        "steps": steps,
+    let out = plan_json(&PlanReport {
+        host: host_name,
+        counts: &counts,
+        max_unavailable: opts.max_unavailable,
+        blockers: &blockers,
+        order: &order,
+        verdict: &verdict,
+        code,
+        steps,
     });
-    println!("{}", serde_json::to_string_pretty(&out)?);
+    crate::output::print_document(PLAN_KIND, &out)?;
     Ok(code)
+}
+
+/// The `kind` of `hactl maintenance plan HOST -o json`'s document.
+pub const PLAN_KIND: &str = "MaintenancePlan";
+
+/// What `maintenance plan` found and decided, for its JSON document.
+pub struct PlanReport<'a> {
+    pub host: &'a str,
+    pub counts: &'a crate::etcd::safety::Counts,
+    pub max_unavailable: usize,
+    pub blockers: &'a [String],
+    pub order: &'a [String],
+    pub verdict: &'a str,
+    pub code: i32,
+    /// `start`'s steps as `start --dry-run -o json` gives them.
+    pub steps: Vec<serde_json::Value>,
+}
+
+/// The body of `hactl maintenance plan HOST -o json` (docs/reference/json.md). Pure.
+pub fn plan_json(r: &PlanReport<'_>) -> serde_json::Value {
+    serde_json::json!({
+        "host": r.host,
+        "counts": {
+            "voters": r.counts.voters,
+            "healthy": r.counts.healthy,
+            "quorum": r.counts.quorum(),
+            "budget": r.counts.budget(),
+            "inMaintenance": r.counts.in_maintenance,
+            "text": r.counts.numbers(),
+        },
+        "maxUnavailable": r.max_unavailable,
+        "blockers": r.blockers,
+        "order": r.order,
+        "verdict": r.verdict,
+        "exitCode": r.code,
+        "steps": r.steps,
+    })
 }
 
 /// `maintenance start` as an [`Operation`]: the gates (R-maint, concurrency, the API), the steps

@@ -294,8 +294,10 @@ async fn a_dry_run_prints_exactly_the_steps_and_sends_and_writes_nothing() {
         &planned,
         &lab.inv,
     );
-    assert_eq!(json["apiVersion"], API_VERSION);
-    assert_eq!(json["kind"], PLAN_KIND);
+    let printed: serde_json::Value =
+        serde_json::from_str(&serde_json::to_string(&crate::output::document(PLAN_KIND, &json)).unwrap()).unwrap();
+    assert_eq!(printed["apiVersion"], API_VERSION);
+    assert_eq!(printed["kind"], PLAN_KIND);
     assert_eq!(json["operation"], "fake");
     assert_eq!(json["run"], "fake-1");
     assert_eq!(json["decisions"]["files"], 3);
