@@ -286,6 +286,8 @@ if [ "${HACTL_VAGRANT_LAB_RECREATE:-1}" = 1 ]; then
   set -e
   echo "$out" | grep -i "host key" >&2 || true
   [ $rc -ne 0 ] || fail "hactl check passed although cp3's host key changed"
+  # 3: only the operator can say the key changed for a re-install (docs/reference/exit-codes.md).
+  [ $rc -eq 3 ] || { echo "$out" >&2; fail "hactl check exited $rc, not 3 (needs input), for a changed host key alone"; }
   grep -q "the host key of cp3 (192.168.56.13:22) changed" <<<"$out" || { echo "$out" >&2; fail "no host-key refusal for cp3"; }
   grep -qF -- "$hactl check -i $inventory --accept-new-host-key cp3" <<<"$out" \
     || { echo "$out" >&2; fail "the refusal does not print the command to run"; }

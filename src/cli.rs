@@ -22,6 +22,30 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The command line as clap sees it, with the exit-code table ([`crate::exit::help`]) after the
+/// help of `hactl` and of every subcommand, so `--help` and the man pages carry it.
+pub fn command() -> clap::Command {
+    with_after_help(<Cli as clap::CommandFactory>::command(), &crate::exit::help())
+}
+
+/// As [`command`], for the man pages: roff fills consecutive lines into one paragraph, so each
+/// row of the table is a paragraph of its own.
+pub fn man_command() -> clap::Command {
+    let table = crate::exit::help().lines().collect::<Vec<_>>().join("\n\n");
+    with_after_help(<Cli as clap::CommandFactory>::command(), &table)
+}
+
+fn with_after_help(cmd: clap::Command, text: &str) -> clap::Command {
+    cmd.after_help(text.to_string())
+        .mut_subcommands(|c| with_after_help(c, text))
+}
+
+/// Parses the process's arguments against [`command`].
+pub fn parse() -> Result<Cli, clap::Error> {
+    let matches = command().try_get_matches()?;
+    <Cli as clap::FromArgMatches>::from_arg_matches(&matches)
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Write a commented example inventory.
@@ -38,7 +62,7 @@ pub enum Command {
     /// Preflight: read-only checks of every host (SSH, sudo, OS, clock, ports, disk, binaries).
     Check(CheckArgs),
     /// Bring the hosts to the inventory: PKI, etcd (and, as configured, the rest). Idempotent.
-    Up(UpArgs),
+    Up(UpCommandArgs),
     /// Print exactly what `up` would do (commands and files per phase and host); changes nothing.
     Plan(PlanArgs),
     /// Stop and remove what hactl installed; data dirs are moved aside, never deleted.
@@ -320,6 +344,20 @@ impl UpArgs {
             yes: self.yes,
         }
     }
+}
+
+/// `hactl up`: [`UpArgs`], and `--dry-run`, which is `hactl plan` (the flag every command that
+/// changes a cluster takes).
+#[derive(Debug, Clone, Args)]
+pub struct UpCommandArgs {
+    #[command(flatten)]
+    pub up: UpArgs,
+    /// Print what `up` would do, exactly as `hactl plan` does; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// With --dry-run, `json`: the plan as `hactl plan -o json` prints it.
+    #[arg(short, long, value_enum, default_value_t, requires = "dry_run")]
+    pub output: OutputFormat,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -24,6 +24,79 @@ pub const DECLINED: i32 = 6;
 /// names the command that fences it (`hactl heal --once`). Takes precedence over 5.
 pub const ZOMBIE: i32 = 7;
 
+/// A usage error: an unknown command, flag or value, or `-o json` where the command prints no
+/// document (sysexits' EX_USAGE; not 2, which means a safety rule said no). Nothing was run.
+pub const USAGE: i32 = 64;
+
+/// One row of the exit-code table: what every command follows.
+pub struct Code {
+    pub code: i32,
+    /// The constant's name in this file.
+    pub name: &'static str,
+    /// What it means, in a few words.
+    pub meaning: &'static str,
+}
+
+/// The exit codes, one table for every command: printed by `hactl --help` (and each
+/// subcommand's), in the man pages, and in docs/reference/exit-codes.md (a test checks the three
+/// agree).
+pub const TABLE: &[Code] = &[
+    Code {
+        code: OK,
+        name: "OK",
+        meaning: "done (also --help, --version)",
+    },
+    Code {
+        code: FAILED,
+        name: "FAILED",
+        meaning: "failed before changing anything, or checks that did not pass",
+    },
+    Code {
+        code: REFUSED,
+        name: "REFUSED",
+        meaning: "refused by a safety rule; nothing changed; the message says what to run instead",
+    },
+    Code {
+        code: NEEDS_INPUT,
+        name: "NEEDS_INPUT",
+        meaning: "needs operator input: --yes without a terminal, an attestation, a lock held elsewhere",
+    },
+    Code {
+        code: FAILED_AFTER_CHANGES,
+        name: "FAILED_AFTER_CHANGES",
+        meaning: "failed (or Ctrl-C) after changing something; run the same command (or --resume) again",
+    },
+    Code {
+        code: DEGRADED,
+        name: "DEGRADED",
+        meaning: "done or read, but the cluster is degraded (the problems are printed)",
+    },
+    Code {
+        code: DECLINED,
+        name: "DECLINED",
+        meaning: "you answered no at the prompt; nothing changed",
+    },
+    Code {
+        code: ZOMBIE,
+        name: "ZOMBIE",
+        meaning: "an etcd of another cluster runs on or dials an inventory host (`hactl heal --once`)",
+    },
+    Code {
+        code: USAGE,
+        name: "USAGE",
+        meaning: "usage error: unknown command, flag or value; nothing was run",
+    },
+];
+
+/// The table as `--help` and the man pages print it.
+pub fn help() -> String {
+    let mut out = String::from("Exit codes (every command; docs/reference/exit-codes.md):\n");
+    for c in TABLE {
+        out.push_str(&format!("  {:>2}  {}\n", c.code, c.meaning));
+    }
+    out
+}
+
 /// A refusal: a safety rule said no. Carries its exit code so `main` can return it.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
@@ -59,6 +132,16 @@ pub fn refuse(code: i32, message: impl Into<String>) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_has_every_code_once_in_order() {
+        let codes: Vec<i32> = TABLE.iter().map(|c| c.code).collect();
+        assert_eq!(codes, [0, 1, 2, 3, 4, 5, 6, 7, 64]);
+        let help = help();
+        for c in TABLE {
+            assert!(help.contains(&format!("{:>2}  {}", c.code, c.meaning)), "{help}");
+        }
+    }
 
     #[test]
     fn the_exit_code_comes_from_the_refusal_anywhere_in_the_chain() {

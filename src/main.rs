@@ -1,19 +1,15 @@
 //! Entry point: parse arguments, run, print the error chain once, exit with its code.
 
-use clap::Parser;
-
-/// A usage error: an unknown subcommand, flag or value (e.g. `hactl completion tcsh`). Not 2,
-/// which means "refused by a safety rule"; 64 is sysexits' EX_USAGE.
-const EXIT_USAGE: i32 = 64;
-
 fn main() {
     // Before anything opens a file: a closed stdout or stderr gets /dev/null (output.rs).
     hactl::output::keep_standard_streams_open();
-    let cli = match hactl::cli::Cli::try_parse() {
+    let cli = match hactl::cli::parse() {
         Ok(cli) => cli,
         Err(err) => {
             // `--help` and `--version` are not errors: clap prints them to stdout.
-            let code = if err.use_stderr() { EXIT_USAGE } else { 0 };
+            // A usage error (e.g. `hactl completion tcsh`) is 64, not 2 ("refused by a safety
+            // rule"): `hactl::exit::USAGE`.
+            let code = if err.use_stderr() { hactl::exit::USAGE } else { 0 };
             let _ = err.print();
             std::process::exit(code);
         }

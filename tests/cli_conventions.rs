@@ -21,6 +21,8 @@ fn usage_errors_exit_64_and_help_and_version_exit_0() {
         &["recover", "--auto", "--accept-data-loss-window", "1w"],
         // `-o json` is for the dry run's plan only.
         &["recover", "--auto", "-o", "json"],
+        &["up", "-o", "json"],
+        &["certs", "renew", "--all", "-o", "json"],
         &[],
     ] {
         let out = hactl(args);

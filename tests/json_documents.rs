@@ -256,10 +256,23 @@ fn status_when_nothing_answered() {
     };
     let text = printed(status::JSON_KIND, &s);
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    for unknown in ["clusterId", "leader", "raftTerm", "revision", "loadBalancers", "backupRemote"] {
+    for unknown in [
+        "clusterId",
+        "leader",
+        "raftTerm",
+        "revision",
+        "loadBalancers",
+        "backupRemote",
+    ] {
         assert!(v[unknown].is_null(), "{unknown}: {text}");
     }
-    for unknown in ["latencyMs", "dbSizeBytes", "version", "raftIndex", "raftAppliedIndex"] {
+    for unknown in [
+        "latencyMs",
+        "dbSizeBytes",
+        "version",
+        "raftIndex",
+        "raftAppliedIndex",
+    ] {
         assert!(v["members"][0][unknown].is_null(), "{unknown}: {text}");
     }
     insta::assert_snapshot!(text);
@@ -358,8 +371,8 @@ fn maintenance_plan() {
 /// What every day-two operation's `--dry-run -o json` prints (the operation manager's plan).
 #[test]
 fn operation_plan() {
-    use hactl::operations::manager::{plan_json, Confirmation, Planned, RunId};
     use hactl::operations::maintenance::steps;
+    use hactl::operations::manager::{plan_json, Confirmation, Planned, RunId};
     let dir = tempfile::tempdir().unwrap();
     let inv = inventory(dir.path(), THREE);
     let planned = Planned {
@@ -382,8 +395,12 @@ fn operation_plan() {
 /// docs/reference/json.md names every kind, with the `apiVersion` they carry.
 #[test]
 fn the_reference_names_every_kind() {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/reference/json.md")).unwrap();
-    assert!(doc.contains(API_VERSION), "docs/reference/json.md does not name {API_VERSION}");
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/reference/json.md")).unwrap();
+    assert!(
+        doc.contains(API_VERSION),
+        "docs/reference/json.md does not name {API_VERSION}"
+    );
     for kind in [
         hactl::commands::VALIDATION_KIND,
         check::JSON_KIND,

@@ -586,10 +586,10 @@ async fn fan_out_keeps_inventory_order_and_per_host_errors() {
     let (name, chain) = reach.unreachable.iter().next().unwrap();
     assert_eq!(name, "cp2");
     assert!(
-        chain.starts_with("failed to connect to cp2 at 127.0.0.1:"),
+        chain.text.starts_with("failed to connect to cp2 at 127.0.0.1:"),
         "{chain}"
     );
-    assert!(chain.to_lowercase().contains("refused"), "{chain}");
+    assert!(chain.text.to_lowercase().contains("refused"), "{chain}");
 
     let results = for_each_host(&refs, 4, |h| {
         let (name, spec, opts) = (h.name.clone(), h.ssh.clone(), opts.clone());

@@ -40,7 +40,7 @@ pub async fn check(args: &CertsCheckArgs) -> anyhow::Result<i32> {
                     )),
                     Err(e) => Err(format!("{:#}", anyhow::Error::from(e))),
                 },
-                Some(Err(e)) => Err(e),
+                Some(Err(e)) => Err(e.to_string()),
                 None => Err("not connected".into()),
             };
             (h.name.clone(), r)

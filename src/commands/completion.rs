@@ -4,10 +4,8 @@
 use std::io::Write;
 use std::path::Path;
 
+use crate::cli::CompletionShell;
 use anyhow::Context;
-use clap::CommandFactory;
-
-use crate::cli::{Cli, CompletionShell};
 
 /// Prints the completion script for `shell` to stdout.
 pub fn completion(shell: CompletionShell) -> anyhow::Result<i32> {
@@ -16,7 +14,7 @@ pub fn completion(shell: CompletionShell) -> anyhow::Result<i32> {
         CompletionShell::Zsh => clap_complete::Shell::Zsh,
         CompletionShell::Fish => clap_complete::Shell::Fish,
     };
-    let mut cmd = Cli::command();
+    let mut cmd = crate::cli::command();
     let mut script = Vec::new();
     clap_complete::generate(generator, &mut cmd, "hactl", &mut script);
     write_stdout(&script)?;
@@ -35,7 +33,7 @@ fn write_stdout(bytes: &[u8]) -> anyhow::Result<()> {
 /// Writes `hactl.1` and one page per subcommand (`hactl-up.1`, `hactl-etcd-snapshot-save.1`, …)
 /// into `out`, or prints `hactl.1` to stdout.
 pub fn man(out: Option<&Path>) -> anyhow::Result<i32> {
-    let cmd = Cli::command();
+    let cmd = crate::cli::man_command();
     match out {
         None => {
             let mut page = Vec::new();

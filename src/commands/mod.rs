@@ -38,7 +38,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Validate(args) => validate(&args),
         Command::Check(args) => check::run(&args).await,
-        Command::Up(args) => up::up(&args).await,
+        Command::Up(args) if args.dry_run => {
+            up::plan(&crate::cli::PlanArgs {
+                up: args.up,
+                output: args.output,
+            })
+            .await
+        }
+        Command::Up(args) => up::up(&args.up).await,
         Command::Plan(args) => up::plan(&args).await,
         Command::Reset(args) => reset::run(&args).await,
         Command::Status(args) => status::run(&args).await,

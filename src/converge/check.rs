@@ -427,8 +427,13 @@ pub async fn check_hosts(
     state: &crate::state::StateView,
     hosts: &[&Host],
     connect: &ConnectSettings,
-) -> Vec<CheckRow> {
+) -> Checked {
     let conns = crate::exec::connect::connect(state, hosts, connect).await;
+    let host_key_changed = conns
+        .iter()
+        .filter(|(_, c)| c.as_ref().is_err_and(|e| e.host_key_changed))
+        .map(|(h, _)| h.clone())
+        .collect();
     let mut rows = Vec::new();
     let results: Vec<anyhow::Result<(HostFacts, Vec<ClockSample>)>> =
         futures::stream::iter(hosts.iter().map(|host| {
@@ -437,7 +442,7 @@ pub async fn check_hosts(
             async move {
                 let t = match conn {
                     Some(Ok(t)) => t,
-                    Some(Err(e)) => return Err(anyhow::anyhow!(e)),
+                    Some(Err(e)) => return Err(anyhow::anyhow!(e.text)),
                     None => return Err(anyhow::anyhow!("not connected")),
                 };
                 // The facts probe reads the clock too, but it runs for a while after that: one
@@ -465,7 +470,36 @@ pub async fn check_hosts(
     if let Some(remote) = &inv.backup.remote {
         rows.push(check_backup_remote(state, remote, connect).await);
     }
-    rows
+    Checked {
+        rows,
+        host_key_changed,
+    }
+}
+
+/// What `hactl check` found: the rows, and the hosts whose SSH host key changed.
+pub struct Checked {
+    pub rows: Vec<CheckRow>,
+    /// Hosts refused because their host key is not the recorded one: only the operator can say
+    /// it was re-installed (`--accept-new-host-key HOST`).
+    pub host_key_changed: std::collections::BTreeSet<String>,
+}
+
+impl Checked {
+    /// `check`'s exit code: 0 when no check failed; 3 (needs input) when the only failures are
+    /// the `ssh` rows of hosts whose key changed; else 1.
+    pub fn exit_code(&self) -> i32 {
+        let failed: Vec<&CheckRow> = self.rows.iter().filter(|r| r.verdict == Verdict::Fail).collect();
+        if failed.is_empty() {
+            crate::exit::OK
+        } else if failed
+            .iter()
+            .all(|r| r.check == "ssh" && self.host_key_changed.contains(&r.host))
+        {
+            crate::exit::NEEDS_INPUT
+        } else {
+            crate::exit::FAILED
+        }
+    }
 }
 
 /// `spec.backup.remote` can be reached (host key verified) and its path written: fails naming
@@ -710,5 +744,54 @@ mod tests {
             detail.contains("set etcd.source to release or bundle"),
             "{detail}"
         );
+    }
+}
+
+#[cfg(test)]
+mod exit_code_tests {
+    use super::*;
+
+    fn row(host: &str, check: &'static str, verdict: Verdict) -> CheckRow {
+        CheckRow {
+            host: host.into(),
+            check,
+            verdict,
+            detail: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_changed_host_key_alone_needs_input_and_any_other_failure_fails() {
+        let keys = |hosts: &[&str]| hosts.iter().map(|h| h.to_string()).collect();
+        let ok = Checked {
+            rows: vec![
+                row("cp1", "ssh", Verdict::Pass),
+                row("cp1", "clock", Verdict::Warn),
+            ],
+            host_key_changed: keys(&[]),
+        };
+        assert_eq!(ok.exit_code(), crate::exit::OK);
+        let key = Checked {
+            rows: vec![
+                row("cp1", "ssh", Verdict::Pass),
+                row("cp2", "ssh", Verdict::Fail),
+                row("cp2", "sudo", Verdict::Skip),
+            ],
+            host_key_changed: keys(&["cp2"]),
+        };
+        assert_eq!(key.exit_code(), crate::exit::NEEDS_INPUT);
+        let also_down = Checked {
+            rows: vec![row("cp1", "ssh", Verdict::Fail), row("cp2", "ssh", Verdict::Fail)],
+            host_key_changed: keys(&["cp2"]),
+        };
+        assert_eq!(also_down.exit_code(), crate::exit::FAILED);
+        let also_disk = Checked {
+            rows: vec![
+                row("cp1", "disk", Verdict::Fail),
+                row("cp2", "ssh", Verdict::Fail),
+            ],
+            host_key_changed: keys(&["cp2"]),
+        };
+        assert_eq!(also_disk.exit_code(), crate::exit::FAILED);
     }
 }

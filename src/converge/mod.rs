@@ -644,18 +644,33 @@ pub async fn apply(
         let again = prepare(inv, view, &opts.connect, &[], &mut NoGate).await?;
         if !again.plan.is_empty() {
             eprint!("{}", plan_summary(&again.plan));
-            let more = run_prepared(&again).await?;
+            let more = match run_prepared(&again).await {
+                Ok(more) => more,
+                // The first round changed the hosts: a failure now is after changes (4), even
+                // where the second round itself changed nothing before it failed.
+                Err(e) if crate::exit::exit_code_of(&e) == crate::exit::FAILED && !report.no_changes() => {
+                    return Err(crate::exit::refuse(
+                        crate::exit::FAILED_AFTER_CHANGES,
+                        format!("{e:#} (its first round had changed the hosts)"),
+                    ))
+                }
+                Err(e) => return Err(e),
+            };
             report.commands_run += more.commands_run;
             report.files_written += more.files_written;
             report.files_unchanged += more.files_unchanged;
+            report.changes_tried += more.changes_tried;
         }
         if !again.pending_nodes.is_empty() {
-            bail!(
-                "hactl up changed the hosts but the Nodes of {} have no pod CIDR yet (their kubelets \
-                 registered, the controller-manager allocated none): check `hactl status` and the \
-                 controller-manager's log, then run `hactl up` again",
-                again.pending_nodes.join(", ")
-            );
+            return Err(crate::exit::refuse(
+                crate::exit::FAILED_AFTER_CHANGES,
+                format!(
+                    "hactl up changed the hosts but the Nodes of {} have no pod CIDR yet (their \
+                     kubelets registered, the controller-manager allocated none): check `hactl \
+                     status` and the controller-manager's log, then run `hactl up` again",
+                    again.pending_nodes.join(", ")
+                ),
+            ));
         }
     }
     println!(
@@ -687,19 +702,25 @@ async fn run_prepared(p: &Prepared) -> anyhow::Result<exec::Report> {
 }
 
 /// The error of a live run that stopped at a failed step: exit 4 (`FAILED_AFTER_CHANGES`) once
-/// a command ran or a file was written before it (the hosts are part-way; running `up` again
-/// continues, since every step checks what is there), exit 1 when nothing was (the failed step
-/// was the first to change anything).
+/// a command ran or a file was written, or the failed step itself was one that changes (it may
+/// have run in part): the hosts are part-way, and running `up` again continues, since every step
+/// checks what is there. Exit 1 only when the run failed in a read-only step (a check, a wait)
+/// before anything changed, as every day-two operation does (`operations::manager::exit_code`).
 fn stopped(failed: exec::run::PhaseFailed) -> anyhow::Error {
     if failed.report.no_changes() {
         return anyhow::Error::new(failed).context(
-            "hactl up stopped at its first change; nothing after the failed step ran; fix the cause and run `hactl up` again",
+            "hactl up stopped before changing anything (a check failed); fix the cause and run `hactl up` again",
         );
     }
+    let part_way = if failed.report.commands_run == 0 && failed.report.files_written == 0 {
+        "; the failed step may have changed something before it failed"
+    } else {
+        ""
+    };
     crate::exit::refuse(
         crate::exit::FAILED_AFTER_CHANGES,
         format!(
-            "{failed}: hactl up stopped after changing the hosts ({} commands run, {} files written); \
+            "{failed}: hactl up stopped after changing the hosts ({} commands run, {} files written{part_way}); \
              nothing after the failed step ran; fix the cause and run `hactl up` again to continue \
              (every step checks what is there)",
             failed.report.commands_run, failed.report.files_written
@@ -874,6 +895,7 @@ mod tests {
         let changed = stopped(failed(Report {
             commands_run: 3,
             files_written: 2,
+            changes_tried: 2,
             ..Report::default()
         }));
         assert_eq!(
@@ -891,6 +913,18 @@ mod tests {
             ..Report::default()
         }));
         assert_eq!(crate::exit::exit_code_of(&untouched), crate::exit::FAILED);
-        assert!(format!("{untouched:#}").contains("stopped at its first change"));
+        assert!(format!("{untouched:#}").contains("stopped before changing anything"));
+
+        // The first changing step failed: it may have run in part, so the hosts may have changed.
+        let first = stopped(failed(Report {
+            files_unchanged: 4,
+            changes_tried: 1,
+            ..Report::default()
+        }));
+        assert_eq!(
+            crate::exit::exit_code_of(&first),
+            crate::exit::FAILED_AFTER_CHANGES
+        );
+        assert!(format!("{first:#}").contains("the failed step may have changed something"));
     }
 }

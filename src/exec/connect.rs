@@ -77,7 +77,46 @@ impl Default for ConnectSettings {
 }
 
 /// A host's connection, or why there is none.
-pub type Connection = Result<Arc<dyn Transport>, String>;
+pub type Connection = Result<Arc<dyn Transport>, ConnectFailure>;
+
+/// Why a host has no connection: the error chain as text, and whether it waits on the operator
+/// (a changed host key, which only `--accept-new-host-key HOST` lets through: exit 3, not 1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectFailure {
+    pub text: String,
+    pub host_key_changed: bool,
+}
+
+impl std::fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl From<String> for ConnectFailure {
+    fn from(text: String) -> Self {
+        ConnectFailure {
+            text,
+            host_key_changed: false,
+        }
+    }
+}
+
+impl From<&str> for ConnectFailure {
+    fn from(text: &str) -> Self {
+        text.to_string().into()
+    }
+}
+
+impl From<crate::ssh::Error> for ConnectFailure {
+    fn from(e: crate::ssh::Error) -> Self {
+        let host_key_changed = matches!(e, crate::ssh::Error::HostKeyChanged { .. });
+        ConnectFailure {
+            text: format!("{:#}", anyhow::Error::from(e)),
+            host_key_changed,
+        }
+    }
+}
 
 /// Connects to `hosts` (at most `args.concurrency` at once), verifying host keys against the
 /// cluster's known_hosts. Every host gets an entry: its connection or its error chain.
@@ -101,7 +140,10 @@ pub async fn connect_keeping_keys<'a>(
         Err(e) => {
             let msg = format!("{:#}", anyhow::Error::from(e));
             return (
-                hosts.iter().map(|h| (h.name.clone(), Err(msg.clone()))).collect(),
+                hosts
+                    .iter()
+                    .map(|h| (h.name.clone(), Err(msg.clone().into())))
+                    .collect(),
                 None,
             );
         }
@@ -126,7 +168,7 @@ pub async fn connect_with(
         let r = Session::connect(&h.name, &h.ssh, opts)
             .await
             .map(|s| Arc::new(s) as Arc<dyn Transport>)
-            .map_err(|e| format!("{:#}", anyhow::Error::from(e)));
+            .map_err(ConnectFailure::from);
         (h.name.clone(), r)
     }))
     .buffer_unordered(concurrency.max(1))
@@ -139,7 +181,7 @@ pub async fn connect_with(
 #[derive(Clone, Default)]
 pub struct Reach {
     pub transports: Transports,
-    pub unreachable: BTreeMap<String, String>,
+    pub unreachable: BTreeMap<String, ConnectFailure>,
     /// The hosts asked for, in the order given (inventory order), for messages.
     asked: Vec<String>,
 }
@@ -184,10 +226,15 @@ impl Reach {
             .iter()
             .filter_map(|h| self.unreachable.get(h).map(|e| format!("{h}: {e}")))
             .collect();
-        anyhow::bail!(
+        let text = format!(
             "cannot reach every host, so nothing was changed:\n{}\nfix the connection (or remove the host from the inventory) and run again",
             failures.join("\n")
-        )
+        );
+        // Only the operator can let a changed host key through: that is input (3), not a failure.
+        if self.unreachable.values().all(|e| e.host_key_changed) {
+            return Err(crate::exit::refuse(crate::exit::NEEDS_INPUT, text));
+        }
+        anyhow::bail!(text)
     }
 
     /// The hosts that answered; each other host is logged as a warning and left out.
@@ -232,17 +279,49 @@ mod tests {
         let inv = inventory();
         let refs: Vec<&Host> = inv.hosts.iter().collect();
         let mut conns = BTreeMap::new();
-        conns.insert("cp3".to_string(), Err("refused".to_string()));
-        conns.insert("cp1".to_string(), Err("timed out".to_string()));
+        conns.insert("cp3".to_string(), Err("refused".into()));
+        conns.insert("cp1".to_string(), Err("timed out".into()));
         let r = Reach::sort(&refs, conns);
         assert!(r.transports.is_empty());
         assert_eq!(r.unreachable.len(), 3);
-        assert_eq!(r.connection("cp2").err().as_deref(), Some("not connected"));
-        let e = format!("{:#}", r.clone().require_all().err().unwrap());
+        assert_eq!(
+            r.connection("cp2").err().map(|e| e.text),
+            Some("not connected".into())
+        );
+        let e = r.clone().require_all().err().unwrap();
+        assert_eq!(crate::exit::exit_code_of(&e), crate::exit::FAILED);
+        let e = format!("{e:#}");
         assert!(
             e.contains("cp3: refused\ncp1: timed out\ncp2: not connected"),
             "{e}"
         );
         assert!(r.warn_unreachable().is_empty());
+    }
+
+    /// A changed host key waits on the operator (`--accept-new-host-key`): exit 3 when that is all
+    /// that keeps hactl from the hosts, 1 when a host is also down.
+    #[test]
+    fn a_changed_host_key_alone_needs_input() {
+        let inv = inventory();
+        let refs: Vec<&Host> = inv.hosts.iter().collect();
+        let changed = || {
+            Err(ConnectFailure::from(crate::ssh::Error::HostKeyChanged {
+                host: "cp1".into(),
+                addr: "10.0.0.11:22".into(),
+                known: "SHA256:old".into(),
+                presented: "SHA256:new".into(),
+                known_hosts: "/s/known_hosts".into(),
+            }))
+        };
+        let mut conns = BTreeMap::new();
+        for h in ["cp1", "cp2", "cp3"] {
+            conns.insert(h.to_string(), changed());
+        }
+        let e = Reach::sort(&refs, conns.clone()).require_all().err().unwrap();
+        assert_eq!(crate::exit::exit_code_of(&e), crate::exit::NEEDS_INPUT, "{e:#}");
+        assert!(format!("{e:#}").contains("--accept-new-host-key cp1"), "{e:#}");
+        conns.insert("cp2".to_string(), Err("timed out".into()));
+        let e = Reach::sort(&refs, conns).require_all().err().unwrap();
+        assert_eq!(crate::exit::exit_code_of(&e), crate::exit::FAILED, "{e:#}");
     }
 }

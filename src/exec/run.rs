@@ -57,6 +57,9 @@ pub struct Report {
     pub files_written: usize,
     pub files_unchanged: usize,
     pub waits: usize,
+    /// Steps that change something, run or tried: commands that are not read-only and API
+    /// writes (a failed one may have run in part), and uploads that failed part-way.
+    pub changes_tried: usize,
 }
 
 impl Report {
@@ -65,10 +68,12 @@ impl Report {
         self.files_written += other.files_written;
         self.files_unchanged += other.files_unchanged;
         self.waits += other.waits;
+        self.changes_tried += other.changes_tried;
     }
-    /// True when the run changed nothing on any host.
+    /// True when the run changed nothing on any host: no file written, no changing step run or
+    /// tried (read-only commands and waits change nothing).
     pub fn no_changes(&self) -> bool {
-        self.commands_run == 0 && self.files_written == 0
+        self.files_written == 0 && self.changes_tried == 0
     }
 }
 
@@ -227,7 +232,14 @@ async fn run_host(
             Step::Upload(u) => format!("write {}", u.path),
             _ => describe(step, t.sudo()),
         });
-        if let Err(e) = run_step(t.as_ref(), step, &mut report, api).await {
+        let result = run_step(t.as_ref(), step, &mut report, api).await;
+        match step {
+            Step::Upload(_) if result.is_err() => report.changes_tried += 1,
+            Step::Run(c) if !c.read_only => report.changes_tried += 1,
+            Step::Api(r) if !r.method.eq_ignore_ascii_case("GET") => report.changes_tried += 1,
+            _ => {}
+        }
+        if let Err(e) = result {
             return Err((report, e));
         }
         bar.inc();
@@ -349,5 +361,76 @@ pub async fn wait(t: &dyn Transport, check: &Check) -> anyhow::Result<()> {
         }
         tokio::time::sleep(interval).await;
         interval = (interval * 2).min(MAX_POLL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{HostSteps, PlannedPhase, RemoteCommand, Upload};
+    use crate::ssh::{ForwardGuard, Output};
+    use async_trait::async_trait;
+    use std::sync::Arc;
+
+    /// A host on which every command fails (exit 1) and every upload is written.
+    struct Failing;
+
+    #[async_trait]
+    impl Transport for Failing {
+        fn host(&self) -> &str {
+            "h1"
+        }
+        fn sudo(&self) -> bool {
+            false
+        }
+        async fn run(&self, _cmd: &RemoteCommand) -> Result<Output, crate::ssh::Error> {
+            Ok(Output {
+                status: Some(1),
+                stdout: vec![],
+                stderr: b"no".to_vec(),
+            })
+        }
+        async fn upload(&self, _u: &Upload) -> Result<UploadOutcome, crate::ssh::Error> {
+            Ok(UploadOutcome::Written)
+        }
+        async fn forward(&self, _h: &str, _p: u16) -> Result<(u16, ForwardGuard), crate::ssh::Error> {
+            unimplemented!("not used")
+        }
+    }
+
+    fn one_step(step: Step) -> Plan {
+        Plan {
+            phases: vec![PlannedPhase {
+                title: "p".into(),
+                parallelism: crate::plan::Parallelism::All,
+                disruptive: false,
+                hosts: vec![HostSteps {
+                    host: "h1".into(),
+                    sudo: false,
+                    steps: vec![step],
+                }],
+            }],
+        }
+    }
+
+    async fn failed(plan: &Plan) -> Report {
+        let mut transports = Transports::new();
+        transports.insert("h1".into(), Arc::new(Failing) as Arc<dyn Transport>);
+        run(plan, Mode::Live, &transports).await.unwrap_err().report
+    }
+
+    #[tokio::test]
+    async fn a_failed_changing_step_counts_as_a_change_and_a_failed_read_does_not() {
+        let read = failed(&one_step(Step::Run(RemoteCommand::read_only(["true"])))).await;
+        assert!(read.no_changes(), "{read:?}");
+        assert_eq!(read.commands_run, 1, "{read:?}");
+        let change = failed(&one_step(Step::Run(RemoteCommand::new([
+            "systemctl",
+            "restart",
+            "etcd",
+        ]))))
+        .await;
+        assert_eq!(change.changes_tried, 1, "{change:?}");
+        assert!(!change.no_changes(), "{change:?}");
     }
 }

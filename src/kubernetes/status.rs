@@ -5,7 +5,6 @@
 //! Invariant: read-only (every command sent is `read_only`; the API is only read with GET).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -168,7 +167,7 @@ const TIMEOUT: Duration = Duration::from_secs(15);
 pub async fn gather(
     inv: &Inventory,
     pki_dir: &std::path::Path,
-    conns: &BTreeMap<String, Result<Arc<dyn Transport>, String>>,
+    conns: &BTreeMap<String, crate::exec::connect::Connection>,
 ) -> KubernetesStatus {
     let Some(kube) = &inv.kubernetes else {
         return KubernetesStatus::default();

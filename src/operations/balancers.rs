@@ -36,7 +36,7 @@ impl Balancers {
         let reach = crate::exec::connect::reach(state, &hosts, settings).await;
         Balancers {
             transports: reach.transports,
-            unreachable: reach.unreachable,
+            unreachable: reach.unreachable.into_iter().map(|(h, e)| (h, e.text)).collect(),
         }
     }
 

@@ -32,7 +32,11 @@ pub async fn reach(
     let mut r = Reach {
         transports: Transports::new(),
         facts: BTreeMap::new(),
-        unreachable: connected.unreachable,
+        unreachable: connected
+            .unreachable
+            .into_iter()
+            .map(|(h, e)| (h, e.text))
+            .collect(),
     };
     // Every host's facts at once: one round trip per host, not one after another.
     let asks = hosts.iter().filter_map(|h| {

@@ -120,8 +120,12 @@ fn up_twice_then_plan_says_no_changes(lab: &TestLab, n: usize) {
     let json: serde_json::Value = serde_json::from_slice(&plan.stdout).unwrap();
     assert_eq!(
         json,
-        serde_json::json!({"changes": false, "pendingNodes": [], "phases": []})
+        serde_json::json!({"apiVersion": "hactl.io/v1alpha1", "kind": "Plan", "changes": false, "pendingNodes": [], "phases": []})
     );
+    // `up --dry-run` is `plan`, word for word.
+    let dry = hactl(&["up", "--dry-run", "-i", inv.to_str().unwrap(), "-o", "json"]);
+    assert!(dry.status.success(), "{}", text(&dry));
+    assert_eq!(dry.stdout, plan.stdout, "{}", text(&dry));
 }
 
 #[test]

@@ -233,8 +233,11 @@ fn a_changed_host_key_is_refused_with_both_fingerprints_and_nothing_runs() {
     );
     assert!(msg.contains("known SHA256:"), "{msg}");
     assert!(msg.contains("--accept-new-host-key cp2"), "{msg}");
-    let (code, rows, _) = check_json(&inv, &[]);
-    assert_eq!(code, Some(1));
+    // Only the operator can say the key changed for a re-install: that is input (3), not a
+    // failed check (1).
+    let (code, rows, stderr) = check_json(&inv, &[]);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains("--accept-new-host-key cp2"), "{stderr}");
     let failed = failed_rows(&rows);
     assert_eq!(failed.len(), 1, "{failed:?}");
     assert_eq!((failed[0].0.as_str(), failed[0].1.as_str()), ("cp2", "ssh"));
@@ -245,7 +248,7 @@ fn a_changed_host_key_is_refused_with_both_fingerprints_and_nothing_runs() {
     let (code, _, stderr) = check_json(&inv, &["--accept-new-host-key", "cp2"]);
     assert_eq!(code, Some(0), "{stderr}");
     let (code, _, _) = check_json(&inv, &[]);
-    assert_eq!(code, Some(1), "check recorded the accepted key");
+    assert_eq!(code, Some(3), "check recorded the accepted key");
     let opts = connect_options(&lab, &["cp2"]);
     rt.block_on(Session::connect("cp2", &hosts[1].ssh, &opts))
         .expect("the accepted key");

@@ -261,7 +261,7 @@ async fn old_members_first(
         .map(|(h, t)| (h.clone(), Ok(t.clone())))
         .collect();
     for (h, e) in &reach.unreachable {
-        open.insert(h.clone(), Err(e.clone()));
+        open.insert(h.clone(), Err(e.clone().into()));
     }
     let g =
         crate::old_members::gather(inv, &state.view(), ctx.host_keys(), ctx.connect, &open, current).await;

@@ -295,7 +295,8 @@ async fn a_dry_run_prints_exactly_the_steps_and_sends_and_writes_nothing() {
         &lab.inv,
     );
     let printed: serde_json::Value =
-        serde_json::from_str(&serde_json::to_string(&crate::output::document(PLAN_KIND, &json)).unwrap()).unwrap();
+        serde_json::from_str(&serde_json::to_string(&crate::output::document(PLAN_KIND, &json)).unwrap())
+            .unwrap();
     assert_eq!(printed["apiVersion"], API_VERSION);
     assert_eq!(printed["kind"], PLAN_KIND);
     assert_eq!(json["operation"], "fake");

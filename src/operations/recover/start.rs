@@ -98,7 +98,7 @@ pub async fn assess_and_decide(
             .unreachable
             .iter()
             .filter(|(h, _)| is_etcd(h))
-            .map(|(h, e)| (h.clone(), e.clone()))
+            .map(|(h, e)| (h.clone(), e.to_string()))
             .collect(),
         history,
         old,
