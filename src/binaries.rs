@@ -2,8 +2,9 @@
 //! uploaded to hosts, so hosts need no internet.
 //!
 //! Invariant: a downloaded tarball is checked against the inventory's sha256 (or, when the
-//! inventory names an https:// release without one, the sha256 published beside it as
-//! `<url>.sha256`) **before** it is kept or anything in it is used; the cache is named by that
+//! inventory names an https:// release without one, the sha256 published beside it: `<url>.sha256`
+//! as Kubernetes publishes it, else the tarball's line of `SHA256SUMS` in the same directory as
+//! etcd publishes it) **before** it is kept or anything in it is used; the cache is named by that
 //! sha256, so a verified file is downloaded once.
 
 use std::path::{Path, PathBuf};
@@ -34,7 +35,7 @@ pub enum BinariesError {
     },
     #[error("download of {url} failed with HTTP {status}")]
     HttpStatus { url: String, status: u16 },
-    #[error("{url} has sha256 {actual}, but the sha256 expected (the inventory's, or the one published as <url>.sha256) is {expected}: nothing was installed; check the URL and the sha256 published with the release")]
+    #[error("{url} has sha256 {actual}, but the sha256 expected (the inventory's, or the one published with the release) is {expected}: nothing was installed; check the URL and the sha256 published with the release")]
     Sha256Mismatch {
         url: String,
         expected: String,
@@ -50,6 +51,8 @@ pub enum BinariesError {
     },
     #[error("{url} is not a published sha256 (expected 64 hex digits first): set the release's sha256 in the inventory")]
     PublishedSha256 { url: String },
+    #[error("{sums} has no line for {file}: set the release's sha256 in the inventory")]
+    NotInSums { sums: String, file: String },
     #[error("bundle directory {dir} holds no {name}: put the {name} binary there")]
     MissingInBundle { dir: String, name: String },
     #[error(transparent)]
@@ -135,25 +138,24 @@ async fn obtain(
     }
 }
 
-/// The sha256 published beside a release tarball, `<url>.sha256` (`<64 hex digits>` and
-/// optionally a file name, as Kubernetes and `sha256sum` write it). Logged, so it can be pinned.
+/// The sha256 published beside a release tarball: `<url>.sha256` (`<64 hex digits>` and
+/// optionally a file name, as Kubernetes and `sha256sum` write it), or, when there is none (HTTP
+/// 404), the tarball's line in `SHA256SUMS` of the same directory (`sha256sum *` output, as etcd
+/// publishes its releases). Logged, so it can be pinned.
 pub async fn published_sha256(url: &str) -> Result<String, BinariesError> {
-    let sums = format!("{url}.sha256");
-    let fail = |source| BinariesError::Download {
-        url: sums.clone(),
-        source,
-    };
-    let response = reqwest::get(&sums).await.map_err(fail)?;
-    if !response.status().is_success() {
-        return Err(BinariesError::HttpStatus {
-            url: sums.clone(),
-            status: response.status().as_u16(),
-        });
-    }
-    let text = match crate::bounded::http_body(response, crate::bounded::TEXT, &sums).await {
-        Ok(body) => String::from_utf8_lossy(&body).into_owned(),
-        Err(crate::bounded::BodyError::Read(e)) => return Err(fail(e)),
-        Err(crate::bounded::BodyError::TooLarge(e)) => return Err(e.into()),
+    let beside = format!("{url}.sha256");
+    let (sums, text) = match fetch_text(&beside).await {
+        Err(BinariesError::HttpStatus { status: 404, .. }) => {
+            let (dir, file) = url.rsplit_once('/').unwrap_or(("", url));
+            let sums = format!("{dir}/SHA256SUMS");
+            let text = fetch_text(&sums).await?;
+            let line = sums_line(&text, file).ok_or_else(|| BinariesError::NotInSums {
+                sums: sums.clone(),
+                file: file.to_string(),
+            })?;
+            (sums, line)
+        }
+        other => (beside, other?),
     };
     let word = text.split_whitespace().next().unwrap_or_default();
     if word.len() != 64 || !word.chars().all(|c| c.is_ascii_hexdigit()) {
@@ -162,6 +164,37 @@ pub async fn published_sha256(url: &str) -> Result<String, BinariesError> {
     let sha256 = word.to_ascii_lowercase();
     tracing::info!("{sums}: {sha256} (set `sha256: {sha256}` in the inventory to pin it)");
     Ok(sha256)
+}
+
+/// A small text file over HTTP(S), bounded.
+async fn fetch_text(url: &str) -> Result<String, BinariesError> {
+    let fail = |source| BinariesError::Download {
+        url: url.to_string(),
+        source,
+    };
+    let response = reqwest::get(url).await.map_err(fail)?;
+    if !response.status().is_success() {
+        return Err(BinariesError::HttpStatus {
+            url: url.to_string(),
+            status: response.status().as_u16(),
+        });
+    }
+    match crate::bounded::http_body(response, crate::bounded::TEXT, url).await {
+        Ok(body) => Ok(String::from_utf8_lossy(&body).into_owned()),
+        Err(crate::bounded::BodyError::Read(e)) => Err(fail(e)),
+        Err(crate::bounded::BodyError::TooLarge(e)) => Err(e.into()),
+    }
+}
+
+/// The line of `sha256sum` output (`<hex>  <name>`, or `<hex> *<name>` in binary mode) naming
+/// `file`. Pure.
+pub fn sums_line(text: &str, file: &str) -> Option<String> {
+    text.lines()
+        .find(|l| {
+            let mut words = l.split_whitespace();
+            words.next().is_some() && words.next().map(|n| n.trim_start_matches('*')) == Some(file)
+        })
+        .map(str::to_string)
 }
 
 /// Whether `path` exists with this sha256.

@@ -12,7 +12,7 @@ use hactl::binaries::{BinariesError, LocalBinaries};
 use hactl::inventory::BinarySource;
 use hactl::local_digests::LocalDigests;
 use hactl::plan::{Blob, Content};
-use release::{release_tarball, serve, serve_with_sums, sha};
+use release::{release_tarball, serve, serve_with_sha256sums, serve_with_sums, sha};
 
 /// `binaries::ensure` with no digest records.
 async fn ensure(
@@ -187,6 +187,59 @@ async fn a_release_without_a_pinned_sha256_is_checked_against_the_published_one(
     .unwrap_err();
     assert!(
         err.to_string().contains(".sha256 is not a published sha256"),
+        "{err}"
+    );
+}
+
+/// As etcd publishes its releases: no `<url>.sha256` (404), so the tarball's line of
+/// `SHA256SUMS` beside it (`sha256sum` output, text or binary mode) is the checksum; a
+/// `SHA256SUMS` without the tarball's line is named.
+#[tokio::test]
+async fn a_release_without_a_sha256_file_is_checked_against_its_line_in_sha256sums() {
+    let tarball = release_tarball(&[("etcd", b"e".to_vec()), ("etcdctl", b"c".to_vec())]);
+    let sums = format!(
+        "{}  etcd-v3.5.16-darwin-amd64.zip\n{} *etcd-v3.5.16-linux-amd64.tar.gz\n",
+        "2".repeat(64),
+        sha(&tarball)
+    );
+    let (url, asked) = serve_with_sha256sums(tarball.clone(), sums).await;
+    let cache = tempfile::tempdir().unwrap();
+    let source = BinarySource::Release {
+        url: url.clone(),
+        sha256: None,
+    };
+    let got = ensure(&source, cache.path(), &["etcd", "etcdctl"], &[])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.files.len(), 2);
+    assert_eq!(
+        *asked.lock().unwrap(),
+        [
+            "/etcd-v3.5.16-linux-amd64.tar.gz.sha256",
+            "/SHA256SUMS",
+            "/etcd-v3.5.16-linux-amd64.tar.gz"
+        ]
+    );
+
+    // A wrong line refuses the tarball; no line for it is named.
+    let (url, _) = serve_with_sha256sums(
+        tarball.clone(),
+        format!("{}  etcd-v3.5.16-linux-amd64.tar.gz\n", "1".repeat(64)),
+    )
+    .await;
+    let cache = tempfile::tempdir().unwrap();
+    let err = ensure(&BinarySource::Release { url, sha256: None }, cache.path(), &["etcd"], &[])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BinariesError::Sha256Mismatch { .. }), "{err}");
+    let (url, _) = serve_with_sha256sums(tarball, format!("{}  other.tar.gz\n", "1".repeat(64))).await;
+    let err = ensure(&BinarySource::Release { url, sha256: None }, cache.path(), &["etcd"], &[])
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("SHA256SUMS has no line for etcd-v3.5.16-linux-amd64.tar.gz"),
         "{err}"
     );
 }

@@ -7,6 +7,7 @@
 
 pub mod raw;
 pub mod validate;
+pub mod versions;
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};

@@ -315,6 +315,23 @@ impl Checker {
                 );
             }
         }
+        // A pinned etcd the Kubernetes version does not work with is refused here, before any
+        // host is reached (etcd from the package is checked by `up` against what the hosts run).
+        if let (Some(etcd), Some(Some(kube))) = (&etcd, &kubernetes) {
+            if let Some(pinned) = &etcd.version {
+                if let Some(problem) = super::versions::etcd_problem(&kube.version, pinned) {
+                    self.report(
+                        "kubernetes.version",
+                        format!(
+                            "{problem}: set etcd.version (and its source) to a release Kubernetes {} \
+                             supports, e.g. 3.5.16, or choose a Kubernetes version that supports \
+                             etcd {pinned}",
+                            kube.version
+                        ),
+                    );
+                }
+            }
+        }
         let state_dir = match &spec.state_dir {
             Some(dir) if dir.as_os_str().is_empty() => {
                 self.report(

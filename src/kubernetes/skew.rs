@@ -10,22 +10,14 @@
 //!   the installed controllers must be at most the target and at most one minor older;
 //! - Kubernetes versions differ from each other only in minor (one major: 1).
 //!
-//! And etcd, by [`min_etcd`]:
-//!
-//! | Kubernetes | etcd (minimum) | why |
-//! |---|---|---|
-//! | < 1.20 | refused | older than hactl's flags and APIs support |
-//! | 1.20 – 1.28 | 3.4.22 on the 3.4 line, or 3.5.6 | "Operating etcd clusters for Kubernetes" (kubernetes.io docs): the minimum recommended versions for production are 3.4.22+ and 3.5.6+ |
-//! | ≥ 1.29 | 3.5.6 | kubeadm's `SupportedEtcdVersion` table (cmd/kubeadm/app/constants/constants.go) lists only 3.5.x (3.6.x from 1.34) for these minors; 3.4 is no longer tested with them |
-//!
-//! etcd 4.x or a major other than 3 is refused (untested with any Kubernetes release).
+//! And etcd, by [`min_etcd`] (the table is in [`crate::inventory::versions`], which `validate`
+//! reads too).
 
 use semver::Version;
 
 use super::Component;
 
-/// The oldest Kubernetes minor hactl installs.
-pub const MIN_KUBERNETES_MINOR: u64 = 20;
+pub use crate::inventory::versions::{min_etcd, MIN_KUBERNETES_MINOR};
 
 /// A component version seen on a host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,20 +25,6 @@ pub struct Installed {
     pub host: String,
     pub component: Component,
     pub version: Version,
-}
-
-/// The lowest etcd version supported for Kubernetes `1.<minor>` that is compatible with `etcd`'s
-/// own minor line (so 3.4.23 is judged against 3.4.22, not against 3.5.6). `None`: that etcd line
-/// is not supported with this Kubernetes minor at all.
-pub fn min_etcd(kube_minor: u64, etcd: &Version) -> Option<Version> {
-    if etcd.major != 3 || kube_minor < MIN_KUBERNETES_MINOR {
-        return None;
-    }
-    match (kube_minor, etcd.minor) {
-        (..=28, 4) => Some(Version::new(3, 4, 22)),
-        (_, 0..=4) => None,
-        (_, _) => Some(Version::new(3, 5, 6)),
-    }
 }
 
 /// `Kubernetes v1.31.4` (what `kube-apiserver --version` prints) → 1.31.4.
