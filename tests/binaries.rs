@@ -229,14 +229,24 @@ async fn a_release_without_a_sha256_file_is_checked_against_its_line_in_sha256su
     )
     .await;
     let cache = tempfile::tempdir().unwrap();
-    let err = ensure(&BinarySource::Release { url, sha256: None }, cache.path(), &["etcd"], &[])
-        .await
-        .unwrap_err();
+    let err = ensure(
+        &BinarySource::Release { url, sha256: None },
+        cache.path(),
+        &["etcd"],
+        &[],
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, BinariesError::Sha256Mismatch { .. }), "{err}");
     let (url, _) = serve_with_sha256sums(tarball, format!("{}  other.tar.gz\n", "1".repeat(64))).await;
-    let err = ensure(&BinarySource::Release { url, sha256: None }, cache.path(), &["etcd"], &[])
-        .await
-        .unwrap_err();
+    let err = ensure(
+        &BinarySource::Release { url, sha256: None },
+        cache.path(),
+        &["etcd"],
+        &[],
+    )
+    .await
+    .unwrap_err();
     assert!(
         err.to_string()
             .contains("SHA256SUMS has no line for etcd-v3.5.16-linux-amd64.tar.gz"),

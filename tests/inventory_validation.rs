@@ -308,7 +308,7 @@ fn bad_inventories_report_every_problem_with_its_place() {
         (
             "release over plain http without sha256",
             edit(&[("  kubernetes:\n", "  etcd:\n    source: release\n    releaseUrl: http://example.com/etcd.tar.gz\n  kubernetes:\n")]),
-            vec!["lab.yaml: etcd.sha256: required when releaseUrl is not https://: the sha256 of the tarball (64 hex digits), so a changed download is refused".into()],
+            vec!["lab.yaml: etcd.sha256: required when releaseUrl is not https:// (or a loopback address): the sha256 of the tarball (64 hex digits), so a changed download is refused".into()],
         ),
         (
             "release with a bad sha256 and no url",

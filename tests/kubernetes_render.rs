@@ -860,7 +860,7 @@ fn package_source_and_version_skew_are_refused_with_the_fix() {
     );
 
     let mut inv = bundle_inventory(); // 1.31.4
-    // No pinned etcd (as with the package): the version each host runs is the one judged.
+                                      // No pinned etcd (as with the package): the version each host runs is the one judged.
     inv.etcd.version = None;
     let mut facts = BTreeMap::new();
     let mut old = HostFacts::default();

@@ -54,12 +54,11 @@ mod tests {
         assert_eq!(inventory.name, "example");
         assert_eq!(inventory.hosts.len(), 5);
         // The rule the comment explains still holds: no distribution packages the server binaries.
-        let package: String = example_inventory()
-            .replacen(
-                "    source: release\n    releaseUrl: https://dl.k8s.io/",
-                "    source: package\n    # releaseUrl: https://dl.k8s.io/",
-                1,
-            );
+        let package: String = example_inventory().replacen(
+            "    source: release\n    releaseUrl: https://dl.k8s.io/",
+            "    source: package\n    # releaseUrl: https://dl.k8s.io/",
+            1,
+        );
         assert_ne!(package, example_inventory(), "the example names source: release");
         let err = crate::inventory::load_str(Path::new("example.yaml"), &package).unwrap_err();
         let problems: Vec<String> = err.problems.iter().map(ToString::to_string).collect();
@@ -83,13 +82,17 @@ mod tests {
             crate::inventory::BinarySource::Release { url, sha256: None } if url.contains(&format!("/v{etcd}/etcd-v{etcd}-linux-amd64.tar.gz"))
         ));
         let kube = inventory.kubernetes.as_ref().unwrap();
-        assert_eq!(crate::inventory::versions::etcd_problem(&kube.version, &etcd), None);
+        assert_eq!(
+            crate::inventory::versions::etcd_problem(&kube.version, &etcd),
+            None
+        );
         let old = example_inventory().replacen("    version: 3.5.16\n", "    version: 3.4.23\n", 1);
         let err = crate::inventory::load_str(Path::new("example.yaml"), &old).unwrap_err();
         let problems: Vec<String> = err.problems.iter().map(ToString::to_string).collect();
         assert!(
-            problems.iter().any(|p| p.starts_with("example.yaml: kubernetes.version: etcd 3.4.23 is not supported with Kubernetes 1.31.4")
-                && p.contains("e.g. 3.5.16")),
+            problems.iter().any(|p| p.starts_with(
+                "example.yaml: kubernetes.version: etcd 3.4.23 is not supported with Kubernetes 1.31.4"
+            ) && p.contains("e.g. 3.5.16")),
             "{problems:?}"
         );
     }

@@ -1210,13 +1210,21 @@ impl Checker {
                     Some(url) => Some(url.to_string()),
                 };
                 let sha256 = match sha256 {
-                    // Over HTTPS the checksum published beside the tarball is fetched instead.
-                    None if url.as_deref().is_some_and(|u| u.starts_with("https://")) => Some(None),
+                    // Over HTTPS, or from this machine (a loopback mirror, where no one stands
+                    // between the two), the checksum published beside the tarball is fetched
+                    // instead; over plain HTTP through a network it could be changed with it.
+                    None if url
+                        .as_deref()
+                        .is_some_and(|u| u.starts_with("https://") || is_loopback_url(u)) =>
+                    {
+                        Some(None)
+                    }
                     None => {
                         self.report(
                             format!("{section}.sha256"),
-                            "required when releaseUrl is not https://: the sha256 of the tarball \
-                             (64 hex digits), so a changed download is refused",
+                            "required when releaseUrl is not https:// (or a loopback address): \
+                             the sha256 of the tarball (64 hex digits), so a changed download is \
+                             refused",
                         );
                         None
                     }
@@ -1983,6 +1991,20 @@ fn parse_version(s: &str) -> Option<semver::Version> {
     semver::Version::parse(s.strip_prefix('v').unwrap_or(s)).ok()
 }
 
+/// `http://127.x.y.z[:port]/…`, `http://[::1][:port]/…` or `http://localhost[:port]/…`: a server
+/// on this machine.
+fn is_loopback_url(s: &str) -> bool {
+    let Some(rest) = s.strip_prefix("http://") else {
+        return false;
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.split(':').next().unwrap_or(""),
+    };
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 fn is_http_url(s: &str) -> bool {
     let rest = s.strip_prefix("https://").or_else(|| s.strip_prefix("http://"));
     match rest {
@@ -2021,6 +2043,26 @@ fn retention_duration(s: &str) -> Option<Duration> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_loopback_mirror_counts_as_this_machine() {
+        for url in [
+            "http://127.0.0.1:8080/e.tar.gz",
+            "http://127.1.2.3/e.tar.gz",
+            "http://[::1]:80/e",
+            "http://localhost/e",
+        ] {
+            assert!(is_loopback_url(url), "{url}");
+        }
+        for url in [
+            "https://127.0.0.1/e",
+            "http://10.0.0.1/e",
+            "http://127.0.0.1.example.com/e",
+            "http://[::2]/e",
+        ] {
+            assert!(!is_loopback_url(url), "{url}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -58,8 +58,12 @@ mod tests {
         assert_eq!(etcd_problem(&v("1.28.15"), &v("3.4.23")), None);
         assert_eq!(etcd_problem(&v("1.31.4"), &v("3.5.16")), None);
         assert!(etcd_problem(&v("1.31.4"), &v("3.4.23")).unwrap().contains("1.28"));
-        assert!(etcd_problem(&v("1.31.4"), &v("3.5.1")).unwrap().contains("at least 3.5.6"));
-        assert!(etcd_problem(&v("1.20.2"), &v("3.4.13")).unwrap().contains("at least 3.4.22"));
+        assert!(etcd_problem(&v("1.31.4"), &v("3.5.1"))
+            .unwrap()
+            .contains("at least 3.5.6"));
+        assert!(etcd_problem(&v("1.20.2"), &v("3.4.13"))
+            .unwrap()
+            .contains("at least 3.4.22"));
         assert!(etcd_problem(&v("1.31.4"), &v("4.0.0")).is_some());
     }
 }

@@ -20,6 +20,7 @@ mod etcd_peer_port_trust;
 mod etcd_up_plan_reset;
 mod etcd_upgrade_roll;
 mod hosts;
+mod init_inventory;
 mod load_balancers_vip;
 mod maintenance_drains_load_balancers;
 mod maintenance_with_a_dead_member;

@@ -53,7 +53,10 @@ pub async fn serve_with_sums(body: Vec<u8>, sums: Option<String>) -> (String, Ar
 
 /// As `serve`, laid out as etcd publishes its releases: no `<file>.sha256` (404), and `sums` at
 /// `SHA256SUMS` in the same directory; the paths asked for are kept in order.
-pub async fn serve_with_sha256sums(body: Vec<u8>, sums: String) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
+pub async fn serve_with_sha256sums(
+    body: Vec<u8>,
+    sums: String,
+) -> (String, Arc<std::sync::Mutex<Vec<String>>>) {
     let asked = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = asked.clone();
     let (url, _) = serve_paths(body, move |path| {
