@@ -123,6 +123,7 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
         bin_dir,
         version,
         up_seconds: 0.0,
+        release_server: None,
     };
     k.set_inventory(|t| {
         let moved = t.replacen("  kubernetes:\n", "  kubernetes:\n    mode: static-pod\n", 1);

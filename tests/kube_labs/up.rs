@@ -3,6 +3,11 @@
 //! three apiservers ready behind the VIP, kubectl through the VIP with the admin kubeconfig, both
 //! Leases held, and a second `up` with nothing to do; then, on the same lab, the hardening checks
 //! of `hardening.rs`.
+//!
+//! The lab is Debian 12 (bookworm) and the inventory is the one `hactl init` writes
+//! (`KubeLab::up_from_init`: its etcd 3.5.16 release served on loopback, the lab's Kubernetes
+//! section in place of its own), so `init` + `up` with Kubernetes is proven on the release whose
+//! package etcd (3.4) once broke it; every other Kubernetes lab test runs on Debian 13 (trixie).
 
 use crate::support::kube as kube_support;
 
@@ -13,9 +18,26 @@ use kube_support::{text, KubeLab};
 #[test]
 fn kubernetes_control_plane_comes_up_with_real_binaries() {
     let name = "kubernetes_control_plane_comes_up_with_real_binaries";
-    let Some(k) = KubeLab::up(name, 3, 2, 0) else {
+    let Some(k) = KubeLab::up_from_init(name, "bookworm") else {
         return;
     };
+    // What this test stands on: init's inventory, Debian 12 hosts, the etcd of init's release
+    // (not bookworm's package, 3.4.23) under Kubernetes.
+    assert_eq!(k.inv.file_name().unwrap(), "init.yaml");
+    for h in k.control_planes() {
+        let os = k
+            .lab
+            .exec_ok(&h, &["sh", "-c", ". /etc/os-release && echo $VERSION_CODENAME"]);
+        assert_eq!(os.trim(), "bookworm", "{h}");
+        let etcd = k.lab.exec_ok(
+            &h,
+            &["sh", "-c", "readlink /proc/$(systemctl show -p MainPID --value etcd)/exe && /usr/local/bin/etcd --version"],
+        );
+        assert!(
+            etcd.starts_with("/usr/local/bin/etcd\netcd Version: 3.5.16"),
+            "{h}: {etcd}"
+        );
+    }
     // Every apiserver answered /readyz on its own address (KubeLab::up); now through the VIP.
     assert_eq!(k.kubectl_ok(&["get", "--raw", "/readyz"]).trim(), "ok");
     let namespaces = k.kubectl_ok(&["get", "namespaces", "-o", "name"]);

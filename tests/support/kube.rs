@@ -62,6 +62,9 @@ pub struct KubeLab {
     pub version: semver::Version,
     /// How long the first `hactl up` took.
     pub up_seconds: f64,
+    /// What serves a release the inventory downloads (`up_from_init`'s etcd), for every later
+    /// `hactl` run of the test.
+    pub release_server: Option<tokio::runtime::Runtime>,
 }
 
 impl AsRef<TestLab> for KubeLab {
@@ -91,6 +94,31 @@ impl KubeLab {
             opts.suite = "trixie".to_string();
         })?;
         let inv = lab.inventory().to_path_buf();
+        Some(Self::bring_up(test_name, lab, inv, bin_dir, version, None))
+    }
+
+    /// `hactl init`'s inventory on `suite` (3 control planes, 2 load balancers, as `init`
+    /// writes it; `support::init`: its etcd release served on loopback) with the lab's
+    /// `kubernetes` section in place of `init`'s (the one release built here), brought up by
+    /// `hactl up`.
+    pub fn up_from_init(test_name: &str, suite: &str) -> Option<KubeLab> {
+        let bin_dir = bin_dir(test_name)?;
+        let version = version_of(&bin_dir);
+        let lab = TestLab::up(test_name, 3, 2, 0, suite)?;
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let (url, _) = super::init::serve_etcd_release(&rt);
+        let inv = super::init::write_inventory(&lab, &url);
+        Some(Self::bring_up(test_name, lab, inv, bin_dir, version, Some(rt)))
+    }
+
+    fn bring_up(
+        test_name: &str,
+        lab: TestLab,
+        inv: PathBuf,
+        bin_dir: PathBuf,
+        version: semver::Version,
+        release_server: Option<tokio::runtime::Runtime>,
+    ) -> KubeLab {
         hactl::lab::kubernetes::add_to_inventory(&inv, &version.to_string(), &bin_dir).unwrap();
         let state = inv.parent().unwrap().join("state");
         let k = KubeLab {
@@ -100,6 +128,7 @@ impl KubeLab {
             bin_dir,
             version,
             up_seconds: 0.0,
+            release_server,
         };
         let started = Instant::now();
         let out = k.hactl(&["up", "--yes"]);
@@ -112,7 +141,7 @@ impl KubeLab {
                 "{host}: /readyz did not answer"
             );
         }
-        Some(KubeLab { up_seconds, ..k })
+        KubeLab { up_seconds, ..k }
     }
 
     /// The control-plane host names, in inventory order.
