@@ -79,7 +79,8 @@ pub const TABLE: &[Code] = &[
     Code {
         code: ZOMBIE,
         name: "ZOMBIE",
-        meaning: "an etcd of another cluster runs on or dials an inventory host (`hactl heal --once`)",
+        meaning:
+            "an etcd of another cluster runs on an inventory host or dials the members (`hactl heal --once`)",
     },
     Code {
         code: USAGE,

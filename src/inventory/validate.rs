@@ -317,8 +317,13 @@ impl Checker {
         }
         // A pinned etcd the Kubernetes version does not work with is refused here, before any
         // host is reached (etcd from the package is checked by `up` against what the hosts run).
+        // (A Kubernetes older than hactl installs is refused on its own, by `plan`.)
         if let (Some(etcd), Some(Some(kube))) = (&etcd, &kubernetes) {
-            if let Some(pinned) = &etcd.version {
+            if let Some(pinned) = etcd
+                .version
+                .as_ref()
+                .filter(|_| kube.version.minor >= super::versions::MIN_KUBERNETES_MINOR)
+            {
                 if let Some(problem) = super::versions::etcd_problem(&kube.version, pinned) {
                     self.report(
                         "kubernetes.version",
