@@ -24,6 +24,18 @@ async fn ensure(
     hactl::binaries::ensure(source, cache, wanted, optional, &LocalDigests::none()).await
 }
 
+/// The error of `ensure` for the release at `url` with no sha256 pinned (only `etcd` wanted).
+async fn unpinned_err(url: String, cache: &Path) -> BinariesError {
+    ensure(
+        &BinarySource::Release { url, sha256: None },
+        cache,
+        &["etcd"],
+        &[],
+    )
+    .await
+    .unwrap_err()
+}
+
 #[tokio::test]
 async fn a_release_tarball_is_verified_then_downloaded_once() {
     let tarball = release_tarball(&[
@@ -161,14 +173,7 @@ async fn a_release_without_a_pinned_sha256_is_checked_against_the_published_one(
 
     let (url, _) = serve_with_sums(tarball.clone(), Some(format!("{}\n", "1".repeat(64)))).await;
     let cache = tempfile::tempdir().unwrap();
-    let err = ensure(
-        &BinarySource::Release { url, sha256: None },
-        cache.path(),
-        &["etcd"],
-        &[],
-    )
-    .await
-    .unwrap_err();
+    let err = unpinned_err(url, cache.path()).await;
     assert!(matches!(err, BinariesError::Sha256Mismatch { .. }), "{err}");
     assert_eq!(
         std::fs::read_dir(cache.path()).unwrap().count(),
@@ -177,14 +182,7 @@ async fn a_release_without_a_pinned_sha256_is_checked_against_the_published_one(
     );
 
     let (url, _) = serve_with_sums(tarball, Some("<html>not found</html>".into())).await;
-    let err = ensure(
-        &BinarySource::Release { url, sha256: None },
-        cache.path(),
-        &["etcd"],
-        &[],
-    )
-    .await
-    .unwrap_err();
+    let err = unpinned_err(url, cache.path()).await;
     assert!(
         err.to_string().contains(".sha256 is not a published sha256"),
         "{err}"
@@ -229,24 +227,10 @@ async fn a_release_without_a_sha256_file_is_checked_against_its_line_in_sha256su
     )
     .await;
     let cache = tempfile::tempdir().unwrap();
-    let err = ensure(
-        &BinarySource::Release { url, sha256: None },
-        cache.path(),
-        &["etcd"],
-        &[],
-    )
-    .await
-    .unwrap_err();
+    let err = unpinned_err(url, cache.path()).await;
     assert!(matches!(err, BinariesError::Sha256Mismatch { .. }), "{err}");
     let (url, _) = serve_with_sha256sums(tarball, format!("{}  other.tar.gz\n", "1".repeat(64))).await;
-    let err = ensure(
-        &BinarySource::Release { url, sha256: None },
-        cache.path(),
-        &["etcd"],
-        &[],
-    )
-    .await
-    .unwrap_err();
+    let err = unpinned_err(url, cache.path()).await;
     assert!(
         err.to_string()
             .contains("SHA256SUMS has no line for etcd-v3.5.16-linux-amd64.tar.gz"),

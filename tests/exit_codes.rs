@@ -80,6 +80,18 @@ fn loopback(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
     (inv, state)
 }
 
+/// `hactl up --yes` on `inv` with its state directory `state`.
+fn up(inv: &std::path::Path, state: &std::path::Path) -> Output {
+    hactl(&[
+        "up",
+        "--yes",
+        "-i",
+        inv.to_str().unwrap(),
+        "--state-dir",
+        state.to_str().unwrap(),
+    ])
+}
+
 /// 3: the cluster lock is held by a run of another machine; `up` names it before connecting
 /// anywhere and asks for `--steal-lock`, once the operator knows that run is gone.
 #[test]
@@ -92,14 +104,7 @@ fn a_lock_held_elsewhere_needs_input_3() {
         r#"{"command":"recover","run":"recover-1","operator":"ops@desk","machine":"another-machine","pid":1,"since":"2026-11-25T10:00:00Z"}"#,
     )
     .unwrap();
-    let out = hactl(&[
-        "up",
-        "--yes",
-        "-i",
-        inv.to_str().unwrap(),
-        "--state-dir",
-        state.to_str().unwrap(),
-    ]);
+    let out = up(&inv, &state);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     let said = text(&out);
     assert!(
@@ -114,14 +119,7 @@ fn a_lock_held_elsewhere_needs_input_3() {
 fn nothing_reached_fails_1() {
     let dir = tempfile::tempdir().unwrap();
     let (inv, state) = loopback(dir.path());
-    let out = hactl(&[
-        "up",
-        "--yes",
-        "-i",
-        inv.to_str().unwrap(),
-        "--state-dir",
-        state.to_str().unwrap(),
-    ]);
+    let out = up(&inv, &state);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("cannot reach"), "{}", text(&out));
 }

@@ -46,15 +46,8 @@ fn up_from_a_release_tarball_installs_the_verified_binaries_on_every_host() {
         assert!(remote.starts_with(&etcd_sha), "{h}: {remote}");
         let unit = lab.exec_ok(h, &["cat", "/etc/systemd/system/etcd.service"]);
         assert!(unit.contains("ExecStart=/usr/local/bin/etcd "), "{h}: {unit}");
-        let running = lab.exec_ok(
-            h,
-            &[
-                "sh",
-                "-c",
-                "readlink /proc/$(systemctl show -p MainPID --value etcd)/exe",
-            ],
-        );
-        assert_eq!(running.trim(), "/usr/local/bin/etcd", "{h}");
+        let running = lab.main_exe(h, "etcd");
+        assert_eq!(running, "/usr/local/bin/etcd", "{h}");
     }
     lab.exec_ok("cp1", &["hactl-etcdctl", "endpoint", "health", "--cluster"]);
     rt.shutdown_background();

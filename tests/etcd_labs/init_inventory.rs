@@ -9,23 +9,9 @@
 //! names. `init` now pins etcd 3.5.16 from the release, so every host runs the same etcd whatever
 //! its distribution ships.
 
+use crate::support::cli::{hactl_in, text};
 use crate::support::init;
 use crate::support::lab::TestLab;
-
-fn hactl(args: &[&str]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_hactl"))
-        .args(args)
-        .output()
-        .expect("run hactl")
-}
-
-fn text(o: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 fn init_inventory_comes_up(suite: &str) {
     let name = format!("init_inventory_on_{suite}");
@@ -35,10 +21,10 @@ fn init_inventory_comes_up(suite: &str) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (url, asked) = init::serve_etcd_release(&rt);
     let path = init::write_inventory(&lab, &url);
-    let inv = path.to_str().unwrap();
-    let out = hactl(&["validate", "-i", inv]);
+    let inv = path.as_path();
+    let out = hactl_in(inv, &["validate"]);
     assert!(out.status.success(), "{}", text(&out));
-    let out = hactl(&["up", "-i", inv, "--yes"]);
+    let out = hactl_in(inv, &["up", "--yes"]);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(
         *asked.lock().unwrap(),
@@ -52,19 +38,11 @@ fn init_inventory_comes_up(suite: &str) {
     for h in ["cp1", "cp2", "cp3"] {
         let v = lab.exec_ok(h, &["/usr/local/bin/etcd", "--version"]);
         assert!(v.starts_with("etcd Version: 3.5.16"), "{h}: {v}");
-        let running = lab.exec_ok(
-            h,
-            &[
-                "sh",
-                "-c",
-                "readlink /proc/$(systemctl show -p MainPID --value etcd)/exe",
-            ],
-        );
-        assert_eq!(running.trim(), "/usr/local/bin/etcd", "{h}");
+        assert_eq!(lab.main_exe(h, "etcd"), "/usr/local/bin/etcd", "{h}");
     }
-    let out = hactl(&["status", "-i", inv]);
+    let out = hactl_in(inv, &["status"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    let out = hactl(&["plan", "-i", inv]);
+    let out = hactl_in(inv, &["plan"]);
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),

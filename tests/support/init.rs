@@ -47,11 +47,8 @@ pub fn write_inventory(lab: &TestLab, etcd_url: &str) -> PathBuf {
     let lab_yaml = std::fs::read_to_string(lab.inventory()).unwrap();
     let dir: &Path = lab.inventory().parent().unwrap();
     let path = dir.join("init.yaml");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_hactl"))
-        .args(["init", path.to_str().unwrap(), "--force"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = super::cli::hactl(&["init", path.to_str().unwrap(), "--force"]);
+    assert!(out.status.success(), "{}", super::cli::text(&out));
     let example = std::fs::read_to_string(&path).unwrap();
     let vip = {
         let at = lab_yaml.find("vip:").expect("the lab has a VIP");

@@ -203,6 +203,12 @@ impl TestLab {
     }
 
     /// Runs `argv` on `host` and returns its stdout; panics unless it exits 0.
+    /// The executable `unit`'s main process on `host` runs, as `/proc/<pid>/exe` links it.
+    pub fn main_exe(&self, host: &str, unit: &str) -> String {
+        let script = format!("readlink /proc/$(systemctl show -p MainPID --value {unit})/exe");
+        self.exec_ok(host, &["sh", "-c", &script]).trim().to_string()
+    }
+
     pub fn exec_ok(&self, host: &str, argv: &[&str]) -> String {
         let out = self.exec(host, argv);
         assert!(
