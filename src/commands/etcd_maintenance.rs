@@ -26,6 +26,7 @@ pub async fn run(args: &EtcdMaintenanceArgs) -> anyhow::Result<i32> {
     let hosts = inv.with_role(Role::Etcd);
     let settings = args.connect.settings();
     let reach = operations::reach::reach(&inv, (&state).into(), &hosts, &settings).await;
+    reach.refuse_changed_host_keys()?;
     // Whose cluster: hosts whose trust files hold no CA this state directory knows are refused
     // before anything else, as by every operation.
     let ctx = operations::manager::Context::new(&inv, &state, &settings);

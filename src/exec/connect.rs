@@ -186,6 +186,23 @@ pub struct Reach {
     asked: Vec<String>,
 }
 
+/// Exit 3 naming each host in `changed` (name, connection error) whose key changed, or `Ok` when
+/// there is none.
+pub fn changed_host_keys_refusal(changed: &[(&str, &str)]) -> anyhow::Result<()> {
+    if changed.is_empty() {
+        return Ok(());
+    }
+    let lines: Vec<String> = changed.iter().map(|(h, e)| format!("{h}: {e}")).collect();
+    Err(crate::exit::refuse(
+        crate::exit::NEEDS_INPUT,
+        format!(
+            "a host's SSH key changed, so hactl cannot tell a re-installed host from another machine \
+             and will not count it as down; nothing was changed:\n{}",
+            lines.join("\n")
+        ),
+    ))
+}
+
 /// Connects to `hosts` and sorts the answers.
 pub async fn reach<'a>(keys: impl Into<HostKeys<'a>>, hosts: &[&Host], args: &ConnectSettings) -> Reach {
     Reach::sort(hosts, connect(keys, hosts, args).await)
@@ -235,6 +252,21 @@ impl Reach {
             return Err(crate::exit::refuse(crate::exit::NEEDS_INPUT, text));
         }
         anyhow::bail!(text)
+    }
+
+    /// Refuses (exit 3) when a host presented a changed key: a command that changes the cluster
+    /// counts an unreachable member as down, and a host that merely was re-installed is not down;
+    /// only the operator can say which it is. Call before anything changes.
+    pub fn refuse_changed_host_keys(&self) -> anyhow::Result<()> {
+        let changed: Vec<(&str, &str)> = self
+            .asked
+            .iter()
+            .filter_map(|h| {
+                let e = self.unreachable.get(h).filter(|e| e.host_key_changed)?;
+                Some((h.as_str(), e.text.as_str()))
+            })
+            .collect();
+        changed_host_keys_refusal(&changed)
     }
 
     /// The hosts that answered; each other host is logged as a warning and left out.

@@ -18,6 +18,9 @@ pub struct Reach {
     pub transports: Transports,
     pub facts: BTreeMap<String, HostFacts>,
     pub unreachable: BTreeMap<String, String>,
+    /// The unreachable hosts that presented a changed SSH key (see
+    /// [`Reach::refuse_changed_host_keys`]).
+    pub key_changed: std::collections::BTreeSet<String>,
 }
 
 /// Connects to `hosts` and gathers facts from those that answer; an unreachable host is
@@ -32,6 +35,12 @@ pub async fn reach(
     let mut r = Reach {
         transports: Transports::new(),
         facts: BTreeMap::new(),
+        key_changed: connected
+            .unreachable
+            .iter()
+            .filter(|(_, e)| e.host_key_changed)
+            .map(|(h, _)| h.clone())
+            .collect(),
         unreachable: connected
             .unreachable
             .into_iter()
@@ -62,6 +71,17 @@ pub async fn reach(
 }
 
 impl Reach {
+    /// Refuses (exit 3) when a host presented a changed SSH key, as
+    /// [`crate::exec::connect::Reach::refuse_changed_host_keys`] does.
+    pub fn refuse_changed_host_keys(&self) -> anyhow::Result<()> {
+        let changed: Vec<(&str, &str)> = self
+            .key_changed
+            .iter()
+            .filter_map(|h| Some((h.as_str(), self.unreachable.get(h)?.as_str())))
+            .collect();
+        crate::exec::connect::changed_host_keys_refusal(&changed)
+    }
+
     /// The names of `hosts` this reach connected to, in their order.
     pub fn reached(&self, hosts: &[&Host]) -> Vec<String> {
         hosts

@@ -255,3 +255,55 @@ fn a_changed_host_key_is_refused_with_both_fingerprints_and_nothing_runs() {
     let (code, _, stderr) = check_json(&inv, &[]);
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+/// Every command that changes a running cluster counts an unreachable member as down; a member
+/// whose host merely presents a new key (re-installed, or another machine at its address) is
+/// not known to be down, so each refuses with exit 3 and the flag to use, before changing
+/// anything, dry runs included. With the key accepted the same command goes on.
+#[test]
+fn day_two_operations_refuse_a_changed_host_key_with_exit_3() {
+    use crate::support::cli::{hactl_in, text, up_ok};
+    let Some(lab) = TestLab::up("day_two_changed_host_key", 3, 0, 0, "trixie") else {
+        return;
+    };
+    let inv = lab.inventory();
+    up_ok(inv);
+    lab.exec_ok(
+        "cp2",
+        &["sh", "-c", "rm -f /etc/ssh/ssh_host_* && ssh-keygen -q -t ed25519 -N '' -f /etc/ssh/ssh_host_ed25519_key && systemctl restart ssh"],
+    );
+    let commands: [&[&str]; 7] = [
+        &["heal", "--dry-run"],
+        &["etcd", "maintenance", "--defrag", "--dry-run"],
+        &["maintenance", "start", "cp3", "--dry-run"],
+        &["replace", "cp3", "--reuse-host", "--dry-run"],
+        &[
+            "recover",
+            "--from-member",
+            "cp1",
+            "--confirm-dead",
+            "cp2,cp3",
+            "--dry-run",
+        ],
+        &["certs", "rotate-ca", "etcd", "--dry-run"],
+        &["remove", "cp3", "--dry-run"],
+    ];
+    for args in commands {
+        let out = hactl_in(inv, args);
+        assert_eq!(out.status.code(), Some(3), "hactl {args:?}:\n{}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("host key of cp2") && stderr.contains("--accept-new-host-key cp2"),
+            "hactl {args:?} does not say which key changed and what to run:\n{}",
+            text(&out)
+        );
+    }
+    // Nothing was changed: cp2's member still runs.
+    assert_eq!(
+        lab.exec_ok("cp2", &["systemctl", "is-active", "etcd"]).trim(),
+        "active"
+    );
+    // The operator attests the re-install: the round goes on, and the cluster is healthy.
+    let out = hactl_in(inv, &["heal", "--dry-run", "--accept-new-host-key", "cp2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}

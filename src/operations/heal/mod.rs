@@ -126,6 +126,9 @@ async fn gather(
 )> {
     let hosts = inv.with_role(Role::Etcd);
     let reach = operations::reach::reach(inv, ctx.host_keys(), &hosts, ctx.connect).await;
+    // A member whose host key changed is neither healthy nor failed until the operator says so:
+    // heal neither restarts nor replaces it (a watch prints the refusal each round).
+    reach.refuse_changed_host_keys()?;
     let records = maintenance_record::maintenance_records(state);
     let obs = match reach.observe(inv, &[]).await {
         Ok(obs) => obs,

@@ -90,6 +90,7 @@ async fn setup(ctx: &Context<'_>, opts: &Options) -> anyhow::Result<Setup> {
         }
     }
     let reach = operations::reach::reach(inv, ctx.host_keys(), &hosts, ctx.connect).await;
+    reach.refuse_changed_host_keys()?;
     Ok(Setup {
         inv: inv.clone(),
         state: ctx.state.clone(),

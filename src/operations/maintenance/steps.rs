@@ -431,6 +431,7 @@ mod tests {
                 transports: Transports::new(),
                 facts: BTreeMap::new(),
                 unreachable: BTreeMap::new(),
+                key_changed: Default::default(),
             },
             kube: None,
             balancers: Balancers {

@@ -267,6 +267,8 @@ impl Operation for Recover {
                 .filter(|h| !h.has(Role::Etcd) && history.hosts.contains_key(&h.name)),
         );
         let reach = crate::exec::connect::reach(ctx.host_keys(), &hosts, ctx.connect).await;
+        // A re-installed survivor is not a dead one: only the operator can say which.
+        reach.refuse_changed_host_keys()?;
         let t = reach.transports.clone();
         self.reach = Some(reach);
         self.history = Some(history);

@@ -91,6 +91,7 @@ impl Operation for RemoveNode {
             hosts.push(h);
         }
         let reach = reach::reach(inv, ctx.host_keys(), &hosts, ctx.connect).await;
+        reach.refuse_changed_host_keys()?;
         let transports = reach.transports.clone();
         self.reach = Some(reach);
         Ok(transports)

@@ -248,6 +248,7 @@ impl Operation for Replace {
         }
         // One after the other: both may add to the cluster's known_hosts file.
         let reach = operations::reach::reach(inv, ctx.host_keys(), &hosts, ctx.connect).await;
+        reach.refuse_changed_host_keys()?;
         let balancers = Balancers::connect(inv, ctx.state, ctx.connect).await;
         if let Some(why) = reach.unreachable.get(&replacement.name) {
             bail!("cannot reach the replacement host {}: {why}", replacement.name);

@@ -115,9 +115,9 @@ impl Operation for RotateCa {
     async fn reach(&mut self, ctx: &Context<'_>) -> anyhow::Result<Transports> {
         let hosts: Vec<&crate::inventory::Host> =
             ctx.inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
-        Ok(crate::exec::connect::reach(ctx.host_keys(), &hosts, ctx.connect)
-            .await
-            .transports)
+        let reach = crate::exec::connect::reach(ctx.host_keys(), &hosts, ctx.connect).await;
+        reach.refuse_changed_host_keys()?;
+        Ok(reach.transports)
     }
     async fn plan(&mut self, ctx: &Context<'_>, run: &RunId, _t: &Transports) -> anyhow::Result<Planned> {
         let (inv, state) = (ctx.inv, ctx.state);
