@@ -77,6 +77,8 @@ pub const DATA_DIRS: [&str; 4] = [
 
 /// The kubelet's local health endpoint.
 pub const KUBELET_HEALTHZ: &str = "http://127.0.0.1:10248/healthz";
+/// kube-proxy's health endpoint (its default `healthzBindAddress`, port 10256 on every address).
+pub const KUBE_PROXY_HEALTHZ: &str = "http://127.0.0.1:10256/healthz";
 
 /// One of the node components hactl runs as a systemd unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]

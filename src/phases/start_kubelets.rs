@@ -4,12 +4,13 @@
 //! for these hosts). A kubelet runs the pods of its static-pod directory with no apiserver to
 //! talk to, and registers its Node once one answers; `start_kubernetes` then writes the
 //! manifests. In systemd mode this phase plans nothing: the kubelets start after the control
-//! plane, with the other node components.
+//! plane, with the other node components. Like `start_nodes`, it rolls one host at a time when
+//! it restarts a running kubelet or containerd (the static pods keep running meanwhile).
 
-use super::start_nodes::{kubelet_steps, runs_control_plane};
+use super::start_nodes::{kubelet_steps, plan_rolling, runs_control_plane};
 use super::{Ctx, Phase, PlanError};
 use crate::inventory::{Host, Inventory};
-use crate::plan::Step;
+use crate::plan::{PlannedPhase, Step};
 
 pub struct StartKubelets;
 
@@ -25,5 +26,8 @@ impl Phase for StartKubelets {
     }
     fn steps(&self, host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
         kubelet_steps(host, ctx)
+    }
+    fn plan(&self, ctx: &Ctx<'_>) -> Result<Vec<PlannedPhase>, PlanError> {
+        plan_rolling(self, ctx)
     }
 }

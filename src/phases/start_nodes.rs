@@ -11,7 +11,12 @@
 //! In static-pod mode the control-plane hosts' first part (up to the kubelet) ran before the
 //! control plane, in `start_kubelets`; here they get the rest.
 //!
-//! All hosts at once: restarting a kubelet, kube-proxy or containerd leaves running pods alone.
+//! All hosts at once when each component only starts (a new cluster, a new node): nothing serves
+//! yet. When the plan restarts a running kubelet, kube-proxy or containerd (a new bundle, a
+//! renewed certificate, a rotated CA), the phase rolls instead, one host at a time: a restart
+//! leaves the running pods alone, but a bad binary or configuration then fails on the first node
+//! (its kubelet, and a restarted kube-proxy, must answer their health endpoints again before the
+//! next node restarts) rather than on every node at once.
 
 use std::time::Duration;
 
@@ -21,7 +26,7 @@ use crate::facts::HostFacts;
 use crate::inventory::{Host, Inventory};
 use crate::kubernetes::node::{self, NodeComponent};
 use crate::kubernetes::KubernetesPlanError;
-use crate::plan::{Check, RemoteCommand, Step, Upload};
+use crate::plan::{Check, Parallelism, PlannedPhase, RemoteCommand, Step, Upload};
 
 pub struct StartNodes;
 
@@ -95,6 +100,18 @@ fn wait_kubelet(host: &Host) -> Check {
     .diagnose_with(journal(node::KUBELET_UNIT))
 }
 
+/// Waits until kube-proxy on the host answers its health endpoint (after a restart in a roll:
+/// the next node waits for it).
+fn wait_kube_proxy(host: &Host) -> Check {
+    Check::command(
+        format!("kube-proxy on {} answers {}", host.name, node::KUBE_PROXY_HEALTHZ),
+        RemoteCommand::read_only(["curl", "-fsS", "--max-time", "5", node::KUBE_PROXY_HEALTHZ])
+            .with_timeout(Duration::from_secs(10)),
+        Duration::from_secs(120),
+    )
+    .diagnose_with(journal(node::KUBE_PROXY_UNIT))
+}
+
 /// How `component` must be brought up on a host: nothing, a start (with its enable), or a
 /// restart because a file it reads changed (or was written after it started: a run uploaded it
 /// and stopped before the restart).
@@ -142,6 +159,30 @@ fn bring_steps(unit: &str, how: Bring, f: &HostFacts) -> Vec<Step> {
         Bring::Restart => steps.push(Step::Run(RemoteCommand::new(["systemctl", "restart", unit]))),
     }
     steps
+}
+
+/// Whether `phase` restarts a node component that is running on one of its hosts: then it rolls,
+/// one host at a time (see the module's comment).
+fn restarts_running_components(phase: &PlannedPhase) -> bool {
+    let units = [node::CONTAINERD_UNIT, node::KUBELET_UNIT, node::KUBE_PROXY_UNIT];
+    phase.hosts.iter().flat_map(|h| &h.steps).any(|step| match step {
+        Step::Run(c) => {
+            c.argv.len() == 3
+                && c.argv[0] == "systemctl"
+                && c.argv[1] == "restart"
+                && units.contains(&c.argv[2].as_str())
+        }
+        _ => false,
+    })
+}
+
+/// [`super::per_host`], rolled one host at a time when it restarts running node components.
+pub fn plan_rolling<P: Phase + ?Sized>(phase: &P, ctx: &Ctx<'_>) -> Result<Vec<PlannedPhase>, PlanError> {
+    let mut planned = super::per_host(phase, ctx)?;
+    if restarts_running_components(&planned) {
+        planned.parallelism = Parallelism::OneAtATime;
+    }
+    Ok(vec![planned])
 }
 
 /// Applies the kernel settings now (systemd applies them at boot): the modules where the host
@@ -228,6 +269,9 @@ impl Phase for StartNodes {
     fn hosts<'a>(&self, inv: &'a Inventory) -> Vec<&'a Host> {
         inv.node_hosts()
     }
+    fn plan(&self, ctx: &Ctx<'_>) -> Result<Vec<PlannedPhase>, PlanError> {
+        plan_rolling(self, ctx)
+    }
     fn steps(&self, host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
         let Some(kube) = &ctx.inv.kubernetes else {
             return Ok(vec![]);
@@ -249,6 +293,11 @@ impl Phase for StartNodes {
 
         let proxy = bring(NodeComponent::KubeProxy, f, &kube.containerd, &uploads);
         steps.extend(bring_steps(node::KUBE_PROXY_UNIT, proxy, f));
+        // A restart is part of a roll: the next node restarts once this kube-proxy serves again.
+        // (A first start is not waited for: nothing was served through it yet.)
+        if proxy == Bring::Restart {
+            steps.push(Step::Wait(wait_kube_proxy(host)));
+        }
 
         // The pod network, once this Node's pod CIDR is known (the files then exist).
         let network_changed = files.network.iter().chain(&files.scripts).any(|u| differs(f, u));
@@ -326,6 +375,64 @@ mod tests {
             assert_eq!(pending(&with_api(api.clone())), want, "{api:?}");
         }
         assert!(pending(&HostFacts::default()), "no facts of a node: pending");
+    }
+
+    #[test]
+    fn the_phase_rolls_one_host_at_a_time_only_when_it_restarts_a_running_component() {
+        let phase = |steps: Vec<Vec<Step>>| PlannedPhase {
+            title: "Start the node components".into(),
+            parallelism: Parallelism::All,
+            disruptive: false,
+            hosts: steps
+                .into_iter()
+                .enumerate()
+                .map(|(i, steps)| crate::plan::HostSteps {
+                    host: format!("n{i}"),
+                    sudo: false,
+                    steps,
+                })
+                .collect(),
+        };
+        let run = |argv: &[&str]| Step::Run(RemoteCommand::new(argv.iter().copied()));
+        let start = run(&["systemctl", "start", "--no-block", node::KUBELET_UNIT]);
+        let enable = run(&["systemctl", "enable", node::KUBELET_UNIT]);
+        // (each host's steps, rolls)
+        let table = [
+            (
+                vec![vec![enable.clone(), start.clone()], vec![start.clone()]],
+                false,
+            ),
+            (vec![vec![], vec![]], false),
+            (
+                vec![
+                    vec![start.clone()],
+                    vec![run(&["systemctl", "restart", node::KUBELET_UNIT])],
+                ],
+                true,
+            ),
+            (
+                vec![vec![run(&["systemctl", "restart", node::KUBE_PROXY_UNIT])]],
+                true,
+            ),
+            (
+                vec![vec![run(&["systemctl", "restart", node::CONTAINERD_UNIT])]],
+                true,
+            ),
+            // The pod network's routes reload on every node at once: nothing serves through them
+            // that a roll would protect.
+            (
+                vec![vec![run(&[
+                    "systemctl",
+                    "reload-or-restart",
+                    node::POD_NETWORK_UNIT,
+                ])]],
+                false,
+            ),
+        ];
+        for (steps, rolls) in table {
+            let p = phase(steps);
+            assert_eq!(restarts_running_components(&p), rolls, "{p:?}");
+        }
     }
 
     #[test]

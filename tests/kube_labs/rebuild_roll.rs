@@ -2,7 +2,8 @@
 //! appended, so they still run and report the same version but hash differently) rolls through
 //! `hactl up`: the plan shows the roll first (every apiserver behind its drained HAProxy backend,
 //! then controller-manager and scheduler with a Lease gate), the apiservers restart one host at a
-//! time, then the controllers, and kubectl through the VIP answers throughout (0 failed requests).
+//! time, then the controllers, then the kubelets and kube-proxies (rebuilt too) one node at a
+//! time, and kubectl through the VIP answers throughout (0 failed requests).
 //! Then a binary written after its unit started (a run that stopped between upload and restart)
 //! is restarted by the next `up`, and nothing else is.
 //!
@@ -17,6 +18,8 @@ use std::time::{Duration, Instant};
 use kube_support::{report_failures, KubeLab};
 
 const SERVERS: [&str; 3] = ["kube-apiserver", "kube-controller-manager", "kube-scheduler"];
+/// The node binaries, rebuilt too: their restarts roll one node at a time, after the controllers.
+const NODE: [&str; 2] = ["kubelet", "kube-proxy"];
 
 /// A copy of the bundle in `dir` whose server binaries have `tag` appended (an ELF file runs
 /// with trailing bytes: nothing maps them).
@@ -28,7 +31,7 @@ fn rebuilt(real: &Path, dir: &Path, tag: &str) {
             std::fs::copy(entry.path(), dir.join(&name)).unwrap();
         }
     }
-    for b in SERVERS {
+    for b in SERVERS.iter().chain(&NODE) {
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(dir.join(b))
@@ -108,6 +111,19 @@ fn a_rebuilt_kubernetes_binary_rolls_one_host_at_a_time_while_kubectl_answers_th
     );
     let drains = plan[apiservers..controllers].matches("maint").count();
     assert!(drains >= cps.len(), "each apiserver is drained first:\n{plan}");
+    let nodes = plan
+        .find("== Start the node components (one host at a time)")
+        .unwrap_or_else(|| panic!("the node components' roll is not planned one host at a time:\n{plan}"));
+    assert!(controllers < nodes, "the node components roll last:\n{plan}");
+    for unit in NODE {
+        assert_eq!(
+            plan[nodes..]
+                .matches(&format!("run systemctl restart {unit}.service"))
+                .count(),
+            cps.len(),
+            "{unit} restarts on every node:\n{plan}"
+        );
+    }
 
     let earlier: Vec<u64> = cps
         .iter()
@@ -173,6 +189,26 @@ fn a_rebuilt_kubernetes_binary_rolls_one_host_at_a_time_while_kubectl_answers_th
                 "{h}: {unit} restarted before the last apiserver"
             );
         }
+    }
+    // Then the nodes, one after the other: a node's kubelet restarts only after the node before
+    // it had its kubelet answer /healthz and its kube-proxy restarted.
+    let mut last_node: Option<(String, u64)> = None;
+    for h in &cps {
+        let kubelet = started_us(&k, h, "kubelet.service");
+        let proxy = started_us(&k, h, "kube-proxy.service");
+        assert!(
+            kubelet > last_api,
+            "{h}: the kubelet restarted before the apiservers' roll ended"
+        );
+        assert!(proxy > kubelet, "{h}: kube-proxy restarted before the kubelet");
+        if let Some((before, before_proxy)) = &last_node {
+            assert!(
+                kubelet > *before_proxy,
+                "{h}'s kubelet restarted before {before}'s node components were done: not one node at a time"
+            );
+        }
+        println!("{name}: {h}: kubelet restarted at {kubelet} µs, kube-proxy at {proxy} µs");
+        last_node = Some((h.clone(), proxy));
     }
     let again = k.hactl_ok(&["plan"]);
     assert_eq!(again.trim(), "no changes");

@@ -16,7 +16,11 @@
 //! - `replace`: `hactl replace cp3 --host spare1`: P2 moves cp3's manifests aside (its kubelet
 //!   stops the pods), P8 starts spare1's containerd, images and kubelet, then its manifests, P9
 //!   rolls the new `--etcd-servers` into the other apiservers (their manifests); spare1's mirror
-//!   pods show.
+//!   pods show;
+//! - `recover`: etcd's data wiped on two of the three members; `hactl recover --from-member cp1`
+//!   moves every host's manifests aside (R1.2) before it stops etcd, rebuilds the members from
+//!   cp1's data, and puts the manifests back (R5.2): the control plane runs as static pods again,
+//!   what cp1 held is served, `status` is healthy and `up` has nothing to do.
 
 use crate::support::kube as kube_support;
 use crate::support::lab as lab_support;
@@ -349,4 +353,105 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
     });
     assert!(mirrored, "spare1's mirror pods are not in kube-system: {last:?}");
     check(name, "replace", t0);
+
+    // recover
+    k.kubectl_ok(&[
+        "create",
+        "configmap",
+        "before-recover",
+        "--from-literal=when=before",
+    ]);
+    let cps = k.control_planes();
+    assert_eq!(cps, ["cp1", "cp2", "spare1"], "the members after replace");
+    // Lose 2 of 3: etcd killed and its data gone on cp2 and spare1; cp1 survives alone.
+    for h in ["cp2", "spare1"] {
+        k.lab
+            .exec(h, &["systemctl", "kill", "-s", "KILL", "etcd.service"]);
+        k.lab.exec(h, &["systemctl", "stop", "etcd.service"]);
+        k.lab.exec_ok(h, &["rm", "-rf", "/var/lib/etcd"]);
+    }
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            let out = k
+                .lab
+                .exec("cp1", &["curl", "-s", "-m", "2", "http://127.0.0.1:2381/health"]);
+            !String::from_utf8_lossy(&out.stdout).contains("\"health\":\"true\"")
+        }),
+        "cp1 did not notice the lost quorum"
+    );
+    let started = Instant::now();
+    let out = k.hactl(&["recover", "--from-member", "cp1", "--yes"]);
+    assert_eq!(out.status.code(), Some(0), "recover failed: {}", text(&out));
+    println!(
+        "{name}: recover from cp1 after 2 of 3 members were wiped took {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    // R1.2 moved each host's manifests aside (the kubelet stopped the pods) before any etcd
+    // stopped; R5.2 put them back: one process of each component per host, none as a unit.
+    let j = k.journal("");
+    let at = |step: &str, phase: &str| j.iter().position(|e| e["step"] == step && e["phase"] == phase);
+    let first_etcd_stop = cps
+        .iter()
+        .filter_map(|h| at(&format!("R1.3@{h}"), "started"))
+        .min()
+        .unwrap_or_else(|| panic!("no R1.3 in the journal: {j:?}"));
+    for h in &cps {
+        let aside = at(&format!("R1.2@{h}:manifests"), "done")
+            .unwrap_or_else(|| panic!("R1.2@{h}:manifests not done: {j:?}"));
+        assert!(
+            aside < first_etcd_stop,
+            "R1.2@{h} came after etcd was stopped: {j:?}"
+        );
+        assert!(
+            at(&format!("R5.2@{h}:manifests"), "done").is_some_and(|p| p > first_etcd_stop),
+            "R5.2@{h}:manifests (the manifests back) not done: {j:?}"
+        );
+        assert!(
+            eventually(Duration::from_secs(180), || k.readyz_on(h)),
+            "{h}: /readyz does not answer after recover"
+        );
+        for c in COMPONENTS {
+            k.lab
+                .exec_ok(h, &["test", "-f", &format!("/etc/kubernetes/manifests/{c}.yaml")]);
+            // The kubelet starts the pods of the manifests put back in its own time.
+            let mut running = vec![];
+            assert!(
+                eventually(Duration::from_secs(120), || {
+                    running = pids(&k, h, c);
+                    running.len() == 1
+                }),
+                "{h}: {c} processes after recover: {running:?}"
+            );
+        }
+    }
+    // What the survivor held is served through the VIP, the Leases are taken again, every
+    // member is healthy, and `up` has nothing to do.
+    let mut last = String::new();
+    assert!(
+        eventually(Duration::from_secs(120), || {
+            let o = k.kubectl(&[
+                "get",
+                "configmap",
+                "before-recover",
+                "-o",
+                "jsonpath={.data.when}",
+            ]);
+            last = text(&o);
+            o.status.success() && String::from_utf8_lossy(&o.stdout) == "before"
+        }),
+        "the ConfigMap written before the loss is not readable: {last}"
+    );
+    let mut doc = (0, serde_json::Value::Null);
+    assert!(
+        eventually(Duration::from_secs(180), || {
+            doc = k.status();
+            doc.0 == 0
+        }),
+        "status is not healthy after recover: {}",
+        doc.1
+    );
+    let again = k.hactl(&["up", "--yes"]);
+    assert!(again.status.success(), "{}", text(&again));
+    assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), "no changes");
+    check(name, "recover", t0);
 }
