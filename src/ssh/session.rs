@@ -302,6 +302,15 @@ impl client::Handler for Client {
                 );
                 return Ok(true);
             }
+            Ok(Verdict::Replaced { old }) if self.known_hosts.is_read_only() => {
+                warn!(
+                    "{}: accepted host key {presented} in place of {} for this run, as asked \
+                     (--accept-new-host-key); not recorded (this command writes nothing)",
+                    self.host,
+                    fingerprint(&old)
+                );
+                return Ok(true);
+            }
             Ok(Verdict::Replaced { old }) => {
                 warn!(
                     "{}: replaced host key {} with {presented} as asked (--accept-new-host-key)",

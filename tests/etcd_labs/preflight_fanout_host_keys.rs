@@ -303,7 +303,25 @@ fn day_two_operations_refuse_a_changed_host_key_with_exit_3() {
         lab.exec_ok("cp2", &["systemctl", "is-active", "etcd"]).trim(),
         "active"
     );
-    // The operator attests the re-install: the round goes on, and the cluster is healthy.
+    // The operator attests the re-install: the round goes on, and the cluster is healthy. A dry
+    // run records nothing, so the next command still asks.
     let out = hactl_in(inv, &["heal", "--dry-run", "--accept-new-host-key", "cp2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not recorded (this command writes nothing)"),
+        "{}",
+        text(&out)
+    );
+    let out = hactl_in(inv, &["heal", "--dry-run"]);
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the dry run recorded the key: {}",
+        text(&out)
+    );
+    // A live round records it: from then on no flag is needed.
+    let out = hactl_in(inv, &["heal", "--accept-new-host-key", "cp2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = hactl_in(inv, &["heal", "--dry-run"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
 }
