@@ -89,27 +89,35 @@ pub fn wait_ready(inv: &Inventory, host: &Host) -> Check {
     .diagnose_with(journal(node::KUBELET_UNIT))
 }
 
-/// Waits until the kubelet on the host answers its health endpoint.
-fn wait_kubelet(host: &Host) -> Check {
+/// Waits until `what` on the host answers its local health endpoint `url`; a timeout shows
+/// `unit`'s journal.
+fn wait_healthz(what: &str, url: &str, unit: &str) -> Check {
     Check::command(
-        format!("the kubelet on {} answers {}", host.name, node::KUBELET_HEALTHZ),
-        RemoteCommand::read_only(["curl", "-fsS", "--max-time", "5", node::KUBELET_HEALTHZ])
+        format!("{what} answers {url}"),
+        RemoteCommand::read_only(["curl", "-fsS", "--max-time", "5", url])
             .with_timeout(Duration::from_secs(10)),
         Duration::from_secs(120),
     )
-    .diagnose_with(journal(node::KUBELET_UNIT))
+    .diagnose_with(journal(unit))
+}
+
+/// Waits until the kubelet on the host answers its health endpoint.
+fn wait_kubelet(host: &Host) -> Check {
+    wait_healthz(
+        &format!("the kubelet on {}", host.name),
+        node::KUBELET_HEALTHZ,
+        node::KUBELET_UNIT,
+    )
 }
 
 /// Waits until kube-proxy on the host answers its health endpoint (after a restart in a roll:
 /// the next node waits for it).
 fn wait_kube_proxy(host: &Host) -> Check {
-    Check::command(
-        format!("kube-proxy on {} answers {}", host.name, node::KUBE_PROXY_HEALTHZ),
-        RemoteCommand::read_only(["curl", "-fsS", "--max-time", "5", node::KUBE_PROXY_HEALTHZ])
-            .with_timeout(Duration::from_secs(10)),
-        Duration::from_secs(120),
+    wait_healthz(
+        &format!("kube-proxy on {}", host.name),
+        node::KUBE_PROXY_HEALTHZ,
+        node::KUBE_PROXY_UNIT,
     )
-    .diagnose_with(journal(node::KUBE_PROXY_UNIT))
 }
 
 /// How `component` must be brought up on a host: nothing, a start (with its enable), or a

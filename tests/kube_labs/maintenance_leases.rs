@@ -386,13 +386,7 @@ fn maintenance_drains_real_pods_and_hands_both_leases_over_first() {
         "{failed_complete} requests through the VIP failed while maintenance complete brought {holder} back"
     );
     assert!(!cordoned(&node_json(&k, &holder)), "{holder} was not uncordoned");
-    let mut last = (0, serde_json::Value::Null);
-    assert!(
-        eventually(Duration::from_secs(120), || {
-            last = k.status();
-            last.0 == 0
-        }),
-        "not healthy after complete: {}",
-        last.1
-    );
+    if let Err(doc) = k.wait_healthy(Duration::from_secs(120)) {
+        panic!("not healthy after complete: {doc}");
+    }
 }

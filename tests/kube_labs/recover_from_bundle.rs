@@ -16,11 +16,6 @@ use std::time::Duration;
 use kube_support::{text, KubeLab};
 use lab_support::eventually;
 
-/// Position of the first journal entry of `step` (exact name) in `phase`.
-fn position(j: &[serde_json::Value], step: &str, phase: &str) -> Option<usize> {
-    j.iter().position(|e| e["step"] == step && e["phase"] == phase)
-}
-
 #[test]
 fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
     let name = "recover_from_snapshot_brings_back_kubernetes_objects_and_leases";
@@ -44,21 +39,7 @@ fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
     k.kubectl_ok(&["create", "configmap", "after", "--from-literal=when=after"]);
 
     // Lose 2 of 3: etcd killed and its data gone on cp2 and cp3.
-    for h in ["cp2", "cp3"] {
-        k.lab
-            .exec(h, &["systemctl", "kill", "-s", "KILL", "etcd.service"]);
-        k.lab.exec(h, &["systemctl", "stop", "etcd.service"]);
-        k.lab.exec_ok(h, &["rm", "-rf", "/var/lib/etcd"]);
-    }
-    assert!(
-        eventually(Duration::from_secs(30), || {
-            let out = k
-                .lab
-                .exec("cp1", &["curl", "-s", "-m", "2", "http://127.0.0.1:2381/health"]);
-            !String::from_utf8_lossy(&out.stdout).contains("\"health\":\"true\"")
-        }),
-        "cp1 did not notice the lost quorum"
-    );
+    k.lose_etcd_members(&["cp2", "cp3"], "cp1");
 
     // The state directory is lost too (issue 13, point 2): it is rebuilt from the bundle written
     // beside the snapshot and the identity kept apart, and the recover runs from that.
@@ -102,18 +83,18 @@ fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
     let hosts = k.control_planes();
     let first_etcd_stop = hosts
         .iter()
-        .filter_map(|h| position(&j, &format!("R1.3@{h}"), "started"))
+        .filter_map(|h| KubeLab::journal_position(&j, &format!("R1.3@{h}"), "started"))
         .min()
         .unwrap_or_else(|| panic!("no R1.3 in the journal: {j:?}"));
     for h in &hosts {
-        let stopped =
-            position(&j, &format!("R1.2@{h}"), "done").unwrap_or_else(|| panic!("R1.2@{h} not done: {j:?}"));
+        let stopped = KubeLab::journal_position(&j, &format!("R1.2@{h}"), "done")
+            .unwrap_or_else(|| panic!("R1.2@{h} not done: {j:?}"));
         assert!(
             stopped < first_etcd_stop,
             "R1.2@{h} came after etcd was stopped: {j:?}"
         );
         assert!(
-            position(&j, &format!("R5.2@{h}"), "done").is_some_and(|p| p > first_etcd_stop),
+            KubeLab::journal_position(&j, &format!("R5.2@{h}"), "done").is_some_and(|p| p > first_etcd_stop),
             "R5.2@{h} (start kube-apiserver) not done: {j:?}"
         );
     }

@@ -257,15 +257,9 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
         "{holder}: the kubelet did not start the apiserver after power-on"
     );
     k.hactl_ok(&["up", "--yes"]);
-    let mut last = (0, serde_json::Value::Null);
-    assert!(
-        eventually(Duration::from_secs(180), || {
-            last = k.status();
-            last.0 == 0
-        }),
-        "status is not healthy after power-on and up: {}",
-        last.1
-    );
+    if let Err(doc) = k.wait_healthy(Duration::from_secs(180)) {
+        panic!("status is not healthy after power-on and up: {doc}");
+    }
     check(name, "lease failover", t0);
 
     // replace
@@ -364,21 +358,7 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
     let cps = k.control_planes();
     assert_eq!(cps, ["cp1", "cp2", "spare1"], "the members after replace");
     // Lose 2 of 3: etcd killed and its data gone on cp2 and spare1; cp1 survives alone.
-    for h in ["cp2", "spare1"] {
-        k.lab
-            .exec(h, &["systemctl", "kill", "-s", "KILL", "etcd.service"]);
-        k.lab.exec(h, &["systemctl", "stop", "etcd.service"]);
-        k.lab.exec_ok(h, &["rm", "-rf", "/var/lib/etcd"]);
-    }
-    assert!(
-        eventually(Duration::from_secs(30), || {
-            let out = k
-                .lab
-                .exec("cp1", &["curl", "-s", "-m", "2", "http://127.0.0.1:2381/health"]);
-            !String::from_utf8_lossy(&out.stdout).contains("\"health\":\"true\"")
-        }),
-        "cp1 did not notice the lost quorum"
-    );
+    k.lose_etcd_members(&["cp2", "spare1"], "cp1");
     let started = Instant::now();
     let out = k.hactl(&["recover", "--from-member", "cp1", "--yes"]);
     assert_eq!(out.status.code(), Some(0), "recover failed: {}", text(&out));
@@ -389,7 +369,7 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
     // R1.2 moved each host's manifests aside (the kubelet stopped the pods) before any etcd
     // stopped; R5.2 put them back: one process of each component per host, none as a unit.
     let j = k.journal("");
-    let at = |step: &str, phase: &str| j.iter().position(|e| e["step"] == step && e["phase"] == phase);
+    let at = |step: &str, phase: &str| KubeLab::journal_position(&j, step, phase);
     let first_etcd_stop = cps
         .iter()
         .filter_map(|h| at(&format!("R1.3@{h}"), "started"))
@@ -441,15 +421,9 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
         }),
         "the ConfigMap written before the loss is not readable: {last}"
     );
-    let mut doc = (0, serde_json::Value::Null);
-    assert!(
-        eventually(Duration::from_secs(180), || {
-            doc = k.status();
-            doc.0 == 0
-        }),
-        "status is not healthy after recover: {}",
-        doc.1
-    );
+    if let Err(doc) = k.wait_healthy(Duration::from_secs(180)) {
+        panic!("status is not healthy after recover: {doc}");
+    }
     let again = k.hactl(&["up", "--yes"]);
     assert!(again.status.success(), "{}", text(&again));
     assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), "no changes");

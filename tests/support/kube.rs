@@ -272,6 +272,41 @@ impl KubeLab {
         (out.status.code().unwrap_or(-1), doc)
     }
 
+    /// Waits up to `timeout` for `hactl status` to exit 0; the last document when it does not.
+    pub fn wait_healthy(&self, timeout: Duration) -> Result<(), serde_json::Value> {
+        let mut last = serde_json::Value::Null;
+        if eventually(timeout, || {
+            let (code, doc) = self.status();
+            last = doc;
+            code == 0
+        }) {
+            Ok(())
+        } else {
+            Err(last)
+        }
+    }
+
+    /// Loses quorum: etcd killed and its data dir removed on each of `lost`, then waits until
+    /// `survivor`'s member no longer reports itself healthy (it noticed the lost quorum).
+    pub fn lose_etcd_members(&self, lost: &[&str], survivor: &str) {
+        for h in lost {
+            self.lab
+                .exec(h, &["systemctl", "kill", "-s", "KILL", "etcd.service"]);
+            self.lab.exec(h, &["systemctl", "stop", "etcd.service"]);
+            self.lab.exec_ok(h, &["rm", "-rf", "/var/lib/etcd"]);
+        }
+        assert!(
+            eventually(Duration::from_secs(30), || {
+                let out = self.lab.exec(
+                    survivor,
+                    &["curl", "-s", "-m", "2", "http://127.0.0.1:2381/health"],
+                );
+                !String::from_utf8_lossy(&out.stdout).contains("\"health\":\"true\"")
+            }),
+            "{survivor} did not notice the lost quorum"
+        );
+    }
+
     /// Lease name → holder host, from `hactl status` (a Lease nobody holds maps to "").
     pub fn lease_holders(&self) -> BTreeMap<String, String> {
         let (_, doc) = self.status();
@@ -345,6 +380,11 @@ impl KubeLab {
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()
+    }
+
+    /// Position of the first entry of `step` (exact name) in `phase` in a journal.
+    pub fn journal_position(j: &[serde_json::Value], step: &str, phase: &str) -> Option<usize> {
+        j.iter().position(|e| e["step"] == step && e["phase"] == phase)
     }
 
     /// Rewrites the inventory through `f`.
