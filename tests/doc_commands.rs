@@ -572,6 +572,12 @@ fn every_inventory_field_has_an_entry_in_the_reference() {
                 },
                 cgroup_driver: Some("systemd".into()),
                 eviction_hard: Some(Default::default()),
+                dns: Some(RawDns {
+                    image: Some("registry.k8s.io/coredns/coredns:v1.8.0".into()),
+                    cluster_ip: Some("10.96.0.10".into()),
+                    domain: Some("cluster.local".into()),
+                    replicas: Some(2),
+                }),
             }),
             pki: RawPki {
                 key_type: Some("ecdsa-p256".into()),

@@ -83,7 +83,7 @@ fn healthy_status() -> ClusterStatus {
     use hactl::backup::BackupRow;
     use hactl::backup_remote::{RemoteSnapshot, RemoteStatus};
     use hactl::kubernetes::lease::LeaseRow;
-    use hactl::kubernetes::status::{ComponentRow, KubernetesStatus, NodeRow};
+    use hactl::kubernetes::status::{ComponentRow, DnsRow, KubernetesStatus, NodeRow};
     use hactl::kubernetes::Component;
     use hactl::load_balancer::status::{BackendRow, BalancerRow, LoadBalancerStatus};
     use hactl::load_balancer::ServerStat;
@@ -174,6 +174,13 @@ fn healthy_status() -> ClusterStatus {
                 pod_cidr: "10.244.0.0/24".into(),
                 unschedulable: false,
             }],
+            dns: Some(DnsRow {
+                image: "registry.k8s.io/coredns/coredns:v1.8.0".into(),
+                cluster_ip: "10.96.0.10".into(),
+                deployed: true,
+                ready_replicas: 2,
+                replicas: 2,
+            }),
             problems: vec![],
         }),
         backups: vec![BackupRow {

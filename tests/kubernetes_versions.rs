@@ -22,6 +22,7 @@ fn unit_flags(version: &str, component: Component) -> Vec<String> {
         containerd: BinarySource::Package,
         cgroup_driver: inventory::CgroupDriver::Systemd,
         eviction_hard: Default::default(),
+        dns: None,
     });
     let host = inv.host("cp1").unwrap().clone();
     let unit = files::unit(component, &host, &inv).unwrap();

@@ -82,6 +82,7 @@ fn inventory(members: usize, key_type: KeyType) -> Inventory {
             containerd: BinarySource::Package,
             cgroup_driver: hactl::inventory::CgroupDriver::Systemd,
             eviction_hard: Default::default(),
+            dns: None,
         }),
         pki: PkiSpec {
             renew_before_days: 30,

@@ -71,6 +71,8 @@ pub fn phases() -> Vec<Box<dyn Phase>> {
         // The rest of the node components start once an apiserver answers.
         Box::new(crate::phases::start_nodes::StartNodes),
         Box::new(crate::phases::label_nodes::LabelNodes),
+        // Cluster DNS, with kubernetes.dns (its pods need the Nodes and the pod network).
+        Box::new(crate::phases::deploy_dns::DeployDns),
     ]
 }
 
@@ -188,6 +190,7 @@ pub async fn prepare_with(
         .and_then(|b| binaries::reported_version(b, "etcd", &downloads.join("run"), &digests));
     let kubernetes = crate::kubernetes::inputs::prepare_with(&inv, &state, &digests).await?;
     crate::kubernetes::inputs::save_digests(&digests);
+    let dns = read_dns(&inv, &reached.transports, &state.path.join("pki")).await;
     let prepared = build_plan(
         inv,
         state.view(),
@@ -199,6 +202,7 @@ pub async fn prepare_with(
             binary_version,
             kubernetes,
             preview: false,
+            dns,
         },
     )?;
     // Raise the revision high-water mark from what the members answered. etcd 3.5 leaves the
@@ -274,6 +278,7 @@ pub async fn preview_with(
         .as_ref()
         .and_then(|b| binaries::reported_version(b, "etcd", scratch.path(), &digests));
     let kubernetes = crate::kubernetes::inputs::preview(&inv, &view, &digests).await?;
+    let dns = read_dns(&inv, &reached.transports, &view.file("pki")).await;
     build_plan(
         inv,
         view,
@@ -285,6 +290,7 @@ pub async fn preview_with(
             binary_version,
             kubernetes,
             preview: true,
+            dns,
         },
     )
 }
@@ -308,6 +314,8 @@ struct Materials {
     kubernetes: Option<crate::kubernetes::KubernetesInputs>,
     /// `plan` and the dry runs: the PKI's changes were made in memory, not written.
     preview: bool,
+    /// The cluster DNS objects, read through the API (with `kubernetes.dns` only).
+    dns: Option<crate::kubernetes::dns::DnsFacts>,
 }
 
 /// Connects (host keys checked against the state, nothing recorded), passes the gate, gathers
@@ -448,7 +456,8 @@ fn build_plan(inv: Inventory, state: StateView, reached: Reached, m: Materials) 
         .with_etcd(&view)
         .with_binaries(binaries.as_ref())
         .with_kubernetes(kubernetes.as_ref())
-        .with_backup_remote(backup_remote.as_ref());
+        .with_backup_remote(backup_remote.as_ref())
+        .with_dns(m.dns.as_ref());
     let mut plan = match phases::build(&phases(), &ctx) {
         Err(e) if e.is_refusal() => {
             return Err(anyhow::Error::new(crate::exit::Refusal {
@@ -460,6 +469,19 @@ fn build_plan(inv: Inventory, state: StateView, reached: Reached, m: Materials) 
     };
     if !plan.is_empty() {
         plan.push(verify_phase(&inv));
+    }
+    if let (Some(dns), Some(images)) = (
+        inv.kubernetes.as_ref().and_then(|k| k.dns.as_ref()),
+        kubernetes.as_ref().and_then(|k| k.images.as_ref()),
+    ) {
+        if !images.shipped.iter().any(|i| i.reference == dns.image) {
+            tracing::warn!(
+                "kubernetes.dns.image {} is not in kubernetes.images.dir's {}: the kubelets will pull it \
+                 from its registry (add its OCI archive to the directory for a cluster without one)",
+                dns.image,
+                crate::images::MANIFEST
+            );
+        }
     }
     let unrecorded_host_keys = known.map(|k| k.unrecorded()).unwrap_or_default();
     for h in inv.node_hosts() {
@@ -493,6 +515,32 @@ fn build_plan(inv: Inventory, state: StateView, reached: Reached, m: Materials) 
         unrecorded_host_keys,
         pending_nodes,
     })
+}
+
+/// The cluster DNS objects as the API holds them, read with the admin certificate through the
+/// first control-plane apiserver that answers (GETs only); `None` without `kubernetes.dns`.
+/// When no apiserver answers (a first bring-up) or the admin certificate is not there yet, the
+/// facts are unknown and the phase plans every object (server-side apply is idempotent).
+async fn read_dns(
+    inv: &Inventory,
+    transports: &Transports,
+    pki_dir: &std::path::Path,
+) -> Option<crate::kubernetes::dns::DnsFacts> {
+    use crate::kubernetes::dns::DnsFacts;
+    let spec = inv.kubernetes.as_ref()?.dns.as_ref()?;
+    let facts = match crate::kubernetes::rbac::first_ready(inv, transports, pki_dir).await {
+        Err(why) => DnsFacts::Unknown(why),
+        Ok((host, api)) => match crate::kubernetes::dns::read(&api, spec).await {
+            Ok(read) => DnsFacts::Read(read),
+            Err(e) => DnsFacts::Unknown(format!("{host}: {e}")),
+        },
+    };
+    if let DnsFacts::Unknown(why) = &facts {
+        tracing::info!(
+            "cluster DNS: the API did not say which objects exist ({why}); all of them are planned"
+        );
+    }
+    Some(facts)
 }
 
 /// Writes the admin kubeconfig (the VIP, `system:masters`) to `<state dir>/admin.kubeconfig`, 0600.

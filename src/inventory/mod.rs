@@ -303,7 +303,24 @@ pub struct KubernetesSpec {
     pub cgroup_driver: CgroupDriver,
     /// The kubelet's hard eviction thresholds (`kubernetes.evictionHard`); empty: its defaults.
     pub eviction_hard: std::collections::BTreeMap<String, String>,
+    /// Cluster DNS (`kubernetes.dns`); `None`: the cluster has none.
+    pub dns: Option<DnsSpec>,
 }
+
+/// `kubernetes.dns`: the CoreDNS hactl deploys (docs/reference/kubernetes.md, "Cluster DNS").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsSpec {
+    /// The image the kubelets run (pulled, or imported from `kubernetes.images.dir`).
+    pub image: String,
+    /// The `kube-dns` Service address, the kubelets' `clusterDNS`.
+    pub cluster_ip: std::net::IpAddr,
+    /// The cluster's DNS domain, the kubelets' `clusterDomain`.
+    pub domain: String,
+    pub replicas: u32,
+}
+
+/// The cluster domain when `kubernetes.dns` names none (or there is no DNS).
+pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 
 /// The kubelet's eviction signals `kubernetes.evictionHard` may name.
 pub const EVICTION_SIGNALS: [&str; 6] = [

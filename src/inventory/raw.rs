@@ -265,6 +265,22 @@ pub struct RawKubernetes {
     /// replaces the kubelet's defaults as a whole (default: the kubelet's own).
     #[serde(default)]
     pub eviction_hard: Option<std::collections::BTreeMap<String, String>>,
+    /// Cluster DNS (CoreDNS), deployed only when this names its image.
+    pub dns: Option<RawDns>,
+}
+
+/// `kubernetes.dns`: CoreDNS, from an image the inventory names (hactl ships none).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RawDns {
+    /// The CoreDNS image with a tag or digest, e.g. `registry.k8s.io/coredns/coredns:v1.8.0`.
+    pub image: Option<String>,
+    /// The `kube-dns` Service address (default: the tenth address of serviceCidr).
+    pub cluster_ip: Option<String>,
+    /// The cluster's DNS domain (default `cluster.local`).
+    pub domain: Option<String>,
+    /// CoreDNS replicas (default 2).
+    pub replicas: Option<u32>,
 }
 
 /// `kubernetes.images`: set exactly one of `dir` and `registry`.

@@ -23,7 +23,7 @@ use serde_saphyr::MessageFormatter;
 
 use super::raw::{RawBastion, RawInventory, RawSourceKind, RawSsh};
 use super::{
-    BinarySource, CgroupDriver, EtcdSpec, Host, ImageSource, Inventory, KeyType, KubernetesMode,
+    BinarySource, CgroupDriver, DnsSpec, EtcdSpec, Host, ImageSource, Inventory, KeyType, KubernetesMode,
     KubernetesSpec, PkiSpec, Role, SshAuth, SshSpec, Vip, API_VERSION, DEFAULT_IMAGE_REGISTRY, KIND,
 };
 
@@ -1583,6 +1583,7 @@ impl Checker {
                  eviction off), or remove the field for the kubelet's defaults",
             );
         }
+        let dns = self.dns(raw.dns.as_ref(), service_cidr);
         if self.problems.len() != before {
             return None;
         }
@@ -1596,6 +1597,119 @@ impl Checker {
             containerd: containerd?,
             cgroup_driver: cgroup_driver?,
             eviction_hard,
+            dns: dns?,
+        }))
+    }
+
+    /// `kubernetes.dns`: `Some(None)` without the section; `None` when it has a problem (reported).
+    fn dns(
+        &mut self,
+        raw: Option<&super::raw::RawDns>,
+        service_cidr: Option<IpNet>,
+    ) -> Option<Option<DnsSpec>> {
+        let Some(raw) = raw else { return Some(None) };
+        let before = self.problems.len();
+        let example = "registry.k8s.io/coredns/coredns:v1.8.0";
+        let image = match raw.image.as_deref() {
+            None | Some("") => {
+                self.report(
+                    "kubernetes.dns.image",
+                    format!(
+                        "required: the CoreDNS image the nodes can pull or that kubernetes.images.dir \
+                         holds, e.g. {example} (hactl ships none); remove kubernetes.dns for a \
+                         cluster without DNS"
+                    ),
+                );
+                None
+            }
+            Some(image) => match image_reference_problem(image) {
+                Some(why) => {
+                    self.report("kubernetes.dns.image", format!("{image:?} {why}, e.g. {example}"));
+                    None
+                }
+                None => Some(image.to_string()),
+            },
+        };
+        let cluster_ip = match (raw.cluster_ip.as_deref(), service_cidr) {
+            (_, None) => None,
+            (None, Some(net)) => match default_dns_ip(&net) {
+                Some(ip) => Some(ip),
+                None => {
+                    self.report(
+                        "kubernetes.dns.clusterIp",
+                        format!("serviceCidr {net} has no tenth address: name an address of it"),
+                    );
+                    None
+                }
+            },
+            (Some(text), Some(net)) => match text.parse::<IpAddr>() {
+                Err(_) => {
+                    self.report(
+                        "kubernetes.dns.clusterIp",
+                        format!(
+                            "{text:?} is not an IP address: write one of serviceCidr {net}, e.g. {}",
+                            default_dns_ip(&net).map(|i| i.to_string()).unwrap_or_default()
+                        ),
+                    );
+                    None
+                }
+                Ok(ip) if !net.contains(&ip) || ip == net.network() || ip == net.broadcast() => {
+                    self.report(
+                        "kubernetes.dns.clusterIp",
+                        format!("{ip} is not a Service address of serviceCidr {net}: pick one inside it"),
+                    );
+                    None
+                }
+                Ok(ip) if Some(ip) == first_service_ip(&net) => {
+                    self.report(
+                        "kubernetes.dns.clusterIp",
+                        format!(
+                            "{ip} is the `kubernetes` Service's address (the first of serviceCidr): \
+                             pick another, e.g. {}",
+                            default_dns_ip(&net).map(|i| i.to_string()).unwrap_or_default()
+                        ),
+                    );
+                    None
+                }
+                Ok(ip) => Some(ip),
+            },
+        };
+        let domain = raw
+            .domain
+            .clone()
+            .unwrap_or_else(|| super::DEFAULT_CLUSTER_DOMAIN.to_string());
+        let label_ok = |l: &str| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        };
+        if domain.len() > 253 || !domain.split('.').all(label_ok) {
+            self.report(
+                "kubernetes.dns.domain",
+                format!(
+                    "{domain:?} is not a DNS domain: lower-case labels of letters, digits and \
+                     '-', joined by dots, e.g. cluster.local"
+                ),
+            );
+        }
+        let replicas = raw.replicas.unwrap_or(2);
+        if !(1..=10).contains(&replicas) {
+            self.report(
+                "kubernetes.dns.replicas",
+                format!("{replicas}: run 1 to 10 CoreDNS replicas (2, the default, survives one node)"),
+            );
+        }
+        if self.problems.len() != before {
+            return None;
+        }
+        Some(Some(DnsSpec {
+            image: image?,
+            cluster_ip: cluster_ip?,
+            domain,
+            replicas,
         }))
     }
 
@@ -2046,6 +2160,44 @@ fn retention_duration(s: &str) -> Option<Duration> {
     (!s.is_empty()).then_some(total)
 }
 
+/// Why `image` is not an image reference hactl deploys (`None`: it is one): no spaces or
+/// scheme, and a tag or a digest named (an image without one would run whatever `latest` is).
+pub fn image_reference_problem(image: &str) -> Option<&'static str> {
+    if image.contains("://") {
+        return Some("has a scheme: write the reference without it");
+    }
+    if image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Some("contains white space: write one image reference");
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    let named = image.contains('@')
+        || last
+            .split_once(':')
+            .is_some_and(|(n, t)| !n.is_empty() && !t.is_empty());
+    if !named || image.starts_with('/') || image.ends_with('/') {
+        return Some("names no tag or digest: pin the image with one");
+    }
+    None
+}
+
+/// The first address of a Service range (the `kubernetes` Service's).
+pub fn first_service_ip(net: &IpNet) -> Option<IpAddr> {
+    nth_address(net, 1)
+}
+
+/// The tenth address of a Service range: the cluster DNS Service's by custom (10.96.0.10).
+pub fn default_dns_ip(net: &IpNet) -> Option<IpAddr> {
+    nth_address(net, 10)
+}
+
+fn nth_address(net: &IpNet, n: u128) -> Option<IpAddr> {
+    let ip = match net.network() {
+        IpAddr::V4(a) => IpAddr::V4(u32::from(a).checked_add(u32::try_from(n).ok()?)?.into()),
+        IpAddr::V6(a) => IpAddr::V6(u128::from(a).checked_add(n)?.into()),
+    };
+    (net.contains(&ip) && ip != net.broadcast()).then_some(ip)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -2196,6 +2348,51 @@ mod tests {
         assert_eq!(
             bundle,
             ["n.yaml: kubernetes.containerd.bundleDir: required when source is bundle: the directory holding the binaries"]
+        );
+    }
+
+    #[test]
+    fn the_dns_fields_are_checked_with_their_places() {
+        let good = "    dns:\n      image: registry.k8s.io/coredns/coredns:v1.8.0\n";
+        assert_eq!(node_problems("10.0.0.41", good), Vec::<String>::new());
+        let table: [(&str, &[&str]); 6] = [
+            (
+                "    dns: {}",
+                &["n.yaml: kubernetes.dns.image: required: the CoreDNS image the nodes can pull or that kubernetes.images.dir holds, e.g. registry.k8s.io/coredns/coredns:v1.8.0 (hactl ships none); remove kubernetes.dns for a cluster without DNS"],
+            ),
+            (
+                "    dns:\n      image: coredns/coredns",
+                &["n.yaml: kubernetes.dns.image: \"coredns/coredns\" names no tag or digest: pin the image with one, e.g. registry.k8s.io/coredns/coredns:v1.8.0"],
+            ),
+            (
+                "    dns:\n      image: https://r.example/coredns:1.8",
+                &["n.yaml: kubernetes.dns.image: \"https://r.example/coredns:1.8\" has a scheme: write the reference without it, e.g. registry.k8s.io/coredns/coredns:v1.8.0"],
+            ),
+            (
+                "    dns:\n      image: r.example:5000/coredns:1.8\n      clusterIp: 10.96.0.1",
+                &["n.yaml: kubernetes.dns.clusterIp: 10.96.0.1 is the `kubernetes` Service's address (the first of serviceCidr): pick another, e.g. 10.96.0.10"],
+            ),
+            (
+                "    dns:\n      image: r.example/coredns@sha256:00\n      clusterIp: 10.0.0.53",
+                &["n.yaml: kubernetes.dns.clusterIp: 10.0.0.53 is not a Service address of serviceCidr 10.96.0.0/12: pick one inside it"],
+            ),
+            (
+                "    dns:\n      image: r.example/coredns:1.8\n      domain: Cluster.Local\n      replicas: 0",
+                &[
+                    "n.yaml: kubernetes.dns.domain: \"Cluster.Local\" is not a DNS domain: lower-case labels of letters, digits and '-', joined by dots, e.g. cluster.local",
+                    "n.yaml: kubernetes.dns.replicas: 0: run 1 to 10 CoreDNS replicas (2, the default, survives one node)",
+                ],
+            ),
+        ];
+        for (extra, want) in table {
+            assert_eq!(node_problems("10.0.0.41", extra), want, "{extra}");
+        }
+        let net: IpNet = "10.96.0.0/12".parse().unwrap();
+        assert_eq!(default_dns_ip(&net), Some("10.96.0.10".parse().unwrap()));
+        assert_eq!(default_dns_ip(&"10.0.0.0/29".parse().unwrap()), None);
+        assert_eq!(
+            default_dns_ip(&"fd00::/108".parse().unwrap()),
+            Some("fd00::a".parse().unwrap())
         );
     }
 

@@ -9,10 +9,12 @@
 //!   the static-pod manifest, so the two modes cannot drift apart;
 //! - nothing here opens a connection, except [`status`], which only reads, [`api`], the
 //!   client maintenance and heal drive the API with ([`drain`] decides what it does, purely), and
-//!   [`rbac`], which creates the one ClusterRoleBinding `up` keeps.
+//!   [`rbac`], which creates the one ClusterRoleBinding `up` keeps, and [`dns`], which reads the
+//!   cluster DNS objects for planning (`up` applies them as planned API requests).
 
 pub mod api;
 pub mod bundle;
+pub mod dns;
 pub mod drain;
 pub mod files;
 pub mod gates;

@@ -484,6 +484,11 @@ pub struct KubeletConfigContext {
     pub tls_cipher_suites: Vec<String>,
     /// `kubernetes.evictionHard` (empty: the kubelet's defaults).
     pub eviction_hard: BTreeMap<String, String>,
+    /// `kubernetes.dns.domain`, or `cluster.local` without DNS.
+    pub cluster_domain: String,
+    /// The `kube-dns` Service address with `kubernetes.dns`; empty without (the kubelet then
+    /// gives pods the host's resolver).
+    pub cluster_dns: String,
 }
 
 /// The kubelet's configuration file on `host`: anonymous requests refused, every request
@@ -503,6 +508,16 @@ pub fn kubelet_config(host: &Host, kube: &KubernetesSpec) -> Result<String, Kube
             tls_min_version: TLS_MIN_VERSION.into(),
             tls_cipher_suites: TLS_CIPHER_SUITES.split(',').map(String::from).collect(),
             eviction_hard: kube.eviction_hard.clone(),
+            cluster_domain: kube
+                .dns
+                .as_ref()
+                .map_or(crate::inventory::DEFAULT_CLUSTER_DOMAIN, |d| d.domain.as_str())
+                .to_string(),
+            cluster_dns: kube
+                .dns
+                .as_ref()
+                .map(|d| d.cluster_ip.to_string())
+                .unwrap_or_default(),
         },
     )?)
 }

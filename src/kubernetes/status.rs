@@ -23,6 +23,8 @@ pub struct KubernetesStatus {
     /// Every Node the API lists and every node host of the inventory without one, in
     /// inventory order (Nodes the inventory does not know last, by name).
     pub nodes: Vec<NodeRow>,
+    /// The cluster DNS (`kubernetes.dns`); `null` when the inventory names none.
+    pub dns: Option<DnsRow>,
     /// Why the Kubernetes layer is degraded; empty when it is healthy.
     pub problems: Vec<String>,
 }
@@ -61,6 +63,57 @@ pub struct NodeRow {
     #[serde(serialize_with = "crate::output::empty_as_null")]
     pub pod_cidr: String,
     pub unschedulable: bool,
+}
+
+/// The cluster DNS, as `hactl status` shows it.
+#[derive(Debug, Clone, Serialize, PartialEq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct DnsRow {
+    /// The image the inventory names.
+    pub image: String,
+    /// The `kube-dns` Service address the kubelets give pods.
+    pub cluster_ip: String,
+    /// The Deployment exists.
+    pub deployed: bool,
+    pub ready_replicas: u64,
+    pub replicas: u64,
+}
+
+/// The DNS row and its problem (with what to do), from the Deployment as the API answered it
+/// (`None`: not found). Pure.
+pub fn dns_row(
+    spec: &crate::inventory::DnsSpec,
+    deployment: Option<&serde_json::Value>,
+) -> (DnsRow, Option<String>) {
+    let mut row = DnsRow {
+        image: spec.image.clone(),
+        cluster_ip: spec.cluster_ip.to_string(),
+        replicas: u64::from(spec.replicas),
+        ..DnsRow::default()
+    };
+    let Some(d) = deployment else {
+        let problem = format!(
+            "cluster DNS: Deployment {}/{} is missing: run `hactl up` to deploy it",
+            super::dns::NAMESPACE,
+            super::dns::DEPLOYMENT
+        );
+        return (row, Some(problem));
+    };
+    row.deployed = true;
+    (row.ready_replicas, row.replicas) = super::dns::deployment_readiness(d);
+    let problem = (row.ready_replicas < row.replicas).then(|| {
+        format!(
+            "cluster DNS: {} of {} CoreDNS pods ready (image {}): pods cannot resolve names \
+             meanwhile; see `kubectl -n {} get pods -l k8s-app=kube-dns` (ErrImagePull: the \
+             nodes cannot pull the image; fix kubernetes.dns.image or put its archive in \
+             kubernetes.images.dir and run `hactl up`)",
+            row.ready_replicas,
+            row.replicas,
+            spec.image,
+            super::dns::NAMESPACE
+        )
+    });
+    (row, problem)
 }
 
 /// Where a Node stands for `status`: one of the inventory's node hosts, or a Node the
@@ -253,8 +306,9 @@ pub async fn gather(
         Some((h, t)) => {
             let host = inv.host(&h.host).expect("from the inventory");
             let t = t.as_ref().expect("checked above");
-            match read_leases(t.as_ref(), &host.address.to_string(), pki_dir).await {
-                Ok((leases, nodes)) => {
+            let dns = kube.dns.as_ref();
+            match read_leases(t.as_ref(), &host.address.to_string(), pki_dir, dns.is_some()).await {
+                Ok((leases, nodes, deployment)) => {
                     let now = time::OffsetDateTime::now_utc();
                     for (lease, component) in leases {
                         let row = lease::evaluate(&lease, component, now, &hosts);
@@ -264,6 +318,11 @@ pub async fn gather(
                     let (rows, problems) = node_rows(inv, &nodes);
                     status.nodes = rows;
                     status.problems.extend(problems);
+                    if let Some(spec) = dns {
+                        let (row, problem) = dns_row(spec, deployment.as_ref());
+                        status.dns = Some(row);
+                        status.problems.extend(problem);
+                    }
                 }
                 Err(e) => status.problems.push(format!(
                     "cannot read the Leases and Nodes through {}: {e:#}",
@@ -290,12 +349,22 @@ async fn unit_states(t: &dyn Transport) -> BTreeMap<String, String> {
     }
 }
 
-/// GETs both Leases and every Node through an SSH tunnel to `address:6443` on the host behind `t`.
+/// What [`read_leases`] reads: the Leases, the Nodes and the DNS Deployment (when asked for and
+/// found).
+type ApiReads = (
+    Vec<(Lease, Component)>,
+    Vec<super::objects::Node>,
+    Option<serde_json::Value>,
+);
+
+/// GETs both Leases and every Node (and, with `dns`, the CoreDNS Deployment) through an SSH
+/// tunnel to `address:6443` on the host behind `t`.
 async fn read_leases(
     t: &dyn Transport,
     address: &str,
     pki_dir: &std::path::Path,
-) -> anyhow::Result<(Vec<(Lease, Component)>, Vec<super::objects::Node>)> {
+    dns: bool,
+) -> anyhow::Result<ApiReads> {
     let read = |rel: &str| crate::bounded::read(pki_dir.join(rel), crate::bounded::TEXT);
     let cas = super::api::trusted_cas(pki_dir)?;
     let mut identity_pem = read("kubernetes/admin.key")?;
@@ -339,7 +408,27 @@ async fn read_leases(
         .error_for_status()?;
     let body = crate::bounded::http_body(resp, crate::bounded::TEXT, "the Nodes").await?;
     let nodes = serde_json::from_slice::<super::objects::List<super::objects::Node>>(&body)?.items;
-    Ok((out, nodes))
+    let deployment = if dns {
+        let path = format!(
+            "/apis/apps/v1/namespaces/{}/deployments/{}",
+            super::dns::NAMESPACE,
+            super::dns::DEPLOYMENT
+        );
+        let resp = client
+            .get(format!("https://127.0.0.1:{local}{path}"))
+            .send()
+            .await?;
+        if resp.status() == reqwest::StatusCode::NOT_FOUND {
+            None
+        } else {
+            let resp = resp.error_for_status()?;
+            let body = crate::bounded::http_body(resp, crate::bounded::TEXT, "the DNS Deployment").await?;
+            Some(serde_json::from_slice::<serde_json::Value>(&body)?)
+        }
+    } else {
+        None
+    };
+    Ok((out, nodes, deployment))
 }
 
 /// The human table of the Kubernetes layer.
@@ -387,6 +476,18 @@ pub fn table(s: &KubernetesStatus) -> String {
             ));
         }
     }
+    if let Some(d) = &s.dns {
+        out.push_str(&format!(
+            "dns: {} at {}: {}\n",
+            d.image,
+            d.cluster_ip,
+            if d.deployed {
+                format!("{}/{} ready", d.ready_replicas, d.replicas)
+            } else {
+                "NOT DEPLOYED".to_string()
+            }
+        ));
+    }
     for l in &s.leases {
         out.push_str(&format!(
             "lease {}: {} (renewed {:.1}s ago, duration {}s, transitions {})\n",
@@ -408,6 +509,38 @@ pub fn table(s: &KubernetesStatus) -> String {
 mod tests {
     use super::*;
     use crate::kubernetes::objects::{Node, NodeCondition, ObjectMeta, Taint};
+
+    #[test]
+    fn dns_row_says_what_is_missing_or_not_ready() {
+        let spec = crate::inventory::DnsSpec {
+            image: "registry.k8s.io/coredns/coredns:v1.8.0".into(),
+            cluster_ip: "10.96.0.10".parse().unwrap(),
+            domain: "cluster.local".into(),
+            replicas: 2,
+        };
+        let (row, problem) = dns_row(&spec, None);
+        assert!(!row.deployed);
+        assert!(problem.unwrap().contains("coredns is missing: run `hactl up`"));
+        let pulling = serde_json::json!({ "spec": { "replicas": 2 }, "status": { "replicas": 2 } });
+        let (row, problem) = dns_row(&spec, Some(&pulling));
+        assert_eq!((row.deployed, row.ready_replicas, row.replicas), (true, 0, 2));
+        let problem = problem.unwrap();
+        assert!(
+            problem.contains("0 of 2 CoreDNS pods ready (image registry.k8s.io/coredns/coredns:v1.8.0)"),
+            "{problem}"
+        );
+        let ready = serde_json::json!({ "spec": { "replicas": 2 }, "status": { "readyReplicas": 2 } });
+        let (row, problem) = dns_row(&spec, Some(&ready));
+        assert_eq!((row.ready_replicas, problem), (2, None));
+        let table = table(&KubernetesStatus {
+            dns: Some(row),
+            ..KubernetesStatus::default()
+        });
+        assert!(
+            table.contains("dns: registry.k8s.io/coredns/coredns:v1.8.0 at 10.96.0.10: 2/2 ready\n"),
+            "{table}"
+        );
+    }
 
     fn node(name: &str, ready: &str) -> Node {
         let mut n = Node {

@@ -8,6 +8,7 @@ pub mod configure_etcd;
 pub mod configure_kubernetes;
 pub mod configure_load_balancer;
 pub mod configure_nodes;
+pub mod deploy_dns;
 pub mod etcd_files;
 pub mod fence_old_members;
 pub mod install_etcd;
@@ -53,6 +54,8 @@ pub struct Ctx<'a> {
     /// The push key and the remote's host key for `spec.backup.remote`, once `up`/`plan` reached
     /// the remote (None otherwise).
     pub backup_remote: Option<&'a crate::backup_remote::HostFiles>,
+    /// The cluster DNS objects as the API holds them (`kubernetes.dns`; None: not read).
+    pub dns: Option<&'a crate::kubernetes::dns::DnsFacts>,
 }
 
 impl<'a> Ctx<'a> {
@@ -70,6 +73,7 @@ impl<'a> Ctx<'a> {
             binaries: None,
             kubernetes: None,
             backup_remote: None,
+            dns: None,
         }
     }
 
@@ -96,6 +100,10 @@ impl<'a> Ctx<'a> {
             backup_remote,
             ..self
         }
+    }
+
+    pub fn with_dns(self, dns: Option<&'a crate::kubernetes::dns::DnsFacts>) -> Self {
+        Ctx { dns, ..self }
     }
 
     pub fn facts(&self, host: &Host) -> &HostFacts {
@@ -133,6 +141,8 @@ pub enum PlanError {
         running: &'static str,
         wanted: &'static str,
     },
+    #[error(transparent)]
+    Dns(#[from] crate::kubernetes::dns::DnsRefusal),
     /// Boxed: the refusal carries versions and names, and every phase returns this error.
     #[error(transparent)]
     EtcdUpgrade(Box<crate::etcd::upgrade::UpgradeRefusal>),
@@ -151,7 +161,8 @@ impl PlanError {
             PlanError::Kubernetes(e) => e.is_refusal(),
             PlanError::EtcdUpgrade(_)
             | PlanError::MemberNotInInventory { .. }
-            | PlanError::ModeSwitch { .. } => true,
+            | PlanError::ModeSwitch { .. }
+            | PlanError::Dns(_) => true,
             _ => false,
         }
     }

@@ -28,6 +28,7 @@ fn kubernetes_spec(version: &str, source: BinarySource) -> KubernetesSpec {
         containerd: BinarySource::Package,
         cgroup_driver: inventory::CgroupDriver::Systemd,
         eviction_hard: Default::default(),
+        dns: None,
     }
 }
 

@@ -149,6 +149,14 @@ fn the_kubelet_and_kube_proxy_render_with_their_hosts_flags() {
     )
     .unwrap();
     insta::assert_snapshot!("cp1-kubelet.service", unit);
+    let plain = kubelet_config(host(&inv, "w1"), kube(&inv)).unwrap();
+    assert!(!plain.contains("clusterDNS"), "{plain}");
+    let with_dns = inventory(
+        "    dns:\n      image: registry.k8s.io/coredns/coredns:v1.8.0\n      domain: corp.example\n",
+    );
+    let config = kubelet_config(host(&with_dns, "w1"), kube(&with_dns)).unwrap();
+    assert!(config.contains("\nclusterDomain: corp.example\n"), "{config}");
+    assert!(config.contains("\nclusterDNS:\n  - 10.96.0.10\n"), "{config}");
     let with_eviction =
         inventory("    evictionHard:\n      imagefs.available: 2%\n      memory.available: 100Mi\n");
     let config = kubelet_config(host(&with_eviction, "w1"), kube(&with_eviction)).unwrap();
