@@ -126,8 +126,38 @@ impl Gate for LockGate {
             lock.add_local(state)
                 .map_err(|e| anyhow::Error::new(e.refusal()))?;
         }
-        Ok(())
+        refuse_in_maintenance(state)
     }
+}
+
+/// Refuses (exit 2) while `maintenance start` has stopped something on a host and `complete`
+/// has not run: `up` would start it again (a static-pod manifest written back, a fenced unit
+/// failing to start) on a host the operator took out of service. A maintenance that only
+/// cordoned does not stand in the way.
+fn refuse_in_maintenance(state: &StateDir) -> anyhow::Result<()> {
+    use crate::operations::maintenance_record::maintenance_records;
+    for (host, r) in maintenance_records(state) {
+        let stopped: Vec<&str> = r
+            .stopped
+            .iter()
+            .map(String::as_str)
+            .filter(|x| *x != crate::operations::node::CORDON_MARK)
+            .collect();
+        if !stopped.is_empty() {
+            return Err(crate::exit::refuse(
+                crate::exit::REFUSED,
+                format!(
+                    "{host} is in maintenance (stage {}, since {}; stopped: {}): `hactl up` would \
+                     start it again on a host taken out of service; run `hactl maintenance \
+                     complete {host}` first, then `hactl up`",
+                    r.stage,
+                    r.since,
+                    stopped.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// [`crate::converge::apply`] for an inventory loaded by a caller that holds the cluster lock
@@ -146,4 +176,60 @@ pub async fn converge(
         &mut crate::converge::NoGate,
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::operations::maintenance_record::{record_path, MaintenanceRecord, Stage};
+
+    fn write(state: &StateDir, host: &str, stage: Stage, stopped: &[&str]) {
+        let r = MaintenanceRecord {
+            host: host.into(),
+            stage,
+            since: "2026-11-26T00:00:00Z".into(),
+            reason: String::new(),
+            stopped: stopped.iter().map(|s| s.to_string()).collect(),
+        };
+        let path = record_path(state, host);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, serde_json::to_string(&r).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn up_refuses_while_a_maintenance_has_stopped_something() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir::open(&tmp.path().join("s")).unwrap();
+        refuse_in_maintenance(&state).unwrap();
+        // Only cordoned, or complete: no refusal.
+        write(
+            &state,
+            "cp2",
+            Stage::Drain,
+            &[crate::operations::node::CORDON_MARK],
+        );
+        write(&state, "cp3", Stage::Complete, &["etcd.service"]);
+        refuse_in_maintenance(&state).unwrap();
+        write(
+            &state,
+            "cp1",
+            Stage::StopControlPlane,
+            &["kube-scheduler.service", "etcd.service"],
+        );
+        let e = refuse_in_maintenance(&state).unwrap_err();
+        assert_eq!(crate::exit::exit_code_of(&e), crate::exit::REFUSED);
+        let text = format!("{e:#}");
+        assert!(
+            text.contains("cp1 is in maintenance (stage StopControlPlane"),
+            "{text}"
+        );
+        assert!(
+            text.contains("stopped: kube-scheduler.service, etcd.service"),
+            "{text}"
+        );
+        assert!(
+            text.contains("run `hactl maintenance complete cp1` first"),
+            "{text}"
+        );
+    }
 }

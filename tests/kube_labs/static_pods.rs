@@ -13,6 +13,10 @@
 //! - `lease failover`: the host holding the controller-manager Lease powers off; both Leases are
 //!   held by the other hosts within leaseDuration + renewDeadline; after power-on the host's
 //!   kubelet starts its control plane again with no help from hactl, and `up` converges;
+//! - `maintenance`: `maintenance start` of the controller-manager Lease holder moves its three
+//!   manifests aside (no unit to stop), its kubelet stops the pods, the Leases move and the Node
+//!   is cordoned; `up` meanwhile is refused (exit 2); `complete` moves them back, the
+//!   components answer, the Node is uncordoned, `status` is healthy and `up` has nothing to do;
 //! - `replace`: `hactl replace cp3 --host spare1`: P2 moves cp3's manifests aside (its kubelet
 //!   stops the pods), P8 starts spare1's containerd, images and kubelet, then its manifests, P9
 //!   rolls the new `--etcd-servers` into the other apiservers (their manifests); spare1's mirror
@@ -261,6 +265,91 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
         panic!("status is not healthy after power-on and up: {doc}");
     }
     check(name, "lease failover", t0);
+
+    // maintenance of the Lease holder: its manifests move aside (no unit to stop), the kubelet
+    // stops the pods, the Leases move, the API answers through the VIP; complete moves them back
+    let before = k.wait_leases(Duration::from_secs(180), |h| h.starts_with("cp"));
+    let target = before["kube-system/kube-controller-manager"].clone();
+    let aside = "/etc/kubernetes/manifests.hactl/maintenance";
+    let out = k.hactl(&["maintenance", "start", "--yes", &target]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "maintenance start failed: {}",
+        text(&out)
+    );
+    for c in COMPONENTS {
+        assert!(
+            pids(&k, &target, c).is_empty(),
+            "{target}: {c} still runs in maintenance"
+        );
+        let moved = k.lab.exec(&target, &["test", "-e", &format!("{aside}/{c}.yaml")]);
+        assert!(moved.status.success(), "{target}: {aside}/{c}.yaml is missing");
+    }
+    let holders = k.lease_holders_via_kubectl().unwrap_or_default();
+    assert!(
+        holders.len() == 2 && holders.values().all(|h| !h.is_empty() && *h != target),
+        "the Leases did not leave {target} in maintenance: {holders:?}"
+    );
+    let cordoned = k.kubectl_ok(&["get", "node", &target, "-o", "jsonpath={.spec.unschedulable}"]);
+    assert_eq!(cordoned, "true", "{target} is not cordoned in maintenance");
+    // `up` would write the manifests back on a host taken out of service: refused, named.
+    let out = k.hactl(&["up", "--yes"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "up during maintenance: {}",
+        text(&out)
+    );
+    assert!(
+        text(&out).contains(&format!("run `hactl maintenance complete {target}` first")),
+        "{}",
+        text(&out)
+    );
+    let still = k.lab.exec(
+        &target,
+        &["test", "-e", "/etc/kubernetes/manifests/kube-apiserver.yaml"],
+    );
+    assert!(
+        !still.status.success(),
+        "{target}: the refused up wrote a manifest back"
+    );
+    let out = k.hactl(&["maintenance", "complete", &target]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "maintenance complete failed: {}",
+        text(&out)
+    );
+    assert!(
+        k.readyz_on(&target),
+        "{target}: no /readyz right after maintenance complete"
+    );
+    for c in COMPONENTS {
+        assert!(
+            !pids(&k, &target, c).is_empty(),
+            "{target}: {c} is not back after complete"
+        );
+        let back = k.lab.exec(
+            &target,
+            &["test", "-e", &format!("/etc/kubernetes/manifests/{c}.yaml")],
+        );
+        assert!(back.status.success(), "{target}: the {c} manifest is not back");
+    }
+    let cordoned = k.kubectl_ok(&["get", "node", &target, "-o", "jsonpath={.spec.unschedulable}"]);
+    assert_ne!(cordoned, "true", "{target} is still cordoned after complete");
+    if let Err(doc) = k.wait_healthy(Duration::from_secs(180)) {
+        panic!("status is not healthy after maintenance: {doc}");
+    }
+    let again = k.hactl(&["up", "--yes"]);
+    assert!(again.status.success(), "{}", text(&again));
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout).trim(),
+        "no changes",
+        "after maintenance: {}",
+        text(&again)
+    );
+    check(name, "maintenance", t0);
 
     // replace
     let hashes: Vec<String> = ["cp1", "cp2"]

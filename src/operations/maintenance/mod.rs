@@ -111,6 +111,21 @@ fn counts_for(s: &Setup, obs: &Observation, host: &str) -> safety::Counts {
 }
 
 fn units_active(s: &Setup, host: &str) -> Vec<String> {
+    // Static-pod mode: no unit runs the control plane; each component's manifest is moved aside
+    // (a step that finds it aside already is done), so all three count on a control-plane host.
+    if let Some(k) = &s.inv.kubernetes {
+        if k.mode == crate::inventory::KubernetesMode::StaticPod {
+            let control_plane = s
+                .inv
+                .host(host)
+                .is_some_and(|h| h.has(crate::inventory::Role::ControlPlane));
+            return if control_plane {
+                operations::KUBE_UNITS.into_iter().map(str::to_string).collect()
+            } else {
+                vec![]
+            };
+        }
+    }
     let f = s.reach.facts.get(host);
     operations::KUBE_UNITS
         .into_iter()

@@ -17,6 +17,9 @@ use std::time::Duration;
 use super::acts::{self, Live};
 use crate::etcd::{self, probe, UNIT};
 use crate::fence;
+use crate::inventory::Host;
+use crate::kubernetes::probe as kube_probe;
+use crate::kubernetes::{Component, MANIFEST_DIR};
 use crate::load_balancer::KEEPALIVED_UNIT;
 use crate::operations::maintenance_record::{MaintenanceRecord, Stage};
 use crate::operations::node::CORDON_MARK;
@@ -158,6 +161,88 @@ pub fn start_unfenced(host: &str, unit: &str) -> JournaledStep {
     })
 }
 
+/// Static-pod mode: where `maintenance start` keeps a host's control-plane manifests while it
+/// is out (outside the kubelet's directory, never deleted); `complete` moves them back.
+pub const MANIFESTS_ASIDE: &str = "/etc/kubernetes/manifests.hactl/maintenance";
+
+/// The component a control-plane unit name stands for (static-pod mode keeps the unit names
+/// in the record, so the stage's marks and order are the same in both modes).
+fn component_of(unit: &str) -> Option<Component> {
+    Component::ALL.into_iter().find(|c| c.unit() == unit)
+}
+
+/// Read-only script: `component`'s manifest is not in the kubelet's directory and no process of
+/// it runs (a static pod's process is the host's to see).
+fn static_pod_gone(component: Component) -> String {
+    let c = component.binary();
+    format!("[ ! -e {MANIFEST_DIR}/{c}.yaml ] && ! pgrep -f '^(/usr/local/bin/)?{c}( |$)' >/dev/null")
+}
+
+/// Static-pod mode: moves `unit`'s manifest to [`MANIFESTS_ASIDE`] so the kubelet stops the pod
+/// (the kubelet restarts a killed pod, and there is no unit to fence: the manifest's absence is
+/// the fence), and waits until its process is gone.
+pub fn stop_static_pod(host: &str, unit: &str) -> JournaledStep {
+    let Some(component) = component_of(unit) else {
+        return stop_fenced(host, unit);
+    };
+    let c = component.binary();
+    JournaledStep::new(
+        unit_step(M::Stop, unit),
+        format!("move the {c} manifest to {MANIFESTS_ASIDE}/ (its kubelet stops the pod)"),
+        Some(host),
+    )
+    .done_when(probe_script(static_pod_gone(component)))
+    .run(RemoteCommand::script(format!(
+        "if [ -e {MANIFEST_DIR}/{c}.yaml ]; then mkdir -p {MANIFESTS_ASIDE} && mv -f {MANIFEST_DIR}/{c}.yaml {MANIFESTS_ASIDE}/{c}.yaml; fi"
+    )))
+    .verify(Check::command(
+        format!("the kubelet on {host} stopped the {c} pod"),
+        probe_script(static_pod_gone(component)),
+        Duration::from_secs(120),
+    ))
+}
+
+/// Static-pod mode: moves `unit`'s manifest back into the kubelet's directory and waits for the
+/// component's health endpoint on `host`.
+pub fn start_static_pod(host: &Host, unit: &str) -> JournaledStep {
+    let Some(component) = component_of(unit) else {
+        return start_unfenced(&host.name, unit);
+    };
+    let c = component.binary();
+    let healthy = kube_probe::healthy(component, host);
+    let mut done = healthy.clone();
+    done.argv = vec![
+        "sh".into(),
+        "-c".into(),
+        format!("[ -e {MANIFEST_DIR}/{c}.yaml ] && \"$@\" >/dev/null"),
+        "hactl-static-pod-healthy".into(),
+    ];
+    done.argv.extend(healthy.argv.iter().cloned());
+    done.read_only = true;
+    JournaledStep::new(
+        unit_step(M::Start, unit),
+        format!("move the {c} manifest back from {MANIFESTS_ASIDE}/ (its kubelet starts the pod)"),
+        Some(&host.name),
+    )
+    .done_when(done)
+    .run(RemoteCommand::script(format!(
+        "if [ -e {MANIFESTS_ASIDE}/{c}.yaml ]; then mkdir -p {MANIFEST_DIR} && mv -f {MANIFESTS_ASIDE}/{c}.yaml {MANIFEST_DIR}/{c}.yaml; fi; \
+         [ -e {MANIFEST_DIR}/{c}.yaml ] || {{ echo 'no {c} manifest in {MANIFEST_DIR} or {MANIFESTS_ASIDE}: run `hactl up` to write it' >&2; exit 1; }}"
+    )))
+    .verify(Check::command(
+        format!("{c} on {} answers {}", host.name, kube_probe::endpoint(component)),
+        healthy,
+        Duration::from_secs(180),
+    ))
+}
+
+/// Whether the inventory runs the control plane as static pods.
+fn static_pod(inv: &crate::inventory::Inventory) -> bool {
+    inv.kubernetes
+        .as_ref()
+        .is_some_and(|k| k.mode == crate::inventory::KubernetesMode::StaticPod)
+}
+
 fn record(base: &StartFacts, stage: Stage, stopped: &[String]) -> MaintenanceRecord {
     MaintenanceRecord {
         host: base.host.clone(),
@@ -171,6 +256,13 @@ fn record(base: &StartFacts, stage: Stage, stopped: &[String]) -> MaintenanceRec
 /// `maintenance start`: Cordon, Drain, StopControlPlane.
 pub fn start(f: &StartFacts, live: &Arc<Live>) -> Vec<JournaledStep> {
     let host = f.host.as_str();
+    let stop_kube = |unit: &str| {
+        if static_pod(&live.inv) {
+            stop_static_pod(host, unit)
+        } else {
+            stop_fenced(host, unit)
+        }
+    };
     let mut steps = Vec::new();
     let mut marks: Vec<String> = Vec::new();
     if f.cordon_skip.is_none() {
@@ -230,7 +322,7 @@ pub fn start(f: &StartFacts, live: &Arc<Live>) -> Vec<JournaledStep> {
     }
     for u in KUBE_STOP_ORDER {
         if f.kube_active.iter().any(|a| a == u) {
-            steps.push(stop_fenced(host, u));
+            steps.push(stop_kube(u));
         }
     }
     if f.kube {
@@ -265,7 +357,7 @@ pub fn start(f: &StartFacts, live: &Arc<Live>) -> Vec<JournaledStep> {
         )
     });
     if f.kube_active.iter().any(|a| a == APISERVER) {
-        steps.push(stop_fenced(host, APISERVER));
+        steps.push(stop_kube(APISERVER));
     }
     if f.etcd {
         if f.etcd_active {
@@ -322,6 +414,10 @@ pub fn complete(f: &CompleteFacts, live: &Arc<Live>) -> Vec<JournaledStep> {
     let r = &f.record;
     let host = r.host.as_str();
     let was = |u: &str| r.stopped.iter().any(|x| x == u);
+    let start_kube = |unit: &str| match live.inv.host(host).filter(|_| static_pod(&live.inv)) {
+        Some(h) => start_static_pod(h, unit),
+        None => start_unfenced(host, unit),
+    };
     let mut steps = Vec::new();
     if cancels(r) {
         steps.push(
@@ -342,7 +438,7 @@ pub fn complete(f: &CompleteFacts, live: &Arc<Live>) -> Vec<JournaledStep> {
             );
         }
         if was(APISERVER) {
-            steps.push(start_unfenced(host, APISERVER));
+            steps.push(start_kube(APISERVER));
         }
         if was(DRAIN_MARK) && f.balancers {
             steps.push(
@@ -365,7 +461,7 @@ pub fn complete(f: &CompleteFacts, live: &Arc<Live>) -> Vec<JournaledStep> {
         }
         for u in KUBE_STOP_ORDER.iter().rev() {
             if was(u) {
-                steps.push(start_unfenced(host, u));
+                steps.push(start_kube(u));
             }
         }
     }
@@ -419,8 +515,12 @@ mod tests {
     );
 
     fn live() -> (tempfile::TempDir, Arc<Live>) {
+        live_with(INV)
+    }
+
+    fn live_with(text: &str) -> (tempfile::TempDir, Arc<Live>) {
         let tmp = tempfile::tempdir().unwrap();
-        let inv = crate::inventory::load_str(std::path::Path::new("lab.yaml"), INV).unwrap();
+        let inv = crate::inventory::load_str(std::path::Path::new("lab.yaml"), text).unwrap();
         let state = crate::state::StateDir::open(&tmp.path().join("s")).unwrap();
         let live = Arc::new(Live {
             inv,
@@ -463,6 +563,89 @@ mod tests {
 
     fn ids(steps: &[JournaledStep]) -> Vec<&str> {
         steps.iter().map(|s| s.id.as_str()).collect()
+    }
+
+    #[test]
+    fn static_pod_mode_moves_each_manifest_aside_and_back_in_the_same_order() {
+        let text = INV
+            .replace("roles: [etcd, load-balancer]", "roles: [etcd, control-plane, load-balancer]")
+            .replace("roles: [etcd] }", "roles: [etcd, control-plane] }")
+            + "  kubernetes:\n    version: 1.20.2\n    source: bundle\n    bundleDir: /\n    mode: static-pod\n";
+        let (_t, live) = live_with(&text);
+        let units: Vec<String> = KUBE_STOP_ORDER
+            .iter()
+            .map(|u| u.to_string())
+            .chain([APISERVER.to_string()])
+            .collect();
+        let f = StartFacts {
+            kube: true,
+            kube_active: units.clone(),
+            moves_vip: false,
+            ..facts()
+        };
+        let steps = start(&f, &live);
+        let order = ids(&steps);
+        let at = |id: &str| order.iter().position(|x| *x == id).unwrap();
+        assert!(at("stop-kube-scheduler.service") < at("lease-handover"));
+        assert!(at("lb-drain") < at("stop-kube-apiserver.service"));
+        for (unit, c) in [
+            ("kube-scheduler.service", "kube-scheduler"),
+            ("kube-controller-manager.service", "kube-controller-manager"),
+            ("kube-apiserver.service", "kube-apiserver"),
+        ] {
+            let stop = steps
+                .iter()
+                .find(|s| s.id == format!("stop-{unit}"))
+                .unwrap()
+                .render(false);
+            assert!(
+                stop.contains(&format!(
+                    "mv -f /etc/kubernetes/manifests/{c}.yaml /etc/kubernetes/manifests.hactl/maintenance/{c}.yaml"
+                )),
+                "{stop}"
+            );
+            // No unit to fence: the manifest's absence is what keeps the pod away.
+            assert!(
+                !stop.contains("hactl-fence.conf") && !stop.contains("systemctl stop"),
+                "{stop}"
+            );
+            assert!(
+                stop.contains("pgrep -f") && stop.contains(&format!("^(/usr/local/bin/)?{c}( |$)")),
+                "{stop}"
+            );
+        }
+        let record = MaintenanceRecord {
+            host: "cp1".into(),
+            stage: Stage::StopControlPlane,
+            since: "t".into(),
+            reason: String::new(),
+            stopped: units.iter().cloned().chain([UNIT.to_string()]).collect(),
+        };
+        let steps = complete(
+            &CompleteFacts {
+                record,
+                etcd: true,
+                etcd_active: false,
+                balancers: true,
+                now: "t".into(),
+            },
+            &live,
+        );
+        let order = ids(&steps);
+        let at = |id: &str| order.iter().position(|x| *x == id).unwrap();
+        assert!(at("start-kube-apiserver.service") < at("start-kube-controller-manager.service"));
+        assert!(at("start-kube-controller-manager.service") < at("start-kube-scheduler.service"));
+        let back = steps
+            .iter()
+            .find(|s| s.id == "start-kube-apiserver.service")
+            .unwrap()
+            .render(false);
+        assert!(
+            back.contains("mv -f /etc/kubernetes/manifests.hactl/maintenance/kube-apiserver.yaml /etc/kubernetes/manifests/kube-apiserver.yaml"),
+            "{back}"
+        );
+        assert!(back.contains("https://10.0.0.11:6443/readyz"), "{back}");
+        assert!(!back.contains("systemctl start"), "{back}");
     }
 
     #[test]
