@@ -3,9 +3,9 @@
 //! plane on the new host and its `/readyz` answers on its own address; P9 rolls the new
 //! `--etcd-servers` into the other apiservers one host at a time; kubectl through the VIP keeps
 //! answering throughout (every failed request is reported). The old host's node components stop
-//! and its Node is deleted (P8 node-stop, P8 node-delete); the report names `hactl up`, which
-//! brings up the new host's node components, after which its Node is Ready and `status` is
-//! healthy (no Node left NotReady behind).
+//! and its Node is deleted (P8 node-stop, P8 node-delete); P11 runs `hactl up`'s plan, which
+//! brings up the new host's node components, after which its Node is Ready, `status` is healthy
+//! (no Node left NotReady behind) and a second `up` has nothing to do.
 
 use crate::support::kube as kube_support;
 use crate::support::lab as lab_support;
@@ -94,15 +94,30 @@ fn replace_to_a_new_host_moves_the_control_plane_while_kubectl_answers() {
         "Node cp3 is still there: {}",
         text(&gone)
     );
+    // P11, after P10: `hactl up`'s plan inside the replace brought spare1 up as a Node, so a
+    // second `up` has nothing to do, and spare1's Node is Ready with status healthy.
+    let p10 = position(&j, "P10", "done").unwrap_or_else(|| panic!("P10 not done: {j:?}"));
+    let p11 = position(&j, "P11", "done").unwrap_or_else(|| panic!("P11 not done: {j:?}"));
+    assert!(p10 < p11, "P11 before P10: {j:?}");
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("installs and starts the node components on spare1"),
-        "the report does not name `hactl up` for spare1's node components: {}",
+        String::from_utf8_lossy(&out.stdout).contains("spare1 runs the node components (P11"),
+        "the report does not say spare1 became a Node: {}",
         text(&out)
     );
-    // `hactl up` brings up spare1's node components: its Node registers and is Ready, and status
-    // is healthy again.
+    let registered = k.kubectl(&["get", "node", "spare1"]);
+    assert!(
+        registered.status.success(),
+        "no Node spare1 after replace: {}",
+        text(&registered)
+    );
     let up = k.hactl(&["up", "--yes"]);
     assert_eq!(up.status.code(), Some(0), "{}", text(&up));
+    assert_eq!(
+        String::from_utf8_lossy(&up.stdout).trim(),
+        "no changes",
+        "{}",
+        text(&up)
+    );
     let mut last = (0, serde_json::Value::Null);
     assert!(
         lab_support::eventually(Duration::from_secs(180), || {

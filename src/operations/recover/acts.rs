@@ -483,6 +483,7 @@ impl LocalAct for RecordMembers {
 /// R7: `hactl up`'s plan, once etcd is back: what R0 found left for it (the control plane on new
 /// hosts, HAProxy's backends), and anything else that differs from the inventory. Done when
 /// `up` finished (a marker in the run's directory: `up` itself says `no changes` on a re-run).
+/// Replace's P11 runs it too, for the replacement's node components.
 pub struct Converge {
     pub inv: Inventory,
     pub state: StateDir,
@@ -495,7 +496,7 @@ pub struct Converge {
 impl LocalAct for Converge {
     fn describe(&self) -> String {
         format!(
-            "run `hactl up`'s plan against every host of the inventory, computed once etcd is back ({}); every restart it makes is one host at a time behind its health gate",
+            "run `hactl up`'s plan against every host of the inventory, computed when this step runs ({}); every restart it makes is one host at a time behind its health gate",
             self.reasons.join("; ")
         )
     }

@@ -201,6 +201,13 @@ pub fn old_node(kubernetes: bool, moved: bool, old_host_reachable: bool) -> OldN
     }
 }
 
+/// Whether P11 brings the replacement up as a Node (`hactl up`'s plan): with a kubernetes
+/// section, when the member moved to another host that the inventory makes a node host. A member
+/// re-created on its own host keeps the kubelet that runs there.
+pub fn brings_up_node(kubernetes: bool, moved: bool, replacement_is_node: bool) -> bool {
+    kubernetes && moved && replacement_is_node
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -418,6 +425,24 @@ mod tests {
                 OldNode::DeleteOnly(_) => "delete",
             };
             assert_eq!(got, want, "kubernetes={kube} moved={moved} reachable={reachable}");
+        }
+    }
+
+    #[test]
+    fn the_replacement_becomes_a_node_only_when_the_member_moved_to_a_node_host() {
+        // (kubernetes, moved, the replacement is a node host) → P11 runs.
+        let table = [
+            ((true, true, true), true),
+            ((true, false, true), false),
+            ((false, true, true), false),
+            ((true, true, false), false),
+        ];
+        for ((kube, moved, node), want) in table {
+            assert_eq!(
+                brings_up_node(kube, moved, node),
+                want,
+                "kubernetes={kube} moved={moved} node={node}"
+            );
         }
     }
 }

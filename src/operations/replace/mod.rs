@@ -148,6 +148,8 @@ pub(crate) struct Run {
     verdict: Mutex<Option<(i32, String)>>,
     /// Observes through the operator's etcd client over the run's SSH sessions.
     observer: TunnelObserver,
+    /// How P11's `up` connects (the operation's own settings).
+    connect: crate::exec::connect::ConnectSettings,
 }
 
 /// The deadline of each request an observation makes (and of each connection it opens): a member
@@ -288,6 +290,7 @@ impl Operation for Replace {
             balancers,
             verdict: Mutex::new(None),
             observer: TunnelObserver::new(tls, inv.etcd.client_port, OBSERVE_DEADLINE),
+            connect: ctx.connect.clone(),
         };
         let resumed_old = if run.resumed {
             resumed_old(ctx.state, &run.id)?
@@ -365,15 +368,20 @@ impl Operation for Replace {
             .take()
             .unwrap_or((exit::OK, String::new()));
         let mut text = format!("{line}\n");
-        // The replacement's node components (kubelet, containerd, kube-proxy) and the pod routes
-        // to it are `hactl up`'s node phases: replace brings up the control plane only.
-        if run.inv.kubernetes.is_some() && run.replacement.name != run.target {
+        // P11 brought the replacement up as a Node (`hactl up`'s plan) when the member moved.
+        let node_host = run
+            .inv
+            .node_hosts()
+            .iter()
+            .any(|h| h.name == run.replacement.name);
+        if decide::brings_up_node(
+            run.inv.kubernetes.is_some(),
+            run.replacement.name != run.target,
+            node_host,
+        ) {
             text.push_str(&format!(
-                "next: `hactl up -i {}` installs and starts the node components on {} (its kubelet registers Node {}) and routes the pod network to it; Node {} was deleted\n",
-                ctx.inv.source.display(),
-                run.replacement.name,
-                run.replacement.name,
-                run.target
+                "Node {} was deleted; {} runs the node components (P11, `hactl up`'s plan)\n",
+                run.target, run.replacement.name
             ));
         }
         Ok(Report { code, text })

@@ -46,6 +46,9 @@ crate::step_codes! {
         NodeDelete = "P8 node-delete",
         Propagate = "P9",
         Verify = "P10",
+        /// The replacement brought up as a Node by `hactl up`'s plan (the member moved to a new
+        /// host, with a kubernetes section).
+        Nodes = "P11",
     }
 }
 
@@ -68,6 +71,7 @@ impl P {
             P::NodeDelete => "delete the old Node",
             P::Propagate => "propagate",
             P::Verify => "verify",
+            P::Nodes => "bring up the Node",
         }
     }
 }
@@ -151,11 +155,12 @@ pub(super) fn build(run: &Arc<Run>, obs: &Observation, d: &Decisions) -> anyhow:
                 )
                 .local(Arc::new(Verify { run: run.clone() })),
             ),
-            P::Decide | P::CleanupLearner | P::Balancers | P::NodeStop | P::NodeDelete => {
+            P::Decide | P::CleanupLearner | P::Balancers | P::NodeStop | P::NodeDelete | P::Nodes => {
                 unreachable!("not in the flow tables")
             }
         }
     }
+    steps.extend(p11_nodes(run));
     Ok(steps)
 }
 
@@ -597,6 +602,40 @@ fn p8_old_node(run: &Arc<Run>) -> Vec<JournaledStep> {
             delete(),
         ],
     }
+}
+
+/// P11, after P10 when the member moved to another host with a kubernetes section: the
+/// replacement becomes a Node. Its kubelet, containerd and kube-proxy, the pod routes to it on
+/// every other node (which need the pod CIDR its Node gets once its kubelet registered) and its
+/// labels are exactly `hactl up`'s node phases, so the step runs `up`'s plan, computed when it
+/// runs (recover's R7 act); done once that run finished (a marker in the run's directory).
+fn p11_nodes(run: &Arc<Run>) -> Option<JournaledStep> {
+    let r = &run.replacement;
+    let node_host = run.inv.node_hosts().iter().any(|h| h.name == r.name);
+    if !super::decide::brings_up_node(run.inv.kubernetes.is_some(), r.name != run.target, node_host) {
+        return None;
+    }
+    let act = Arc::new(crate::operations::recover::acts::Converge {
+        inv: run.inv.clone(),
+        state: run.state.clone(),
+        connect: run.connect.clone(),
+        reasons: vec![format!(
+            "{} is a new node host: its kubelet, containerd and kube-proxy, the pod routes to it, its labels",
+            r.name
+        )],
+        marker: crate::operations::run_dir::RunDir::new(&run.state, &run.run_id)
+            .path()
+            .join("nodes-converged"),
+    });
+    Some(
+        JournaledStep::new(
+            P::Nodes,
+            format!("bring {} up as a Node (`hactl up`'s plan)", r.name),
+            None,
+        )
+        .done_when_local(act.clone())
+        .local(act),
+    )
 }
 
 fn p9_propagate(run: &Arc<Run>) -> JournaledStep {
