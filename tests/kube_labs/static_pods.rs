@@ -20,7 +20,7 @@
 //! - `replace`: `hactl replace cp3 --host spare1`: P2 moves cp3's manifests aside (its kubelet
 //!   stops the pods), P8 starts spare1's containerd, images and kubelet, then its manifests, P9
 //!   rolls the new `--etcd-servers` into the other apiservers (their manifests); spare1's mirror
-//!   pods show;
+//!   pods show; Node cp3 is deleted and spare1 is a Node (P11);
 //! - `recover`: etcd's data wiped on two of the three members; `hactl recover --from-member cp1`
 //!   moves every host's manifests aside (R1.2) before it stops etcd, rebuilds the members from
 //!   cp1's data, and puts the manifests back (R5.2): the control plane runs as static pods again,
@@ -435,6 +435,19 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
             .all(|c| last.iter().any(|(comp, node, _)| comp == c && node == "spare1"))
     });
     assert!(mirrored, "spare1's mirror pods are not in kube-system: {last:?}");
+    // The old host's Node deleted (P8 node-delete), the new host a registered Node (P11).
+    let gone = k.kubectl(&["get", "node", "cp3"]);
+    assert!(
+        !gone.status.success() && String::from_utf8_lossy(&gone.stderr).contains("NotFound"),
+        "Node cp3 is still there after replace: {}",
+        text(&gone)
+    );
+    let spare = k.kubectl(&["get", "node", "spare1"]);
+    assert!(
+        spare.status.success(),
+        "no Node spare1 after replace: {}",
+        text(&spare)
+    );
     check(name, "replace", t0);
 
     // recover
