@@ -137,13 +137,14 @@ impl Gate for LockGate {
 fn refuse_in_maintenance(state: &StateDir) -> anyhow::Result<()> {
     use crate::operations::maintenance_record::maintenance_records;
     for (host, r) in maintenance_records(state) {
-        let stopped: Vec<&str> = r
-            .stopped
-            .iter()
-            .map(String::as_str)
-            .filter(|x| *x != crate::operations::node::CORDON_MARK)
-            .collect();
-        if !stopped.is_empty() {
+        // A record whose `complete` would cancel (only the cordon done) does not stand in the way.
+        if !crate::operations::maintenance::steps::cancels(&r) {
+            let stopped: Vec<&str> = r
+                .stopped
+                .iter()
+                .map(String::as_str)
+                .filter(|x| *x != crate::operations::node::CORDON_MARK)
+                .collect();
             return Err(crate::exit::refuse(
                 crate::exit::REFUSED,
                 format!(

@@ -336,32 +336,25 @@ pub fn decide(spec: &DnsSpec, facts: &DnsFacts) -> Result<Vec<ApiRequest>, DnsRe
     Ok(out)
 }
 
-/// Reads the objects of `spec` through `api` (GETs only).
+/// Reads the objects of `spec` through `api` (GETs only, all six at once over the one client).
 pub async fn read(api: &ApiClient, spec: &DnsSpec) -> Result<BTreeMap<String, Existing>, ApiError> {
-    let mut out = BTreeMap::new();
-    for object in objects(spec) {
+    let reads = objects(spec).into_iter().map(|object| async move {
+        let what = format!("GET {}", object.path);
         let (code, body) = api.request(reqwest::Method::GET, &object.path, "", None).await?;
         let existing = match code {
             404 => Existing::Absent,
             200 => {
                 let json: serde_json::Value =
-                    serde_json::from_str(&body).map_err(|source| ApiError::Decode {
-                        what: format!("GET {}", object.path),
-                        source,
-                    })?;
+                    serde_json::from_str(&body).map_err(|source| ApiError::Decode { what, source })?;
                 Existing::parse(&json)
             }
-            _ => {
-                return Err(super::api::status_error(
-                    format!("GET {}", object.path),
-                    code,
-                    &body,
-                ))
-            }
+            _ => return Err(super::api::status_error(what, code, &body)),
         };
-        out.insert(object.path, existing);
-    }
-    Ok(out)
+        Ok((object.path, existing))
+    });
+    futures::future::try_join_all(reads)
+        .await
+        .map(|pairs| pairs.into_iter().collect())
 }
 
 /// The Deployment's replicas as `status` shows them: (ready, wanted).

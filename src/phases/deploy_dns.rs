@@ -21,11 +21,7 @@ impl Phase for DeployDns {
     /// The first control-plane host, in whose name the requests are listed (they go through
     /// whichever apiserver answers first).
     fn hosts<'a>(&self, inv: &'a Inventory) -> Vec<&'a Host> {
-        inv.hosts
-            .iter()
-            .filter(|h| h.has(Role::ControlPlane))
-            .take(1)
-            .collect()
+        inv.with_role(Role::ControlPlane).into_iter().take(1).collect()
     }
     fn steps(&self, _host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
         let Some(spec) = ctx.inv.kubernetes.as_ref().and_then(|k| k.dns.as_ref()) else {

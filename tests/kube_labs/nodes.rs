@@ -804,14 +804,7 @@ fn pods_run_on_the_workers_and_reach_each_other_and_the_services() {
         )),
         "{problems}"
     );
-    let again = k.hactl(&["up", "--yes"]);
-    assert!(again.status.success(), "{}", text(&again));
-    assert_eq!(
-        String::from_utf8_lossy(&again.stdout).trim(),
-        "no changes",
-        "{}",
-        text(&again)
-    );
+    k.assert_up_no_changes("after kubernetes.dns was applied");
 
     step("w2 powered off: its Node NotReady, status degraded, the Service answers from w1");
     let on_w2 = pods.iter().find(|p| p.node == "w2").unwrap().name.clone();

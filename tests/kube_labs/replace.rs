@@ -88,12 +88,7 @@ fn replace_to_a_new_host_moves_the_control_plane_while_kubectl_answers() {
         "active",
         "the kubelet still runs on cp3"
     );
-    let gone = k.kubectl(&["get", "node", "cp3"]);
-    assert!(
-        !gone.status.success() && String::from_utf8_lossy(&gone.stderr).contains("NotFound"),
-        "Node cp3 is still there: {}",
-        text(&gone)
-    );
+    k.assert_node_gone("cp3", "after replace");
     // P11, after P10: `hactl up`'s plan inside the replace brought spare1 up as a Node, so a
     // second `up` has nothing to do, and spare1's Node is Ready with status healthy.
     let p10 = position(&j, "P10", "done").unwrap_or_else(|| panic!("P10 not done: {j:?}"));
@@ -110,14 +105,7 @@ fn replace_to_a_new_host_moves_the_control_plane_while_kubectl_answers() {
         "no Node spare1 after replace: {}",
         text(&registered)
     );
-    let up = k.hactl(&["up", "--yes"]);
-    assert_eq!(up.status.code(), Some(0), "{}", text(&up));
-    assert_eq!(
-        String::from_utf8_lossy(&up.stdout).trim(),
-        "no changes",
-        "{}",
-        text(&up)
-    );
+    k.assert_up_no_changes("after replace");
     let mut last = (0, serde_json::Value::Null);
     assert!(
         lab_support::eventually(Duration::from_secs(180), || {

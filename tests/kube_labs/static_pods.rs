@@ -341,14 +341,7 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
     if let Err(doc) = k.wait_healthy(Duration::from_secs(180)) {
         panic!("status is not healthy after maintenance: {doc}");
     }
-    let again = k.hactl(&["up", "--yes"]);
-    assert!(again.status.success(), "{}", text(&again));
-    assert_eq!(
-        String::from_utf8_lossy(&again.stdout).trim(),
-        "no changes",
-        "after maintenance: {}",
-        text(&again)
-    );
+    k.assert_up_no_changes("after maintenance");
     check(name, "maintenance", t0);
 
     // replace
@@ -436,12 +429,7 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
     });
     assert!(mirrored, "spare1's mirror pods are not in kube-system: {last:?}");
     // The old host's Node deleted (P8 node-delete), the new host a registered Node (P11).
-    let gone = k.kubectl(&["get", "node", "cp3"]);
-    assert!(
-        !gone.status.success() && String::from_utf8_lossy(&gone.stderr).contains("NotFound"),
-        "Node cp3 is still there after replace: {}",
-        text(&gone)
-    );
+    k.assert_node_gone("cp3", "after replace");
     let spare = k.kubectl(&["get", "node", "spare1"]);
     assert!(
         spare.status.success(),

@@ -265,6 +265,28 @@ impl KubeLab {
             .success()
     }
 
+    /// Runs `hactl up --yes` and asserts it succeeds with `no changes` (`when` names the moment).
+    pub fn assert_up_no_changes(&self, when: &str) {
+        let out = self.hactl(&["up", "--yes"]);
+        assert!(out.status.success(), "up {when}: {}", text(&out));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "no changes",
+            "up {when}: {}",
+            text(&out)
+        );
+    }
+
+    /// Asserts that the API has no Node `node` (kubectl says NotFound).
+    pub fn assert_node_gone(&self, node: &str, when: &str) {
+        let out = self.kubectl(&["get", "node", node]);
+        assert!(
+            !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("NotFound"),
+            "Node {node} is still there {when}: {}",
+            text(&out)
+        );
+    }
+
     /// `hactl status -o json`: exit code and document.
     pub fn status(&self) -> (i32, serde_json::Value) {
         let out = self.hactl(&["status", "-o", "json"]);

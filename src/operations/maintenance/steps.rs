@@ -210,15 +210,15 @@ pub fn start_static_pod(host: &Host, unit: &str) -> JournaledStep {
     };
     let c = component.binary();
     let healthy = kube_probe::healthy(component, host);
-    let mut done = healthy.clone();
-    done.argv = vec![
-        "sh".into(),
-        "-c".into(),
+    // Done: the manifest is back and the component answers (the health probe as its argv).
+    let mut argv = vec![
+        "sh".to_string(),
+        "-c".to_string(),
         format!("[ -e {MANIFEST_DIR}/{c}.yaml ] && \"$@\" >/dev/null"),
-        "hactl-static-pod-healthy".into(),
+        "hactl-static-pod-healthy".to_string(),
     ];
-    done.argv.extend(healthy.argv.iter().cloned());
-    done.read_only = true;
+    argv.extend(healthy.argv.iter().cloned());
+    let done = RemoteCommand::read_only(argv);
     JournaledStep::new(
         unit_step(M::Start, unit),
         format!("move the {c} manifest back from {MANIFESTS_ASIDE}/ (its kubelet starts the pod)"),

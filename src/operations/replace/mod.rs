@@ -369,16 +369,7 @@ impl Operation for Replace {
             .unwrap_or((exit::OK, String::new()));
         let mut text = format!("{line}\n");
         // P11 brought the replacement up as a Node (`hactl up`'s plan) when the member moved.
-        let node_host = run
-            .inv
-            .node_hosts()
-            .iter()
-            .any(|h| h.name == run.replacement.name);
-        if decide::brings_up_node(
-            run.inv.kubernetes.is_some(),
-            run.replacement.name != run.target,
-            node_host,
-        ) {
+        if run.brings_up_node() {
             text.push_str(&format!(
                 "Node {} was deleted; {} runs the node components (P11, `hactl up`'s plan)\n",
                 run.target, run.replacement.name
@@ -415,6 +406,20 @@ fn resumed_old(state: &StateDir, run: &str) -> anyhow::Result<Option<u64>> {
 }
 
 impl Run {
+    /// Whether P11 runs: the member moved to a node host, with a kubernetes section.
+    fn brings_up_node(&self) -> bool {
+        let node_host = self
+            .inv
+            .node_hosts()
+            .iter()
+            .any(|h| h.name == self.replacement.name);
+        decide::brings_up_node(
+            self.inv.kubernetes.is_some(),
+            self.replacement.name != self.target,
+            node_host,
+        )
+    }
+
     /// The run's journal (set before the first step runs; only acts use it).
     fn journal(&self) -> &Journal {
         self.journal

@@ -611,8 +611,7 @@ fn p8_old_node(run: &Arc<Run>) -> Vec<JournaledStep> {
 /// runs (recover's R7 act); done once that run finished (a marker in the run's directory).
 fn p11_nodes(run: &Arc<Run>) -> Option<JournaledStep> {
     let r = &run.replacement;
-    let node_host = run.inv.node_hosts().iter().any(|h| h.name == r.name);
-    if !super::decide::brings_up_node(run.inv.kubernetes.is_some(), r.name != run.target, node_host) {
+    if !run.brings_up_node() {
         return None;
     }
     let act = Arc::new(crate::operations::recover::acts::Converge {
