@@ -4,8 +4,9 @@
 //! come back through the VIP (the Secret decrypted with the cluster's encryption key) and the
 //! later ones are gone, the Leases are taken again, and `up` has nothing to do. The state
 //! directory is lost with the members and rebuilt from the snapshot's bundle first, so the
-//! Secret read through the VIP proves the bundle holds what decrypts it. Last, `reset` stops and
-//! removes the control plane, etcd and the load balancers.
+//! Secret read through the VIP proves the bundle holds what decrypts it. The lab has a worker:
+//! R5.4 restarts its kubelet after the control planes' and it is a Ready Node again. Last,
+//! `reset` stops and removes the control plane, etcd and the load balancers.
 
 use crate::support::kube as kube_support;
 use crate::support::lab as lab_support;
@@ -19,7 +20,12 @@ use lab_support::eventually;
 #[test]
 fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
     let name = "recover_from_snapshot_brings_back_kubernetes_objects_and_leases";
-    let Some(k) = KubeLab::up(name, 3, 2, 0) else {
+    // One worker: a node that is not an etcd host, whose kubelet R5.4 restarts too.
+    let Some(k) = KubeLab::up_with(name, |o| {
+        o.control_planes = 3;
+        o.load_balancers = 2;
+        o.workers = 1;
+    }) else {
         return;
     };
     k.wait_leases(Duration::from_secs(120), |h| h.starts_with("cp"));
@@ -62,8 +68,33 @@ fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
     ]);
     assert!(restored.contains("encryption-key"), "{restored}");
 
+    let invocation = || {
+        k.lab.exec_ok(
+            "w1",
+            &[
+                "systemctl",
+                "show",
+                "kubelet.service",
+                "-p",
+                "InvocationID",
+                "--value",
+            ],
+        )
+    };
+    let worker_kubelet_before = invocation();
     let out = k.hactl(&["recover", "--from-snapshot", snap.to_str().unwrap(), "--yes"]);
     assert!(out.status.success(), "recover failed: {}", text(&out));
+    // R5.4 restarted the worker's kubelet (its caches predate the restore).
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("w1: node, kubelet installed"),
+        "{}",
+        text(&out)
+    );
+    assert_ne!(
+        invocation(),
+        worker_kubelet_before,
+        "the worker's kubelet was not restarted by the recover"
+    );
     // As on new hosts, the control planes lose their encryption config: `up` writes it again
     // from the restored key (it re-issues the leaves the lost state held, from the same CAs, and
     // writes the admin kubeconfig), and it must be the same file.
@@ -98,6 +129,19 @@ fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
             "R5.2@{h} (start kube-apiserver) not done: {j:?}"
         );
     }
+    // The kubelets restart last: the worker's after every control plane's.
+    let last_control_plane_kubelet = hosts
+        .iter()
+        .map(|h| {
+            KubeLab::journal_position(&j, &format!("R5.4@{h}"), "done")
+                .unwrap_or_else(|| panic!("R5.4@{h} (restart the kubelet) not done: {j:?}"))
+        })
+        .max()
+        .unwrap();
+    assert!(
+        KubeLab::journal_position(&j, "R5.4@w1", "done").is_some_and(|p| p > last_control_plane_kubelet),
+        "R5.4@w1 (the worker's kubelet) not done after the control planes': {j:?}"
+    );
 
     // Through the VIP: what the snapshot held is back, the later object is gone.
     let mut last = String::new();
@@ -142,9 +186,23 @@ fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
             })
     });
     assert!(fresh, "the Leases were not taken again: {doc}");
-    let again = k.hactl(&["up", "--yes"]);
-    assert!(again.status.success(), "{}", text(&again));
-    assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), "no changes");
+    // The worker is a Ready Node again.
+    let mut node = String::new();
+    assert!(
+        eventually(Duration::from_secs(120), || {
+            let o = k.kubectl(&[
+                "get",
+                "node",
+                "w1",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ]);
+            node = text(&o);
+            o.status.success() && String::from_utf8_lossy(&o.stdout) == "True"
+        }),
+        "Node w1 is not Ready after the recover: {node}"
+    );
+    k.assert_up_no_changes("after the recover");
 
     // `reset` on every role (issue 13, point 5): the control plane stops and its secrets go.
     k.hactl_ok(&["reset", "--yes"]);

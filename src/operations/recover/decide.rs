@@ -28,6 +28,11 @@ pub struct Assessed {
     /// What the reachable hosts of the history that are not etcd hosts of the inventory (the
     /// old members) showed, in inventory order.
     pub old: Vec<HostSeen>,
+    /// The nodes that are not etcd hosts (workers, control planes without a member), in
+    /// inventory order: those that answered with a kubelet unit installed, and those that did
+    /// not answer.
+    pub node_kubelets: Vec<String>,
+    pub nodes_down: Vec<String>,
 }
 
 impl Assessed {
@@ -460,7 +465,9 @@ pub fn decide(
             .iter()
             .filter(|a| a.kubelet)
             .map(|a| a.host.clone())
+            .chain(assessed.node_kubelets.iter().cloned())
             .collect(),
+        nodes_unreached: assessed.nodes_down.clone(),
         token,
         bump,
         hwm: mark,
@@ -803,6 +810,29 @@ mod tests {
                 (want, got) => panic!("{what}: wanted {want:?}, got {got:?}"),
             }
         }
+    }
+
+    /// R5.4 restarts the kubelets of the etcd hosts that have one, then those of the other
+    /// nodes that answered; the nodes that did not answer are named for the report.
+    #[test]
+    fn kubelets_are_the_members_then_the_other_nodes() {
+        let inv = inv();
+        let with_kubelet = |a: HostAssessment| HostAssessment { kubelet: true, ..a };
+        let a = Assessed {
+            node_kubelets: vec!["w1".into()],
+            nodes_down: vec!["w2".into()],
+            ..assessed(
+                vec![
+                    with_kubelet(stopped("cp1")),
+                    wiped("cp2"),
+                    with_kubelet(wiped("cp3")),
+                ],
+                &[],
+            )
+        };
+        let d = decide(&inv, &a, &opts(), None, file(4000, "2026-11-22T01:00:00Z")).unwrap();
+        assert_eq!(d.kubelets, ["cp1", "cp3", "w1"]);
+        assert_eq!(d.nodes_unreached, ["w2"]);
     }
 
     #[test]

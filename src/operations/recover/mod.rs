@@ -167,8 +167,12 @@ pub struct Decisions {
     pub data_dirs: Vec<String>,
     /// Kubernetes units installed per host (stopped in R1.2, started in R5).
     pub kube_units: Vec<(String, Vec<String>)>,
-    /// Hosts with a kubelet unit (restarted in R5.4).
+    /// Hosts with a kubelet unit (restarted in R5.4): the etcd hosts', then the other nodes'.
     pub kubelets: Vec<String>,
+    /// Nodes that are not etcd hosts and did not answer (at R0, or when the run resumed): their
+    /// kubelets are not restarted, and the report says so.
+    #[serde(default)]
+    pub nodes_unreached: Vec<String>,
     pub token: String,
     pub bump: Bump,
     /// The high-water mark known at R0.
@@ -256,16 +260,14 @@ impl Operation for Recover {
         Ok(RunId::new_or_resumed(self.opts.resume.as_deref(), ""))
     }
     async fn reach(&mut self, ctx: &Context<'_>) -> anyhow::Result<Transports> {
-        // The etcd hosts, and every other host of the inventory that held a member (the old
-        // members a recover accounts for).
+        // The etcd hosts, every other host of the inventory that held a member (the old
+        // members a recover accounts for), and the other nodes (their kubelets restart in R5.4).
         let history = crate::old_members::record::load(&ctx.state.view(), ctx.inv);
         let mut hosts = ctx.inv.with_role(Role::Etcd);
-        hosts.extend(
-            ctx.inv
-                .hosts
-                .iter()
-                .filter(|h| !h.has(Role::Etcd) && history.hosts.contains_key(&h.name)),
-        );
+        hosts.extend(ctx.inv.hosts.iter().filter(|h| {
+            !h.has(Role::Etcd)
+                && (history.hosts.contains_key(&h.name) || ctx.inv.kubernetes.is_some() && h.is_node())
+        }));
         let reach = crate::exec::connect::reach(ctx.host_keys(), &hosts, ctx.connect).await;
         // A re-installed survivor is not a dead one: only the operator can say which.
         reach.refuse_changed_host_keys()?;

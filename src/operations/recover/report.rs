@@ -71,6 +71,12 @@ pub fn plan_header(d: &Decisions, inv: &Inventory) -> String {
             d.old_attested.join(", ")
         ));
     }
+    if !d.nodes_unreached.is_empty() {
+        s.push_str(&format!(
+            "  nodes that do not answer (their kubelets are not restarted): {}\n",
+            d.nodes_unreached.join(", ")
+        ));
+    }
     if d.converges() {
         s.push_str(&format!(
             "  then (R7) `hactl up`'s plan, once etcd is back: {}\n",
@@ -177,6 +183,11 @@ pub fn finish_report(d: &Decisions, inv: &Inventory, state: &StateDir) -> String
         s.push_str(&format!(
             "follow-up: old members {} were attested dead; the moment they answer, `hactl heal --once` (or `hactl up`) fences them for good, and `hactl status` names them until then\n",
             d.old_attested.join(", ")
+        ));
+    }
+    for h in &d.nodes_unreached {
+        s.push_str(&format!(
+            "follow-up: node {h} did not answer and its kubelet was not restarted; its caches predate the restore: once {h} answers, restart it (`systemctl restart kubelet` on {h}) unless {h} rebooted since\n"
         ));
     }
     if d.converges() {

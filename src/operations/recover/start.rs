@@ -31,7 +31,7 @@ pub fn resume(
             format!("cannot resume run {run}: {e} (a run that stopped before its plan was confirmed changed nothing: start a new one)"),
         )
     })?;
-    let d: Decisions =
+    let mut d: Decisions =
         serde_json::from_str(&text).with_context(|| format!("{} is not a recover plan", path.display()))?;
     if d.cluster != inv.name {
         return Err(refuse(
@@ -57,6 +57,19 @@ pub fn resume(
             format!("cannot reach hosts run {run} acts on:\n{}", missing.join("\n")),
         ));
     }
+    // A node that is not an etcd host and stopped answering since R0 does not hold the recover
+    // up: its kubelet is not restarted, and the report says so.
+    let gone: Vec<String> = d
+        .kubelets
+        .iter()
+        .filter(|h| !acts_on(h) && down.contains_key(h.as_str()))
+        .cloned()
+        .collect();
+    for h in gone {
+        eprintln!("{h} (a node) no longer answers: its kubelet will not be restarted");
+        d.kubelets.retain(|k| *k != h);
+        d.nodes_unreached.push(h);
+    }
     Ok((d, transports))
 }
 
@@ -80,7 +93,9 @@ pub async fn assess_and_decide(
         .map(|(h, t)| (h.clone(), t.clone()))
         .collect();
     let hosts = super::assess::assess_hosts(inv, &etcd_transports, connect.concurrency).await?;
-    let old = probe_old_members(inv, &reach.transports, &is_etcd).await;
+    // Only the history's hosts: a worker that never held a member is not an old member.
+    let not_old = |h: &str| is_etcd(h) || !history.hosts.contains_key(h);
+    let old = probe_old_members(inv, &reach.transports, &not_old).await;
     eprintln!("assessment:");
     for a in &hosts {
         eprintln!("  {}", a.describe());
@@ -89,9 +104,12 @@ pub async fn assess_and_decide(
         eprintln!("  {}", describe_old(s, &history));
     }
     for (h, e) in &reach.unreachable {
-        let what = if is_etcd(h) { "" } else { " (an old member)" };
-        eprintln!("  {h}{what}: unreachable: {e}");
+        if is_etcd(h) || history.hosts.contains_key(h) {
+            let what = if is_etcd(h) { "" } else { " (an old member)" };
+            eprintln!("  {h}{what}: unreachable: {e}");
+        }
     }
+    let (node_kubelets, nodes_down) = probe_node_kubelets(inv, &reach, &is_etcd).await;
     let assessed = Assessed {
         hosts,
         down: reach
@@ -102,6 +120,8 @@ pub async fn assess_and_decide(
             .collect(),
         history,
         old,
+        node_kubelets,
+        nodes_down,
     };
     let inputs = decide::Options {
         run: run.to_string(),
@@ -137,18 +157,18 @@ pub async fn assess_and_decide(
     Ok((d, transports))
 }
 
-/// The old-member probe on every reachable host that is not an etcd host (read-only), in
-/// inventory order; a host whose probe fails counts as not answering.
+/// The old-member probe on every reachable host not `skip`ped (read-only), in inventory order; a
+/// host whose probe fails counts as not answering.
 async fn probe_old_members(
     inv: &Inventory,
     transports: &Transports,
-    is_etcd: &dyn Fn(&str) -> bool,
+    skip: &dyn Fn(&str) -> bool,
 ) -> Vec<crate::old_members::probe::HostSeen> {
     let cmd = crate::old_members::probe::command(&inv.etcd.data_dir, crate::etcd::METRICS_PORT, None);
     let asks = inv
         .hosts
         .iter()
-        .filter(|h| !is_etcd(&h.name))
+        .filter(|h| !skip(&h.name))
         .filter_map(|h| Some((h.name.clone(), transports.get(&h.name)?.clone())))
         .map(|(name, t)| {
             let cmd = cmd.clone();
@@ -166,6 +186,63 @@ async fn probe_old_members(
         }
     }
     seen
+}
+
+/// The nodes that are not etcd hosts, in inventory order: those that answered with a kubelet
+/// unit installed (read-only: `systemctl show`), and those that did not answer (each printed
+/// with the reason). Their kubelets restart in R5.4, after the control plane is back; a node
+/// that does not answer does not hold the recover up.
+async fn probe_node_kubelets(
+    inv: &Inventory,
+    reach: &Reach,
+    is_etcd: &dyn Fn(&str) -> bool,
+) -> (Vec<String>, Vec<String>) {
+    let nodes: Vec<&str> = inv
+        .node_hosts()
+        .into_iter()
+        .filter(|h| !is_etcd(&h.name))
+        .map(|h| h.name.as_str())
+        .collect();
+    let cmd = crate::plan::RemoteCommand::read_only([
+        "systemctl",
+        "show",
+        super::KUBELET_UNIT,
+        "-p",
+        "LoadState",
+        "--value",
+    ]);
+    let asks = nodes.iter().map(|&name| {
+        let (cmd, t) = (cmd.clone(), reach.transports.get(name).cloned());
+        async move {
+            let answer = match t {
+                Some(t) => match t.run(&cmd).await {
+                    Ok(o) if o.success() => Ok(o.stdout_str().trim() == "loaded"),
+                    Ok(o) => Err(o.stderr_str().trim().to_string()),
+                    Err(e) => Err(e.to_string()),
+                },
+                None => Err(reach
+                    .unreachable
+                    .get(name)
+                    .map_or_else(|| "not connected".to_string(), |e| e.to_string())),
+            };
+            (name, answer)
+        }
+    });
+    let (mut kubelets, mut down) = (Vec::new(), Vec::new());
+    for (name, answer) in futures::future::join_all(asks).await {
+        match answer {
+            Ok(true) => {
+                eprintln!("  {name}: node, kubelet installed (restarted once the control plane is back)");
+                kubelets.push(name.to_string());
+            }
+            Ok(false) => eprintln!("  {name}: node, no kubelet installed"),
+            Err(e) => {
+                eprintln!("  {name} (a node): unreachable: {e}; its kubelet will not be restarted");
+                down.push(name.to_string());
+            }
+        }
+    }
+    (kubelets, down)
 }
 
 /// One assessment line for an old member.

@@ -768,6 +768,7 @@ mod tests {
             data_dirs: hosts.clone(),
             kube_units: vec![],
             kubelets: hosts.clone(),
+            nodes_unreached: vec![],
             token: crate::operations::recover::token("c", "20261122-050000-abcd"),
             bump: Bump::Restore { by: 1_000_000_000 },
             hwm: None,
