@@ -90,6 +90,32 @@ impl Component {
     }
 }
 
+/// Read-only shell condition, static-pod mode: no manifest of `components` is in the kubelet's
+/// directory and no process of theirs runs on the host (a static pod's process is the host's to
+/// see, with or without crictl). The one check that the kubelet stopped them, for every step
+/// that moves manifests aside (replace, recover, maintenance).
+pub fn static_pods_gone(components: &[Component]) -> String {
+    if components.is_empty() {
+        return "true".to_string();
+    }
+    let manifests: Vec<String> = components
+        .iter()
+        .map(|c| format!("[ ! -e {} ]", c.manifest_path()))
+        .collect();
+    format!(
+        "{} && ! pgrep -f '{}' >/dev/null",
+        manifests.join(" && "),
+        process_pattern(components)
+    )
+}
+
+/// The extended regular expression (`pgrep -f`) matching the command line of a process of
+/// `components`, run as a unit or in a static pod's container.
+fn process_pattern(components: &[Component]) -> String {
+    let names: Vec<&str> = components.iter().map(|c| c.binary()).collect();
+    format!("^(/usr/local/bin/)?({})( |$)", names.join("|"))
+}
+
 /// The inventory's Kubernetes section when this host runs the control plane.
 pub fn spec_for<'a>(inv: &'a Inventory, host: &crate::inventory::Host) -> Option<&'a KubernetesSpec> {
     inv.kubernetes.as_ref().filter(|_| host.has(Role::ControlPlane))
@@ -228,5 +254,59 @@ impl KubernetesPlanError {
             self,
             KubernetesPlanError::PackageSource | KubernetesPlanError::Skew(_)
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The command lines `grep -E` (the regex dialect of `pgrep -f`) selects among `lines`.
+    fn matching(pattern: &str, lines: &[&str]) -> Vec<String> {
+        use std::io::Write as _;
+        let mut child = std::process::Command::new("grep")
+            .args(["-E", pattern])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(lines.join("\n").as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn static_pods_gone_looks_for_each_components_manifest_and_process_only() {
+        let lines = [
+            "kube-apiserver --advertise-address=10.0.0.11",
+            "/usr/local/bin/kube-scheduler --config=/etc/kubernetes/scheduler.yaml",
+            "kube-controller-manager",
+            "/usr/bin/kube-apiserver-proxy",
+            "tail -f /var/log/kube-apiserver.log",
+            "kube-apiserverx --flag",
+        ];
+        assert_eq!(
+            matching(&process_pattern(&Component::ALL), &lines),
+            [lines[0], lines[1], lines[2]]
+        );
+        assert_eq!(
+            matching(&process_pattern(&[Component::Scheduler]), &lines),
+            [lines[1]]
+        );
+        let gone = static_pods_gone(&[Component::ApiServer, Component::Scheduler]);
+        assert!(gone.starts_with(
+            "[ ! -e /etc/kubernetes/manifests/kube-apiserver.yaml ] && [ ! -e /etc/kubernetes/manifests/kube-scheduler.yaml ] && ! pgrep -f "
+        ), "{gone}");
+        assert!(!gone.contains("controller-manager"), "{gone}");
+        assert_eq!(static_pods_gone(&[]), "true");
     }
 }

@@ -171,13 +171,6 @@ fn component_of(unit: &str) -> Option<Component> {
     Component::ALL.into_iter().find(|c| c.unit() == unit)
 }
 
-/// Read-only script: `component`'s manifest is not in the kubelet's directory and no process of
-/// it runs (a static pod's process is the host's to see).
-fn static_pod_gone(component: Component) -> String {
-    let c = component.binary();
-    format!("[ ! -e {MANIFEST_DIR}/{c}.yaml ] && ! pgrep -f '^(/usr/local/bin/)?{c}( |$)' >/dev/null")
-}
-
 /// Static-pod mode: moves `unit`'s manifest to [`MANIFESTS_ASIDE`] so the kubelet stops the pod
 /// (the kubelet restarts a killed pod, and there is no unit to fence: the manifest's absence is
 /// the fence), and waits until its process is gone.
@@ -191,13 +184,13 @@ pub fn stop_static_pod(host: &str, unit: &str) -> JournaledStep {
         format!("move the {c} manifest to {MANIFESTS_ASIDE}/ (its kubelet stops the pod)"),
         Some(host),
     )
-    .done_when(probe_script(static_pod_gone(component)))
+    .done_when(probe_script(crate::kubernetes::static_pods_gone(&[component])))
     .run(RemoteCommand::script(format!(
         "if [ -e {MANIFEST_DIR}/{c}.yaml ]; then mkdir -p {MANIFESTS_ASIDE} && mv -f {MANIFEST_DIR}/{c}.yaml {MANIFESTS_ASIDE}/{c}.yaml; fi"
     )))
     .verify(Check::command(
         format!("the kubelet on {host} stopped the {c} pod"),
-        probe_script(static_pod_gone(component)),
+        probe_script(crate::kubernetes::static_pods_gone(&[component])),
         Duration::from_secs(120),
     ))
 }
@@ -610,7 +603,7 @@ mod tests {
                 "{stop}"
             );
             assert!(
-                stop.contains("pgrep -f") && stop.contains(&format!("^(/usr/local/bin/)?{c}( |$)")),
+                stop.contains("pgrep -f") && stop.contains(&format!("^(/usr/local/bin/)?({c})( |$)")),
                 "{stop}"
             );
         }

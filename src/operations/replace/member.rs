@@ -60,7 +60,7 @@ pub fn manifests_aside_steps(aside: &str) -> Vec<Step> {
         Step::Run(RemoteCommand::new(args)),
         Step::Wait(Check::command(
             "the kubelet stopped the control-plane pods".to_string(),
-            RemoteCommand::read_only(["sh", "-c", CONTROL_PLANE_GONE]),
+            RemoteCommand::read_only(["sh", "-c", &control_plane_gone()]),
             Duration::from_secs(120),
         )),
     ]
@@ -73,7 +73,9 @@ for c in "$@"; do
 done"#;
 
 /// Read-only: no control-plane manifest in the kubelet's directory and no control-plane process.
-pub const CONTROL_PLANE_GONE: &str = "! ls /etc/kubernetes/manifests/kube-apiserver.yaml /etc/kubernetes/manifests/kube-controller-manager.yaml /etc/kubernetes/manifests/kube-scheduler.yaml >/dev/null 2>&1 && ! pgrep -f '^(/usr/local/bin/)?kube-(apiserver|controller-manager|scheduler)( |$)' >/dev/null";
+pub fn control_plane_gone() -> String {
+    crate::kubernetes::static_pods_gone(&crate::kubernetes::Component::ALL)
+}
 
 /// Lifts the fence (before the replacement starts).
 pub fn unfence_step() -> Step {
@@ -168,7 +170,7 @@ mod tests {
         assert!(!MANIFESTS_ASIDE.contains("rm "), "{MANIFESTS_ASIDE}");
         assert!(wait
             .to_string()
-            .contains("kube-(apiserver|controller-manager|scheduler)"));
+            .contains("(kube-apiserver|kube-controller-manager|kube-scheduler)"));
     }
 
     pub(super) fn pos(order: &[P], s: P) -> usize {

@@ -307,7 +307,7 @@ fn p2_fence(run: &Run) -> anyhow::Result<JournaledStep> {
         .is_some_and(|k| k.mode == crate::inventory::KubernetesMode::StaticPod);
     if static_pod {
         done.push_str(" && ");
-        done.push_str(super::member::CONTROL_PLANE_GONE);
+        done.push_str(&super::member::control_plane_gone());
     }
     let mut step = step.done_when(RemoteCommand::read_only(["sh", "-c", &done]));
     let manifests = if static_pod {

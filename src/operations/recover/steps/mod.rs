@@ -500,25 +500,24 @@ fn manifest_back_args<'a>(aside: &'a str, marker: &'a str, components: &'a [Stri
     v
 }
 
-/// Read-only, static-pod mode: R5 has begun (`marker`, when given), or no manifest of `components` is in the
-/// kubelet's directory, nothing listens on :6443 and (where crictl exists) none of their
-/// containers runs.
+/// Read-only, static-pod mode: R5 has begun (`marker`, when given), or the kubelet stopped
+/// `components` ([`crate::kubernetes::static_pods_gone`]: no manifest in its directory, no
+/// process left).
 fn manifests_stopped(components: &[String], marker: Option<&str>) -> RemoteCommand {
-    let mut argv = vec![
+    let components: Vec<crate::kubernetes::Component> = crate::kubernetes::Component::ALL
+        .into_iter()
+        .filter(|c| components.iter().any(|n| n == c.binary()))
+        .collect();
+    RemoteCommand::read_only([
         "sh".to_string(),
         "-c".to_string(),
-        r#"[ -n "$1" ] && [ -e "$1" ] && exit 0; shift
-for c in "$@"; do
-  [ ! -e "/etc/kubernetes/manifests/$c.yaml" ] || exit 1
-  if command -v crictl >/dev/null 2>&1; then [ -z "$(crictl ps --name "$c" -q 2>/dev/null)" ] || exit 1; fi
-done
-[ -z "$(ss -Hltn 'sport = :6443')" ]"#
-            .to_string(),
+        format!(
+            "[ -n \"$1\" ] && [ -e \"$1\" ] && exit 0; {}",
+            crate::kubernetes::static_pods_gone(&components)
+        ),
         "hactl-manifests-stopped".to_string(),
         marker.unwrap_or_default().to_string(),
-    ];
-    argv.extend(components.iter().cloned());
-    RemoteCommand::read_only(argv)
+    ])
 }
 
 /// Read-only, static-pod mode: nothing of `components` is left in the aside dir.
