@@ -36,6 +36,10 @@ pub const STATS_PORT: u16 = 8404;
 pub const API_PORT: u16 = 6443;
 /// The highest VRRP priority (the first load-balancer host); each next host gets 10 less.
 pub const TOP_PRIORITY: u8 = 150;
+/// The suffix of an apiserver's fail-open twin in `kubernetes-api`: the same server as a
+/// `backup` without a health check, used only while no checked server is UP (haproxy.cfg says
+/// why). Host names are DNS labels, so no host is named like a twin.
+pub const FAILOPEN_SUFFIX: &str = "_failopen";
 /// Proxy names in haproxy.cfg; `set server <backend>/<server>` takes them.
 pub const ETCD_BACKEND: &str = "etcd-client";
 pub const KUBERNETES_BACKEND: &str = "kubernetes-api";
@@ -78,7 +82,8 @@ impl ServerStat {
 }
 
 /// Parses `show stat` CSV (columns found by the `# pxname,svname,…` header), keeping servers
-/// only (not the FRONTEND/BACKEND summary lines).
+/// only (not the FRONTEND/BACKEND summary lines, nor the fail-open twins, which follow their
+/// servers' admin state and have no check of their own).
 pub fn parse_show_stat(text: &str) -> Vec<ServerStat> {
     let mut lines = text.lines();
     let Some(header) = lines.next().and_then(|h| h.strip_prefix("# ")) else {
@@ -95,7 +100,11 @@ pub fn parse_show_stat(text: &str) -> Vec<ServerStat> {
         let f: Vec<&str> = line.split(',').collect();
         let get = |i: Option<usize>| i.and_then(|i| f.get(i)).copied().unwrap_or("");
         let server = get(Some(sv));
-        if server.is_empty() || server == "FRONTEND" || server == "BACKEND" {
+        if server.is_empty()
+            || server == "FRONTEND"
+            || server == "BACKEND"
+            || server.ends_with(FAILOPEN_SUFFIX)
+        {
             continue;
         }
         out.push(ServerStat {
@@ -138,8 +147,10 @@ etcd-client,FRONTEND,,,1,2,262120,5,0,0,0,0,0,,,,,OPEN,,,,,,,,,1,3,0,,,,0,0,0,2,
 etcd-client,cp1,0,0,1,1,,3,0,0,,0,,0,0,0,0,UP,1,1,0,0,0,42,0,,1,3,1,,3,,2,0,,1,L7OK,200,3,\n\
 etcd-client,cp2,0,0,0,0,,0,0,0,,0,,0,0,0,0,DOWN,1,1,0,2,1,3,3,,1,3,2,,0,,2,0,,0,L4CON,,0,\n\
 etcd-client,cp3,0,0,0,0,,0,0,0,,0,,0,0,0,0,MAINT,1,1,0,0,0,7,7,,1,3,3,,0,,2,0,,0,* L7OK,200,2,\n\
+kubernetes-api,cp1_failopen,0,0,0,0,,0,0,0,,0,,0,0,0,0,no check,1,0,1,0,0,42,0,,1,4,4,,0,,2,0,,0,,,,\n\
 etcd-client,BACKEND,0,0,1,2,26212,5,0,0,0,0,,0,0,0,0,UP,2,2,0,,0,42,0,,1,3,0,,5,,1,0,,2,,,,\n";
         let s = parse_show_stat(text);
+        // The fail-open twin is left out.
         assert_eq!(s.len(), 3);
         assert_eq!(
             s[0],

@@ -68,6 +68,8 @@ pub struct HaproxyConfig {
     pub kubernetes_ca: String,
     /// etcd's metrics listener on each member, where HAProxy asks `/health` without a certificate.
     pub etcd_health_port: u16,
+    /// [`lb::FAILOPEN_SUFFIX`]: the name of each apiserver's unchecked backup twin.
+    pub failopen_suffix: String,
 }
 
 /// The context of `templates/keepalived.conf.tera`.
@@ -137,6 +139,7 @@ pub fn haproxy_cfg(host: &Host, inv: &Inventory) -> Result<String, PlanError> {
             etcd_servers: servers(&inv.with_role(Role::Etcd)),
             kubernetes_ca: lb::KUBERNETES_CA.into(),
             etcd_health_port: crate::etcd::METRICS_PORT,
+            failopen_suffix: lb::FAILOPEN_SUFFIX.into(),
         },
     )?)
 }
@@ -230,7 +233,7 @@ pub fn haproxy_files(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Upload>, PlanErro
 pub fn haproxy_cli() -> Result<Upload, PlanError> {
     let text = render::render(
         "hactl-haproxy",
-        &serde_json::json!({ "admin_socket": lb::ADMIN_SOCKET }),
+        &serde_json::json!({ "admin_socket": lb::ADMIN_SOCKET, "failopen_suffix": lb::FAILOPEN_SUFFIX }),
     )?;
     Ok(Upload::new(
         lb::HAPROXY_CLI,

@@ -6,7 +6,10 @@
 //! - then the host holding the controller-manager and scheduler Leases loses power: another
 //!   control-plane host holds each within the Lease duration plus the renew deadline (15 s + 10 s,
 //!   the components' defaults), `hactl status` names the new holders and says degraded, and after
-//!   power-on and `hactl up` it is healthy again.
+//!   power-on and `hactl up` it is healthy again;
+//! - while that host is still down, the survivors are put in MAINT by hand: the API still answers
+//!   through the VIP from HAProxy's unchecked backup twins (fail open), and hactl's drain takes a
+//!   twin out and back with its apiserver.
 
 use crate::support::kube as kube_support;
 use crate::support::lab as lab_support;
@@ -139,6 +142,58 @@ fn kubernetes_answers_through_the_vip_and_its_leases_move_when_their_holders_los
             "status names {holder:?} for {}: {doc}",
             l["name"]
         );
+    }
+
+    // 3. Fail open: with every checked apiserver out of `kubernetes-api` (the survivors put in
+    // MAINT by hand on both load balancers, the victim still down), the API answers through the
+    // VIP from the unchecked backup twins; the dead victim's twin is tried in turn, its failed
+    // connection redispatched, and it stays as it was (no check marks it down).
+    let cli = hactl::load_balancer::HAPROXY_CLI;
+    let twin = |h: &str| format!("{h}{}", hactl::load_balancer::FAILOPEN_SUFFIX);
+    let survivors: Vec<String> = k.control_planes().into_iter().filter(|h| *h != victim).collect();
+    let set = |state: &str| {
+        for lb in ["lb1", "lb2"] {
+            for h in &survivors {
+                let server = format!("kubernetes-api/{h}");
+                k.lab
+                    .exec_ok(lb, &[cli, "set", "server", &server, "state", state]);
+            }
+        }
+    };
+    set("maint");
+    let served = (0..6)
+        .map(|_| k.kubectl(&["get", "--raw", "/readyz"]))
+        .filter(|o| o.status.success())
+        .count();
+    let stat = k.lab.exec_ok("lb1", &[cli, "show", "stat"]);
+    set("ready");
+    println!("{name}: fail open: {served} of 6 requests answered with every checked apiserver out");
+    assert_eq!(
+        served, 6,
+        "requests failed with every checked apiserver out:\n{stat}"
+    );
+    let status_of = |server: &str| {
+        stat.lines()
+            .find(|l| l.starts_with(&format!("kubernetes-api,{server},")))
+            .and_then(|l| l.split(',').nth(17))
+            .unwrap_or("")
+            .to_string()
+    };
+    assert_eq!(status_of(&twin(&victim)), "no check", "{stat}");
+    for h in &survivors {
+        assert_eq!(status_of(h), "MAINT", "{stat}");
+        assert_eq!(status_of(&twin(h)), "no check", "{stat}");
+    }
+    // hactl's drain takes a twin out with its apiserver, and puts it back with it.
+    let (lb, h) = ("lb1", survivors[0].as_str());
+    for (state, want) in [("maint", "MAINT"), ("ready", "no check")] {
+        k.lab.exec_ok(lb, &[cli, "state", "kubernetes-api", h, state]);
+        let stat = k.lab.exec_ok(lb, &[cli, "show", "stat"]);
+        let line = stat
+            .lines()
+            .find(|l| l.starts_with(&format!("kubernetes-api,{},", twin(h))))
+            .unwrap_or_default();
+        assert_eq!(line.split(',').nth(17), Some(want), "{stat}");
     }
 
     k.lab.fault(&victim, Fault::Poweron);
