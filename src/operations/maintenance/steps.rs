@@ -161,6 +161,29 @@ pub fn start_unfenced(host: &str, unit: &str) -> JournaledStep {
     })
 }
 
+/// Systemd mode: [`start_unfenced`] for a control-plane unit, verified by the component's health
+/// endpoint on `host` (the apiserver's `/readyz`). A started unit is not a serving apiserver:
+/// HAProxy takes a server leaving MAINT as UP at once, without waiting for a check, so putting
+/// the host back behind the VIP before `/readyz` answers sent requests to an apiserver still
+/// starting, and the check that then marked it down cut them (seen as one `SSL_ERROR_SYSCALL`
+/// through the VIP per `maintenance complete`).
+fn start_unit_healthy(host: &Host, unit: &str) -> JournaledStep {
+    let step = start_unfenced(&host.name, unit);
+    match component_of(unit) {
+        Some(component) => step.verify(Check::command(
+            format!(
+                "{} on {} answers {}",
+                component.binary(),
+                host.name,
+                kube_probe::endpoint(component)
+            ),
+            kube_probe::healthy(component, host),
+            Duration::from_secs(180),
+        )),
+        None => step,
+    }
+}
+
 /// Static-pod mode: where `maintenance start` keeps a host's control-plane manifests while it
 /// is out (outside the kubelet's directory, never deleted); `complete` moves them back.
 pub const MANIFESTS_ASIDE: &str = "/etc/kubernetes/manifests.hactl/maintenance";
@@ -407,8 +430,9 @@ pub fn complete(f: &CompleteFacts, live: &Arc<Live>) -> Vec<JournaledStep> {
     let r = &f.record;
     let host = r.host.as_str();
     let was = |u: &str| r.stopped.iter().any(|x| x == u);
-    let start_kube = |unit: &str| match live.inv.host(host).filter(|_| static_pod(&live.inv)) {
-        Some(h) => start_static_pod(h, unit),
+    let start_kube = |unit: &str| match live.inv.host(host) {
+        Some(h) if static_pod(&live.inv) => start_static_pod(h, unit),
+        Some(h) => start_unit_healthy(h, unit),
         None => start_unfenced(host, unit),
     };
     let mut steps = Vec::new();
@@ -747,6 +771,63 @@ mod tests {
         assert!(steps[3]
             .render(false)
             .contains("skip when: hactl did not cordon Node cp1"));
+    }
+
+    /// Systemd mode: the apiserver is back behind the VIP only once its `/readyz` answers (HAProxy
+    /// takes a server leaving MAINT as UP at once), and each component's start waits for its
+    /// health.
+    #[test]
+    fn systemd_complete_puts_the_host_back_behind_the_vip_only_once_its_apiserver_is_ready() {
+        let text = INV
+            .replace(
+                "roles: [etcd, load-balancer]",
+                "roles: [etcd, control-plane, load-balancer]",
+            )
+            .replace("roles: [etcd] }", "roles: [etcd, control-plane] }")
+            + "  kubernetes:\n    version: 1.20.2\n    source: bundle\n    bundleDir: /\n";
+        let (_t, live) = live_with(&text);
+        let record = MaintenanceRecord {
+            host: "cp1".into(),
+            stage: Stage::StopControlPlane,
+            since: "t".into(),
+            reason: String::new(),
+            stopped: KUBE_STOP_ORDER
+                .iter()
+                .map(|u| u.to_string())
+                .chain([APISERVER.to_string(), DRAIN_MARK.to_string(), UNIT.to_string()])
+                .collect(),
+        };
+        let steps = complete(
+            &CompleteFacts {
+                record,
+                etcd: true,
+                etcd_active: false,
+                balancers: true,
+                now: "t".into(),
+            },
+            &live,
+        );
+        let order = ids(&steps);
+        let at = |id: &str| order.iter().position(|x| *x == id).unwrap();
+        assert!(at("start-etcd") < at("start-kube-apiserver.service"));
+        assert!(at("start-kube-apiserver.service") < at("lb-ready"));
+        for (unit, endpoint) in [
+            ("kube-apiserver.service", "https://10.0.0.11:6443/readyz"),
+            (
+                "kube-controller-manager.service",
+                "https://127.0.0.1:10257/healthz",
+            ),
+            ("kube-scheduler.service", "https://127.0.0.1:10259/healthz"),
+        ] {
+            let start = steps
+                .iter()
+                .find(|s| s.id == format!("start-{unit}"))
+                .unwrap()
+                .render(false);
+            assert!(start.contains(&format!("systemctl start {unit}")), "{start}");
+            let verify = start.find("verify:").unwrap_or_else(|| panic!("{start}"));
+            assert!(start[verify..].contains(endpoint), "{start}");
+        }
     }
 
     #[test]
