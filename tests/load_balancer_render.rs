@@ -35,7 +35,7 @@ fn the_stats_page_listens_on_loopback_only_and_checks_need_no_etcd_certificate()
         "{cfg}"
     );
     assert!(
-        cfg.contains("server cp1 10.0.0.11:2379 check port 2381\n"),
+        cfg.contains("server cp1 10.0.0.11:2379 check port 2381 on-marked-down shutdown-sessions\n"),
         "{cfg}"
     );
     assert!(

@@ -233,8 +233,9 @@ pub struct LoadBalancerSpec {
     pub connect_timeout: std::time::Duration,
     /// HAProxy's `timeout check`: how long a connected server may take to answer a health check.
     /// Apart from `connect_timeout`: a dead host is still found within `connect_timeout`, while a
-    /// live apiserver busy for a second (its `/readyz` asks etcd) is not marked down, which
-    /// would cut every session open to it (`on-marked-down shutdown-sessions`).
+    /// live apiserver busy for a second is not marked down, which would send its clients
+    /// elsewhere (and cut every session open to an etcd member: `on-marked-down
+    /// shutdown-sessions`).
     pub check_timeout: std::time::Duration,
 }
 

@@ -406,8 +406,8 @@ pub const DRAIN_SESSIONS: Duration = Duration::from_secs(10);
 ///
 /// First `drain` (HAProxy sends it no new session and leaves the open ones alone), then a wait
 /// of up to [`DRAIN_SESSIONS`] for the sessions already open to end, then `maint`. Straight to
-/// `maint` is not enough: every server has `on-marked-down shutdown-sessions` (so clients of a
-/// member that dies reconnect at once), and HAProxy applies it to maintenance too, so a put in
+/// `maint` is not enough: etcd's servers have `on-marked-down shutdown-sessions` (so clients of
+/// a member that dies reconnect at once), and HAProxy applies it to maintenance too, so a put in
 /// flight at that instant was cut ("going DOWN for maintenance … 1 sessions active", then the
 /// writer's `EOF`; the maintenance lab test, seen once in CI with the journals). And the wait
 /// itself: etcd cuts a request in flight when it stops, so a
