@@ -3,8 +3,9 @@
 //! the control plane; the inventory refuses an even etcd count, so 5 → 3 is the smallest removal
 //! it accepts) and two load balancers. cp4 and cp5 leave the inventory (`roles: []`), `plan`
 //! refuses and names `hactl remove`, and the two removals run while a writer creates ConfigMaps
-//! through the VIP (each write goes through an apiserver to etcd; every failed write is
-//! reported). Afterwards the removed hosts' servers are gone from both HAProxy backends on every
+//! through the VIP (each write goes through an apiserver to etcd; one answered with etcd's
+//! leader-change error is sent once more, every other failure counts, and the acknowledged
+//! writes read back). Afterwards the removed hosts' servers are gone from both HAProxy backends on every
 //! load balancer, every remaining apiserver runs (and its unit names) an `--etcd-servers` without
 //! them, the member list has three members, their apiserver, controller-manager, scheduler and
 //! etcd are stopped and fenced, their data dirs renamed aside, their Nodes deleted with their
@@ -73,9 +74,11 @@ fn remove_of_control_plane_hosts_takes_them_out_of_etcd_haproxy_and_the_apiserve
     assert_eq!(o.status.code(), Some(2), "plan: {}", text(&o));
     assert!(text(&o).contains("hactl remove cp"), "plan: {}", text(&o));
 
-    // Each write goes through an apiserver to etcd.
-    // (10 s per request: see `KubeLab::poll_api`; a failed request still counts.)
-    let writer = k.poll_api(
+    // Each write goes through an apiserver to etcd. A write the apiserver answers with etcd's
+    // leader-change error (a proposal dropped while cp4 or cp5, if leader, hands leadership
+    // over) is sent once more, as a client of etcd's would; every other failure counts, and so
+    // does a second one. (10 s per request: see `KubeLab::poll_api`.)
+    let writer = k.poll_api_writes(
         |n, server| {
             vec![
                 "-X".into(),
@@ -110,6 +113,30 @@ fn remove_of_control_plane_hosts_takes_them_out_of_etcd_haproxy_and_the_apiserve
         took[0], took[1]
     );
     let failed = report_failures(&format!("{name}: ConfigMap writes"), t0, &writes);
+    // A removal moves etcd's leadership at most once (when the leaving member leads), and the
+    // writer has one write in flight: at most one write per removal meets a dropped proposal.
+    let resent = writes.iter().filter(|w| w.resent.is_some()).count();
+    assert!(
+        resent <= REMOVED.len(),
+        "{resent} writes were sent twice after etcd's leader change, more than one per removal"
+    );
+
+    // Every acknowledged write reads back: its ConfigMap is there, with its own number.
+    let listed = k.kubectl_ok(&[
+        "get",
+        "configmaps",
+        "-o",
+        r#"jsonpath={range .items[*]}{.metadata.name}={.data.n}{"\n"}{end}"#,
+    ]);
+    let stored: std::collections::BTreeSet<&str> = listed.lines().collect();
+    let lost: Vec<usize> = (1..=writes.len())
+        .filter(|n| writes[n - 1].ok)
+        .filter(|n| !stored.contains(format!("remove-writer-{n}={n}").as_str()))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged ConfigMap writes missing on read-back: {lost:?}"
+    );
 
     // etcd: two members fewer, seen from a remaining host.
     assert_eq!(member_names(&k, "cp1"), ["cp1", "cp2", "cp3"]);

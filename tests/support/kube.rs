@@ -15,6 +15,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use super::lab::{eventually, have_root, TestLab};
+use super::writer::is_leader_change_error;
 
 /// The directory holding kube-apiserver, kube-controller-manager, kube-scheduler (and kubectl),
 /// or `None` (after `SKIPPED … needs root`) without root.
@@ -489,6 +490,7 @@ impl KubeLab {
             kubeconfig,
             |_, server| vec![format!("{server}/readyz")],
             |o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "ok\nHTTP 200",
+            false,
         )
     }
 
@@ -502,7 +504,22 @@ impl KubeLab {
         args: impl Fn(u32, &str) -> Vec<String> + Send + 'static,
         ok: impl Fn(&Output) -> bool + Send + 'static,
     ) -> Poller {
-        poll_curl(self.state.join("admin.kubeconfig"), args, ok)
+        poll_curl(self.state.join("admin.kubeconfig"), args, ok, false)
+    }
+
+    /// [`KubeLab::poll_api`] for writes (`POST`s of objects named by `n`), sent as a client
+    /// that resends on etcd's transient answers: a write the apiserver answered with one of
+    /// etcd's leader-change errors ([`super::writer::LEADER_CHANGE_ERRORS`]: a proposal raft dropped while its
+    /// leader handed over, which no apiserver resends) is sent once more, as the etcd labs' VIP
+    /// writer does, and on that second send `409 AlreadyExists` counts as written (the first was
+    /// committed after all). A second failure counts as failed; the resends are reported
+    /// ([`Attempt::resent`]). The test reads its objects back to prove the acknowledged writes.
+    pub fn poll_api_writes(
+        &self,
+        args: impl Fn(u32, &str) -> Vec<String> + Send + 'static,
+        ok: impl Fn(&Output) -> bool + Send + 'static,
+    ) -> Poller {
+        poll_curl(self.state.join("admin.kubeconfig"), args, ok, true)
     }
 
     /// Starts running `kubectl ARGS(n)` through the VIP with the admin kubeconfig (n = 1, 2, …,
@@ -531,6 +548,7 @@ impl KubeLab {
                 c
             },
             ok,
+            false,
         )
     }
 }
@@ -540,6 +558,7 @@ fn poll_curl(
     kubeconfig: PathBuf,
     args: impl Fn(u32, &str) -> Vec<String> + Send + 'static,
     ok: impl Fn(&Output) -> bool + Send + 'static,
+    resend_leader_changes: bool,
 ) -> Poller {
     let creds = std::sync::Mutex::new(CurlCredentials::new(kubeconfig));
     poll(
@@ -564,7 +583,22 @@ fn poll_curl(
             c
         },
         ok,
+        resend_leader_changes,
     )
+}
+
+/// Whether a write's answer (curl's stdout: the body, then `HTTP <code>`) is the apiserver
+/// passing on one of etcd's leader-change errors: a 5xx whose message names one.
+fn is_leader_change_answer(o: &Output) -> bool {
+    let out = String::from_utf8_lossy(&o.stdout);
+    let code = out.rsplit_once("\nHTTP ").map(|(_, c)| c.trim()).unwrap_or("");
+    code.starts_with('5') && is_leader_change_error(&out)
+}
+
+/// Whether an answer is `409 AlreadyExists`.
+fn is_already_exists(o: &Output) -> bool {
+    let out = String::from_utf8_lossy(&o.stdout);
+    out.ends_with("\nHTTP 409") && out.contains("AlreadyExists")
 }
 
 /// The server and credentials of a kubeconfig as files curl reads: in a directory of the test's
@@ -640,10 +674,12 @@ impl CurlCredentials {
 
 /// Runs the command `command(n)` builds (n = 1, 2, …, 200 ms apart) until the returned poller is
 /// stopped; `ok` judges each answer, and every attempt is recorded (its stderr, and its stdout
-/// when it failed, as the detail).
+/// when it failed, as the detail). With `resend_leader_changes`, an answer passing on etcd's
+/// leader-change error is sent once more (see [`KubeLab::poll_api_writes`]).
 fn poll(
     command: impl Fn(u32) -> Command + Send + 'static,
     ok: impl Fn(&Output) -> bool + Send + 'static,
+    resend_leader_changes: bool,
 ) -> Poller {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = stop.clone();
@@ -655,8 +691,18 @@ fn poll(
         while !flag.load(std::sync::atomic::Ordering::SeqCst) {
             n += 1;
             let start = Instant::now();
-            let (ok, detail) = match command(n).output() {
-                Ok(o) if ok(&o) => (true, String::new()),
+            let mut answer = command(n).output();
+            let mut resent = None;
+            if resend_leader_changes {
+                if let Ok(first) = &answer {
+                    if !ok(first) && is_leader_change_answer(first) {
+                        resent = Some(String::from_utf8_lossy(&first.stdout).trim().to_string());
+                        answer = command(n).output();
+                    }
+                }
+            }
+            let (ok, detail) = match answer {
+                Ok(o) if ok(&o) || (resent.is_some() && is_already_exists(&o)) => (true, String::new()),
                 Ok(o) => (
                     false,
                     format!(
@@ -677,6 +723,7 @@ fn poll(
                 end: Instant::now(),
                 ok,
                 detail,
+                resent,
             });
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -696,6 +743,9 @@ pub struct Attempt {
     pub end: Instant,
     pub ok: bool,
     pub detail: String,
+    /// The first answer, when the request was sent twice (a write meeting etcd's leader change,
+    /// [`KubeLab::poll_api_writes`]).
+    pub resent: Option<String>,
 }
 
 /// A running [`KubeLab::poll_kubectl`].
@@ -728,12 +778,21 @@ pub fn report_failures(what: &str, t0: Instant, attempts: &[Attempt]) -> usize {
         .map(|a| a.end.saturating_duration_since(a.start))
         .max()
         .unwrap_or_default();
+    let resent: Vec<&Attempt> = attempts.iter().filter(|a| a.resent.is_some()).collect();
     println!(
-        "{what}: {} requests through the VIP, {} failed, the slowest took {} ms",
+        "{what}: {} requests through the VIP, {} failed, {} sent twice after etcd's leader change, the slowest took {} ms",
         attempts.len(),
         failed.len(),
+        resent.len(),
         slowest.as_millis()
     );
+    for a in &resent {
+        println!(
+            "  sent twice: {:+.2} s, first answer: {}",
+            a.start.saturating_duration_since(t0).as_secs_f64(),
+            a.resent.as_deref().unwrap_or_default()
+        );
+    }
     for a in &failed {
         println!(
             "  failed: {:+.2} s .. {:+.2} s: {}",
@@ -743,4 +802,50 @@ pub fn report_failures(what: &str, t0: Instant, attempts: &[Attempt]) -> usize {
         );
     }
     failed.len()
+}
+
+#[cfg(test)]
+mod checks {
+    use super::{is_already_exists, is_leader_change_answer};
+    use std::os::unix::process::ExitStatusExt as _;
+    use std::process::{ExitStatus, Output};
+
+    fn answer(body: &str, code: u16) -> Output {
+        Output {
+            status: ExitStatus::from_raw(0),
+            stdout: format!("{body}\nHTTP {code}").into_bytes(),
+            stderr: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn only_a_5xx_naming_etcds_leader_change_is_sent_twice() {
+        let dropped = r#"{"kind":"Status","status":"Failure","message":"Internal error occurred: etcdserver: leader changed","code":500}"#;
+        assert!(is_leader_change_answer(&answer(dropped, 500)));
+        let timeout = r#"{"message":"etcdserver: request timed out","code":504}"#;
+        assert!(is_leader_change_answer(&answer(timeout, 504)));
+        // Another server error, a refusal naming the same words, and a success are not.
+        assert!(!is_leader_change_answer(&answer(
+            r#"{"message":"etcd cluster is unavailable or misconfigured","code":500}"#,
+            500
+        )));
+        assert!(!is_leader_change_answer(&answer(
+            r#"{"message":"etcdserver: leader changed","code":422}"#,
+            422
+        )));
+        assert!(!is_leader_change_answer(&answer(r#"{"kind":"ConfigMap"}"#, 201)));
+    }
+
+    #[test]
+    fn only_a_409_already_exists_counts_as_the_first_send_committed() {
+        assert!(is_already_exists(&answer(
+            r#"{"reason":"AlreadyExists","code":409}"#,
+            409
+        )));
+        assert!(!is_already_exists(&answer(
+            r#"{"reason":"Conflict","code":409}"#,
+            409
+        )));
+        assert!(!is_already_exists(&answer(r#"{"reason":"AlreadyExists"}"#, 500)));
+    }
 }
