@@ -18,7 +18,7 @@ cd "$(dirname "$0")/.."
 . bench/lib.sh
 
 settle=30
-[ "${1:-}" = --quick ] && settle=15
+[ "${1:-}" = --quick ] && settle=8
 
 "$HACTL" lab kube-binaries >/dev/null
 name="ba$$"

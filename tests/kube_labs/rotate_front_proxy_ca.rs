@@ -1,5 +1,6 @@
 //! `hactl certs rotate-ca front-proxy` on a real control plane (3 control planes with the real
-//! 1.20.2 binaries, 2 load balancers): the rotation, cut after its C2 step (`HACTL_CRASH_AFTER`)
+//! 1.20.2 binaries, 2 load balancers; the lab of `rotate_kubernetes_ca`, after its rotation): the
+//! rotation, cut after its C2 step (`HACTL_CRASH_AFTER`)
 //! and resumed by running the command again, keeps kubectl through the VIP answering
 //! throughout (0 failed `/readyz`); while both CAs are trusted the apiservers publish both in
 //! kube-system/extension-apiserver-authentication; afterwards that ConfigMap holds the new CA
@@ -23,18 +24,17 @@ fn published(k: &KubeLab) -> String {
     k.published_cas("requestheader-client-ca-file")
 }
 
-#[test]
-fn rotating_the_front_proxy_ca_keeps_the_apiservers_answering_and_publishes_only_the_new_ca() {
+/// Run by `rotate_kubernetes_ca`'s test on its lab once the Kubernetes CA's rotation is checked
+/// (one bring-up for both: each rotation leaves the other CAs untouched, and this one checks that
+/// again).
+pub fn rotating_the_front_proxy_ca_keeps_the_apiservers_answering_and_publishes_only_the_new_ca(k: &KubeLab) {
     let name = "rotating_the_front_proxy_ca_keeps_the_apiservers_answering_and_publishes_only_the_new_ca";
-    let Some(k) = KubeLab::up(name, 3, 2, 0) else {
-        return;
-    };
     let pki = k.state.join("pki");
     let read = |rel: &str| std::fs::read_to_string(pki.join(rel)).unwrap();
     let old_ca = read("front-proxy/ca.crt");
     let etcd_ca = read("etcd/ca.crt");
     let kubernetes_ca = read("kubernetes/ca.crt");
-    let before = published(&k);
+    let before = published(k);
     assert_eq!(
         certs(&before),
         certs(&old_ca),
@@ -79,7 +79,7 @@ fn rotating_the_front_proxy_ca_keeps_the_apiservers_answering_and_publishes_only
     both.extend(certs(&new_ca));
     both.sort();
     assert_eq!(
-        wait_for(Duration::from_secs(30), &both, || certs(&published(&k))),
+        wait_for(Duration::from_secs(30), &both, || certs(&published(k))),
         both,
         "while both CAs are trusted, both are published"
     );
@@ -104,13 +104,13 @@ fn rotating_the_front_proxy_ca_keeps_the_apiservers_answering_and_publishes_only
 
     // Published: the new CA alone, and it stays so (no apiserver adds the old one back).
     assert_eq!(
-        certs(&published(&k)),
+        certs(&published(k)),
         certs(&new_ca),
         "the ConfigMap still holds the old CA"
     );
     std::thread::sleep(Duration::from_secs(5));
     assert_eq!(
-        certs(&published(&k)),
+        certs(&published(k)),
         certs(&new_ca),
         "an apiserver published the old CA again"
     );

@@ -14,6 +14,8 @@
 //! - the controller-manager signs an approved CertificateSigningRequest with the new CA;
 //! - the etcd and front-proxy CAs are untouched, and a second `hactl up` plans no changes.
 //!
+//! Then, on the same lab, the front-proxy CA's rotation (`rotate_front_proxy_ca.rs`).
+//!
 //! Needs root and the Kubernetes binaries (see `support/kube.rs`).
 
 use crate::support::kube as kube_support;
@@ -370,4 +372,8 @@ fn rotating_the_kubernetes_ca_keeps_kubectl_answering_and_leaves_only_the_new_ca
     let again = k.hactl_ok(&["up", "--yes"]);
     assert_eq!(again.trim(), "no changes");
     assert_eq!(k.hactl(&["certs", "check"]).status.code(), Some(0));
+    println!("{name}: passed");
+
+    // The front-proxy CA's rotation on the same lab (no bring-up of its own).
+    crate::rotate_front_proxy_ca::rotating_the_front_proxy_ca_keeps_the_apiservers_answering_and_publishes_only_the_new_ca(&k);
 }
