@@ -66,6 +66,7 @@ pub fn phases() -> Vec<Box<dyn Phase>> {
         Box::new(crate::phases::configure_nodes::ConfigureNodes),
         Box::new(crate::phases::start_kubelets::StartKubelets),
         Box::new(start_kubernetes::StartKubernetes),
+        Box::new(crate::phases::switch_mode::SwitchMode),
         Box::new(roll_apiservers::RollApiservers),
         Box::new(roll_controllers::RollControllers),
         // The rest of the node components start once an apiserver answers.

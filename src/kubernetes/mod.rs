@@ -132,7 +132,7 @@ pub fn managed_paths(spec: &KubernetesSpec) -> Vec<String> {
             }
             crate::inventory::KubernetesMode::StaticPod => {}
         }
-        // In either mode: a manifest left in systemd mode is a mode switch `up` refuses.
+        // In either mode: a manifest in systemd mode is a host to switch (phases::switch_mode).
         paths.push(c.manifest_path());
     }
     // A bundle's kubectl is uploaded too: without its hash in the facts every `up` would plan it.

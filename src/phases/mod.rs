@@ -29,6 +29,7 @@ pub mod start_etcd;
 pub mod start_kubelets;
 pub mod start_kubernetes;
 pub mod start_nodes;
+pub mod switch_mode;
 
 pub use query::{member_query_for, query_for};
 
@@ -135,12 +136,6 @@ pub enum PlanError {
     Kubernetes(#[from] crate::kubernetes::KubernetesPlanError),
     #[error("{host} has no interface with address {address}, so keepalived cannot be told where to hold the VIP: set hosts[].interface for {host} in the inventory")]
     NoInterface { host: String, address: String },
-    #[error("{host} runs the control plane as {running} but kubernetes.mode is {wanted}: hactl cannot switch an installed cluster's mode yet (see docs/development/known-gaps.md); set kubernetes.mode back to {running} in the inventory and run again")]
-    ModeSwitch {
-        host: String,
-        running: &'static str,
-        wanted: &'static str,
-    },
     #[error(transparent)]
     Dns(#[from] crate::kubernetes::dns::DnsRefusal),
     /// Boxed: the refusal carries versions and names, and every phase returns this error.
@@ -159,10 +154,7 @@ impl PlanError {
     pub fn is_refusal(&self) -> bool {
         match self {
             PlanError::Kubernetes(e) => e.is_refusal(),
-            PlanError::EtcdUpgrade(_)
-            | PlanError::MemberNotInInventory { .. }
-            | PlanError::ModeSwitch { .. }
-            | PlanError::Dns(_) => true,
+            PlanError::EtcdUpgrade(_) | PlanError::MemberNotInInventory { .. } | PlanError::Dns(_) => true,
             _ => false,
         }
     }

@@ -3,8 +3,9 @@
 //! none yet. Each waits for its health endpoint. Hosts start together: nothing serves yet on a
 //! host whose apiserver is not running (HAProxy's health check already keeps it out).
 //!
-//! A host whose control plane runs in the other mode is refused ([`other_mode`]): a switch is
-//! not a start.
+//! A host whose control plane runs in the other mode ([`other_mode`]) is left to
+//! [`super::switch_mode`]: a switch is not a start (the old runners stop first, one host at a
+//! time with the API up).
 
 use std::time::Duration;
 
@@ -27,7 +28,7 @@ pub fn mode_name(mode: KubernetesMode) -> &'static str {
 
 /// The mode the host's control plane runs in when it is not `mode` (a unit enabled or running
 /// in static-pod mode, a manifest in systemd mode): switching needs more than a start (the old
-/// runners stopped, one host at a time with the API up), which `up` does not do.
+/// runners stopped, one host at a time with the API up), which [`super::switch_mode`] does.
 pub fn other_mode(mode: KubernetesMode, f: &crate::facts::HostFacts) -> Option<&'static str> {
     let other = match mode {
         KubernetesMode::StaticPod => Component::ALL.iter().any(|c| {
@@ -57,12 +58,9 @@ impl Phase for StartKubernetes {
             return Ok(vec![]);
         };
         let f = ctx.facts(host);
-        if let Some(running) = other_mode(kube.mode, f) {
-            return Err(PlanError::ModeSwitch {
-                host: host.name.clone(),
-                running,
-                wanted: mode_name(kube.mode),
-            });
+        if other_mode(kube.mode, f).is_some() {
+            // switch_mode's, one host at a time.
+            return Ok(vec![]);
         }
         let mut steps = Vec::new();
         match kube.mode {

@@ -16,6 +16,7 @@ mod failover;
 mod hardening;
 mod heal_node_annotation;
 mod maintenance_leases;
+mod mode_switch;
 mod nodes;
 mod rebuild_roll;
 mod recover_from_bundle;

@@ -35,7 +35,7 @@ use hactl::lab::Fault;
 use kube_support::{bin_dir, text, version_of, KubeLab};
 use lab_support::{eventually, TestLab};
 
-const COMPONENTS: [&str; 3] = ["kube-apiserver", "kube-controller-manager", "kube-scheduler"];
+pub(crate) const COMPONENTS: [&str; 3] = ["kube-apiserver", "kube-controller-manager", "kube-scheduler"];
 /// leaseDuration + renewDeadline of kube-controller-manager and kube-scheduler (defaults).
 const HANDOVER_BOUND: Duration = Duration::from_secs(15 + 10);
 
@@ -48,7 +48,7 @@ fn check(name: &str, what: &str, t0: Instant) {
 
 /// The PIDs of processes running `binary` on `host` (by command line: a process name is cut
 /// to 15 characters, `kube-controller`).
-fn pids(k: &KubeLab, host: &str, binary: &str) -> Vec<String> {
+pub(crate) fn pids(k: &KubeLab, host: &str, binary: &str) -> Vec<String> {
     let pattern = format!("^(/usr/local/bin/)?{binary}( |$)");
     let out = k.lab.exec(host, &["pgrep", "-f", &pattern]);
     String::from_utf8_lossy(&out.stdout)
@@ -58,7 +58,7 @@ fn pids(k: &KubeLab, host: &str, binary: &str) -> Vec<String> {
 }
 
 /// Mirror pods in kube-system: (component label, node name) → restart count.
-fn mirror_pods(k: &KubeLab) -> Vec<(String, String, i64)> {
+pub(crate) fn mirror_pods(k: &KubeLab) -> Vec<(String, String, i64)> {
     let out = k.kubectl(&["-n", "kube-system", "get", "pods", "-o", "json"]);
     if !out.status.success() {
         return vec![];

@@ -2,7 +2,7 @@
 //! `HACTL_KUBE_BIN_DIR`, or of the cache `scripts/kube-binaries.sh` builds; never skipped as root):
 //! three apiservers ready behind the VIP, kubectl through the VIP with the admin kubeconfig, both
 //! Leases held, and a second `up` with nothing to do; then, on the same lab, the hardening checks
-//! of `hardening.rs`.
+//! of `hardening.rs` and the switch to static pods and back of `mode_switch.rs`.
 //!
 //! The lab is Debian 12 (bookworm) and the inventory is the one `hactl init` writes
 //! (`KubeLab::up_from_init`: its etcd 3.5.16 release served on loopback, the lab's Kubernetes
@@ -108,4 +108,7 @@ fn kubernetes_control_plane_comes_up_with_real_binaries() {
     // The hardening checks on the same lab (no bring-up of their own).
     crate::hardening::kube_units_run_sandboxed_tls_below_12_is_refused_and_the_kubelet_client_is_bound_by_rbac(&k);
     println!("{name}: passed");
+
+    // The switch of the control plane's mode and back, on the same lab (mode_switch.rs).
+    crate::mode_switch::the_control_plane_switches_to_static_pods_and_back_while_the_api_answers(&k);
 }

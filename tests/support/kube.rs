@@ -779,11 +779,14 @@ pub fn report_failures(what: &str, t0: Instant, attempts: &[Attempt]) -> usize {
         .max()
         .unwrap_or_default();
     let resent: Vec<&Attempt> = attempts.iter().filter(|a| a.resent.is_some()).collect();
+    let twice = match resent.len() {
+        0 => String::new(),
+        n => format!(", {n} sent twice after etcd's leader change"),
+    };
     println!(
-        "{what}: {} requests through the VIP, {} failed, {} sent twice after etcd's leader change, the slowest took {} ms",
+        "{what}: {} requests through the VIP, {} failed{twice}, the slowest took {} ms",
         attempts.len(),
         failed.len(),
-        resent.len(),
         slowest.as_millis()
     );
     for a in &resent {
