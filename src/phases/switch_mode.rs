@@ -118,7 +118,7 @@ fn switch_steps(host: &Host, ctx: &Ctx<'_>, wanted: KubernetesMode) -> Result<Ve
 
 impl Phase for SwitchMode {
     fn title(&self) -> &'static str {
-        "Switch the control plane's mode"
+        "Switch the Kubernetes control plane's mode"
     }
     fn hosts<'a>(&self, inv: &'a Inventory) -> Vec<&'a Host> {
         control_plane_hosts(inv)

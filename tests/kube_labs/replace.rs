@@ -5,7 +5,8 @@
 //! answering throughout (every failed request is reported). The old host's node components stop
 //! and its Node is deleted (P8 node-stop, P8 node-delete); P11 runs `hactl up`'s plan, which
 //! brings up the new host's node components, after which its Node is Ready, `status` is healthy
-//! (no Node left NotReady behind) and a second `up` has nothing to do.
+//! (no Node left NotReady behind) and a second `up` has nothing to do. Then, on the same lab,
+//! `heal_node_annotation.rs` on cp2.
 
 use crate::support::kube as kube_support;
 use crate::support::lab as lab_support;
@@ -118,4 +119,9 @@ fn replace_to_a_new_host_moves_the_control_plane_while_kubectl_answers() {
         "spare1's Node is not Ready or status is not healthy: {}",
         last.1
     );
+    println!("{name}: passed");
+
+    // heal's record on the Node of the member it repairs, on the same lab (no bring-up of its
+    // own): cp2, neither replaced nor new.
+    crate::heal_node_annotation::heal_annotates_the_node_of_the_member_it_repaired(&k, "cp2");
 }
