@@ -189,6 +189,81 @@ fn static_pod_manifests_match_their_snapshots_and_carry_the_unit_flags() {
     }
 }
 
+/// A static-pod manifest names the image by its tag and, when hactl ships the image
+/// (`kubernetes.images.dir`), carries the digest of the image's manifest: an image rebuilt under
+/// the same tag changes the manifest, so `up` rolls the pods (a tag alone would leave the kubelet
+/// running the old image). A registry's image carries no digest (its tag decides).
+#[test]
+fn a_static_pod_manifest_carries_its_shipped_images_digest_so_a_rebuilt_image_rolls() {
+    let mut registry_inv = example();
+    registry_inv.kubernetes.as_mut().unwrap().mode = KubernetesMode::StaticPod;
+    let mut inv = registry_inv.clone();
+    inv.kubernetes.as_mut().unwrap().images = inventory::ImageSource::Dir("/images".into());
+    let (_tmp, pki) = fixture_pki(&inv);
+    let host = inv.host("cp2").unwrap();
+    let files = files::host_files(host, &inv, &pki, &inputs()).unwrap();
+    let version = inv.kubernetes.as_ref().unwrap().version.to_string();
+    let shipped = |digit: char| {
+        let images = hactl::kubernetes::node::NodeImages {
+            pause: "hactl.local/pause:3.4".into(),
+            control_plane: Component::ALL
+                .iter()
+                .map(|c| {
+                    (
+                        c.binary().to_string(),
+                        format!("hactl.local/{}:v{version}", c.binary()),
+                    )
+                })
+                .collect(),
+            shipped: Component::ALL
+                .iter()
+                .map(|c| hactl::kubernetes::node::ShippedImage {
+                    reference: format!("hactl.local/{}:v{version}", c.binary()),
+                    digest: format!("sha256:{}", digit.to_string().repeat(64)),
+                    archive: Upload::new(
+                        format!("/var/lib/hactl/images/{}.tar", c.binary()),
+                        0o644,
+                        "root",
+                        "root",
+                        vec![],
+                    ),
+                    control_plane: true,
+                })
+                .collect(),
+        };
+        KubernetesInputs::new(None, EncryptionKey::from_bytes([7; 32])).with_node(None, Some(images))
+    };
+    for c in Component::ALL {
+        let a = text(&files::runner(c, host, &inv, &files, &shipped('a')).unwrap());
+        let b = text(&files::runner(c, host, &inv, &files, &shipped('b')).unwrap());
+        let annotation = format!("\n    hactl.io/image-digest: sha256:{}\n", "a".repeat(64));
+        assert!(
+            a.contains(&annotation),
+            "{}: no digest annotation:\n{a}",
+            c.binary()
+        );
+        assert!(
+            a.contains(&format!("image: hactl.local/{}:v{version}", c.binary())),
+            "{a}"
+        );
+        assert_ne!(
+            a,
+            b,
+            "{}: a rebuilt image leaves the manifest as it was",
+            c.binary()
+        );
+        // The manifest still parses, the annotation among the others.
+        let pod: serde_json::Value = serde_saphyr::from_str(&a).unwrap();
+        assert_eq!(
+            pod["metadata"]["annotations"]["hactl.io/image-digest"],
+            format!("sha256:{}", "a".repeat(64))
+        );
+        // A registry's image: no digest, and the manifest is the registry's.
+        let registry = text(&files::runner(c, host, &registry_inv, &files, &inputs()).unwrap());
+        assert!(!registry.contains("image-digest"), "{registry}");
+    }
+}
+
 /// `--name=value` words of a unit's ExecStart, in order.
 fn unit_flags(unit: &str) -> Vec<String> {
     unit.lines()

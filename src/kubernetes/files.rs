@@ -476,19 +476,25 @@ pub struct ManifestContext {
     /// sha256 over the files the component reads: a changed certificate or configuration changes
     /// the manifest, and the kubelet then restarts the pod.
     pub config_sha256: String,
+    /// The digest of the image's manifest when hactl ships it (`kubernetes.images.dir`): an image
+    /// rebuilt under the same tag changes the manifest, and the kubelet then runs the new one
+    /// (the image is named by its tag). Empty for a registry's image (its tag decides).
+    pub image_digest: String,
     pub pki_dir: String,
     pub config_dir: String,
     pub audit_log_dir: String,
 }
 
 /// The static-pod manifest of `component` on `host`; `files` are the host's [`host_files`],
-/// `image` the component's image reference ([`super::node::NodeImages::control_plane`]).
+/// `image` the component's image reference ([`super::node::NodeImages::control_plane`]) and
+/// `image_digest` its manifest's digest when hactl ships the image (else empty).
 pub fn manifest(
     component: Component,
     host: &Host,
     inv: &Inventory,
     files: &[Upload],
     image: &str,
+    image_digest: &str,
 ) -> Result<Upload, KubernetesPlanError> {
     let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
     for u in files
@@ -507,6 +513,7 @@ pub fn manifest(
                 _ => "127.0.0.1".into(),
             },
             config_sha256: hex::encode(sha2::Digest::finalize(hasher)),
+            image_digest: image_digest.to_string(),
             pki_dir: "/etc/hactl/pki".into(),
             config_dir: CONFIG_DIR.into(),
             audit_log_dir: AUDIT_LOG_DIR.into(),
@@ -537,7 +544,13 @@ pub fn runner(
                 .control_plane
                 .get(component.binary())
                 .ok_or(KubernetesPlanError::MissingInputs)?;
-            manifest(component, host, inv, files, image)
+            let digest = images
+                .shipped
+                .iter()
+                .find(|i| i.control_plane && &i.reference == image)
+                .map(|i| i.digest.as_str())
+                .unwrap_or_default();
+            manifest(component, host, inv, files, image, digest)
         }
         _ => unit(component, host, inv),
     }
