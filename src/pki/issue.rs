@@ -482,8 +482,11 @@ pub fn requests(inv: &Inventory) -> Vec<CertRequest> {
         ] {
             r = r.san(San::Dns(dns.into()));
         }
+        // The `kubernetes` Service's address (the first of the range), as validation reads it.
+        if let Some(ip) = crate::inventory::validate::first_service_ip(&kubernetes.service_cidr) {
+            r = r.san(San::Ip(ip));
+        }
         r = r
-            .san(San::Ip(first_ip(&kubernetes.service_cidr)))
             .san(San::Dns("localhost".into()))
             .san(San::Ip(Ipv4Addr::LOCALHOST.into()))
             .san(San::Ip(Ipv6Addr::LOCALHOST.into()));
@@ -538,14 +541,6 @@ pub fn requests(inv: &Inventory) -> Vec<CertRequest> {
         CLIENT,
     ));
     out
-}
-
-/// The first host address of a CIDR: the ClusterIP of the `kubernetes` Service.
-fn first_ip(net: &ipnet::IpNet) -> IpAddr {
-    match net {
-        ipnet::IpNet::V4(n) => Ipv4Addr::from(u32::from(n.network()).wrapping_add(1)).into(),
-        ipnet::IpNet::V6(n) => Ipv6Addr::from(u128::from(n.network()).wrapping_add(1)).into(),
-    }
 }
 
 /// Reuses the leaf on disk if it still fits `request`, or issues it from `ca`.
