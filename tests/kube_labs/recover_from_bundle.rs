@@ -144,14 +144,13 @@ fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
     );
 
     // Through the VIP: what the snapshot held is back, the later object is gone.
-    let mut last = String::new();
-    assert!(
-        eventually(Duration::from_secs(120), || {
-            let o = k.kubectl(&["get", "configmap", "before", "-o", "jsonpath={.data.when}"]);
-            last = text(&o);
-            o.status.success() && String::from_utf8_lossy(&o.stdout) == "before"
-        }),
-        "the ConfigMap from before the snapshot is not readable: {last}"
+    k.wait_jsonpath(
+        "configmap",
+        "before",
+        "{.data.when}",
+        "before",
+        Duration::from_secs(120),
+        "the ConfigMap from before the snapshot",
     );
     assert_eq!(
         k.kubectl_ok(&["get", "secret", "kept", "-o", "jsonpath={.data.password}"]),
@@ -187,20 +186,13 @@ fn recover_from_snapshot_brings_back_kubernetes_objects_and_leases() {
     });
     assert!(fresh, "the Leases were not taken again: {doc}");
     // The worker is a Ready Node again.
-    let mut node = String::new();
-    assert!(
-        eventually(Duration::from_secs(120), || {
-            let o = k.kubectl(&[
-                "get",
-                "node",
-                "w1",
-                "-o",
-                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-            ]);
-            node = text(&o);
-            o.status.success() && String::from_utf8_lossy(&o.stdout) == "True"
-        }),
-        "Node w1 is not Ready after the recover: {node}"
+    k.wait_jsonpath(
+        "node",
+        "w1",
+        "{.status.conditions[?(@.type==\"Ready\")].status}",
+        "True",
+        Duration::from_secs(120),
+        "Node w1 Ready after the recover",
     );
     k.assert_up_no_changes("after the recover");
 

@@ -266,6 +266,29 @@ impl KubeLab {
             .success()
     }
 
+    /// Waits up to `timeout` until `kubectl get KIND NAME -o jsonpath=PATH` through the VIP
+    /// prints exactly `want`; panics with the last answer and `what` otherwise.
+    pub fn wait_jsonpath(
+        &self,
+        kind: &str,
+        name: &str,
+        path: &str,
+        want: &str,
+        timeout: Duration,
+        what: &str,
+    ) {
+        let mut last = String::new();
+        let seen = eventually(timeout, || {
+            let o = self.kubectl(&["get", kind, name, "-o", &format!("jsonpath={path}")]);
+            last = text(&o);
+            o.status.success() && String::from_utf8_lossy(&o.stdout) == want
+        });
+        assert!(
+            seen,
+            "{what}: {kind} {name} {path} is not {want:?} after {timeout:?}: {last}"
+        );
+    }
+
     /// Runs `hactl up --yes` and asserts it succeeds with `no changes` (`when` names the moment).
     pub fn assert_up_no_changes(&self, when: &str) {
         let out = self.hactl(&["up", "--yes"]);
