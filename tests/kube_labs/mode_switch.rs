@@ -37,9 +37,9 @@ fn set_mode(k: &KubeLab, mode: Option<&str>) {
     });
 }
 
-/// The plan switches one host at a time: each host's backend is made ready before the next
-/// host's is drained.
-fn assert_one_host_at_a_time(plan: &str, cps: &[String], title: &str) {
+/// The plan's `title` phase goes one host at a time: each host's backend is made ready before
+/// the next host's is drained (also the image roll of `static_pods.rs`).
+pub(crate) fn assert_one_host_at_a_time(plan: &str, cps: &[String], title: &str) {
     assert!(plan.contains(title), "no {title:?} in the plan:\n{plan}");
     let at = |what: &str| {
         plan.find(what)

@@ -24,7 +24,10 @@
 //! - `recover`: etcd's data wiped on two of the three members; `hactl recover --from-member cp1`
 //!   moves every host's manifests aside (R1.2) before it stops etcd, rebuilds the members from
 //!   cp1's data, and puts the manifests back (R5.2): the control plane runs as static pods again,
-//!   what cp1 held is served, `status` is healthy and `up` has nothing to do.
+//!   what cp1 held is served, `status` is healthy and `up` has nothing to do;
+//! - `binary roll`: the control-plane images rebuilt under the same tag roll through `up`, one
+//!   host at a time behind the drained backend, 0 failed `/readyz` through the VIP, each component
+//!   running the rebuilt binary afterwards.
 
 use crate::support::kube as kube_support;
 use crate::support::lab as lab_support;
@@ -496,20 +499,13 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
     }
     // What the survivor held is served through the VIP, the Leases are taken again, every
     // member is healthy, and `up` has nothing to do.
-    let mut last = String::new();
-    assert!(
-        eventually(Duration::from_secs(120), || {
-            let o = k.kubectl(&[
-                "get",
-                "configmap",
-                "before-recover",
-                "-o",
-                "jsonpath={.data.when}",
-            ]);
-            last = text(&o);
-            o.status.success() && String::from_utf8_lossy(&o.stdout) == "before"
-        }),
-        "the ConfigMap written before the loss is not readable: {last}"
+    k.wait_jsonpath(
+        "configmap",
+        "before-recover",
+        "{.data.when}",
+        "before",
+        Duration::from_secs(120),
+        "the ConfigMap written before the loss",
     );
     if let Err(doc) = k.wait_healthy(Duration::from_secs(180)) {
         panic!("status is not healthy after recover: {doc}");
@@ -518,4 +514,94 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
     assert!(again.status.success(), "{}", text(&again));
     assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), "no changes");
     check(name, "recover", t0);
+
+    image_roll(&k, name, t0);
+}
+
+/// `binary roll`: the control-plane images rebuilt under the same tag (the real binaries with
+/// bytes appended, packed by `scripts/node-images.sh` into a directory of the test's own, which
+/// the inventory then names). `up` imports them and rolls every component one host at a time,
+/// each apiserver behind its drained backend, with `/readyz` through the VIP answering
+/// throughout (0 failed); afterwards each component runs the rebuilt binary (its process's
+/// executable hashes as the rebuilt file does) and a second `up` has nothing to do.
+fn image_roll(k: &KubeLab, name: &str, t0: Instant) {
+    use sha2::{Digest, Sha256};
+    let work = tempfile::tempdir().unwrap();
+    let bins = work.path().join("bin");
+    std::fs::create_dir_all(&bins).unwrap();
+    let mut sums = String::new();
+    for entry in std::fs::read_dir(&k.bin_dir).unwrap().flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        if !entry.path().is_file() || file == "SHA256SUMS" {
+            continue;
+        }
+        let mut bytes = std::fs::read(entry.path()).unwrap();
+        if COMPONENTS.contains(&file.as_str()) {
+            // An ELF file runs with trailing bytes: nothing maps them.
+            bytes.extend_from_slice(b"hactl static-pod image roll");
+        }
+        std::fs::write(bins.join(&file), &bytes).unwrap();
+        std::fs::set_permissions(bins.join(&file), entry.metadata().unwrap().permissions()).unwrap();
+        sums.push_str(&format!("{}  {file}\n", hex::encode(Sha256::digest(&bytes))));
+    }
+    std::fs::write(bins.join("SHA256SUMS"), &sums).unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/node-images.sh");
+    let packed = std::process::Command::new("bash")
+        .arg(&script)
+        .arg(format!("v{}", k.version))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HACTL_KUBE_BIN_DIR", &bins)
+        .env("HACTL_IMAGE_CACHE", work.path().join("images"))
+        .output()
+        .unwrap();
+    assert!(packed.status.success(), "node-images.sh: {}", text(&packed));
+    let images = String::from_utf8_lossy(&packed.stdout)
+        .lines()
+        .last()
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    k.set_inventory(|t| {
+        let moved: String = t
+            .lines()
+            .map(|l| match l.strip_prefix("      dir: ") {
+                Some(_) => format!("      dir: {images}\n"),
+                None => format!("{l}\n"),
+            })
+            .collect();
+        assert_ne!(moved, t, "no images dir in the inventory:\n{t}");
+        moved
+    });
+    let cps = k.control_planes();
+    let plan = k.hactl_ok(&["plan"]);
+    crate::mode_switch::assert_one_host_at_a_time(&plan, &cps, "Restart changed apiservers");
+    let poller = k.poll_readyz();
+    let started = Instant::now();
+    let out = k.hactl(&["up", "--yes"]);
+    let took = started.elapsed().as_secs_f64();
+    std::thread::sleep(Duration::from_secs(2));
+    let attempts = poller.stop();
+    assert!(out.status.success(), "the image roll failed: {}", text(&out));
+    let failed = crate::support::kube::report_failures(&format!("{name}: image roll"), started, &attempts);
+    println!("{name}: the rebuilt control-plane images rolled in {took:.1} s");
+    assert_eq!(failed, 0, "/readyz through the VIP failed during the image roll");
+    for h in &cps {
+        for c in COMPONENTS {
+            let want = hex::encode(Sha256::digest(std::fs::read(bins.join(c)).unwrap()));
+            let mut got = String::new();
+            assert!(
+                eventually(Duration::from_secs(60), || {
+                    got = match pids(k, h, c).as_slice() {
+                        [pid] => k.lab.exec_ok(h, &["sha256sum", &format!("/proc/{pid}/exe")]),
+                        _ => String::new(),
+                    };
+                    got.starts_with(&want)
+                }),
+                "{h}: {c} does not run the rebuilt binary ({want}): {got:?}"
+            );
+        }
+    }
+    k.assert_up_no_changes("after the image roll");
+    check(name, "binary roll", t0);
 }
