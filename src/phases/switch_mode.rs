@@ -32,8 +32,8 @@ use crate::plan::{Check, HostSteps, Parallelism, PlannedPhase, RemoteCommand, St
 
 pub struct SwitchMode;
 
-/// The steps on `host` that take its control plane from `running` (the mode its facts show) to
-/// the inventory's mode: the old runners stopped, the new ones started and waited for.
+/// The steps on `host` that take its control plane from the other mode (what its facts show) to
+/// `wanted`, the inventory's: the old runners stopped, the new ones started and waited for.
 fn switch_steps(host: &Host, ctx: &Ctx<'_>, wanted: KubernetesMode) -> Result<Vec<Step>, PlanError> {
     let f = ctx.facts(host);
     let mut steps = Vec::new();
