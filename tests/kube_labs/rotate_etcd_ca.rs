@@ -21,7 +21,9 @@ use lab_support::{assert_rotation_closed_and_old_ca_retired, wait_for};
 
 /// With a `kubernetes` section the apiservers read the etcd CA and present an etcd client
 /// certificate: each roll restarts them too (drained, `/readyz`), and kubectl through the VIP
-/// answers throughout; afterwards the apiservers run with the new CA's client certificate.
+/// answers throughout (a read of the kube-system Namespace every 200 ms, `KubeLab::poll_reads`:
+/// each etcd roll restarts the members under the apiservers, where `/readyz`'s own etcd check can
+/// fail for a moment); afterwards the apiservers run with the new CA's client certificate.
 #[test]
 fn rotating_the_etcd_ca_with_kubernetes_keeps_kubectl_answering_through_the_vip() {
     let name = "rotating_the_etcd_ca_with_kubernetes_keeps_kubectl_answering_through_the_vip";
@@ -29,7 +31,7 @@ fn rotating_the_etcd_ca_with_kubernetes_keeps_kubectl_answering_through_the_vip(
         return;
     };
     let pki = k.state.join("pki");
-    let poller = k.poll_readyz();
+    let poller = k.poll_reads();
     assert!(
         poller.wait_answered(3, Duration::from_secs(30)),
         "kubectl through the VIP did not answer before the rotation"
@@ -173,7 +175,7 @@ fn the_lost_state_directory_is_adopted_back_with_writes_flowing(name: &str, k: k
     let writer = VipWriter::start(k.clone(), "cp3", "adopt-writer");
     // The admin kubeconfig of the lost directory: the Kubernetes CA and its client
     // certificates stay valid through adopt (their CA's key is read back, not replaced).
-    let poller = k.poll_readyz_with(lost.join("admin.kubeconfig"));
+    let poller = k.poll_reads_with(lost.join("admin.kubeconfig"));
     assert!(poller.wait_answered(3, Duration::from_secs(30)));
     let t0 = Instant::now();
     let o = k.hactl(&["adopt", "--yes"]);
