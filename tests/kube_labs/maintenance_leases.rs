@@ -312,10 +312,10 @@ fn maintenance_drains_real_pods_and_hands_both_leases_over_first() {
     let cm_before = transitions(&k, "kube-controller-manager");
     let sched_before = transitions(&k, "kube-scheduler");
 
-    let poller = k.poll_readyz();
+    let poller = k.poll_reads();
     assert!(
         poller.wait_answered(3, Duration::from_secs(60)),
-        "/readyz through the VIP does not answer"
+        "reads through the VIP are not answered"
     );
     let t0 = std::time::Instant::now();
     let out = k.hactl(&["maintenance", "start", "--yes", &holder]);

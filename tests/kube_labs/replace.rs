@@ -2,8 +2,9 @@
 //! of the cache `scripts/kube-binaries.sh` builds; never skipped as root): P8 starts the control
 //! plane on the new host and its `/readyz` answers on its own address; P9 rolls the new
 //! `--etcd-servers` into the other apiservers one host at a time; kubectl through the VIP keeps
-//! answering throughout (every failed request is reported). The old host's node components stop
-//! and its Node is deleted (P8 node-stop, P8 node-delete); P11 runs `hactl up`'s plan, which
+//! answering throughout (a read of the kube-system Namespace every 200 ms, `KubeLab::poll_reads`:
+//! the replace restarts etcd members under the apiservers; every failed read is reported). The
+//! old host's node components stop and its Node is deleted (P8 node-stop, P8 node-delete); P11 runs `hactl up`'s plan, which
 //! brings up the new host's node components, after which its Node is Ready, `status` is healthy
 //! (no Node left NotReady behind) and a second `up` has nothing to do. Then, on the same lab,
 //! `heal_node_annotation.rs` on cp2.
@@ -27,7 +28,7 @@ fn replace_to_a_new_host_moves_the_control_plane_while_kubectl_answers() {
     };
     k.wait_leases(Duration::from_secs(120), |h| h.starts_with("cp"));
     k.move_roles("cp3", "spare1");
-    let poller = k.poll_readyz();
+    let poller = k.poll_reads();
     std::thread::sleep(Duration::from_secs(2));
     let t0 = Instant::now();
     let out = k.hactl(&["replace", "cp3", "--host", "spare1", "--yes"]);
