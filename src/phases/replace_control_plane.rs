@@ -18,7 +18,6 @@ use std::time::Duration;
 
 use super::configure_kubernetes::ConfigureKubernetes;
 use super::install_kubernetes::InstallKubernetes;
-use super::load_balancer::{drain_backend_steps, ready_backend_steps, Backend};
 use super::roll_apiservers::{restart_needed, restart_steps};
 use super::start_kubernetes::StartKubernetes;
 use super::{Ctx, Phase, PlanError};
@@ -119,19 +118,9 @@ pub fn propagate_to(host: &Host, ctx: &Ctx<'_>, running_stale: bool) -> Result<V
         });
     };
     steps.extend(restart_steps(Component::ApiServer, host, manifest));
-    let mut hosts = drain_backend_steps(ctx.inv, Backend::KubernetesApi, &host.name);
-    hosts.push(HostSteps {
-        host: host.name.clone(),
-        sudo: host.ssh.sudo,
-        steps,
-    });
-    hosts.extend(ready_backend_steps(
-        ctx.inv,
-        Backend::KubernetesApi,
-        &host.name,
-        Duration::from_secs(60),
-    ));
-    Ok(hosts)
+    Ok(super::roll_apiservers::behind_drained_apiserver(
+        ctx.inv, host, steps,
+    ))
 }
 
 #[cfg(test)]

@@ -98,6 +98,38 @@ fn controllers_run(host: &Host, ctx: &Ctx<'_>) -> bool {
 /// written: the previous manifest stays there (never deleted), one per component.
 pub const PREVIOUS_MANIFESTS: &str = "/etc/kubernetes/manifests.hactl-previous";
 
+/// Moves the manifest at `path` into [`PREVIOUS_MANIFESTS`] (kept, never deleted), so the
+/// kubelet stops its pod; nothing when it is not there.
+pub fn manifest_aside(path: &str) -> RemoteCommand {
+    RemoteCommand::new([
+        "sh",
+        "-c",
+        "mkdir -p \"$2\" && if [ -e \"$1\" ]; then mv -f \"$1\" \"$2/\"; fi",
+        "hactl-manifest-aside",
+        path,
+        PREVIOUS_MANIFESTS,
+    ])
+}
+
+/// `steps` on `host` with its apiserver out of the load balancers' rotation meanwhile: every LB
+/// drains it and puts it in maintenance first, and makes it ready again (waiting up to 60 s for
+/// its check) after. A host that does not come back leaves its server in maintenance.
+pub fn behind_drained_apiserver(inv: &Inventory, host: &Host, steps: Vec<Step>) -> Vec<HostSteps> {
+    let mut hosts = drain_backend_steps(inv, Backend::KubernetesApi, &host.name);
+    hosts.push(HostSteps {
+        host: host.name.clone(),
+        sudo: host.ssh.sudo,
+        steps,
+    });
+    hosts.extend(ready_backend_steps(
+        inv,
+        Backend::KubernetesApi,
+        &host.name,
+        Duration::from_secs(60),
+    ));
+    hosts
+}
+
 /// The steps on `host` that restart `component` (or replace its pod) and wait for it.
 ///
 /// Static-pod mode stops the old pod before it writes the new manifest, then waits for the
@@ -125,14 +157,7 @@ pub fn restart_steps(component: Component, host: &Host, manifest: Option<Upload>
             let path = manifest.path.clone();
             let binary = component.binary();
             vec![
-                Step::Run(RemoteCommand::new([
-                    "sh",
-                    "-c",
-                    "mkdir -p \"$2\" && if [ -e \"$1\" ]; then mv -f \"$1\" \"$2/\"; fi",
-                    "hactl-manifest-aside",
-                    &path,
-                    PREVIOUS_MANIFESTS,
-                ])),
+                Step::Run(manifest_aside(&path)),
                 Step::Wait(Check::command(
                     format!("the kubelet on {} stopped {binary}", host.name),
                     probe::stopped(component),
@@ -188,25 +213,12 @@ impl Phase for RollApiservers {
     /// Steps run on the load balancers around each host's restart, so the plan lists, in order:
     /// every LB (maint), the host (restart, wait), every LB (ready), then the next host.
     fn plan(&self, ctx: &Ctx<'_>) -> Result<Vec<PlannedPhase>, PlanError> {
-        let on = |h: &Host, steps: Vec<Step>| HostSteps {
-            host: h.name.clone(),
-            sudo: h.ssh.sudo,
-            steps,
-        };
         let mut hosts = Vec::new();
         for host in self.hosts(ctx.inv) {
             let steps = self.steps(host, ctx)?;
-            if steps.is_empty() {
-                continue;
+            if !steps.is_empty() {
+                hosts.extend(behind_drained_apiserver(ctx.inv, host, steps));
             }
-            hosts.extend(drain_backend_steps(ctx.inv, Backend::KubernetesApi, &host.name));
-            hosts.push(on(host, steps));
-            hosts.extend(ready_backend_steps(
-                ctx.inv,
-                Backend::KubernetesApi,
-                &host.name,
-                Duration::from_secs(60),
-            ));
         }
         Ok(vec![PlannedPhase {
             title: self.title().to_string(),

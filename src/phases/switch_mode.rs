@@ -8,7 +8,7 @@
 //!   nothing is deleted), then each manifest is written and the kubelet starts its pod. The
 //!   kubelet, the control-plane images and the files the components read are in place before
 //!   (the phases before this one: `start_kubelets` runs them in static-pod mode).
-//! - static-pod → systemd: each manifest is moved aside ([`PREVIOUS_MANIFESTS`], never deleted)
+//! - static-pod → systemd: each manifest is moved aside ([`manifest_aside`], never deleted)
 //!   and the kubelet's pod is waited for to be gone, then each unit (written by
 //!   `configure_kubernetes`, its binary by `install_kubernetes`) is enabled and started.
 //!
@@ -22,13 +22,12 @@ use std::time::Duration;
 
 use super::configure_kubernetes::uploads;
 use super::install_kubernetes::control_plane_hosts;
-use super::load_balancer::{drain_backend_steps, ready_backend_steps, Backend};
-use super::roll_apiservers::{lease_gate, PREVIOUS_MANIFESTS};
+use super::roll_apiservers::{behind_drained_apiserver, lease_gate, manifest_aside};
 use super::start_kubernetes::{mode_name, other_mode};
 use super::{Ctx, Phase, PlanError};
 use crate::inventory::{Host, Inventory, KubernetesMode};
 use crate::kubernetes::{probe, Component};
-use crate::plan::{Check, HostSteps, Parallelism, PlannedPhase, RemoteCommand, Step};
+use crate::plan::{Check, Parallelism, PlannedPhase, RemoteCommand, Step};
 
 pub struct SwitchMode;
 
@@ -84,14 +83,7 @@ fn switch_steps(host: &Host, ctx: &Ctx<'_>, wanted: KubernetesMode) -> Result<Ve
                 if !f.files.contains_key(&path) {
                     continue;
                 }
-                steps.push(Step::Run(RemoteCommand::new([
-                    "sh",
-                    "-c",
-                    "mkdir -p \"$2\" && if [ -e \"$1\" ]; then mv -f \"$1\" \"$2/\"; fi",
-                    "hactl-manifest-aside",
-                    &path,
-                    PREVIOUS_MANIFESTS,
-                ])));
+                steps.push(Step::Run(manifest_aside(&path)));
                 steps.push(Step::Wait(Check::command(
                     format!("the kubelet on {} stopped {}", host.name, component.binary()),
                     probe::stopped(component),
@@ -153,21 +145,9 @@ impl Phase for SwitchMode {
         let mut hosts = Vec::new();
         for host in self.hosts(ctx.inv) {
             let steps = self.steps(host, ctx)?;
-            if steps.is_empty() {
-                continue;
+            if !steps.is_empty() {
+                hosts.extend(behind_drained_apiserver(ctx.inv, host, steps));
             }
-            hosts.extend(drain_backend_steps(ctx.inv, Backend::KubernetesApi, &host.name));
-            hosts.push(HostSteps {
-                host: host.name.clone(),
-                sudo: host.ssh.sudo,
-                steps,
-            });
-            hosts.extend(ready_backend_steps(
-                ctx.inv,
-                Backend::KubernetesApi,
-                &host.name,
-                Duration::from_secs(60),
-            ));
         }
         let from = match kube.mode {
             KubernetesMode::StaticPod => KubernetesMode::Systemd,
@@ -385,7 +365,11 @@ mod tests {
             "nothing is deleted:\n{}",
             l.join("\n")
         );
-        assert!(l[aside].ends_with(PREVIOUS_MANIFESTS), "{}", l[aside]);
+        assert!(
+            l[aside].ends_with(super::super::roll_apiservers::PREVIOUS_MANIFESTS),
+            "{}",
+            l[aside]
+        );
     }
 
     #[test]
