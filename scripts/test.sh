@@ -11,7 +11,8 @@
 #   fresh    the fresh-machine check (scripts/fresh-machine-check.sh)
 #   release  the README's lab command, verbatim (scripts/readme-lab.sh), and the release artifacts
 #            installed in clean containers (scripts/release.sh --check)
-#   vagrant  the Vagrant lab on real VMs (tests/vagrant.rs: scripts/vagrant-lab.sh), alone, last
+#   vagrant  the Vagrant lab on real VMs (tests/vagrant.rs: scripts/vagrant-lab.sh); with the lab
+#            stage, as root, it starts beside the lab tests' end (below), else it runs last
 #
 # Each stage prints its time; a table of every stage and preparation (seconds, result) ends the
 # run. A failed stage fails the run, and the stages after it still run. Exit 64: an unknown stage.
@@ -35,11 +36,16 @@
 # once at idle priority (nice 19, idle I/O class), and runs `lint` (its clippy shares target/debug
 # with the test build, so it waits until the lab tests have started) and `fresh` at idle priority
 # beside the lab tests: faster, but CPU-heavy work beside the lab tests. Every background job's
-# time is printed, and its failure fails the run with its log shown. The Vagrant lab always runs
-# alone, at the end: it needs most of the machine (it failed once with lab tests beside it).
+# time is printed, and its failure fails the run with its log shown. The Vagrant lab needs most of
+# the machine (it failed once with all the lab tests beside it): as root, with the lab stage, it
+# starts in the background once every etcd_labs test has ended, when only the two Kubernetes
+# lanes still run (their last ~350 s in CI runs: the emulated VMs take the etcd lanes' place);
+# fresh and release then run beside it. HACTL_VAGRANT_BESIDE=0 runs it last, alone.
+# The machine's CPU (busy, waiting for I/O) is printed for each stage and every 30 s.
 #
 # Environment: HACTL_TEST_THREADS (cargo-nextest's test threads, default 4), HACTL_VAGRANT=0 (leave
-# the Vagrant lab out of a local run, saying so; CI sets nothing), HACTL_TEST_OVERLAP=1 (above),
+# the Vagrant lab out of a local run, saying so; CI sets nothing), HACTL_VAGRANT_BESIDE=0 (the
+# Vagrant lab last, alone), HACTL_TEST_OVERLAP=1 (above),
 # HACTL_KUBE_BIN_DIR (use these Kubernetes binaries instead of building them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -85,6 +91,12 @@ target_dir=${CARGO_TARGET_DIR:-$PWD/target}
 threads=${HACTL_TEST_THREADS:-4}
 overlap=0
 if selected lab && [ "${#stages[@]}" -gt 1 ] && [ "${HACTL_TEST_OVERLAP:-0}" = 1 ]; then overlap=1; fi
+# The Vagrant lab starts beside the lab tests' last part (vagrant_after_etcd_labs), as root, unless
+# HACTL_VAGRANT_BESIDE=0.
+vagrant_beside=0
+if [ "$root" = 1 ] && selected lab && selected vagrant && [ "${HACTL_VAGRANT_BESIDE:-1}" = 1 ]; then
+  vagrant_beside=1
+fi
 
 run=$(mktemp -d "${TMPDIR:-/tmp}/hactl-test.XXXXXX")
 jobs_dir=$run/jobs
@@ -277,6 +289,11 @@ stage_lab() {
     need image_bookworm
   fi
   [ "$overlap" = 1 ] || quiet_machine "the lab tests"
+  local etcd_labs=0
+  if [ "$vagrant_beside" = 1 ]; then
+    etcd_labs=$(cargo nextest list --locked --test etcd_labs --message-format oneline 2>/dev/null |
+      grep -c '^hactl::etcd_labs ' || true)
+  fi
   # The release stage's build (cold on a fresh machine: 500-1100 s in CI runs, on the critical
   # path when it ran after the lab tests) starts now at idle priority: it gets only the CPU the
   # lab tests leave (their waits on timers and the network), and the release stage waits for
@@ -295,11 +312,36 @@ stage_lab() {
     done
     beside_lab
   fi
+  if [ "$vagrant_beside" = 1 ]; then vagrant_after_etcd_labs "$pid" "$etcd_labs"; fi
   wait "$pid" || rc=$?
   [ "$rc" = 0 ] || { say "the lab tests failed (exit $rc)"; }
   # As root, any skipped test fails the run, unless it says the machine itself cannot run it.
   scripts/check-skips.sh "$run/lab.out"
   return "$rc"
+}
+
+# vagrant_after_etcd_labs PID: once every etcd_labs test has ended (passed or failed) while the
+# lab tests (PID) still run, starts the vagrant stage in the background. From then on only the
+# Kubernetes lanes run (two labs, at most two at once: .config/nextest.toml), for about 350 s of a
+# CI run; the emulated VMs take the place of the two etcd-lab lanes, not a third load beside them.
+# WANT: how many etcd_labs tests run (etcd_lab_count, before the release build takes cargo's lock).
+vagrant_after_etcd_labs() {
+  local pid=$1 want=$2 done_n
+  if [ "${want:-0}" = 0 ]; then
+    say "vagrant: the etcd labs could not be listed; the Vagrant lab runs after the lab tests"
+    return 0
+  fi
+  while kill -0 "$pid" 2>/dev/null; do
+    # A test that ended: PASS/FAIL/… [  12.345s] (n/N) hactl::etcd_labs NAME (SLOW lines say [>…]).
+    done_n=$(grep -E '^ +[A-Z]+ +\[ *[0-9.]+s\] .* hactl::etcd_labs ' "$run/lab.out" 2>/dev/null |
+      sed -E 's/.* hactl::etcd_labs ([^ ]+).*/\1/' | sort -u | wc -l)
+    if [ "$done_n" -ge "$want" ]; then
+      say "vagrant: the $want etcd_labs tests have ended; the Vagrant lab starts beside the Kubernetes lanes"
+      job_bg stage-vagrant normal stage_vagrant
+      return 0
+    fi
+    sleep 5
+  done
 }
 
 stage_fresh() {
@@ -371,20 +413,35 @@ stop_jobs() {
     kill -TERM -- "-$pid" 2>/dev/null || true
   done
 }
-trap 'stop_jobs' EXIT
+trap 'stop_jobs; [ -z "${sampler_pid:-}" ] || kill "$sampler_pid" 2>/dev/null || true' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# cpu_ticks: the machine's CPU time so far, in ticks: "busy iowait total" (/proc/stat's cpu line).
+cpu_ticks() {
+  awk '$1 == "cpu" { t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, $6, t; exit }' /proc/stat
+}
+# cpu_share BEFORE: the share of the machine's CPU that was busy, and waiting for I/O, since BEFORE
+# (a cpu_ticks reading). A stage that kept every core busy is bound by CPU: more lanes would not
+# make it faster, less work would.
+cpu_share() {
+  local b0 w0 t0 b1 w1 t1
+  read -r b0 w0 t0 <<<"$1"
+  read -r b1 w1 t1 < <(cpu_ticks)
+  [ "$t1" -gt "$t0" ] || { echo "CPU not measured"; return 0; }
+  echo "CPU $(((b1 - b0) * 100 / (t1 - t0))) % busy, $(((w1 - w0) * 100 / (t1 - t0))) % waiting for I/O"
+}
 # A stage in the foreground: its time and result.
 run_stage() {
-  local s=$1
+  local s=$1 cpu0
   # The machine's load as the stage starts: a slow stage on a machine busy with something else
   # (a Vagrant run once found its VMs 10 times slower than usual) shows it here.
   say "── stage $s ── (load average $(cut -d' ' -f1-3 /proc/loadavg), $(awk '/MemAvailable/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo) available)"
+  cpu0=$(cpu_ticks)
   job_fg "stage-$s" "stage_$s"
   read -r _ seconds[$s] <"$jobs_dir/stage-$s.done"
   if [ "$status" = 0 ]; then result[$s]=passed; else result[$s]="FAILED (exit $status)"; fi
-  say "stage $s: ${result[$s]} in ${seconds[$s]} s"
+  say "stage $s: ${result[$s]} in ${seconds[$s]} s ($(cpu_share "$cpu0"))"
 }
 # A stage that ran in the background: its log, time and result.
 collect_stage() {
@@ -397,6 +454,19 @@ collect_stage() {
   say "stage $s: ${result[$s]} in ${seconds[$s]} s"
 }
 
+# The machine's CPU every 30 s, to $run/cpu.log (seconds into the run, busy and I/O-wait shares,
+# load average): where a stage was bound by CPU, and where it left cores idle.
+cpu_sampler() {
+  local prev now
+  prev=$(cpu_ticks)
+  while sleep 30; do
+    now=$(cpu_ticks)
+    echo "$(($(date +%s) - run_started)) s: $(cpu_share "$prev"), load $(cut -d' ' -f1 /proc/loadavg)"
+    prev=$now
+  done
+}
+cpu_sampler >"$run/cpu.log" 2>&1 &
+sampler_pid=$!
 failed=0
 attempt need deps
 [ "$status" = 0 ] || failed=1
@@ -422,6 +492,10 @@ fi
 for s in "${stages[@]}"; do
   if [ "$overlap" = 1 ] && { [ "$s" = lint ] || [ "$s" = fresh ]; }; then
     continue # beside the lab tests
+  fi
+  if [ "$s" = vagrant ] && [ -e "$jobs_dir/stage-vagrant.started" ]; then
+    collect_stage vagrant # started beside the lab tests' end
+    continue
   fi
   run_stage "$s"
   if [ "$s" = lab ] && [ "$overlap" = 1 ]; then
@@ -453,6 +527,8 @@ for f in "$jobs_dir"/*.started; do
 done
 
 echo
+say "the machine's CPU every 30 s ($run/cpu.log):"
+sed 's/^/  | /' "$run/cpu.log"
 say "summary (logs in $run)"
 printf '  %-16s %7s  %s\n' stage seconds result
 for s in "${stages[@]}"; do

@@ -123,8 +123,16 @@ pub async fn run_with_api(
     for phase in &plan.phases {
         tracing::info!("== {}", phase.title);
         phases.start(&phase.title);
+        let started = std::time::Instant::now();
         let result = run_phase(phase, transports, &api).await;
         phases.inc();
+        // Where a run's time went, phase by phase (a slow host or mirror shows here).
+        tracing::info!(
+            "== {}: {} in {:.1} s",
+            phase.title,
+            if result.is_ok() { "done" } else { "failed" },
+            started.elapsed().as_secs_f64()
+        );
         let phase_report = result.map_err(|mut failed| {
             phases.finish();
             failed.report.add(&report);
