@@ -334,7 +334,7 @@ vagrant_after_etcd_labs() {
   while kill -0 "$pid" 2>/dev/null; do
     # A test that ended: PASS/FAIL/… [  12.345s] (n/N) hactl::etcd_labs NAME (SLOW lines say [>…]).
     done_n=$(grep -E '^ +[A-Z]+ +\[ *[0-9.]+s\] .* hactl::etcd_labs ' "$run/lab.out" 2>/dev/null |
-      sed -E 's/.* hactl::etcd_labs ([^ ]+).*/\1/' | sort -u | wc -l)
+      sed -E 's/.* hactl::etcd_labs ([^ ]+).*/\1/' | sort -u | wc -l || true)
     if [ "$done_n" -ge "$want" ]; then
       say "vagrant: the $want etcd_labs tests have ended; the Vagrant lab starts beside the Kubernetes lanes"
       job_bg stage-vagrant normal stage_vagrant
