@@ -11,8 +11,7 @@
 #   fresh    the fresh-machine check (scripts/fresh-machine-check.sh)
 #   release  the README's lab command, verbatim (scripts/readme-lab.sh), and the release artifacts
 #            installed in clean containers (scripts/release.sh --check)
-#   vagrant  the Vagrant lab on real VMs (tests/vagrant.rs: scripts/vagrant-lab.sh); with the lab
-#            stage, as root, it starts beside the lab tests' end (below), else it runs last
+#   vagrant  the Vagrant lab on real VMs (tests/vagrant.rs: scripts/vagrant-lab.sh), alone, last
 #
 # Each stage prints its time; a table of every stage and preparation (seconds, result) ends the
 # run. A failed stage fails the run, and the stages after it still run. Exit 64: an unknown stage.
@@ -36,16 +35,14 @@
 # once at idle priority (nice 19, idle I/O class), and runs `lint` (its clippy shares target/debug
 # with the test build, so it waits until the lab tests have started) and `fresh` at idle priority
 # beside the lab tests: faster, but CPU-heavy work beside the lab tests. Every background job's
-# time is printed, and its failure fails the run with its log shown. The Vagrant lab needs most of
-# the machine (it failed once with all the lab tests beside it): as root, with the lab stage, it
-# starts in the background once every etcd_labs test has ended, when only the two Kubernetes
-# lanes still run (their last ~350 s in CI runs: the emulated VMs take the etcd lanes' place);
-# fresh and release then run beside it. HACTL_VAGRANT_BESIDE=0 runs it last, alone.
-# The machine's CPU (busy, waiting for I/O) is printed for each stage and every 30 s.
+# time is printed, and its failure fails the run with its log shown. The Vagrant lab always runs
+# alone, at the end: it needs most of the machine (it failed once with lab tests beside it), and
+# the machine is bound by CPU in every stage (the CPU share printed for each stage, and every 30 s,
+# says so: 99 % busy in the lab stage), so running it beside the Kubernetes lanes' end saved
+# nothing (measured 2026-11-26: the whole run 2556 s, against 2510 s alone).
 #
 # Environment: HACTL_TEST_THREADS (cargo-nextest's test threads, default 4), HACTL_VAGRANT=0 (leave
-# the Vagrant lab out of a local run, saying so; CI sets nothing), HACTL_VAGRANT_BESIDE=0 (the
-# Vagrant lab last, alone), HACTL_TEST_OVERLAP=1 (above),
+# the Vagrant lab out of a local run, saying so; CI sets nothing), HACTL_TEST_OVERLAP=1 (above),
 # HACTL_KUBE_BIN_DIR (use these Kubernetes binaries instead of building them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -91,12 +88,6 @@ target_dir=${CARGO_TARGET_DIR:-$PWD/target}
 threads=${HACTL_TEST_THREADS:-4}
 overlap=0
 if selected lab && [ "${#stages[@]}" -gt 1 ] && [ "${HACTL_TEST_OVERLAP:-0}" = 1 ]; then overlap=1; fi
-# The Vagrant lab starts beside the lab tests' last part (vagrant_after_etcd_labs), as root, unless
-# HACTL_VAGRANT_BESIDE=0.
-vagrant_beside=0
-if [ "$root" = 1 ] && selected lab && selected vagrant && [ "${HACTL_VAGRANT_BESIDE:-1}" = 1 ]; then
-  vagrant_beside=1
-fi
 
 run=$(mktemp -d "${TMPDIR:-/tmp}/hactl-test.XXXXXX")
 jobs_dir=$run/jobs
@@ -289,11 +280,6 @@ stage_lab() {
     need image_bookworm
   fi
   [ "$overlap" = 1 ] || quiet_machine "the lab tests"
-  local etcd_labs=0
-  if [ "$vagrant_beside" = 1 ]; then
-    etcd_labs=$(cargo nextest list --locked --test etcd_labs --message-format oneline 2>/dev/null |
-      grep -c '^hactl::etcd_labs ' || true)
-  fi
   # The release stage's build (cold on a fresh machine: 500-1100 s in CI runs, on the critical
   # path when it ran after the lab tests) starts now at idle priority: it gets only the CPU the
   # lab tests leave (their waits on timers and the network), and the release stage waits for
@@ -312,36 +298,11 @@ stage_lab() {
     done
     beside_lab
   fi
-  if [ "$vagrant_beside" = 1 ]; then vagrant_after_etcd_labs "$pid" "$etcd_labs"; fi
   wait "$pid" || rc=$?
   [ "$rc" = 0 ] || { say "the lab tests failed (exit $rc)"; }
   # As root, any skipped test fails the run, unless it says the machine itself cannot run it.
   scripts/check-skips.sh "$run/lab.out"
   return "$rc"
-}
-
-# vagrant_after_etcd_labs PID: once every etcd_labs test has ended (passed or failed) while the
-# lab tests (PID) still run, starts the vagrant stage in the background. From then on only the
-# Kubernetes lanes run (two labs, at most two at once: .config/nextest.toml), for about 350 s of a
-# CI run; the emulated VMs take the place of the two etcd-lab lanes, not a third load beside them.
-# WANT: how many etcd_labs tests run (etcd_lab_count, before the release build takes cargo's lock).
-vagrant_after_etcd_labs() {
-  local pid=$1 want=$2 done_n
-  if [ "${want:-0}" = 0 ]; then
-    say "vagrant: the etcd labs could not be listed; the Vagrant lab runs after the lab tests"
-    return 0
-  fi
-  while kill -0 "$pid" 2>/dev/null; do
-    # A test that ended: PASS/FAIL/… [  12.345s] (n/N) hactl::etcd_labs NAME (SLOW lines say [>…]).
-    done_n=$(grep -E '^ +[A-Z]+ +\[ *[0-9.]+s\] .* hactl::etcd_labs ' "$run/lab.out" 2>/dev/null |
-      sed -E 's/.* hactl::etcd_labs ([^ ]+).*/\1/' | sort -u | wc -l || true)
-    if [ "$done_n" -ge "$want" ]; then
-      say "vagrant: the $want etcd_labs tests have ended; the Vagrant lab starts beside the Kubernetes lanes"
-      job_bg stage-vagrant normal stage_vagrant
-      return 0
-    fi
-    sleep 5
-  done
 }
 
 stage_fresh() {
@@ -492,10 +453,6 @@ fi
 for s in "${stages[@]}"; do
   if [ "$overlap" = 1 ] && { [ "$s" = lint ] || [ "$s" = fresh ]; }; then
     continue # beside the lab tests
-  fi
-  if [ "$s" = vagrant ] && [ -e "$jobs_dir/stage-vagrant.started" ]; then
-    collect_stage vagrant # started beside the lab tests' end
-    continue
   fi
   run_stage "$s"
   if [ "$s" = lab ] && [ "$overlap" = 1 ]; then

@@ -67,6 +67,29 @@ pub struct HostFacts {
     /// What a node host (control plane or worker) reports about its node components; `None`
     /// where the query asked nothing of the kind.
     pub node: Option<NodeFacts>,
+    /// On a load balancer: the servers a cut `up` left out of a backend, from the notes
+    /// [`crate::load_balancer::HELD_DIR`] holds, with HAProxy's status of each.
+    pub held_servers: Vec<HeldServer>,
+}
+
+/// A server `hactl up` noted as taken out of a backend on a load balancer (a roll or a mode
+/// switch that was cut before it brought the server back).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeldServer {
+    pub backend: String,
+    pub server: String,
+    /// When it was taken out (UTC, as the note says).
+    pub since: String,
+    /// HAProxy's status of it now (`MAINT`, `UP`, …); empty when HAProxy does not answer or
+    /// lists no such server.
+    pub status: String,
+}
+
+impl HeldServer {
+    /// HAProxy still keeps it out of the rotation (in maintenance, or draining).
+    pub fn out(&self) -> bool {
+        self.status.starts_with("MAINT") || self.status.starts_with("DRAIN")
+    }
 }
 
 /// The CA trust files the probe reads on every host (certificates, never keys).
@@ -280,6 +303,9 @@ pub struct Query {
     /// binary on the host whose digest record ([`crate::digest_cache`]) names one of these
     /// digests is the same file, so the probe prints that line instead of starting it.
     pub known_versions: Vec<(String, String)>,
+    /// A load balancer: (the directory of `up`'s held-server notes, HAProxy's runtime-API
+    /// helper), so the probe reports [`HostFacts::held_servers`].
+    pub held_notes: Option<(String, String)>,
 }
 
 /// What a node host's facts read about its Node: its name, the apiserver its kubelet uses and
@@ -346,6 +372,7 @@ for a in "$@"; do
   f:*) [ -f "${a#f:}" ] && files="$files${a#f:}
 " ;;
   b:*) b=${a#b:}; w=$(command -v "$b" 2>/dev/null) && echo "bin $b $w" ;;
+  h:*) held_dir=${a#h:}; hcli=${held_dir#*|}; held_dir=${held_dir%%|*} ;;
   n:*) set -- $(printf '%s' "${a#n:}" | tr '|' ' ')
        d=/var/lib/containerd; while [ ! -e "$d" ] && [ "$d" != / ]; do d=$(dirname "$d"); done
        echo "snapfs $(stat -f -c %T "$d" 2>/dev/null)"
@@ -408,6 +435,14 @@ HACTL_STAT
     FNR >= 3 { nextfile }
     END { for (f in m) if (!m[f]) print "foreign", f }' 2>/dev/null
 fi
+# A load balancer: the servers a cut `up` left out of a backend (their notes), with HAProxy's
+# status of each. Nothing to read, and no process started, where there is no note.
+for m in ${held_dir:-/nonexistent}/*,*; do
+  [ -f "$m" ] || continue
+  [ -n "${hstat+x}" ] || hstat=$("$hcli" show stat 2>/dev/null)
+  n=${m##*/}; since=$(head -c 64 "$m" | tr -d ' \n')
+  echo "heldserver ${n%%,*} ${n#*,} ${since:--} $(printf '%s\n' "$hstat" | awk -F, -v b="${n%%,*}" -v s="${n#*,}" '$1 == b && $2 == s { print $18 }')"
+done
 # What is missing is a fact, not a failure (dash's `command -v` of a missing binary is 127).
 exit 0
 "#;
@@ -448,6 +483,9 @@ pub fn probe_command(query: &Query) -> RemoteCommand {
             .iter()
             .map(|(sha, line)| format!("v:{sha} {line}")),
     );
+    if let Some((dir, cli)) = &query.held_notes {
+        argv.push(format!("h:{dir}|{cli}"));
+    }
     // Last: the node word sets the positional parameters for itself.
     if let Some(n) = &query.node {
         argv.push(format!("n:{}|{}|{}|{}|{}", n.name, n.server, n.ca, n.cert, n.key));
@@ -526,6 +564,16 @@ pub fn parse(text: &str) -> HostFacts {
                 }
             }
             "etcduser" => f.etcd_user = true,
+            "heldserver" => {
+                if let [backend, server, since, status @ ..] = rest.as_slice() {
+                    f.held_servers.push(HeldServer {
+                        backend: backend.to_string(),
+                        server: server.to_string(),
+                        since: since.to_string(),
+                        status: status.join(" "),
+                    });
+                }
+            }
             "members" => f.members = serde_json::from_str(&rest.join(" ")).ok(),
             "etcdversion" => f.etcd_version = Some(rest.join(" ")),
             "status" => {
@@ -783,6 +831,7 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
             binaries: vec!["etcd".into()],
             node: None,
             known_versions: vec![("ab".repeat(32), "Kubernetes v1.20.2".into())],
+            held_notes: None,
         });
         assert!(cmd.read_only);
         assert_eq!(
@@ -806,6 +855,7 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
             binaries: vec!["sh".into()],
             node: None,
             known_versions: vec![],
+            held_notes: None,
         });
         let out = cmd.run_in("sh");
         let f = parse(&String::from_utf8_lossy(&out.stdout));
@@ -816,6 +866,65 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
         );
         assert!(!f.data_dir_has_member);
         assert!(f.binaries.contains_key("sh"));
+    }
+
+    /// A load balancer's notes of servers `up` took out: each with its time and HAProxy's status
+    /// (read once, through the helper; here a stand-in printing a recorded `show stat`), and an
+    /// empty line for a server HAProxy does not list. No note, no helper call.
+    #[test]
+    fn the_probe_reports_held_servers_with_haproxys_status() {
+        let dir = tempfile::tempdir().unwrap();
+        let notes = dir.path().join("held");
+        std::fs::create_dir(&notes).unwrap();
+        let calls = dir.path().join("calls");
+        let cli = dir.path().join("cli");
+        std::fs::write(
+            &cli,
+            format!(
+                "#!/bin/sh\necho \"$*\" >> {}\nprintf '%s\\n' '# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,wretr,wredis,status' \
+                 'kubernetes-api,cp2,0,0,0,0,,0,0,0,,0,,0,0,0,0,MAINT' 'etcd-client,cp3,0,0,0,0,,0,0,0,,0,,0,0,0,0,UP'\n",
+                calls.display()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&cli, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let query = Query {
+            data_dir: "/nonexistent/etcd".into(),
+            held_notes: Some((notes.display().to_string(), cli.display().to_string())),
+            ..Query::default()
+        };
+        let probe = || {
+            parse(&String::from_utf8_lossy(
+                &probe_command(&query).run_in("sh").stdout,
+            ))
+        };
+        assert!(probe().held_servers.is_empty());
+        assert!(!calls.exists(), "the helper ran without a note");
+        std::fs::write(notes.join("kubernetes-api,cp2"), "2026-11-26T10:00:00Z\n").unwrap();
+        std::fs::write(notes.join("etcd-client,cp3"), "2026-11-26T10:01:00Z\n").unwrap();
+        std::fs::write(notes.join("etcd-client,cp9"), "").unwrap();
+        let held = probe().held_servers;
+        assert_eq!(
+            held.iter()
+                .map(|h| (
+                    h.backend.as_str(),
+                    h.server.as_str(),
+                    h.since.as_str(),
+                    h.status.as_str(),
+                    h.out()
+                ))
+                .collect::<Vec<_>>(),
+            [
+                ("etcd-client", "cp3", "2026-11-26T10:01:00Z", "UP", false),
+                ("etcd-client", "cp9", "-", "", false),
+                ("kubernetes-api", "cp2", "2026-11-26T10:00:00Z", "MAINT", true),
+            ]
+        );
+        assert_eq!(
+            std::fs::read_to_string(&calls).unwrap(),
+            "show stat\n",
+            "one helper call"
+        );
     }
 
     /// The files' batch: every existing file's digest (the large one through `hactl_digest`:
@@ -845,6 +954,7 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
             binaries: vec![],
             node: None,
             known_versions: vec![],
+            held_notes: None,
         });
         let out = cmd.run_in("sh");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -882,6 +992,7 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
             binaries: vec!["sh".into(), "hactl-no-such-binary".into()],
             node: None,
             known_versions: vec![],
+            held_notes: None,
         });
         for shell in ["sh", "bash"] {
             let out = cmd.run_in(shell);

@@ -142,6 +142,7 @@ fn healthy_status() -> ClusterStatus {
                     last_change_secs: 600,
                     sessions: 2,
                 },
+                held_by_up_since: None,
             }],
             readyz: "ok".into(),
             problems: vec![],

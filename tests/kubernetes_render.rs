@@ -652,6 +652,10 @@ fn a_converged_control_plane_plans_nothing_and_a_changed_certificate_rolls_one_h
     // cp2's apiserver certificate on the host differs: only cp2's apiserver restarts, drained on
     // both load balancers first and made ready after /readyz answered.
     let (plan, roll) = plan_with_cp2_changed(&inv, &pki, &mut facts, &inputs, files::APISERVER_CRT);
+    const NOTE_CP2: [&str; 2] = [
+        "lb1: run sudo -n -- sh -c 'mkdir -p \"${1%/*}\" && date -u +%Y-%m-%dT%H:%M:%SZ > \"$1\"' hactl-hold /var/lib/hactl/held-by-up/kubernetes-api,cp2",
+        "lb2: run sudo -n -- sh -c 'mkdir -p \"${1%/*}\" && date -u +%Y-%m-%dT%H:%M:%SZ > \"$1\"' hactl-hold /var/lib/hactl/held-by-up/kubernetes-api,cp2",
+    ];
     let lines: Vec<&str> = plan.lines().collect();
     assert_eq!(
         lines[roll + 1..]
@@ -659,10 +663,13 @@ fn a_converged_control_plane_plans_nothing_and_a_changed_certificate_rolls_one_h
             .map(|l| l.split(": ").take(2).collect::<Vec<_>>().join(": "))
             .collect::<Vec<_>>(),
         [
+            // The drain is noted on each load balancer first (a cut run leaves the note).
+            NOTE_CP2[0],
             "lb1: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 drain",
             "lb1: run sudo -n -- /usr/local/sbin/hactl-haproxy idle kubernetes-api cp2 10",
             "lb1: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 maint",
             "lb1: wait up to 10s",
+            NOTE_CP2[1],
             "lb2: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 drain",
             "lb2: run sudo -n -- /usr/local/sbin/hactl-haproxy idle kubernetes-api cp2 10",
             "lb2: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 maint",
@@ -675,8 +682,10 @@ fn a_converged_control_plane_plans_nothing_and_a_changed_certificate_rolls_one_h
             "cp2: wait up to 90s",
             "lb1: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 ready",
             "lb1: wait up to 60s",
+            "lb1: run sudo -n -- rm -f /var/lib/hactl/held-by-up/kubernetes-api,cp2",
             "lb2: run sudo -n -- /usr/local/sbin/hactl-haproxy state kubernetes-api cp2 ready",
             "lb2: wait up to 60s",
+            "lb2: run sudo -n -- rm -f /var/lib/hactl/held-by-up/kubernetes-api,cp2",
         ]
     );
     assert!(lines[..roll]

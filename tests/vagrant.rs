@@ -5,9 +5,8 @@
 //! command to run, then destroys the VMs and removes what libvirt added.
 //!
 //! It takes minutes and most of the machine, so it is `#[ignore]`d in the parallel run and
-//! `scripts/test.sh` runs it in a stage of its own (`vagrant`: `cargo test --test vagrant --
-//! --include-ignored`, this file's other tests with it), after the etcd labs, beside only the
-//! Kubernetes lanes' end and the short stages.
+//! `scripts/test.sh` runs it alone, last (its `vagrant` stage: `cargo test --test vagrant --
+//! --include-ignored`, this file's other tests with it).
 //!
 //! The Vagrantfile's refusals of bad input run in seconds and create no VM, so they run with the
 //! rest: `vagrant up` without the box, without an SSH key, and with a provider this machine lacks.

@@ -69,6 +69,9 @@ pub fn phases() -> Vec<Box<dyn Phase>> {
         Box::new(crate::phases::switch_mode::SwitchMode),
         Box::new(roll_apiservers::RollApiservers),
         Box::new(roll_controllers::RollControllers),
+        // Servers a cut run of an earlier `up` left out of the load balancers, once their hosts
+        // answer (after the rolls, which bring back the servers they take out themselves).
+        Box::new(crate::phases::return_held_servers::ReturnHeldServers),
         // The rest of the node components start once an apiserver answers.
         Box::new(crate::phases::start_nodes::StartNodes),
         Box::new(crate::phases::label_nodes::LabelNodes),

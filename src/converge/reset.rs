@@ -328,7 +328,7 @@ pub fn remove_image_archives() -> RemoteCommand {
 /// The steps that undo `up` on one load balancer: keepalived stopped first (the VIP leaves),
 /// then HAProxy; `haproxy.cfg` and `keepalived.conf` (which holds the VRRP password) given back
 /// or removed; hactl's scripts, sysctl file and the CA copy (and an old health-check key)
-/// removed. The packages stay installed, disabled.
+/// removed, and the notes of servers a cut `up` left out. The packages stay installed, disabled.
 pub fn load_balancer_steps(inv: &Inventory, facts: &HostFacts) -> Vec<Step> {
     let lb = crate::load_balancer::KEEPALIVED_UNIT;
     let mut steps = Vec::new();
@@ -356,6 +356,12 @@ pub fn load_balancer_steps(inv: &Inventory, facts: &HostFacts) -> Vec<Step> {
             .into_iter()
             .filter(|p| !crate::phases::KEPT_CONFIGS.contains(&p.as_str())),
     ));
+    steps.extend(
+        facts
+            .held_servers
+            .iter()
+            .map(|h| Step::Run(crate::phases::load_balancer::release(&h.backend, &h.server))),
+    );
     steps
 }
 

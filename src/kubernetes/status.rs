@@ -338,10 +338,7 @@ async fn unit_states(t: &dyn Transport) -> BTreeMap<String, String> {
     let query = crate::facts::Query {
         data_dir: "/nonexistent".into(),
         units: Component::ALL.iter().map(|c| c.unit()).collect(),
-        files: vec![],
-        binaries: vec![],
-        node: None,
-        known_versions: vec![],
+        ..crate::facts::Query::default()
     };
     match crate::facts::gather(t, &query).await {
         Ok(f) => f.units.into_iter().map(|(k, v)| (k, v.active)).collect(),

@@ -11,7 +11,8 @@ use futures::StreamExt;
 use serde::Serialize;
 
 use super::{
-    parse_show_stat, ServerStat, API_PORT, HAPROXY_CLI, HAPROXY_UNIT, KEEPALIVED_UNIT, KUBERNETES_CA,
+    parse_show_stat, ServerStat, API_PORT, HAPROXY_CLI, HAPROXY_UNIT, HELD_DIR, KEEPALIVED_UNIT,
+    KUBERNETES_CA,
 };
 use crate::inventory::{Host, Inventory, Role};
 use crate::plan::RemoteCommand;
@@ -52,6 +53,9 @@ pub struct BackendRow {
     pub balancer: String,
     #[serde(flatten)]
     pub stat: ServerStat,
+    /// When `hactl up` took it out, as the balancer's note says ([`super::HELD_DIR`]); `null`
+    /// without a note. A server out of the rotation with a note was left there by a cut run.
+    pub held_by_up_since: Option<String>,
 }
 
 /// Generous: status only reads, and a slow host (an overloaded VM in CI took over 5 s) that
@@ -59,7 +63,8 @@ pub struct BackendRow {
 const TIMEOUT: Duration = Duration::from_secs(15);
 const STAT_MARK: &str = "--- show stat";
 
-/// What one load-balancer host is asked: its addresses, its two units, HAProxy's `show stat`.
+/// What one load-balancer host is asked: its addresses, its two units, the notes of servers
+/// `up` took out ([`super::HELD_DIR`]), HAProxy's `show stat`.
 pub fn probe() -> RemoteCommand {
     RemoteCommand::read_only([
         "sh".to_string(),
@@ -68,6 +73,7 @@ pub fn probe() -> RemoteCommand {
             "ip -o addr show | awk '{{print \"addr\", $2, $4}}'; \
 echo \"unit haproxy $(systemctl is-active {HAPROXY_UNIT})\"; \
 echo \"unit keepalived $(systemctl is-active {KEEPALIVED_UNIT})\"; \
+for m in {HELD_DIR}/*,*; do [ -f \"$m\" ] && echo \"held ${{m##*/}} $(head -c 64 \"$m\" | tr -d ' \\n')\"; done; \
 echo '{STAT_MARK}'; {HAPROXY_CLI} show stat"
         ),
     ])
@@ -88,8 +94,12 @@ pub fn readyz_probe(vip: &str) -> RemoteCommand {
     .with_timeout(TIMEOUT)
 }
 
-/// One host's answer to [`probe`].
-fn parse_probe(host: &Host, vip: Option<std::net::IpAddr>, text: &str) -> (BalancerRow, Vec<ServerStat>) {
+/// HAProxy's servers on one load balancer, each with the time `up` took it out where a note
+/// says so.
+type Servers = Vec<(ServerStat, Option<String>)>;
+
+/// One host's answer to [`probe`]: its row and its servers.
+fn parse_probe(host: &Host, vip: Option<std::net::IpAddr>, text: &str) -> (BalancerRow, Servers) {
     let (head, stat) = text.split_once(STAT_MARK).unwrap_or((text, ""));
     let facts = crate::facts::parse(head);
     let unit = |name: &str| {
@@ -107,7 +117,25 @@ fn parse_probe(host: &Host, vip: Option<std::net::IpAddr>, text: &str) -> (Balan
         keepalived: unit("keepalived"),
         errors: vec![],
     };
-    (row, parse_show_stat(stat.trim_start()))
+    // `held <backend>,<server> <since>`
+    let held: std::collections::BTreeMap<(&str, &str), &str> = head
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("held ")?.split_whitespace();
+            let (backend, server) = w.next()?.split_once(',')?;
+            Some(((backend, server), w.next().unwrap_or("-")))
+        })
+        .collect();
+    let stats = parse_show_stat(stat.trim_start())
+        .into_iter()
+        .map(|st| {
+            let since = held
+                .get(&(st.backend.as_str(), st.server.as_str()))
+                .map(|s| s.to_string());
+            (st, since)
+        })
+        .collect();
+    (row, stats)
 }
 
 /// Reads the load balancers' state; `None` when the inventory has none.
@@ -122,7 +150,7 @@ pub async fn gather(
     }
     let vip = inv.vip.as_ref().map(|v| v.address);
     let conns = crate::exec::connect::connect(state, &hosts, connect).await;
-    let answers: Vec<(BalancerRow, Vec<ServerStat>)> = futures::stream::iter(hosts.iter().map(|h| {
+    let answers: Vec<(BalancerRow, Servers)> = futures::stream::iter(hosts.iter().map(|h| {
         let conn = conns.get(&h.name).cloned();
         async move {
             let failed = |why: String| BalancerRow {
@@ -155,10 +183,12 @@ pub async fn gather(
         if row.holds_vip {
             s.vip_holders.push(row.name.clone());
         }
-        s.servers.extend(stats.into_iter().map(|stat| BackendRow {
-            balancer: row.name.clone(),
-            stat,
-        }));
+        s.servers
+            .extend(stats.into_iter().map(|(stat, held_by_up_since)| BackendRow {
+                balancer: row.name.clone(),
+                stat,
+                held_by_up_since,
+            }));
         s.hosts.push(row);
     }
 
@@ -232,6 +262,19 @@ pub fn problems(s: &LoadBalancerStatus) -> Vec<String> {
             r.balancer, r.stat.backend, r.stat.server, r.stat.check_status
         ));
     }
+    // Out of the rotation on purpose (`hactl maintenance`, an operator's `set server`) is no
+    // problem; out because a run of `up` stopped before bringing it back is.
+    for r in &s.servers {
+        let Some(since) = &r.held_by_up_since else {
+            continue;
+        };
+        if matches!(r.stat.state(), "MAINT" | "DRAIN") {
+            out.push(format!(
+                "HAProxy on {} keeps {}/{} out of the rotation ({}) since {since}: a `hactl up` took it out (a roll or a mode switch) and stopped before bringing it back; run `hactl up`, which returns it once {} answers",
+                r.balancer, r.stat.backend, r.stat.server, r.stat.status, r.stat.server
+            ));
+        }
+    }
     if s.readyz.starts_with("failed") {
         out.push(format!("/readyz through the VIP {}", s.readyz));
     }
@@ -298,6 +341,7 @@ mod tests {
                 last_change_secs: 1,
                 sessions: 0,
             },
+            held_by_up_since: None,
         }
     }
 
@@ -352,6 +396,27 @@ mod tests {
     }
 
     #[test]
+    fn a_server_a_cut_up_left_out_is_a_problem_one_taken_out_otherwise_is_not() {
+        let mut s = healthy();
+        // etcd-client/cp2 is in MAINT without a note (`hactl maintenance`): healthy() has it.
+        s.servers.push(BackendRow {
+            held_by_up_since: Some("2026-11-26T10:00:00Z".into()),
+            ..stat("kubernetes-api", "cp3", "MAINT")
+        });
+        // A note whose server is UP again (a reload forgot the state): no problem.
+        s.servers.push(BackendRow {
+            held_by_up_since: Some("2026-11-26T10:00:00Z".into()),
+            ..stat("kubernetes-api", "cp1", "UP")
+        });
+        assert_eq!(
+            problems(&s),
+            ["HAProxy on lb1 keeps kubernetes-api/cp3 out of the rotation (MAINT) since 2026-11-26T10:00:00Z: \
+              a `hactl up` took it out (a roll or a mode switch) and stopped before bringing it back; \
+              run `hactl up`, which returns it once cp3 answers"]
+        );
+    }
+
+    #[test]
     fn parses_a_recorded_probe_answer() {
         let host = crate::inventory::Host {
             name: "lb1".into(),
@@ -370,16 +435,20 @@ mod tests {
             },
         };
         let text = "addr lo 127.0.0.1/8\naddr host0 10.0.0.21/24\naddr host0 10.0.0.100/24\n\
-unit haproxy active\nunit keepalived active\n--- show stat\n\
-# pxname,svname,status,check_status\netcd-client,cp1,UP,L7OK\n";
+unit haproxy active\nunit keepalived active\nheld etcd-client,cp2 2026-11-26T10:00:00Z\n--- show stat\n\
+# pxname,svname,status,check_status\netcd-client,cp1,UP,L7OK\netcd-client,cp2,MAINT,L7OK\n";
         let (row, stats) = parse_probe(&host, Some("10.0.0.100".parse().unwrap()), text);
         assert!(row.holds_vip);
         assert_eq!(
             (row.haproxy.as_str(), row.keepalived.as_str()),
             ("active", "active")
         );
-        assert_eq!(stats.len(), 1);
-        assert_eq!(stats[0].server, "cp1");
+        assert_eq!(stats.len(), 2);
+        assert_eq!((stats[0].0.server.as_str(), stats[0].1.as_deref()), ("cp1", None));
+        assert_eq!(
+            (stats[1].0.server.as_str(), stats[1].1.as_deref()),
+            ("cp2", Some("2026-11-26T10:00:00Z"))
+        );
         let (row, _) = parse_probe(&host, Some("10.0.0.101".parse().unwrap()), text);
         assert!(!row.holds_vip);
     }

@@ -346,6 +346,40 @@ fn set_state(backend: Backend, server: &str, state: &str) -> RemoteCommand {
     RemoteCommand::new([lb::HAPROXY_CLI, "state", backend.name(), server, state])
 }
 
+/// Who takes a server out of a backend, and so who brings it back after a cut run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Holder {
+    /// A phase of `hactl up` (a roll, a mode switch; replace's move of the control plane, which
+    /// is one): noted on the load balancer ([`lb::HELD_DIR`]), so that the next `up` returns a
+    /// server a cut run left out ([`super::return_held_servers`]).
+    Up,
+    /// A day-two operation that keeps it out on purpose until its own later step (remove,
+    /// maintenance): its journal or record says so, and `up` leaves it alone.
+    Operation,
+}
+
+/// The note [`Holder::Up`] leaves on a load balancer: `<HELD_DIR>/<backend>,<server>`.
+pub fn held_note(backend: &str, server: &str) -> String {
+    format!("{}/{backend},{server}", lb::HELD_DIR)
+}
+
+/// Writes the note (the time it was taken out) before the server leaves the rotation. A separate
+/// command, not an option of the helper, so a load balancer with an older helper takes it too.
+fn hold(backend: Backend, server: &str) -> RemoteCommand {
+    RemoteCommand::new([
+        "sh",
+        "-c",
+        "mkdir -p \"${1%/*}\" && date -u +%Y-%m-%dT%H:%M:%SZ > \"$1\"",
+        "hactl-hold",
+        &held_note(backend.name(), server),
+    ])
+}
+
+/// Removes the note once the server is back (nothing when there is none).
+pub fn release(backend: &str, server: &str) -> RemoteCommand {
+    RemoteCommand::new(["rm", "-f", &held_note(backend, server)])
+}
+
 fn server_is(backend: Backend, server: &str, status: &str, timeout: Duration) -> Check {
     Check::command(
         format!("HAProxy shows {}/{server} {status}", backend.name()),
@@ -418,19 +452,32 @@ pub const DRAIN_SESSIONS: Duration = Duration::from_secs(10);
 /// front-proxy CA rotation lab test). A long-lived watch is left to the stop, and its client
 /// reconnects.
 pub fn drain_backend_steps(inv: &Inventory, backend: Backend, server: &str) -> Vec<HostSteps> {
+    drain_backend_steps_by(inv, backend, server, Holder::Operation)
+}
+
+/// [`drain_backend_steps`] for `holder`: [`Holder::Up`] notes the server as taken out by `up`.
+pub fn drain_backend_steps_by(
+    inv: &Inventory,
+    backend: Backend,
+    server: &str,
+    holder: Holder,
+) -> Vec<HostSteps> {
     on_every_balancer(inv, || {
-        vec![
-            Step::Run(set_state(backend, server, "drain")),
-            Step::Run(RemoteCommand::read_only([
-                lb::HAPROXY_CLI.to_string(),
-                "idle".into(),
-                backend.name().into(),
-                server.into(),
-                DRAIN_SESSIONS.as_secs().to_string(),
-            ])),
-            Step::Run(set_state(backend, server, "maint")),
-            Step::Wait(server_is(backend, server, "MAINT", Duration::from_secs(10))),
-        ]
+        let note = (holder == Holder::Up).then(|| Step::Run(hold(backend, server)));
+        note.into_iter()
+            .chain([
+                Step::Run(set_state(backend, server, "drain")),
+                Step::Run(RemoteCommand::read_only([
+                    lb::HAPROXY_CLI.to_string(),
+                    "idle".into(),
+                    backend.name().into(),
+                    server.into(),
+                    DRAIN_SESSIONS.as_secs().to_string(),
+                ])),
+                Step::Run(set_state(backend, server, "maint")),
+                Step::Wait(server_is(backend, server, "MAINT", Duration::from_secs(10))),
+            ])
+            .collect()
     })
 }
 
@@ -442,11 +489,26 @@ pub fn ready_backend_steps(
     server: &str,
     timeout: Duration,
 ) -> Vec<HostSteps> {
+    ready_backend_steps_by(inv, backend, server, timeout, Holder::Operation)
+}
+
+/// [`ready_backend_steps`] for `holder`: [`Holder::Up`] removes its note once the server is UP.
+pub fn ready_backend_steps_by(
+    inv: &Inventory,
+    backend: Backend,
+    server: &str,
+    timeout: Duration,
+    holder: Holder,
+) -> Vec<HostSteps> {
     on_every_balancer(inv, || {
-        vec![
+        let mut steps = vec![
             Step::Run(set_state(backend, server, "ready")),
             Step::Wait(server_is(backend, server, "UP", timeout)),
-        ]
+        ];
+        if holder == Holder::Up {
+            steps.push(Step::Run(release(backend.name(), server)));
+        }
+        steps
     })
 }
 

@@ -21,6 +21,7 @@ pub mod load_balancer;
 pub mod query;
 pub mod replace_control_plane;
 pub mod retire_etcd;
+pub mod return_held_servers;
 pub mod roll_apiservers;
 pub mod roll_controllers;
 pub mod roll_etcd;

@@ -72,6 +72,12 @@ pub fn query_for(inv: &Inventory, host: &Host) -> Query {
         binaries: required_binaries(host),
         node: None,
         known_versions: vec![],
+        held_notes: host.has(Role::LoadBalancer).then(|| {
+            (
+                crate::load_balancer::HELD_DIR.into(),
+                crate::load_balancer::HAPROXY_CLI.into(),
+            )
+        }),
     };
     if host.has(Role::Etcd) {
         q.files = super::etcd_files::managed_paths(&inv.etcd.source);

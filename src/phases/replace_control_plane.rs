@@ -265,8 +265,10 @@ mod tests {
         };
         // Drain (no new session), the open ones ended, then maintenance, then MAINT seen.
         assert_eq!(
-            got[..4],
+            got[..5],
             [
+                // Noted as `up`'s first: a run cut before it is back leaves the note behind.
+                "lb1: run sh -c 'mkdir -p \"${1%/*}\" && date -u +%Y-%m-%dT%H:%M:%SZ > \"$1\"' hactl-hold /var/lib/hactl/held-by-up/kubernetes-api,cp1",
                 "lb1: run /usr/local/sbin/hactl-haproxy state kubernetes-api cp1 drain",
                 "lb1: run /usr/local/sbin/hactl-haproxy idle kubernetes-api cp1 10",
                 "lb1: run /usr/local/sbin/hactl-haproxy state kubernetes-api cp1 maint",
@@ -274,26 +276,31 @@ mod tests {
             ]
         );
         assert_eq!(
-            got[4],
+            got[6],
             "lb2: run /usr/local/sbin/hactl-haproxy state kubernetes-api cp1 drain"
         );
         let write_unit = pos(&format!("cp1: write {unit}"));
         let restart = pos("cp1: run systemctl restart kube-apiserver.service");
         let ready = pos("cp1: wait kube-apiserver on cp1 answers");
         assert!(
-            8 <= write_unit && write_unit < restart && restart < ready,
+            10 <= write_unit && write_unit < restart && restart < ready,
             "{got:#?}"
         );
-        assert_eq!(got.len(), ready + 5, "{got:#?}");
+        assert_eq!(got.len(), ready + 7, "{got:#?}");
         assert_eq!(
             got[ready + 1],
             "lb1: run /usr/local/sbin/hactl-haproxy state kubernetes-api cp1 ready"
         );
         assert_eq!(
-            got[ready + 3],
+            got[ready + 4],
             "lb2: run /usr/local/sbin/hactl-haproxy state kubernetes-api cp1 ready"
         );
-        assert!(got[ready + 4].starts_with("lb2: wait"), "{got:#?}");
+        assert!(got[ready + 5].starts_with("lb2: wait"), "{got:#?}");
+        // The note goes once the server is UP.
+        assert_eq!(
+            got[ready + 6],
+            "lb2: run rm -f /var/lib/hactl/held-by-up/kubernetes-api,cp1"
+        );
         assert!(
             got.iter()
                 .any(|l| l == &format!("cp1: write {}", files::APISERVER_CRT)),
@@ -326,7 +333,9 @@ mod tests {
             "{got:#?}"
         );
         assert!(
-            got[0].ends_with("kubernetes-api cp1 drain") && got.last().unwrap().starts_with("lb2: wait"),
+            got[0].ends_with("hactl-hold /var/lib/hactl/held-by-up/kubernetes-api,cp1")
+                && got[1].ends_with("kubernetes-api cp1 drain")
+                && got.last().unwrap() == "lb2: run rm -f /var/lib/hactl/held-by-up/kubernetes-api,cp1",
             "{got:#?}"
         );
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::configure_kubernetes::uploads;
 use super::install_kubernetes::control_plane_hosts;
-use super::load_balancer::{drain_backend_steps, ready_backend_steps, Backend};
+use super::load_balancer::{drain_backend_steps_by, ready_backend_steps_by, Backend, Holder};
 use super::{differs, Ctx, Phase, PlanError};
 use crate::inventory::{Host, Inventory, KubernetesMode};
 use crate::kubernetes::{files, probe, Component};
@@ -113,19 +113,22 @@ pub fn manifest_aside(path: &str) -> RemoteCommand {
 
 /// `steps` on `host` with its apiserver out of the load balancers' rotation meanwhile: every LB
 /// drains it and puts it in maintenance first, and makes it ready again (waiting up to 60 s for
-/// its check) after. A host that does not come back leaves its server in maintenance.
+/// its check) after. A host that does not come back leaves its server in maintenance, noted as
+/// `up`'s ([`Holder::Up`]): `status` reports it and the next `up` returns it once the host's
+/// apiserver answers.
 pub fn behind_drained_apiserver(inv: &Inventory, host: &Host, steps: Vec<Step>) -> Vec<HostSteps> {
-    let mut hosts = drain_backend_steps(inv, Backend::KubernetesApi, &host.name);
+    let mut hosts = drain_backend_steps_by(inv, Backend::KubernetesApi, &host.name, Holder::Up);
     hosts.push(HostSteps {
         host: host.name.clone(),
         sudo: host.ssh.sudo,
         steps,
     });
-    hosts.extend(ready_backend_steps(
+    hosts.extend(ready_backend_steps_by(
         inv,
         Backend::KubernetesApi,
         &host.name,
         Duration::from_secs(60),
+        Holder::Up,
     ));
     hosts
 }

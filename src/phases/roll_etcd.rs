@@ -16,7 +16,7 @@ use std::time::Duration;
 use semver::Version;
 
 use super::etcd_files::{binary_paths, member_files};
-use super::load_balancer::{drain_backend_steps, ready_backend_steps, Backend};
+use super::load_balancer::{drain_backend_steps_by, ready_backend_steps_by, Backend, Holder};
 use super::{differs, Ctx, Phase, PlanError};
 use crate::etcd::upgrade::{self, MemberVersion};
 use crate::etcd::{probe, UNIT};
@@ -284,17 +284,19 @@ impl Phase for RollEtcd {
                 continue;
             }
             let name = member.host.clone();
-            hosts.extend(on_serving(drain_backend_steps(
+            hosts.extend(on_serving(drain_backend_steps_by(
                 ctx.inv,
                 Backend::EtcdClient,
                 &name,
+                Holder::Up,
             )));
             hosts.push(member);
-            hosts.extend(on_serving(ready_backend_steps(
+            hosts.extend(on_serving(ready_backend_steps_by(
                 ctx.inv,
                 Backend::EtcdClient,
                 &name,
                 Duration::from_secs(60),
+                Holder::Up,
             )));
         }
         phase.hosts = hosts;

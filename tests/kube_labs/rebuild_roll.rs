@@ -5,7 +5,9 @@
 //! time, then the controllers, then the kubelets and kube-proxies (rebuilt too) one node at a
 //! time, and kubectl through the VIP answers throughout (0 failed requests).
 //! Then a binary written after its unit started (a run that stopped between upload and restart)
-//! is restarted by the next `up`, and nothing else is.
+//! is restarted by the next `up`, and nothing else is. Last, a roll cut (Ctrl-C) after it took
+//! an apiserver out of the load balancers: `status` reports the server left out, and the next
+//! `up` returns it.
 //!
 //! Needs root and the Kubernetes binaries (see `support/kube.rs`).
 
@@ -231,4 +233,114 @@ fn a_rebuilt_kubernetes_binary_rolls_one_host_at_a_time_while_kubectl_answers_th
     );
     k.hactl_ok(&["up", "--yes"]);
     assert_eq!(k.hactl_ok(&["plan"]).trim(), "no changes");
+
+    a_roll_cut_after_its_drain_leaves_a_server_that_status_reports_and_up_returns(&k, &cps[1]);
+}
+
+/// `hactl up --yes`, sent SIGINT (Ctrl-C) once it logs `when`: it stops before its next step.
+/// Returns its exit code and what it wrote on stderr.
+fn interrupted_up(k: &KubeLab, when: &str) -> (Option<i32>, String) {
+    use std::io::BufRead as _;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hactl"))
+        .args(["up", "--yes", "-i"])
+        .arg(&k.inv)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (mut seen, mut line, mut sent) = (String::new(), String::new(), false);
+    while stderr.read_line(&mut line).unwrap() > 0 {
+        seen.push_str(&line);
+        if !sent && line.contains(when) {
+            let pid = child.id().to_string();
+            assert!(std::process::Command::new("kill")
+                .args(["-INT", &pid])
+                .status()
+                .unwrap()
+                .success());
+            sent = true;
+        }
+        line.clear();
+    }
+    let status = child.wait().unwrap();
+    eprintln!("interrupted up ({status}):\n{seen}");
+    assert!(sent, "`{when}` never came:\n{seen}");
+    (status.code(), seen)
+}
+
+/// A roll cut after it took `host`'s apiserver out of the load balancers (Ctrl-C during its
+/// restart): the server stays in maintenance on both, noted as `up`'s; `status` reports it
+/// (exit 5) and says to run `up`; the next `up` waits for the apiserver and returns it, leaving
+/// no note; then nothing is left to do.
+fn a_roll_cut_after_its_drain_leaves_a_server_that_status_reports_and_up_returns(k: &KubeLab, host: &str) {
+    let name = "a_roll_cut_after_its_drain";
+    let lbs = ["lb1", "lb2"];
+    // The apiserver's binary written after its unit started: the next `up` restarts it alone,
+    // behind its drained server.
+    k.lab.exec_ok(
+        host,
+        &["sh", "-c", "sleep 3; touch /usr/local/bin/kube-apiserver"],
+    );
+    let restart = format!("{host}: run systemctl restart kube-apiserver.service");
+    let (code, seen) = interrupted_up(k, &restart);
+    assert_ne!(code, Some(0), "the cut `up` exited 0:\n{seen}");
+    for lb in lbs {
+        k.lab.exec_ok(
+            lb,
+            &[
+                "/usr/local/sbin/hactl-haproxy",
+                "is",
+                "kubernetes-api",
+                host,
+                "MAINT",
+            ],
+        );
+        k.lab.exec_ok(
+            lb,
+            &[
+                "test",
+                "-s",
+                &format!("/var/lib/hactl/held-by-up/kubernetes-api,{host}"),
+            ],
+        );
+    }
+    let status = k.hactl(&["status"]);
+    let out = kube_support::text(&status);
+    assert_eq!(status.status.code(), Some(5), "status of a cut roll: {out}");
+    assert!(
+        out.contains(&format!(
+            "keeps kubernetes-api/{host} out of the rotation (MAINT)"
+        )) && out.contains("run `hactl up`"),
+        "{out}"
+    );
+    let plan = k.hactl_ok(&["plan"]);
+    println!("{name}: plan after the cut:\n{plan}");
+    assert!(
+        plan.contains("== Return servers a cut run left out of the load balancers")
+            && plan.contains(&format!("state kubernetes-api {host} ready")),
+        "{plan}"
+    );
+    k.hactl_ok(&["up", "--yes"]);
+    for lb in lbs {
+        k.lab.exec_ok(
+            lb,
+            &[
+                "/usr/local/sbin/hactl-haproxy",
+                "is",
+                "kubernetes-api",
+                host,
+                "UP",
+            ],
+        );
+        let notes = k
+            .lab
+            .exec_ok(lb, &["sh", "-c", "ls -A /var/lib/hactl/held-by-up"]);
+        assert_eq!(notes.trim(), "", "{lb} kept a note");
+    }
+    let status = k.hactl(&["status"]);
+    assert!(status.status.success(), "{}", kube_support::text(&status));
+    assert_eq!(k.hactl_ok(&["plan"]).trim(), "no changes");
+    println!("{name}: passed");
 }
