@@ -586,9 +586,13 @@ fn image_roll(k: &KubeLab, name: &str, t0: Instant) {
     let failed = crate::support::kube::report_failures(&format!("{name}: image roll"), started, &attempts);
     println!("{name}: the rebuilt control-plane images rolled in {took:.1} s");
     assert_eq!(failed, 0, "/readyz through the VIP failed during the image roll");
+    // Each rebuilt binary hashed once, for every host.
+    let wants: Vec<String> = COMPONENTS
+        .iter()
+        .map(|c| hex::encode(Sha256::digest(std::fs::read(bins.join(c)).unwrap())))
+        .collect();
     for h in &cps {
-        for c in COMPONENTS {
-            let want = hex::encode(Sha256::digest(std::fs::read(bins.join(c)).unwrap()));
+        for (c, want) in COMPONENTS.iter().zip(&wants) {
             let mut got = String::new();
             assert!(
                 eventually(Duration::from_secs(60), || {
@@ -596,7 +600,7 @@ fn image_roll(k: &KubeLab, name: &str, t0: Instant) {
                         [pid] => k.lab.exec_ok(h, &["sha256sum", &format!("/proc/{pid}/exe")]),
                         _ => String::new(),
                     };
-                    got.starts_with(&want)
+                    got.starts_with(want.as_str())
                 }),
                 "{h}: {c} does not run the rebuilt binary ({want}): {got:?}"
             );
