@@ -26,8 +26,8 @@ pub const ADMIN_SOCKET: &str = "/run/haproxy/admin.sock";
 /// Sends one command to [`ADMIN_SOCKET`]; `hactl-haproxy is <backend> <server> <STATUS>` tests a
 /// server's status. Uses curl's telnet client over the Unix socket (no socat needed).
 pub const HAPROXY_CLI: &str = "/usr/local/sbin/hactl-haproxy";
-/// Where `hactl-haproxy state … up` notes, on a load-balancer host, each server `hactl up` took
-/// out of a backend (a roll, a mode switch): one file `<backend>,<server>` holding the time,
+/// Where `hactl up` notes, on a load-balancer host, each server it takes out of a backend (a
+/// roll, a mode switch; `phases::load_balancer::Holder::Up`): one file `<backend>,<server>` holding the time,
 /// written before the server leaves the rotation and removed once it is back. A run cut in
 /// between leaves it, so `status` reports the server and the next `up` returns it once its host
 /// answers ([`crate::phases::return_held_servers`]). Servers taken out by anything else (an
