@@ -28,10 +28,11 @@ const HOST_ANSWERS: Duration = Duration::from_secs(120);
 /// How long each load balancer may take to see the readied server UP.
 const BALANCER_UP: Duration = Duration::from_secs(60);
 
-fn backend(name: &str) -> Option<Backend> {
+/// The backend named `name`, with the role its servers' hosts have.
+fn backend(name: &str) -> Option<(Backend, Role)> {
     match name {
-        lb::KUBERNETES_BACKEND => Some(Backend::KubernetesApi),
-        lb::ETCD_BACKEND => Some(Backend::EtcdClient),
+        lb::KUBERNETES_BACKEND => Some((Backend::KubernetesApi, Role::ControlPlane)),
+        lb::ETCD_BACKEND => Some((Backend::EtcdClient, Role::Etcd)),
         _ => None,
     }
 }
@@ -62,8 +63,12 @@ impl Phase for ReturnHeldServers {
         }
         let mut hosts = Vec::new();
         for ((name, server), (balancers, out)) in held {
-            match (out, backend(&name), ctx.inv.host(&server)) {
-                (true, Some(b), Some(host)) => {
+            let serving = backend(&name).and_then(|(b, role)| {
+                let host = ctx.inv.host(&server).filter(|h| h.has(role))?;
+                Some((b, host))
+            });
+            match (out, serving) {
+                (true, Some((b, host))) => {
                     let answers = match b {
                         Backend::KubernetesApi => crate::kubernetes::probe::wait_healthy(
                             crate::kubernetes::Component::ApiServer,
@@ -85,8 +90,8 @@ impl Phase for ReturnHeldServers {
                         Holder::Up,
                     ));
                 }
-                // Not kept out any more, or a backend or host this inventory no longer has (its
-                // server left haproxy.cfg with it): the notes only.
+                // Not kept out any more, or a backend, host or role this inventory no longer has
+                // (its server leaves haproxy.cfg with it, earlier in this run): the notes only.
                 _ => hosts.extend(balancers.into_iter().map(|balancer| HostSteps {
                     host: balancer.name.clone(),
                     sudo: balancer.ssh.sudo,
@@ -235,6 +240,7 @@ mod tests {
                 vec![
                     held("kubernetes-api", "cp1", "UP"),
                     held("kubernetes-api", "cp9", "MAINT"),
+                    held("kubernetes-api", "lb2", "MAINT"),
                     held("other", "cp2", "MAINT"),
                 ],
             ),
@@ -246,6 +252,7 @@ mod tests {
                 "lb1: run rm -f /var/lib/hactl/held-by-up/kubernetes-api,cp1",
                 "lb2: run rm -f /var/lib/hactl/held-by-up/kubernetes-api,cp1",
                 "lb1: run rm -f /var/lib/hactl/held-by-up/kubernetes-api,cp9",
+                "lb1: run rm -f /var/lib/hactl/held-by-up/kubernetes-api,lb2",
                 "lb1: run rm -f /var/lib/hactl/held-by-up/other,cp2",
             ]
         );
