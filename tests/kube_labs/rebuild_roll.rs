@@ -286,7 +286,8 @@ fn a_roll_cut_after_its_drain_leaves_a_server_that_status_reports_and_up_returns
     let restart = format!("{host}: run systemctl restart kube-apiserver.service");
     let (code, seen) = interrupted_up(k, &restart);
     assert_ne!(code, Some(0), "the cut `up` exited 0:\n{seen}");
-    for lb in lbs {
+    // `host`'s server in kubernetes-api has `status` on load balancer `lb` (else the lab fails).
+    let server_is = |lb: &str, status: &str| {
         k.lab.exec_ok(
             lb,
             &[
@@ -294,9 +295,12 @@ fn a_roll_cut_after_its_drain_leaves_a_server_that_status_reports_and_up_returns
                 "is",
                 "kubernetes-api",
                 host,
-                "MAINT",
+                status,
             ],
-        );
+        )
+    };
+    for lb in lbs {
+        server_is(lb, "MAINT");
         k.lab.exec_ok(
             lb,
             &[
@@ -324,16 +328,7 @@ fn a_roll_cut_after_its_drain_leaves_a_server_that_status_reports_and_up_returns
     );
     k.hactl_ok(&["up", "--yes"]);
     for lb in lbs {
-        k.lab.exec_ok(
-            lb,
-            &[
-                "/usr/local/sbin/hactl-haproxy",
-                "is",
-                "kubernetes-api",
-                host,
-                "UP",
-            ],
-        );
+        server_is(lb, "UP");
         let notes = k
             .lab
             .exec_ok(lb, &["sh", "-c", "ls -A /var/lib/hactl/held-by-up"]);
