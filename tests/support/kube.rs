@@ -813,7 +813,11 @@ impl Poller {
     }
 }
 
-/// Prints every failed attempt (relative to `t0`) and returns how many failed.
+/// Prints the requests, every resent and every failed attempt (relative to `t0`), and returns
+/// how many failed. The lines go to stderr as well as stdout: a test that then fails prints its
+/// panic on stderr, and a CI log that keeps only the end of a failed test's output (stdout comes
+/// first) must still say what failed (a run of 2026-11-26 failed on one read of about 600 with
+/// only the count to show).
 pub fn report_failures(what: &str, t0: Instant, attempts: &[Attempt]) -> usize {
     let failed: Vec<&Attempt> = attempts.iter().filter(|a| !a.ok).collect();
     let slowest = attempts
@@ -826,26 +830,32 @@ pub fn report_failures(what: &str, t0: Instant, attempts: &[Attempt]) -> usize {
         0 => String::new(),
         n => format!(", {n} sent twice after etcd's leader change"),
     };
-    println!(
+    let mut lines = vec![format!(
         "{what}: {} requests through the VIP, {} failed{twice}, the slowest took {} ms",
         attempts.len(),
         failed.len(),
         slowest.as_millis()
-    );
+    )];
+    let at = |i: Instant| i.saturating_duration_since(t0).as_secs_f64();
     for a in &resent {
-        println!(
+        lines.push(format!(
             "  sent twice: {:+.2} s, first answer: {}",
-            a.start.saturating_duration_since(t0).as_secs_f64(),
+            at(a.start),
             a.resent.as_deref().unwrap_or_default()
-        );
+        ));
     }
     for a in &failed {
-        println!(
+        lines.push(format!(
             "  failed: {:+.2} s .. {:+.2} s: {}",
-            a.start.saturating_duration_since(t0).as_secs_f64(),
-            a.end.saturating_duration_since(t0).as_secs_f64(),
+            at(a.start),
+            at(a.end),
             a.detail
-        );
+        ));
+    }
+    let text = lines.join("\n");
+    println!("{text}");
+    if !failed.is_empty() || !resent.is_empty() {
+        eprintln!("{text}");
     }
     failed.len()
 }
