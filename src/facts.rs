@@ -92,6 +92,14 @@ impl HeldServer {
     }
 }
 
+/// One note of [`crate::load_balancer::HELD_DIR`] as this probe and `load_balancer::status`'s
+/// print it (`<backend>,<server> <since>`: the file's name, then the time it holds or `-`):
+/// (backend, server, since), or `None` for anything else.
+pub fn parse_held_note<'a>(words: &mut impl Iterator<Item = &'a str>) -> Option<(&'a str, &'a str, &'a str)> {
+    let (backend, server) = words.next()?.split_once(',')?;
+    Some((backend, server, words.next().unwrap_or("-")))
+}
+
 /// The CA trust files the probe reads on every host (certificates, never keys).
 pub const TRUST_FILES: [&str; 5] = [
     "/etc/hactl/pki/etcd/ca.crt",
@@ -441,7 +449,7 @@ for m in ${held_dir:-/nonexistent}/*,*; do
   [ -f "$m" ] || continue
   [ -n "${hstat+x}" ] || hstat=$("$hcli" show stat 2>/dev/null)
   n=${m##*/}; since=$(head -c 64 "$m" | tr -d ' \n')
-  echo "heldserver ${n%%,*} ${n#*,} ${since:--} $(printf '%s\n' "$hstat" | awk -F, -v b="${n%%,*}" -v s="${n#*,}" '$1 == b && $2 == s { print $18 }')"
+  echo "heldserver $n ${since:--} $(printf '%s\n' "$hstat" | awk -F, -v b="${n%%,*}" -v s="${n#*,}" '$1 == b && $2 == s { print $18 }')"
 done
 # What is missing is a fact, not a failure (dash's `command -v` of a missing binary is 127).
 exit 0
@@ -565,12 +573,13 @@ pub fn parse(text: &str) -> HostFacts {
             }
             "etcduser" => f.etcd_user = true,
             "heldserver" => {
-                if let [backend, server, since, status @ ..] = rest.as_slice() {
+                let mut words = rest.iter().copied();
+                if let Some((backend, server, since)) = parse_held_note(&mut words) {
                     f.held_servers.push(HeldServer {
                         backend: backend.to_string(),
                         server: server.to_string(),
                         since: since.to_string(),
-                        status: status.join(" "),
+                        status: words.collect::<Vec<_>>().join(" "),
                     });
                 }
             }

@@ -121,9 +121,9 @@ fn parse_probe(host: &Host, vip: Option<std::net::IpAddr>, text: &str) -> (Balan
     let held: std::collections::BTreeMap<(&str, &str), &str> = head
         .lines()
         .filter_map(|l| {
-            let mut w = l.strip_prefix("held ")?.split_whitespace();
-            let (backend, server) = w.next()?.split_once(',')?;
-            Some(((backend, server), w.next().unwrap_or("-")))
+            let (backend, server, since) =
+                crate::facts::parse_held_note(&mut l.strip_prefix("held ")?.split_whitespace())?;
+            Some(((backend, server), since))
         })
         .collect();
     let stats = parse_show_stat(stat.trim_start())
