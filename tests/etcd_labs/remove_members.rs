@@ -45,37 +45,11 @@ fn names(lab: &TestLab, from: &str) -> Vec<String> {
 /// `hactl remove MEMBER --yes`, sent SIGINT (Ctrl-C) once its third step has started: exit 4,
 /// naming the step it stopped before and the command that resumes it. Returns the run.
 fn interrupted_removal(inv: &std::path::Path, member: &str) -> String {
-    use std::io::BufRead as _;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hactl"))
-        .args(["remove", member, "--yes", "-i", inv.to_str().unwrap()])
-        .env_remove("HACTL_CRASH_AFTER")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-    let mut seen = String::new();
-    let mut line = String::new();
-    while stderr.read_line(&mut line).unwrap() > 0 {
-        seen.push_str(&line);
-        if line.starts_with("step 3/") {
-            let pid = child.id().to_string();
-            assert!(std::process::Command::new("kill")
-                .args(["-INT", &pid])
-                .status()
-                .unwrap()
-                .success());
-            break;
-        }
-        line.clear();
-    }
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
-    seen.push_str(&rest);
-    let status = child.wait().unwrap();
-    eprintln!("interrupted remove {member}:\n{seen}");
-    assert_eq!(status.code(), Some(4), "{seen}");
+    let (code, seen) = crate::support::cli::interrupted(
+        &["remove", member, "--yes", "-i", inv.to_str().unwrap()],
+        |line| line.starts_with("step 3/"),
+    );
+    assert_eq!(code, Some(4), "{seen}");
     assert!(
         seen.contains("interrupt: stopping after the steps under way"),
         "{seen}"

@@ -240,34 +240,8 @@ fn a_rebuilt_kubernetes_binary_rolls_one_host_at_a_time_while_kubectl_answers_th
 /// `hactl up --yes`, sent SIGINT (Ctrl-C) once it logs `when`: it stops before its next step.
 /// Returns its exit code and what it wrote on stderr.
 fn interrupted_up(k: &KubeLab, when: &str) -> (Option<i32>, String) {
-    use std::io::BufRead as _;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hactl"))
-        .args(["up", "--yes", "-i"])
-        .arg(&k.inv)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-    let (mut seen, mut line, mut sent) = (String::new(), String::new(), false);
-    while stderr.read_line(&mut line).unwrap() > 0 {
-        seen.push_str(&line);
-        if !sent && line.contains(when) {
-            let pid = child.id().to_string();
-            assert!(std::process::Command::new("kill")
-                .args(["-INT", &pid])
-                .status()
-                .unwrap()
-                .success());
-            sent = true;
-        }
-        line.clear();
-    }
-    let status = child.wait().unwrap();
-    eprintln!("interrupted up ({status}):\n{seen}");
-    assert!(sent, "`{when}` never came:\n{seen}");
-    (status.code(), seen)
+    let inv = k.inv.to_str().unwrap();
+    crate::support::cli::interrupted(&["up", "--yes", "-i", inv], |line| line.contains(when))
 }
 
 /// A roll cut after it took `host`'s apiserver out of the load balancers (Ctrl-C during its

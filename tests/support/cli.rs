@@ -91,3 +91,43 @@ pub fn status_json(inventory: &Path) -> (i32, serde_json::Value) {
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("status JSON: {e}\n{}", text(&out)));
     (out.status.code().unwrap_or(-1), json)
 }
+
+/// Runs `hactl ARGS` (stdin closed, stdout discarded, the test-only variables cleared) and sends
+/// it SIGINT, as Ctrl-C would, at the first line of its stderr that `when` accepts; reads the
+/// rest of its stderr and waits for it. Returns its exit code and everything it wrote to stderr
+/// (also logged to stderr); fails the test when no line was accepted.
+pub fn interrupted(args: &[&str], when: impl Fn(&str) -> bool) -> (Option<i32>, String) {
+    use std::io::BufRead as _;
+    use std::process::Stdio;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hactl"));
+    for var in [
+        "HACTL_CRASH_AFTER",
+        "HACTL_PROMOTE_TIMEOUT_SECS",
+        "HACTL_MACHINE_ID",
+    ] {
+        cmd.env_remove(var);
+    }
+    let mut child = cmd
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (mut seen, mut line, mut sent) = (String::new(), String::new(), false);
+    while stderr.read_line(&mut line).unwrap() > 0 {
+        seen.push_str(&line);
+        if !sent && when(&line) {
+            let pid = child.id().to_string();
+            let kill = Command::new("kill").args(["-INT", &pid]).status().unwrap();
+            assert!(kill.success(), "kill -INT {pid}: {kill}");
+            sent = true;
+        }
+        line.clear();
+    }
+    let status = child.wait().unwrap();
+    eprintln!("interrupted hactl {} ({status}):\n{seen}", args.join(" "));
+    assert!(sent, "no line to interrupt at came:\n{seen}");
+    (status.code(), seen)
+}
