@@ -872,6 +872,45 @@ async fn pipe(
     Ok(())
 }
 
+/// The algorithms offered, russh's defaults, with AES-256-GCM before ChaCha20-Poly1305 when
+/// `aes_fast` (the CPU has AES and carry-less multiply instructions). The server takes the first
+/// cipher of this list it also has, and both ends then spend CPU on every byte of an upload (about
+/// 300 MB per host with Kubernetes): AES-GCM in hardware costs each end a fraction of what
+/// ChaCha20-Poly1305 does. Without those instructions ChaCha20-Poly1305 is the faster, and stays
+/// first. Both are authenticated ciphers of the same strength; nothing is dropped from the list.
+fn preferred(aes_fast: bool) -> russh::Preferred {
+    use russh::cipher::{AES_256_GCM, CHACHA20_POLY1305};
+    let mut p = russh::Preferred::default();
+    if aes_fast {
+        let rest = p
+            .cipher
+            .iter()
+            .filter(|c| **c != AES_256_GCM && **c != CHACHA20_POLY1305);
+        let order: Vec<_> = [AES_256_GCM, CHACHA20_POLY1305]
+            .into_iter()
+            .chain(rest.copied())
+            .collect();
+        p.cipher = order.into();
+    }
+    p
+}
+
+/// Whether this CPU does AES-GCM in hardware (x86-64: AES-NI and PCLMULQDQ; arm64: AES and PMULL).
+fn aes_is_fast() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("aes") && std::arch::is_x86_feature_detected!("pclmulqdq")
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        std::arch::is_aarch64_feature_detected!("aes") && std::arch::is_aarch64_feature_detected!("pmull")
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        false
+    }
+}
+
 /// Key exchange (with the host-key check) and login over an established stream.
 async fn handshake<S>(
     host: &str,
@@ -887,6 +926,7 @@ where
         keepalive_interval: Some(Duration::from_secs(15)),
         keepalive_max: 4,
         nodelay: true,
+        preferred: preferred(aes_is_fast()),
         ..Default::default()
     });
     let refusal = Arc::new(Mutex::new(None));
@@ -1213,6 +1253,19 @@ impl RemoteFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aes_gcm_is_offered_first_only_where_the_cpu_does_aes_and_nothing_is_dropped() {
+        use russh::cipher::{AES_256_GCM, CHACHA20_POLY1305};
+        let default = russh::Preferred::default().cipher.to_vec();
+        assert_eq!(preferred(false).cipher.to_vec(), default);
+        let fast = preferred(true).cipher.to_vec();
+        assert_eq!(fast[..2], [AES_256_GCM, CHACHA20_POLY1305]);
+        let (mut a, mut b) = (fast.clone(), default.clone());
+        a.sort_by_key(|n| n.as_ref().to_string());
+        b.sort_by_key(|n| n.as_ref().to_string());
+        assert_eq!(a, b, "the same ciphers, in another order");
+    }
 
     #[test]
     fn the_collector_keeps_each_stream_up_to_its_limit_then_stops() {
