@@ -8,23 +8,34 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+/// The `hactl` binary built for these tests, with the test-only variables (`HACTL_CRASH_AFTER`,
+/// `HACTL_PROMOTE_TIMEOUT_SECS`, `HACTL_MACHINE_ID`) cleared, so a crash request never leaks
+/// into the next command; a caller that wants one sets it afterwards.
+fn hactl_command() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hactl"));
+    for var in [
+        "HACTL_CRASH_AFTER",
+        "HACTL_PROMOTE_TIMEOUT_SECS",
+        "HACTL_MACHINE_ID",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
 /// The one runner of the `hactl` binary built for these tests: `hactl ARGS [-i INV]` with extra
 /// environment and, when given, `stdin` piped in (else stdin is closed). The test-only variables
-/// (`HACTL_CRASH_AFTER`, `HACTL_PROMOTE_TIMEOUT_SECS`, `HACTL_MACHINE_ID`) are cleared unless `env` sets them, so a
-/// crash request never leaks into the next command. Logs the exit code and output to stderr
+/// are cleared ([`hactl_command`]) unless `env` sets them. Logs the exit code and output to stderr
 /// (shown when the test fails).
 pub fn run(inv: Option<&Path>, args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Output {
     use std::io::Write as _;
     use std::process::Stdio;
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hactl"));
+    let mut cmd = hactl_command();
     cmd.args(args);
     if let Some(inv) = inv {
         cmd.arg("-i").arg(inv);
     }
-    cmd.env_remove("HACTL_CRASH_AFTER")
-        .env_remove("HACTL_PROMOTE_TIMEOUT_SECS")
-        .env_remove("HACTL_MACHINE_ID")
-        .envs(env.iter().copied())
+    cmd.envs(env.iter().copied())
         .stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -99,15 +110,7 @@ pub fn status_json(inventory: &Path) -> (i32, serde_json::Value) {
 pub fn interrupted(args: &[&str], when: impl Fn(&str) -> bool) -> (Option<i32>, String) {
     use std::io::BufRead as _;
     use std::process::Stdio;
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hactl"));
-    for var in [
-        "HACTL_CRASH_AFTER",
-        "HACTL_PROMOTE_TIMEOUT_SECS",
-        "HACTL_MACHINE_ID",
-    ] {
-        cmd.env_remove(var);
-    }
-    let mut child = cmd
+    let mut child = hactl_command()
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
