@@ -376,12 +376,9 @@ pub struct ResetArgs {
     pub inventory: InventoryArgs,
     #[command(flatten)]
     pub connect: ConnectArgs,
-    /// Do not ask for the cluster name.
-    #[arg(long, short = 'y')]
-    pub yes: bool,
-    /// Print the steps only.
-    #[arg(long)]
-    pub dry_run: bool,
+    /// `--yes` skips typing the cluster name.
+    #[command(flatten)]
+    pub run: RunArgs,
 }
 
 #[derive(Debug, Subcommand)]

@@ -392,6 +392,11 @@ fn host_steps(
 
 /// The title of reset's first phase.
 pub const NODE_PHASE: &str = "Stop and remove the node components";
+/// The titles of the phases after it, in order.
+pub const CONTROL_PLANE_PHASE: &str = "Stop and remove the Kubernetes control plane";
+pub const ETCD_PHASE: &str = "Stop and remove etcd";
+pub const LOAD_BALANCER_PHASE: &str = "Stop and remove the load balancers";
+pub const REVOKE_PHASE: &str = "Revoke the backup push key on the remote";
 
 /// What reset reads besides the facts, before anything changes.
 #[derive(Debug, Clone, Default)]
@@ -430,11 +435,11 @@ pub fn plan(
             .collect(),
     ));
     plan.push(phase(
-        "Stop and remove the Kubernetes control plane",
+        CONTROL_PLANE_PHASE,
         host_steps(inv, Role::ControlPlane, facts, |h, f| kubernetes_steps(inv, h, f)),
     ));
     plan.push(phase(
-        "Stop and remove etcd",
+        ETCD_PHASE,
         host_steps(inv, Role::Etcd, facts, |h, f| {
             let dirs = leftovers
                 .snapshot_dirs
@@ -445,12 +450,12 @@ pub fn plan(
         }),
     ));
     plan.push(phase(
-        "Stop and remove the load balancers",
+        LOAD_BALANCER_PHASE,
         host_steps(inv, Role::LoadBalancer, facts, |_, f| load_balancer_steps(inv, f)),
     ));
     if let Some(line) = &leftovers.authorized_on_remote {
         plan.push(phase(
-            "Revoke the backup push key on the remote",
+            REVOKE_PHASE,
             vec![HostSteps {
                 host: crate::inventory::REMOTE_HOST_NAME.into(),
                 sudo: false,
@@ -495,19 +500,44 @@ pub struct Prepared {
     pub push_key_hosts: Vec<String>,
 }
 
-/// Connects to every host with a role (all must answer), gathers facts and builds reset's plan
-/// and its data-directory check. Changes nothing.
-pub async fn prepare(
+/// The sessions reset runs on, and what the backup remote said.
+pub struct Reached {
+    /// Every host with a role, and the backup remote when the plan will need it.
+    pub transports: Transports,
+    /// What the backup remote said of the push key ([`Leftovers::authorized_on_remote`],
+    /// [`Leftovers::remote_unreached`]).
+    pub remote: Leftovers,
+}
+
+/// Connects to every host with a role (all must answer) and asks the backup remote whether it
+/// still authorizes the push key. Changes nothing.
+pub async fn reach(
     inv: &Inventory,
     keys: crate::exec::connect::HostKeys<'_>,
     connect: &ConnectSettings,
-) -> anyhow::Result<Prepared> {
+) -> anyhow::Result<Reached> {
     let hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
     let mut transports = crate::exec::connect::reach(keys, &hosts, connect)
         .await
         .require_all()?;
+    let remote = remote_leftovers(inv, keys, &mut transports, connect).await?;
+    Ok(Reached { transports, remote })
+}
+
+/// Gathers the facts of the hosts `reached` and builds reset's plan and its data-directory
+/// check. Changes nothing.
+pub async fn prepare(
+    inv: &Inventory,
+    reached: &Reached,
+    connect: &ConnectSettings,
+) -> anyhow::Result<Prepared> {
+    let hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
+    let transports = reached.transports.clone();
     let facts = super::gather_facts(inv, &hosts, &transports, connect.concurrency).await?;
-    let leftovers = leftovers(inv, keys, &mut transports, connect).await?;
+    let leftovers = Leftovers {
+        snapshot_dirs: snapshot_leftovers(inv, &transports).await?,
+        ..reached.remote.clone()
+    };
     let push_key_hosts = inv
         .with_role(Role::Etcd)
         .into_iter()
@@ -533,17 +563,12 @@ pub async fn prepare(
     })
 }
 
-/// Reads (only) which snapshot directories hold something on each etcd host, and whether the
-/// backup remote still authorizes the push key; the remote's session joins `transports` when
-/// the plan will need it. A remote that does not answer is noted, not an error: reset gives the
-/// hosts back without it and says what is left.
-async fn leftovers(
+/// Reads (only) which snapshot directories hold something on each etcd host.
+async fn snapshot_leftovers(
     inv: &Inventory,
-    keys: crate::exec::connect::HostKeys<'_>,
-    transports: &mut Transports,
-    connect: &ConnectSettings,
-) -> anyhow::Result<Leftovers> {
-    let mut out = Leftovers::default();
+    transports: &Transports,
+) -> anyhow::Result<BTreeMap<String, Vec<String>>> {
+    let mut out = BTreeMap::new();
     let probe = snapshot_dirs_command(&snapshot_dirs(inv));
     for h in inv.with_role(Role::Etcd) {
         let Some(t) = transports.get(&h.name) else {
@@ -567,9 +592,22 @@ async fn leftovers(
             .map(String::from)
             .collect();
         if !dirs.is_empty() {
-            out.snapshot_dirs.insert(h.name.clone(), dirs);
+            out.insert(h.name.clone(), dirs);
         }
     }
+    Ok(out)
+}
+
+/// Reads (only) whether the backup remote still authorizes the push key; the remote's session
+/// joins `transports` when the plan will need it. A remote that does not answer is noted, not an
+/// error: reset gives the hosts back without it and says what is left.
+async fn remote_leftovers(
+    inv: &Inventory,
+    keys: crate::exec::connect::HostKeys<'_>,
+    transports: &mut Transports,
+    connect: &ConnectSettings,
+) -> anyhow::Result<Leftovers> {
+    let mut out = Leftovers::default();
     let Some(remote) = &inv.backup.remote else {
         return Ok(out);
     };

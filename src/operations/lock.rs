@@ -614,27 +614,6 @@ pub fn cluster_hosts(inv: &Inventory) -> Vec<String> {
         .collect()
 }
 
-/// The lock for a command that is not an [`super::manager::Operation`] (`up`, `reset`): connects
-/// to the inventory's hosts with a role and takes the lock as run `<command>-<time>` on every one
-/// that answers (one that does not is the command's own business: `up` and `reset` require every
-/// host). Hold the returned lock for as long as the command changes anything.
-pub async fn take(
-    state: &StateDir,
-    inv: &Inventory,
-    connect: &crate::exec::connect::ConnectSettings,
-    command: &str,
-) -> anyhow::Result<ClusterLock> {
-    let run = crate::operations::journal::new_run_id(command);
-    let owner = Owner::new(command, &run);
-    // The local half first: two processes of this machine never race to the hosts.
-    let local = LocalLock::acquire(state, &owner).map_err(|e| anyhow::Error::new(e.refusal()))?;
-    let hosts: Vec<&crate::inventory::Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
-    let reach = crate::exec::connect::reach(state, &hosts, connect).await;
-    ClusterLock::on_hosts(local, &reach.transports, &cluster_hosts(inv), owner, None)
-        .await
-        .map_err(|e| anyhow::Error::new(e.refusal()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,6 @@
 //! The operation manager: the one driver every day-two operation runs through (recover, replace,
-//! remove, maintenance start and complete, heal's restart and replace, `certs rotate-ca`).
+//! remove, maintenance start and complete, heal's restart and replace, `certs rotate-ca`,
+//! `adopt`, `reset`).
 //!
 //! An operation ([`Operation`]) says what is particular to it: its kind and command, its run
 //! (new or resumed), the hosts it reaches, its plan (observations and inputs through its pure
@@ -169,6 +170,9 @@ pub enum Confirmation {
     Ask(String),
     /// The cluster's name typed on stdin (`recover --force-destructive`); `--yes` does not skip it.
     TypeName { what: String, name: String },
+    /// The cluster's name typed on a terminal (`reset`); `--yes` skips it, and with neither a
+    /// terminal nor `--yes` the run needs input (exit 3).
+    TypeNameUnlessYes { what: String, name: String },
 }
 
 /// An operation's plan: what the driver prints, asks, journals and runs.
@@ -308,7 +312,9 @@ pub fn plan_json(kind: &str, run: &RunId, planned: &Planned, inv: &Inventory) ->
         "confirmation": match &planned.confirmation {
             Confirmation::None => None,
             Confirmation::Ask(q) => Some(q.clone()),
-            Confirmation::TypeName { what, .. } => Some(what.clone()),
+            Confirmation::TypeName { what, .. } | Confirmation::TypeNameUnlessYes { what, .. } => {
+                Some(what.clone())
+            }
         },
         "resume": planned.resume,
         "decisions": planned.decisions,
@@ -340,20 +346,32 @@ fn confirm(c: &Confirmation, flags: &Flags) -> anyhow::Result<()> {
             Some(ask) => ask(what),
             None => crate::output::confirm(what),
         },
-        Confirmation::TypeName { what, name } => {
-            use std::io::Write;
-            eprint!("{what}. Type the cluster name to proceed: ");
-            std::io::stderr().flush().ok();
-            let answer = crate::bounded::read_answer(std::io::stdin().lock())?;
-            if answer.trim() == name {
-                Ok(())
-            } else {
-                Err(exit::refuse(
-                    exit::DECLINED,
-                    "the name did not match: not confirmed, nothing was changed",
-                ))
-            }
-        }
+        Confirmation::TypeName { what, name } => type_name(what, name),
+        Confirmation::TypeNameUnlessYes { .. } if flags.yes => Ok(()),
+        Confirmation::TypeNameUnlessYes { what, name } => match &flags.ask {
+            Some(ask) => ask(what),
+            None if !std::io::IsTerminal::is_terminal(&std::io::stdin()) => Err(exit::refuse(
+                exit::NEEDS_INPUT,
+                format!("{what}; no terminal to confirm on: run again with --yes"),
+            )),
+            None => type_name(what, name),
+        },
+    }
+}
+
+/// Asks for the cluster's name on stdin: `Ok` when it was typed.
+fn type_name(what: &str, name: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    eprint!("{what}. Type the cluster name to proceed: ");
+    std::io::stderr().flush().ok();
+    let answer = crate::bounded::read_answer(std::io::stdin().lock())?;
+    if answer.trim() == name {
+        Ok(())
+    } else {
+        Err(exit::refuse(
+            exit::DECLINED,
+            "the name did not match: not confirmed, nothing was changed",
+        ))
     }
 }
 

@@ -4,7 +4,8 @@
 //! backends and the VIP: [`balancers`]; the Kubernetes Node of a host: [`node`]; the maintenance
 //! record: [`maintenance_record`]; the fence for good of an old member: [`old_members`]; the retry records of remediations: [`remediation`]; a run's
 //! directory: [`run_dir`]), and the operations, one folder each: [`recover`], [`replace`],
-//! [`remove`] (and [`remove_node`] for a worker), [`heal`], [`maintenance`], [`rotate_ca`], [`adopt`], each with its pure decisions
+//! [`remove`] (and [`remove_node`] for a worker), [`heal`], [`maintenance`], [`rotate_ca`], [`adopt`], [`reset`] (whose plan
+//! is bring-up's, [`crate::converge::reset`]), each with its pure decisions
 //! (`decide.rs`, table-tested) apart from its steps (`steps.rs`, data) and acts (`acts.rs`). The
 //! fence they set is [`crate::fence`] (reset and bring-up lift it too).
 //!
@@ -31,6 +32,7 @@ pub mod recover;
 pub mod remove;
 pub mod remove_node;
 pub mod replace;
+pub mod reset;
 pub mod rotate_ca;
 
 pub use journal::{Journal, StepState};

@@ -556,6 +556,37 @@ async fn answering_no_changes_nothing_and_is_not_a_safety_refusal() {
     assert_eq!(asked.lock().unwrap().len(), 1);
 }
 
+/// `reset`'s confirmation: `--yes` skips the typed name; without it and without a terminal (as
+/// under the test runner) the run needs input and changes nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_typed_name_unless_yes_is_skipped_by_yes_and_needs_input_without_a_terminal() {
+    assert!(
+        !std::io::IsTerminal::is_terminal(&std::io::stdin()),
+        "this test needs stdin not to be a terminal"
+    );
+    let lab = Lab::new();
+    let shell = lab.shell(false);
+    let confirmation = Confirmation::TypeNameUnlessYes {
+        what: "this removes the fake".into(),
+        name: "fake".into(),
+    };
+    let mut op = Fake::new(shell.clone(), three(&lab));
+    op.confirmation = confirmation.clone();
+    let e = run(&mut op, &lab.ctx(), &Flags::default()).await.unwrap_err();
+    assert_eq!(exit::exit_code_of(&e), exit::NEEDS_INPUT);
+    let text = format!("{e:#}");
+    assert!(
+        text.contains("this removes the fake; no terminal to confirm on: run again with --yes"),
+        "{text}"
+    );
+    assert!(!lab.file("a").exists());
+    assert!(!lab.local_lock().exists() && !lab.host_lock().exists());
+    let mut op = Fake::new(shell, three(&lab));
+    op.confirmation = confirmation;
+    assert_eq!(run(&mut op, &lab.ctx(), &yes()).await.unwrap(), exit::OK);
+    assert!(lab.file("a").exists() && lab.file("c").exists());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lock_held_elsewhere_refuses_naming_its_holder_and_changes_nothing() {
     let lab = Lab::new();
