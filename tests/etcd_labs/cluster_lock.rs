@@ -115,7 +115,7 @@ fn two_operator_machines_exclude_each_other_through_the_hosts_and_the_loser_chan
     );
 
     // A live holder: A's maintenance of cp1, paused after its first step.
-    let mut a = Command::new(env!("CARGO_BIN_EXE_hactl"))
+    let mut a = cli_support::hactl_command()
         .args([
             "maintenance",
             "start",
@@ -126,7 +126,6 @@ fn two_operator_machines_exclude_each_other_through_the_hosts_and_the_loser_chan
         ])
         .args(["--state-dir", state_a.to_str().unwrap()])
         .env("HACTL_MACHINE_ID", "machine-a")
-        .env_remove("HACTL_CRASH_AFTER")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -263,11 +262,10 @@ fn two_operator_machines_exclude_each_other_through_the_hosts_and_the_loser_chan
 /// winner's maintenance is then completed.
 fn race(lab: &TestLab, inv: &Path, a: (&str, &Path), b: (&str, &Path)) {
     let spawn = |(machine, state): (&str, &Path), host: &str| {
-        Command::new(env!("CARGO_BIN_EXE_hactl"))
+        cli_support::hactl_command()
             .args(["maintenance", "start", host, "--yes", "-i", inv.to_str().unwrap()])
             .args(["--state-dir", state.to_str().unwrap()])
             .env("HACTL_MACHINE_ID", machine)
-            .env_remove("HACTL_CRASH_AFTER")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -159,15 +159,14 @@ impl KubeLab {
         self.hactl_env(args, &[])
     }
 
-    /// `hactl ARGS -i INV` with `env` set (e.g. the crash switch `HACTL_CRASH_AFTER`, which is
-    /// otherwise removed), logged.
+    /// `hactl ARGS -i INV` with `env` set (e.g. the crash switch `HACTL_CRASH_AFTER`; the
+    /// test-only variables are otherwise removed: `support::cli::hactl_command`), logged.
     pub fn hactl_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         let started = Instant::now();
-        let out = Command::new(env!("CARGO_BIN_EXE_hactl"))
+        let out = super::cli::hactl_command()
             .args(args)
             .arg("-i")
             .arg(&self.inv)
-            .env_remove("HACTL_CRASH_AFTER")
             .envs(env.iter().copied())
             .output()
             .expect("run hactl");
