@@ -31,6 +31,8 @@ pub mod start_kubelets;
 pub mod start_kubernetes;
 pub mod start_nodes;
 pub mod switch_mode;
+#[cfg(test)]
+pub(crate) mod test_inventory;
 
 pub use query::{member_query_for, query_for};
 

@@ -114,30 +114,7 @@ mod tests {
     use crate::facts::{HeldServer, HostFacts};
 
     fn inventory(dir: &std::path::Path) -> Inventory {
-        let yaml = [
-            "apiVersion: hactl.io/v1alpha1",
-            "kind: Cluster",
-            "metadata:",
-            "  name: held",
-            "spec:",
-            "  ssh:",
-            "    agent: true",
-            "  hosts:",
-            "  - { name: cp1, address: 10.0.0.11, roles: [etcd, control-plane] }",
-            "  - { name: cp2, address: 10.0.0.12, roles: [etcd, control-plane] }",
-            "  - { name: cp3, address: 10.0.0.13, roles: [etcd, control-plane] }",
-            "  - { name: lb1, address: 10.0.0.21, roles: [load-balancer] }",
-            "  - { name: lb2, address: 10.0.0.22, roles: [load-balancer] }",
-            "  vip:",
-            "    address: 10.0.0.100",
-            "  kubernetes:",
-            "    version: 1.20.2",
-            "    source: bundle",
-            &format!("    bundleDir: {}", dir.display()),
-            &format!("  stateDir: {}", dir.join("state").display()),
-        ]
-        .join("\n");
-        crate::inventory::load_str(&dir.join("held.yaml"), &yaml).unwrap_or_else(|e| panic!("{e}"))
+        crate::phases::test_inventory::stacked(dir, "held", 2, &[])
     }
 
     fn held(backend: &str, server: &str, status: &str) -> HeldServer {

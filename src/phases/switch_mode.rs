@@ -175,32 +175,9 @@ mod tests {
     use crate::kubernetes::{node, secrets::EncryptionKey, KubernetesInputs};
 
     fn inventory(dir: &std::path::Path, mode: &str) -> Inventory {
-        let yaml = [
-            "apiVersion: hactl.io/v1alpha1",
-            "kind: Cluster",
-            "metadata:",
-            "  name: switch",
-            "spec:",
-            "  ssh:",
-            "    agent: true",
-            "  hosts:",
-            "  - { name: cp1, address: 10.0.0.11, roles: [etcd, control-plane] }",
-            "  - { name: cp2, address: 10.0.0.12, roles: [etcd, control-plane] }",
-            "  - { name: cp3, address: 10.0.0.13, roles: [etcd, control-plane] }",
-            "  - { name: lb1, address: 10.0.0.21, roles: [load-balancer] }",
-            "  vip:",
-            "    address: 10.0.0.100",
-            "  kubernetes:",
-            "    version: 1.20.2",
-            "    source: bundle",
-            &format!("    bundleDir: {}", dir.display()),
-            &format!("    mode: {mode}"),
-            "    cgroupDriver: cgroupfs",
-            &format!("  stateDir: {}", dir.join("state").display()),
-        ]
-        .join("\n");
+        let mode = format!("mode: {mode}");
         let mut inv =
-            crate::inventory::load_str(&dir.join("switch.yaml"), &yaml).unwrap_or_else(|e| panic!("{e}"));
+            crate::phases::test_inventory::stacked(dir, "switch", 1, &[&mode, "cgroupDriver: cgroupfs"]);
         // The images come from the stand-ins of `inputs`, whatever the inventory names.
         inv.kubernetes.as_mut().unwrap().images = crate::inventory::ImageSource::Dir("/images".into());
         inv
