@@ -92,6 +92,19 @@ impl HeldServer {
     }
 }
 
+/// Shell function `hactl_held_notes DIR`: the notes a cut `up` left of the servers it took out
+/// of a backend ([`crate::load_balancer::HELD_DIR`]), one line each, `<backend>,<server>
+/// <since>` (the file's name, then the time it holds or `-`); nothing, and no process started,
+/// without a note. This probe and `load_balancer::status`'s both print them with it, and
+/// [`parse_held_note`] reads a line back.
+pub const HELD_NOTES_FN: &str = r#"hactl_held_notes() {
+  for m in "$1"/*,*; do
+    [ -f "$m" ] || continue
+    since=$(head -c 64 "$m" | tr -d ' \n'); echo "${m##*/} ${since:--}"
+  done
+}
+"#;
+
 /// One note of [`crate::load_balancer::HELD_DIR`] as this probe and `load_balancer::status`'s
 /// print it (`<backend>,<server> <since>`: the file's name, then the time it holds or `-`):
 /// (backend, server, since), or `None` for anything else.
@@ -337,6 +350,7 @@ known=
 for a in "$@"; do case $a in v:*) known="$known${a#v:}
 " ;; esac; done
 @VERSION_FN@
+@HELD_NOTES_FN@
 . /etc/os-release 2>/dev/null
 echo "os $ID $VERSION_ID"
 echo "init $(cat /proc/1/comm 2>/dev/null)"
@@ -444,13 +458,16 @@ HACTL_STAT
     END { for (f in m) if (!m[f]) print "foreign", f }' 2>/dev/null
 fi
 # A load balancer: the servers a cut `up` left out of a backend (their notes), with HAProxy's
-# status of each. Nothing to read, and no process started, where there is no note.
-for m in ${held_dir:-/nonexistent}/*,*; do
-  [ -f "$m" ] || continue
-  [ -n "${hstat+x}" ] || hstat=$("$hcli" show stat 2>/dev/null)
-  n=${m##*/}; since=$(head -c 64 "$m" | tr -d ' \n')
-  echo "heldserver $n ${since:--} $(printf '%s\n' "$hstat" | awk -F, -v b="${n%%,*}" -v s="${n#*,}" '$1 == b && $2 == s { print $18 }')"
-done
+# status of each (column 18 of `show stat`, read raw so any version of the helper serves), all
+# joined by one awk. No process started where there is no note.
+if [ -n "${held_dir:-}" ]; then
+  held=$(hactl_held_notes "$held_dir")
+  [ -z "$held" ] || { printf '%s\n--\n' "$held"; "$hcli" show stat 2>/dev/null; } | awk '
+    $0 == "--" { s = 1; FS = ","; next }
+    !s { n[++k] = $1; t[$1] = $2; next }
+    { st[$1 "," $2] = $18 }
+    END { for (i = 1; i <= k; i++) print "heldserver", n[i], t[n[i]], st[n[i]] }'
+fi
 # What is missing is a fact, not a failure (dash's `command -v` of a missing binary is 127).
 exit 0
 "#;
@@ -475,6 +492,7 @@ pub fn probe_command(query: &Query) -> RemoteCommand {
             crate::digest_cache::shell_functions(),
             PROBE
                 .replace("@VERSION_FN@", VERSION_FN)
+                .replace("@HELD_NOTES_FN@", HELD_NOTES_FN)
                 .replace("@PROTO@", &POD_ROUTE_PROTO.to_string())
                 .replace("@DIGESTS@", crate::digest_cache::DIR)
                 .replace("@MIN_SIZE@", &crate::digest_cache::MIN_SIZE.to_string())

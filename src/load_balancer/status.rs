@@ -73,8 +73,9 @@ pub fn probe() -> RemoteCommand {
             "ip -o addr show | awk '{{print \"addr\", $2, $4}}'; \
 echo \"unit haproxy $(systemctl is-active {HAPROXY_UNIT})\"; \
 echo \"unit keepalived $(systemctl is-active {KEEPALIVED_UNIT})\"; \
-for m in {HELD_DIR}/*,*; do [ -f \"$m\" ] && echo \"held ${{m##*/}} $(head -c 64 \"$m\" | tr -d ' \\n')\"; done; \
-echo '{STAT_MARK}'; {HAPROXY_CLI} show stat"
+{held_fn}hactl_held_notes {HELD_DIR} | sed 's/^/held /'; \
+echo '{STAT_MARK}'; {HAPROXY_CLI} show stat",
+            held_fn = crate::facts::HELD_NOTES_FN
         ),
     ])
     .with_timeout(TIMEOUT)
