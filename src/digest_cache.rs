@@ -29,9 +29,21 @@ const KEY_FN: &str = r#"hactl_digest_key() { stat -c '%i:%s:%z' -- "$1" | tr ' '
 hactl_digest_name() { printf '%s' "$1" | sha256sum | cut -c1-40; }
 "#;
 
+/// The name of PATH's record in [`DIR`], as `hactl_digest_name` makes it on a host: the first 40
+/// hex digits of the path's sha256. The facts probe is handed these names for every file it
+/// reads, so that it need not start a `sha256sum` per file to find the records.
+pub fn record_name(path: &str) -> String {
+    use sha2::Digest;
+    let mut name = hex::encode(sha2::Sha256::digest(path.as_bytes()));
+    name.truncate(40);
+    name
+}
+
 /// Shell functions: `hactl_digest_record DIR PATH SHA256` records (best effort, exit 0 always);
 /// `hactl_recorded DIR PATH` prints the recorded sha256 while the record matches PATH as it is
-/// now (else fails, printing nothing); and `hactl_digest DIR PATH [SIZE]` prints PATH's sha256,
+/// now (else fails, printing nothing); `hactl_recorded_list DIR LIST` does the same for many
+/// files in a few processes (LIST: `<record name> <path>` lines; prints `<sha256> <path>` for
+/// each file whose record matches it); and `hactl_digest DIR PATH [SIZE]` prints PATH's sha256,
 /// from a record that still matches or hashed (SIZE: PATH's size in bytes when the caller has
 /// already read it, else one `stat`).
 pub fn shell_functions() -> String {
@@ -44,6 +56,21 @@ pub fn shell_functions() -> String {
 hactl_recorded() {{
   n=$(hactl_digest_name "$2")
   [ -r "$1/$n" ] && read -r k s < "$1/$n" && [ "$k" = "$(hactl_digest_key "$2")" ] && [ ${{#s}} -eq 64 ] && echo "$s"
+}}
+hactl_recorded_list() {{
+  [ -n "$2" ] || return 0
+  rst=$(printf '%s\n' "$2" | cut -d' ' -f2- | tr '\n' '\0' | xargs -0 stat -c '%i:%s:%z %n' 2>/dev/null)
+  [ -n "$rst" ] || return 0
+  # `%z` is three words (date, time, zone): the key is the first three words joined by colons,
+  # as hactl_digest_key makes it.
+  printf '%s\n--\n%s\n' "$2" "$rst" | awk -v dir="$1" '
+    $0 == "--" {{ s = 1; next }}
+    !s {{ if (NF > 1) {{ n = $1; sub(/^[^ ]* /, ""); name[$0] = n }}; next }}
+    {{ k = $1 ":" $2 ":" $3; p = $0; sub(/^[^ ]* [^ ]* [^ ]* /, "", p)
+      if (!(p in name)) next
+      f = dir "/" name[p]
+      if ((getline r < f) > 0 && split(r, w, " ") == 2 && w[1] == k && length(w[2]) == 64) print w[2], p
+      close(f) }}'
 }}
 hactl_digest() {{
   if [ "${{3:-$(stat -c %s -- "$2")}}" -ge {MIN_SIZE} ] && hactl_recorded "$1" "$2"; then
@@ -75,6 +102,14 @@ mod tests {
     fn sha256(bytes: &[u8]) -> String {
         use sha2::Digest;
         hex::encode(sha2::Sha256::digest(bytes))
+    }
+
+    /// The operator machine names a record as the host's shell does.
+    #[test]
+    fn a_records_name_is_the_same_on_both_sides() {
+        for path in ["/usr/local/bin/kube-apiserver", "/etc/a b", "/x"] {
+            assert_eq!(sh(r#"hactl_digest_name "$1""#, &[path]), record_name(path));
+        }
     }
 
     /// A recorded digest is used while the file is as written (shown by recording a digest that is
@@ -138,6 +173,32 @@ mod tests {
             &[cache, small, &recorded],
         );
         assert_eq!(sh(r#"hactl_digest "$1" "$2""#, &[cache, small]), sha256(b"x"));
+
+        // The batch reads the same records: the one that matches, none for the small file's
+        // (its size moved since its record), none for a file that is not there.
+        let list = |paths: &[&str]| {
+            paths
+                .iter()
+                .map(|p| format!("{} {p}\n", record_name(p)))
+                .collect::<String>()
+        };
+        let batch = r#"hactl_recorded_list "$1" "$2""#;
+        sh(r#"hactl_digest_record "$1" "$2" "$3""#, &[cache, path, &recorded]);
+        let missing = dir.path().join("missing");
+        let missing = missing.to_str().unwrap();
+        std::fs::write(small, b"xy").unwrap();
+        assert_eq!(
+            sh(batch, &[cache, &list(&[small, missing, path])]),
+            format!("{recorded} {path}")
+        );
+        assert_eq!(sh(batch, &[cache, ""]), "", "nothing asked");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&file, &big).unwrap();
+        assert_eq!(
+            sh(batch, &[cache, &list(&[path])]),
+            "",
+            "rewritten since its record"
+        );
 
         // A record that cannot be written does not fail (the cache dir is a file here).
         let blocked = dir.path().join("blocked");

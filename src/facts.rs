@@ -340,15 +340,18 @@ pub struct NodeQuery {
     pub key: String,
 }
 
-/// The probe script; arguments: data dir, then `u:<unit>`, `f:<path>`, `b:<binary>` and
-/// `v:<sha256> <version line>` words. A large file's digest comes from the record its upload
-/// left while the file is untouched ([`crate::digest_cache`]); so does a binary's version,
-/// when that digest is one of the `v:` words (same bytes, same `--version`).
+/// The probe script; arguments: data dir, then `u:<unit>`, `f:<path>`, `b:<binary>`,
+/// `r:<record name> <path>` and `v:<sha256> <version line>` words. A large file's digest comes
+/// from the record its upload left while the file is untouched ([`crate::digest_cache`]); so
+/// does a binary's version, when that digest is one of the `v:` words (same bytes, same
+/// `--version`). The `r:` words name the records, so that all of them are read in one batch.
 const PROBE: &str = r#"
 dd=$1; shift
-known=
+known=; names=
 for a in "$@"; do case $a in v:*) known="$known${a#v:}
+" ;; r:*) names="$names${a#r:}
 " ;; esac; done
+recs=$(hactl_recorded_list @DIGESTS@ "$names")
 @VERSION_FN@
 @HELD_NOTES_FN@
 . /etc/os-release 2>/dev/null
@@ -359,10 +362,7 @@ echo "boot $(awk '/^btime/ {print $2}' /proc/stat 2>/dev/null)"
 echo "arch $(uname -m)"
 if [ "$(id -u)" = 0 ]; then echo "privileged yes"; else echo "privileged no"; fi
 command -v apt-get >/dev/null 2>&1 && echo "apt yes"
-ss -Hltnp 2>/dev/null | while read -r _ _ _ local _ proc; do
-  port=${local##*:}; name=$(printf '%s' "$proc" | sed -n 's/.*(("\([^"]*\)".*/\1/p')
-  echo "listen $port ${name:--}"
-done
+ss -Hltnp 2>/dev/null | awk '@LISTEN_AWK@'
 d=$dd; while [ ! -e "$d" ] && [ "$d" != / ]; do d=$(dirname "$d"); done
 echo "free $(df -PB1 "$d" 2>/dev/null | awk 'NR==2 {print $4}')"
 [ -d "$dd/member" ] && echo "member yes"
@@ -430,19 +430,24 @@ fi
 if [ -n "$files" ]; then
   # One stat for every file: size, mode, owner, group, mtime, path.
   st=$(printf '%s' "$files" | tr '\n' '\0' | xargs -0 stat -c '%s %a %U %G %Y %n' 2>/dev/null)
-  # A large file's digest from its record (or hashed); the small ones hashed by one sha256sum.
+  # A large file's digest from its record (read above, in `recs`); the others, and a large file
+  # without a record that matches it, hashed by one sha256sum.
+  split=$(printf '%s\n--\n%s\n' "$recs" "$st" | awk -v min=@MIN_SIZE@ '
+    $0 == "--" { s = 1; next }
+    !s { if (NF > 1) { p = $0; sub(/^[^ ]* /, "", p); r[p] = $1 }; next }
+    NF < 6 { next }
+    { p = $0; sub(/^[^ ]* [^ ]* [^ ]* [^ ]* [^ ]* /, "", p)
+      if ($1 + 0 >= min && (p in r)) print "file", p, r[p], $2, $3, $4, $5; else print "hash", p }')
   small=
-  while read -r size mode owner group mtime p; do
-    [ -n "$p" ] || continue
-    if [ "$size" -ge @MIN_SIZE@ ]; then
-      echo "file $p $(hactl_digest @DIGESTS@ "$p" "$size") $mode $owner $group $mtime"
-    else
-      small="$small$p
-"
-    fi
-  done <<HACTL_STAT
-$st
-HACTL_STAT
+  while read -r k rest; do
+    case $k in
+    file) echo "file $rest" ;;
+    hash) small="$small$rest
+" ;;
+    esac
+  done <<HACTL_SPLIT
+$split
+HACTL_SPLIT
   if [ -n "$small" ]; then
     sums=$(printf '%s' "$small" | tr '\n' '\0' | xargs -0 sha256sum 2>/dev/null)
     printf '%s\n--\n%s\n' "$st" "$sums" | awk '
@@ -472,15 +477,41 @@ fi
 exit 0
 "#;
 
+/// The awk program that turns `ss -Hltnp` lines into `listen <port> <process>` facts: the port
+/// after the local address's last colon, the process from `users:(("name",…` (`-` when `ss`
+/// names none). One process for every line, where a `sed` per line was.
+const LISTEN_AWK: &str = r#"{ port = $4; sub(/.*:/, "", port); name = "-"
+  if (match($0, /\(\("[^"]*"/)) name = substr($0, RSTART + 3, RLENGTH - 4)
+  print "listen", port, name }"#;
+
 /// Shell function `hactl_version PATH`: the first line of `PATH --version`, or, when PATH's
-/// digest record matches it and names a digest listed in `$known` (`<sha256> <line>` lines),
-/// that line without starting PATH.
-const VERSION_FN: &str = r#"hactl_version() {
-  if [ -n "$known" ] && r=$(hactl_recorded @DIGESTS@ "$1") && l=$(printf '%s' "$known" | grep -m1 "^$r "); then
-    echo "${l#* }"; return 0
-  fi
+/// digest record matches it (a `<sha256> <path>` line of `$recs`) and names a digest listed in
+/// `$known` (`<sha256> <line>` lines), that line without starting PATH. The pairs are joined
+/// once, by one awk, into `$vers` (`<path> <line>`), and looked up by the shell's own `read`.
+const VERSION_FN: &str = r#"vers=
+if [ -n "$known" ] && [ -n "$recs" ]; then
+  vers=$(printf '%s\n--\n%s\n' "$known" "$recs" | awk '
+    $0 == "--" { s = 1; next }
+    !s { if (NF > 0) { d = $1; sub(/^[^ ]* ?/, ""); line[d] = $0 }; next }
+    ($1 in line) { p = $0; sub(/^[^ ]* /, "", p); print p, line[$1] }')
+fi
+hactl_version() {
+  while read -r vp vl; do
+    [ "$vp" = "$1" ] && { echo "$vl"; return 0; }
+  done <<HACTL_VERS
+$vers
+HACTL_VERS
   "$1" --version 2>/dev/null | head -n1
 }"#;
+
+/// The binaries whose versions the probe reads (their records are named to it, [`PROBE`]).
+const VERSION_PATHS: [&str; 5] = [
+    "/usr/bin/etcd",
+    "/usr/local/bin/etcd",
+    "/usr/local/bin/kube-apiserver",
+    "/usr/local/bin/kube-controller-manager",
+    "/usr/local/bin/kube-scheduler",
+];
 
 /// The read-only command that gathers facts for `query`.
 pub fn probe_command(query: &Query) -> RemoteCommand {
@@ -493,6 +524,7 @@ pub fn probe_command(query: &Query) -> RemoteCommand {
             PROBE
                 .replace("@VERSION_FN@", VERSION_FN)
                 .replace("@HELD_NOTES_FN@", HELD_NOTES_FN)
+                .replace("@LISTEN_AWK@", LISTEN_AWK)
                 .replace("@PROTO@", &POD_ROUTE_PROTO.to_string())
                 .replace("@DIGESTS@", crate::digest_cache::DIR)
                 .replace("@MIN_SIZE@", &crate::digest_cache::MIN_SIZE.to_string())
@@ -503,6 +535,17 @@ pub fn probe_command(query: &Query) -> RemoteCommand {
     argv.extend(query.units.iter().map(|u| format!("u:{u}")));
     argv.extend(query.files.iter().map(|f| format!("f:{f}")));
     argv.extend(query.binaries.iter().map(|b| format!("b:{b}")));
+    let mut recorded: Vec<&str> = query.files.iter().map(String::as_str).collect();
+    recorded.extend(
+        VERSION_PATHS
+            .iter()
+            .filter(|p| !query.files.iter().any(|f| f == *p)),
+    );
+    argv.extend(
+        recorded
+            .into_iter()
+            .map(|p| format!("r:{} {p}", crate::digest_cache::record_name(p))),
+    );
     argv.extend(
         query
             .known_versions
@@ -868,7 +911,60 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
                 "u:etcd.service",
                 "f:/etc/a b",
                 "b:etcd",
+                &format!("r:{} /etc/a b", crate::digest_cache::record_name("/etc/a b")),
+                &format!(
+                    "r:{} /usr/bin/etcd",
+                    crate::digest_cache::record_name("/usr/bin/etcd")
+                ),
+                &format!(
+                    "r:{} /usr/local/bin/etcd",
+                    crate::digest_cache::record_name("/usr/local/bin/etcd")
+                ),
+                &format!(
+                    "r:{} /usr/local/bin/kube-apiserver",
+                    crate::digest_cache::record_name("/usr/local/bin/kube-apiserver")
+                ),
+                &format!(
+                    "r:{} /usr/local/bin/kube-controller-manager",
+                    crate::digest_cache::record_name("/usr/local/bin/kube-controller-manager")
+                ),
+                &format!(
+                    "r:{} /usr/local/bin/kube-scheduler",
+                    crate::digest_cache::record_name("/usr/local/bin/kube-scheduler")
+                ),
                 &format!("v:{} Kubernetes v1.20.2", "ab".repeat(32))
+            ]
+        );
+    }
+
+    /// `ss -Hltnp` lines as Debian's iproute2 prints them: IPv4, IPv6, two processes on one
+    /// socket (the first named), none named.
+    #[test]
+    fn listeners_are_read_from_ss_lines_by_one_awk() {
+        let lines = "LISTEN 0      4096   127.0.0.1:2379  0.0.0.0:*   users:((\"etcd\",pid=81,fd=7))\n\
+            LISTEN 0 4096 [::]:6443 [::]:* users:((\"kube-apiserver\",pid=9,fd=3),(\"x\",pid=1,fd=2))\n\
+            LISTEN 0 128 0.0.0.0:22 0.0.0.0:*\n";
+        let mut child = std::process::Command::new("awk")
+            .arg(LISTEN_AWK)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        child.stdin.take().unwrap().write_all(lines.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let f = parse(&String::from_utf8_lossy(&out.stdout));
+        let got: Vec<(u16, Vec<&str>)> = f
+            .listeners
+            .iter()
+            .map(|(p, n)| (*p, n.iter().map(String::as_str).collect()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (22, vec!["-"]),
+                (2379, vec!["etcd"]),
+                (6443, vec!["kube-apiserver"])
             ]
         );
     }
@@ -1006,6 +1102,35 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
         let foreign: Vec<String> = f.foreign.iter().cloned().collect();
         // The big file (no marker, like the binaries hactl uploads) counts as foreign, as before.
         assert_eq!(foreign, [path("big"), path("empty"), path("foreign")]);
+
+        // With a record of the big file (a digest that is not its content's, to show which was
+        // used) in a records directory of the test's own, that record is the digest; the small
+        // files are hashed as before.
+        let records = path("digests");
+        let recorded = "e".repeat(64);
+        let status = std::process::Command::new("sh")
+            .args([
+                "-c",
+                &format!(
+                    "{}hactl_digest_record \"$1\" \"$2\" \"$3\"",
+                    crate::digest_cache::shell_functions()
+                ),
+                "t",
+                &records,
+                &path("big"),
+                &recorded,
+            ])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let mut cmd = cmd;
+        cmd.argv[2] = cmd.argv[2].replace(crate::digest_cache::DIR, &records);
+        let out = cmd.run_in("sh");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let f = parse(&String::from_utf8_lossy(&out.stdout));
+        assert_eq!(f.files[&path("big")].sha256, recorded, "the record");
+        assert_eq!(f.files[&path("empty")].sha256, sha(b""));
+        assert_eq!(f.files.len(), 4);
     }
 
     #[test]
@@ -1044,14 +1169,14 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
         std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
         let (records, bin) = (records.to_str().unwrap(), bin.to_str().unwrap());
         let listed = "c".repeat(64);
+        let names = format!("{} {bin}\n", crate::digest_cache::record_name(bin));
         let run = |known: &str| {
             let script = format!(
-                "{}{}\nknown=$1\nhactl_version \"$2\"",
+                "{}known=$1\nrecs=$(hactl_recorded_list \"$3\" \"$4\")\n{VERSION_FN}\nhactl_version \"$2\"",
                 crate::digest_cache::shell_functions(),
-                VERSION_FN.replace("@DIGESTS@", records)
             );
             let out = std::process::Command::new("sh")
-                .args(["-c", &script, "t", known, bin])
+                .args(["-c", &script, "t", known, bin, records, &names])
                 .output()
                 .unwrap();
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
