@@ -39,23 +39,17 @@ pub fn record_name(path: &str) -> String {
     name
 }
 
-/// Shell functions: `hactl_digest_record DIR PATH SHA256` records (best effort, exit 0 always);
-/// `hactl_recorded DIR PATH` prints the recorded sha256 while the record matches PATH as it is
-/// now (else fails, printing nothing); `hactl_recorded_list DIR LIST` does the same for many
-/// files in a few processes (LIST: `<record name> <path>` lines; prints `<sha256> <path>` for
-/// each file whose record matches it); and `hactl_digest DIR PATH [SIZE]` prints PATH's sha256,
-/// from a record that still matches or hashed (SIZE: PATH's size in bytes when the caller has
-/// already read it, else one `stat`).
+/// Shell functions: `hactl_digest_record DIR PATH SHA256` records (best effort, exit 0 always),
+/// and `hactl_recorded_list DIR LIST` reads the records of many files in a few processes (LIST:
+/// `<record name> <path>` lines, the names from [`record_name`]; prints `<sha256> <path>` for
+/// each file whose record matches it as it is now). Hashing what has no record, and leaving the
+/// small files to that, is the reader's part (the facts probe).
 pub fn shell_functions() -> String {
     format!(
         r#"{KEY_FN}hactl_digest_record() {{
   k=$(hactl_digest_key "$2") && n=$(hactl_digest_name "$2") && mkdir -p -- "$1" &&
     printf '%s %s\n' "$k" "$3" > "$1/.$n.tmp" && mv -f -- "$1/.$n.tmp" "$1/$n" || rm -f -- "$1/.$n.tmp" 2>/dev/null
   return 0
-}}
-hactl_recorded() {{
-  n=$(hactl_digest_name "$2")
-  [ -r "$1/$n" ] && read -r k s < "$1/$n" && [ "$k" = "$(hactl_digest_key "$2")" ] && [ ${{#s}} -eq 64 ] && echo "$s"
 }}
 hactl_recorded_list() {{
   [ -n "$2" ] || return 0
@@ -72,12 +66,6 @@ hactl_recorded_list() {{
       if ((getline r < f) > 0 && split(r, w, " ") == 2 && w[1] == k && length(w[2]) == 64) print w[2], p
       close(f) }}'
 }}
-hactl_digest() {{
-  if [ "${{3:-$(stat -c %s -- "$2")}}" -ge {MIN_SIZE} ] && hactl_recorded "$1" "$2"; then
-    return 0
-  fi
-  sha256sum -- "$2" | cut -d' ' -f1
-}}
 "#
     )
 }
@@ -86,7 +74,7 @@ hactl_digest() {{
 mod tests {
     use super::*;
 
-    /// Runs `script` with `hactl_digest*` defined, in a real shell.
+    /// Runs `script` with the records' shell functions defined, in a real shell.
     fn sh(script: &str, args: &[&str]) -> String {
         let out = std::process::Command::new("sh")
             .arg("-c")
@@ -99,11 +87,6 @@ mod tests {
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     }
 
-    fn sha256(bytes: &[u8]) -> String {
-        use sha2::Digest;
-        hex::encode(sha2::Sha256::digest(bytes))
-    }
-
     /// The operator machine names a record as the host's shell does.
     #[test]
     fn a_records_name_is_the_same_on_both_sides() {
@@ -112,9 +95,10 @@ mod tests {
         }
     }
 
-    /// A recorded digest is used while the file is as written (shown by recording a digest that is
-    /// not the content's), and given up as soon as anything touches the file: a rewrite of the
-    /// same size, a chmod. Small files are always hashed.
+    /// A recorded digest is read while the file is as written (shown by recording a digest that
+    /// is not the content's), and given up as soon as anything touches the file: a rewrite of the
+    /// same size, a chmod, a size that moved. A file that is not there, or has no record, has
+    /// none; many files are read in one call.
     #[test]
     fn a_record_is_used_only_while_the_file_is_untouched() {
         let dir = tempfile::tempdir().unwrap();
@@ -123,25 +107,23 @@ mod tests {
         let path = file.to_str().unwrap();
         let big = vec![7u8; MIN_SIZE];
         std::fs::write(&file, &big).unwrap();
-        let real = sha256(&big);
         let recorded = "a".repeat(64);
+        let list = |paths: &[&str]| {
+            paths
+                .iter()
+                .map(|p| format!("{} {p}\n", record_name(p)))
+                .collect::<String>()
+        };
+        let read = |paths: &[&str]| sh(r#"hactl_recorded_list "$1" "$2""#, &[cache, &list(paths)]);
+        let record = |p: &str| sh(r#"hactl_digest_record "$1" "$2" "$3""#, &[cache, p, &recorded]);
 
+        assert_eq!(read(&[path]), "", "no record");
+        record(path);
         assert_eq!(
-            sh(r#"hactl_digest "$1" "$2""#, &[cache, path]),
-            real,
-            "no record: hashed"
-        );
-        sh(r#"hactl_digest_record "$1" "$2" "$3""#, &[cache, path, &recorded]);
-        assert_eq!(
-            sh(r#"hactl_digest "$1" "$2""#, &[cache, path]),
-            recorded,
+            read(&[path]),
+            format!("{recorded} {path}"),
             "an untouched file: the record"
         );
-        // The size the caller read decides, as `stat` would.
-        let size = MIN_SIZE.to_string();
-        let digest_sized = r#"hactl_digest "$1" "$2" "$3""#;
-        assert_eq!(sh(digest_sized, &[cache, path, &size]), recorded);
-        assert_eq!(sh(digest_sized, &[cache, path, "1"]), real, "said small: hashed");
 
         // Same size, other content: the ctime moved, so the record no longer counts. (File times
         // move in clock ticks of a few ms: the pause keeps both writes out of one tick.)
@@ -149,56 +131,30 @@ mod tests {
         let mut other = big.clone();
         other[0] = 8;
         std::fs::write(&file, &other).unwrap();
-        assert_eq!(sh(r#"hactl_digest "$1" "$2""#, &[cache, path]), sha256(&other));
+        assert_eq!(read(&[path]), "", "rewritten since its record");
 
-        sh(r#"hactl_digest_record "$1" "$2" "$3""#, &[cache, path, &recorded]);
-        assert_eq!(sh(r#"hactl_digest "$1" "$2""#, &[cache, path]), recorded);
+        record(path);
+        assert_eq!(read(&[path]), format!("{recorded} {path}"));
         std::thread::sleep(std::time::Duration::from_millis(20));
         std::process::Command::new("chmod")
             .args(["0700", path])
             .status()
             .unwrap();
-        assert_eq!(
-            sh(r#"hactl_digest "$1" "$2""#, &[cache, path]),
-            sha256(&other),
-            "a chmod moves the ctime too"
-        );
+        assert_eq!(read(&[path]), "", "a chmod moves the ctime too");
 
-        // Below MIN_SIZE the record is never read.
+        // Many files at once: the one whose record matches, none for a file whose size moved
+        // since its record, none for a file that is not there.
+        record(path);
         let small = dir.path().join("small");
         std::fs::write(&small, b"x").unwrap();
         let small = small.to_str().unwrap();
-        sh(
-            r#"hactl_digest_record "$1" "$2" "$3""#,
-            &[cache, small, &recorded],
-        );
-        assert_eq!(sh(r#"hactl_digest "$1" "$2""#, &[cache, small]), sha256(b"x"));
-
-        // The batch reads the same records: the one that matches, none for the small file's
-        // (its size moved since its record), none for a file that is not there.
-        let list = |paths: &[&str]| {
-            paths
-                .iter()
-                .map(|p| format!("{} {p}\n", record_name(p)))
-                .collect::<String>()
-        };
-        let batch = r#"hactl_recorded_list "$1" "$2""#;
-        sh(r#"hactl_digest_record "$1" "$2" "$3""#, &[cache, path, &recorded]);
+        record(small);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(small, b"xy").unwrap();
         let missing = dir.path().join("missing");
         let missing = missing.to_str().unwrap();
-        std::fs::write(small, b"xy").unwrap();
-        assert_eq!(
-            sh(batch, &[cache, &list(&[small, missing, path])]),
-            format!("{recorded} {path}")
-        );
-        assert_eq!(sh(batch, &[cache, ""]), "", "nothing asked");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-        std::fs::write(&file, &big).unwrap();
-        assert_eq!(
-            sh(batch, &[cache, &list(&[path])]),
-            "",
-            "rewritten since its record"
-        );
+        assert_eq!(read(&[small, missing, path]), format!("{recorded} {path}"));
+        assert_eq!(read(&[]), "", "nothing asked");
 
         // A record that cannot be written does not fail (the cache dir is a file here).
         let blocked = dir.path().join("blocked");

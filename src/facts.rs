@@ -906,34 +906,16 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
         assert!(cmd.read_only);
         assert_eq!(
             &cmd.argv[4..],
-            [
-                "/var/lib/etcd",
-                "u:etcd.service",
-                "f:/etc/a b",
-                "b:etcd",
-                &format!("r:{} /etc/a b", crate::digest_cache::record_name("/etc/a b")),
-                &format!(
-                    "r:{} /usr/bin/etcd",
-                    crate::digest_cache::record_name("/usr/bin/etcd")
-                ),
-                &format!(
-                    "r:{} /usr/local/bin/etcd",
-                    crate::digest_cache::record_name("/usr/local/bin/etcd")
-                ),
-                &format!(
-                    "r:{} /usr/local/bin/kube-apiserver",
-                    crate::digest_cache::record_name("/usr/local/bin/kube-apiserver")
-                ),
-                &format!(
-                    "r:{} /usr/local/bin/kube-controller-manager",
-                    crate::digest_cache::record_name("/usr/local/bin/kube-controller-manager")
-                ),
-                &format!(
-                    "r:{} /usr/local/bin/kube-scheduler",
-                    crate::digest_cache::record_name("/usr/local/bin/kube-scheduler")
-                ),
-                &format!("v:{} Kubernetes v1.20.2", "ab".repeat(32))
-            ]
+            ["/var/lib/etcd", "u:etcd.service", "f:/etc/a b", "b:etcd",]
+                .into_iter()
+                .map(String::from)
+                .chain(
+                    std::iter::once("/etc/a b")
+                        .chain(VERSION_PATHS)
+                        .map(|p| format!("r:{} {p}", crate::digest_cache::record_name(p)))
+                )
+                .chain([format!("v:{} Kubernetes v1.20.2", "ab".repeat(32))])
+                .collect::<Vec<_>>()
         );
     }
 
@@ -1050,8 +1032,8 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
         );
     }
 
-    /// The files' batch: every existing file's digest (the large one through `hactl_digest`:
-    /// hashed, as it has no record), mode, owner and mtime, and which files lack hactl's marker
+    /// The files' batch: every existing file's digest (the large one hashed while it has no
+    /// record, then taken from its record), mode, owner and mtime, and which files lack hactl's marker
     /// (an empty file too), as the per-file probe read them.
     #[test]
     fn the_probe_reads_every_file_in_one_batch() {
@@ -1106,29 +1088,37 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
         // With a record of the big file (a digest that is not its content's, to show which was
         // used) in a records directory of the test's own, that record is the digest; the small
         // files are hashed as before.
+        // A small file's record (none is written for one; here it is) is never read.
         let records = path("digests");
         let recorded = "e".repeat(64);
-        let status = std::process::Command::new("sh")
-            .args([
-                "-c",
-                &format!(
-                    "{}hactl_digest_record \"$1\" \"$2\" \"$3\"",
-                    crate::digest_cache::shell_functions()
-                ),
-                "t",
-                &records,
-                &path("big"),
-                &recorded,
-            ])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        for file in ["big", "managed"] {
+            let status = std::process::Command::new("sh")
+                .args([
+                    "-c",
+                    &format!(
+                        "{}hactl_digest_record \"$1\" \"$2\" \"$3\"",
+                        crate::digest_cache::shell_functions()
+                    ),
+                    "t",
+                    &records,
+                    &path(file),
+                    &recorded,
+                ])
+                .status()
+                .unwrap();
+            assert!(status.success());
+        }
         let mut cmd = cmd;
         cmd.argv[2] = cmd.argv[2].replace(crate::digest_cache::DIR, &records);
         let out = cmd.run_in("sh");
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         let f = parse(&String::from_utf8_lossy(&out.stdout));
         assert_eq!(f.files[&path("big")].sha256, recorded, "the record");
+        assert_eq!(
+            f.files[&path("managed")].sha256,
+            sha(b"# Managed by hactl\nkey: value\n"),
+            "small: hashed"
+        );
         assert_eq!(f.files[&path("empty")].sha256, sha(b""));
         assert_eq!(f.files.len(), 4);
     }

@@ -1407,13 +1407,14 @@ mod tests {
         );
         assert!(ok);
         assert_eq!(std::fs::read(&path).unwrap(), big);
-        let digest = format!(
-            "{}hactl_digest \"$1\" \"$2\"",
+        let read = format!(
+            "{}hactl_recorded_list \"$1\" \"$2\"",
             crate::digest_cache::shell_functions()
         );
-        let (ok, out) = sh(&digest, &[&records, &path], b"");
+        let list = format!("{} {path}\n", crate::digest_cache::record_name(&path));
+        let (ok, out) = sh(&read, &[&records, &list], b"");
         assert!(ok);
-        assert_eq!(out.trim(), fake);
+        assert_eq!(out.trim(), format!("{fake} {path}"));
         let small = Upload::new(path.clone(), 0o640, "root", "root", b"small".to_vec());
         assert_eq!(record_digest(&small), "-");
 
