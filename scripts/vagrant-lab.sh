@@ -250,16 +250,27 @@ grep -h "hactl: clock\|hactl: could not set" "$work/up.log" >&2 || true
 # The Vagrantfile set each VM's clock from this machine's after `vagrant up` (the box has no NTP
 # client and no NTP server is reachable here); `hactl check`'s clock rule (< 1 s) judges that.
 timed "hactl check" "$hactl" check -i "$inventory" || fail "hactl check"
-timed "hactl up" "$hactl" up -i "$inventory" || fail "hactl up"
-# On failure, keepalived's and HAProxy's last lines on each VM: a VIP held by nobody (seen once,
-# on VMs ten times slower than usual) is explained by keepalived's own log.
+# On failure, the last lines of etcd's, keepalived's and HAProxy's journals on each VM: a VIP held
+# by nobody (seen once, on VMs ten times slower than usual) is explained by keepalived's own log,
+# a member that does not start by etcd's.
 journals() {
   local vm
   for vm in cp1 cp2 cp3; do
-    say "$vm: journalctl -u keepalived -u haproxy (last 30 lines)"
-    timeout 60 vagrant ssh "$vm" -c "sudo journalctl -u keepalived -u haproxy -n 30 --no-pager -o short-precise" 2>&1 | sed "s/^/  $vm | /" >&2 || true
+    say "$vm: journalctl -u etcd -u keepalived -u haproxy (last 30 lines)"
+    timeout 60 vagrant ssh "$vm" -c "sudo journalctl -u etcd -u keepalived -u haproxy -n 30 --no-pager -o short-precise" 2>&1 | sed "s/^/  $vm | /" >&2 || true
   done
 }
+# hactl's log goes to a file first, so that on failure its last lines can be printed again below
+# the journals, last before `FAILED:`, where a summary that keeps only the end still shows them.
+up_rc=0
+timed "hactl up" "$hactl" up -i "$inventory" 2>"$work/up.err" || up_rc=$?
+cat "$work/up.err" >&2
+if [ "$up_rc" != 0 ]; then
+  journals
+  say "hactl up's last lines, again:"
+  tail -n 8 "$work/up.err" >&2
+  fail "hactl up"
+fi
 timed "hactl status" "$hactl" status -i "$inventory" || { journals; fail "hactl status is not healthy"; }
 say "etcd through the VIP $vip, from this machine"
 pki="$HACTL_STATE_DIR/pki/etcd"

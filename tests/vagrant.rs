@@ -11,6 +11,7 @@
 //! The Vagrantfile's refusals of bad input run in seconds and create no VM, so they run with the
 //! rest: `vagrant up` without the box, without an SSH key, and with a provider this machine lacks.
 
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -25,15 +26,25 @@ fn vagrant_lab_cluster_comes_up_healthy_on_real_vms() {
     let name = "vagrant_lab_cluster_comes_up_healthy_on_real_vms";
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let started = Instant::now();
-    let out = Command::new(root.join("scripts/vagrant-lab.sh"))
+    // Both streams into one file, in the order they were written: hactl's error (stderr) then
+    // sits just above the script's `FAILED:` line at the end of the output, where a CI summary
+    // that keeps only the last lines still shows it (printed apart, stdout came last and hid it).
+    let log = tempfile::tempfile().expect("a temporary file for the script's output");
+    let status = Command::new(root.join("scripts/vagrant-lab.sh"))
         .env("HACTL_BIN", env!("CARGO_BIN_EXE_hactl"))
-        .output()
+        .stdout(log.try_clone().expect("the log file's handle"))
+        .stderr(log.try_clone().expect("the log file's handle"))
+        .status()
         .expect("scripts/vagrant-lab.sh runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    eprint!("{}", String::from_utf8_lossy(&out.stderr));
-    print!("{stdout}");
-    if out.status.code() == Some(SKIPPED) {
-        let why = stdout
+    let mut bytes = Vec::new();
+    let mut log = log;
+    log.seek(SeekFrom::Start(0)).expect("rewinding the log");
+    log.read_to_end(&mut bytes)
+        .expect("the script's output is read back");
+    let output = String::from_utf8_lossy(&bytes);
+    print!("{output}");
+    if status.code() == Some(SKIPPED) {
+        let why = output
             .lines()
             .find_map(|l| l.strip_prefix("SKIPPED vagrant_lab: "))
             .unwrap_or("scripts/vagrant-lab.sh exited 77 without saying why");
@@ -42,9 +53,8 @@ fn vagrant_lab_cluster_comes_up_healthy_on_real_vms() {
     }
     eprintln!("{name}: {} s", started.elapsed().as_secs());
     assert!(
-        out.status.success(),
-        "scripts/vagrant-lab.sh failed ({})",
-        out.status
+        status.success(),
+        "scripts/vagrant-lab.sh failed ({status}): its last lines above say which step and why"
     );
 }
 
