@@ -5,7 +5,8 @@
 //!   drained before and made ready after, before the next host's drain); afterwards no unit of
 //!   the three runs or is enabled (their files stay), each manifest is written and runs one
 //!   process, every mirror pod shows, and a second `up` has nothing to do;
-//! - back to `systemd`: the manifests are moved aside (`/etc/kubernetes/manifests.hactl-previous`,
+//! - back to `systemd`, cut by Ctrl-C on the second host (its manifests aside, no unit started
+//!   yet: it runs neither mode) and carried on by the next `up`: the manifests are moved aside (`/etc/kubernetes/manifests.hactl-previous`,
 //!   not deleted), the units run and are enabled, one process each, and a second `up` has
 //!   nothing to do.
 //!
@@ -134,11 +135,33 @@ pub fn the_control_plane_switches_to_static_pods_and_back_while_the_api_answers(
         &cps,
         "Switch the control plane from static-pod to systemd, one host at a time",
     );
+    // Cut in the middle (Ctrl-C on the second host, its manifests moved aside and its first
+    // unit enabled, nothing started yet): the host runs neither mode and its server is kept out
+    // of the load balancers' rotation; the next `up` carries the switch on from what the hosts run.
     let t = Instant::now();
+    let second = &cps[1];
+    let (code, seen) =
+        crate::support::cli::interrupted(&["up", "--yes", "-i", k.inv.to_str().unwrap()], |line| {
+            line.contains(&format!("{second}: run systemctl enable kube-apiserver.service"))
+        });
+    assert_ne!(code, Some(0), "the cut switch exited 0:\n{seen}");
+    for c in COMPONENTS {
+        let running = pids(k, second, c);
+        assert!(
+            running.is_empty(),
+            "{second}: {c} runs after the cut, before its unit was started: {running:?}"
+        );
+    }
+    let plan = k.hactl_ok(&["plan"]);
+    assert!(
+        plan.contains("Switch the control plane from static-pod to systemd")
+            && plan.contains(&format!("state kubernetes-api {second} ready")),
+        "the plan after the cut does not carry the switch on: {plan}"
+    );
     let out = k.hactl(&["up", "--yes"]);
     assert!(
         out.status.success(),
-        "the switch back to systemd failed: {}",
+        "the switch back to systemd, carried on after the cut, failed: {}",
         text(&out)
     );
     println!(

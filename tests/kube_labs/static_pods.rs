@@ -25,6 +25,13 @@
 //!   moves every host's manifests aside (R1.2) before it stops etcd, rebuilds the members from
 //!   cp1's data, and puts the manifests back (R5.2): the control plane runs as static pods again,
 //!   what cp1 held is served, `status` is healthy and `up` has nothing to do;
+//! - `recover from a snapshot`: a snapshot saved with `hactl etcd snapshot save`, a ConfigMap
+//!   written after it, etcd's data wiped on two members; `hactl recover --from-snapshot` runs the
+//!   same manifest steps, the snapshot's ConfigMap is served and the later one is gone, `status`
+//!   is healthy and `up` has nothing to do;
+//! - `replace --reuse-host`: cp2's etcd data lost; `hactl replace cp2 --reuse-host` rebuilds its
+//!   member (a new ID) on the same host and its control plane runs as static pods again, with
+//!   its mirror pods, a healthy `status` and nothing left for `up`;
 //! - `binary roll`: the control-plane images rebuilt under the same tag roll through `up`, one
 //!   host at a time behind the drained backend, 0 failed `/readyz` through the VIP, each component
 //!   running the rebuilt binary afterwards.
@@ -459,8 +466,60 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
         "{name}: recover from cp1 after 2 of 3 members were wiped took {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    // R1.2 moved each host's manifests aside (the kubelet stopped the pods) before any etcd
-    // stopped; R5.2 put them back: one process of each component per host, none as a unit.
+    recovered_as_static_pods(&k, &cps, "before-recover", "before", "recover --from-member");
+    check(name, "recover", t0);
+
+    // recover --from-snapshot: the same steps with the data from a snapshot taken here; what the
+    // snapshot held is back and what was written after it is gone.
+    k.kubectl_ok(&[
+        "create",
+        "configmap",
+        "in-snapshot",
+        "--from-literal=when=snapshot",
+    ]);
+    let tmp = tempfile::tempdir().unwrap();
+    let snap = k
+        .hactl_ok(&["etcd", "snapshot", "save", "--out", tmp.path().to_str().unwrap()])
+        .trim()
+        .to_string();
+    k.kubectl_ok(&[
+        "create",
+        "configmap",
+        "after-snapshot",
+        "--from-literal=when=after",
+    ]);
+    k.lose_etcd_members(&["cp1", "spare1"], "cp2");
+    let started = Instant::now();
+    let out = k.hactl(&["recover", "--from-snapshot", &snap, "--yes"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "recover --from-snapshot failed: {}",
+        text(&out)
+    );
+    println!(
+        "{name}: recover from a snapshot after 2 of 3 members were wiped took {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    recovered_as_static_pods(&k, &cps, "in-snapshot", "snapshot", "recover --from-snapshot");
+    let gone = k.kubectl(&["get", "configmap", "after-snapshot"]);
+    let said = String::from_utf8_lossy(&gone.stderr);
+    assert!(
+        !gone.status.success() && (said.contains("NotFound") || said.contains("not found")),
+        "the ConfigMap written after the snapshot is still served: {}",
+        text(&gone)
+    );
+    check(name, "recover from a snapshot", t0);
+
+    reuse_host(&k, name, t0);
+    image_roll(&k, name, t0);
+}
+
+/// After a recover in static-pod mode: R1.2 moved each host's manifests aside (its kubelet stopped
+/// the pods) before any etcd stopped and R5.2 put them back; each component runs once per host,
+/// as a static pod; the ConfigMap `configmap` (data `when`) is served through the VIP; `status` is
+/// healthy and `up` has nothing to do. `what` names the recover in the messages.
+fn recovered_as_static_pods(k: &KubeLab, cps: &[String], configmap: &str, when: &str, what: &str) {
     let j = k.journal("");
     let at = |step: &str, phase: &str| KubeLab::journal_position(&j, step, phase);
     let first_etcd_stop = cps
@@ -468,7 +527,7 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
         .filter_map(|h| at(&format!("R1.3@{h}"), "started"))
         .min()
         .unwrap_or_else(|| panic!("no R1.3 in the journal: {j:?}"));
-    for h in &cps {
+    for h in cps {
         let aside = at(&format!("R1.2@{h}:manifests"), "done")
             .unwrap_or_else(|| panic!("R1.2@{h}:manifests not done: {j:?}"));
         assert!(
@@ -481,7 +540,7 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
         );
         assert!(
             eventually(Duration::from_secs(180), || k.readyz_on(h)),
-            "{h}: /readyz does not answer after recover"
+            "{h}: /readyz does not answer after {what}"
         );
         for c in COMPONENTS {
             k.lab
@@ -490,10 +549,10 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
             let mut running = vec![];
             assert!(
                 eventually(Duration::from_secs(120), || {
-                    running = pids(&k, h, c);
+                    running = pids(k, h, c);
                     running.len() == 1
                 }),
-                "{h}: {c} processes after recover: {running:?}"
+                "{h}: {c} processes after {what}: {running:?}"
             );
         }
     }
@@ -501,21 +560,92 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
     // member is healthy, and `up` has nothing to do.
     k.wait_jsonpath(
         "configmap",
-        "before-recover",
+        configmap,
         "{.data.when}",
-        "before",
+        when,
         Duration::from_secs(120),
         "the ConfigMap written before the loss",
     );
     if let Err(doc) = k.wait_healthy(Duration::from_secs(180)) {
-        panic!("status is not healthy after recover: {doc}");
+        panic!("status is not healthy after {what}: {doc}");
     }
     let again = k.hactl(&["up", "--yes"]);
     assert!(again.status.success(), "{}", text(&again));
     assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), "no changes");
-    check(name, "recover", t0);
+}
 
-    image_roll(&k, name, t0);
+/// `replace --reuse-host`: cp2's etcd data lost (its member killed and the data dir gone);
+/// `hactl replace cp2 --reuse-host` rebuilds the member on the same host with a new ID, and its
+/// control plane runs again as static pods (one process of each component, no unit of theirs,
+/// `/readyz` answering), its mirror pods show, every member is healthy and `up` has nothing to do.
+fn reuse_host(k: &KubeLab, name: &str, t0: Instant) {
+    let member_id = |host: &str| -> String {
+        let (_, doc) = k.status();
+        doc["members"]
+            .as_array()
+            .and_then(|ms| ms.iter().find(|m| m["name"] == host))
+            .and_then(|m| m["id"].as_str())
+            .unwrap_or("")
+            .to_string()
+    };
+    let before = member_id("cp2");
+    assert!(!before.is_empty(), "no member cp2 in status before the replace");
+    k.lab
+        .exec("cp2", &["systemctl", "kill", "-s", "KILL", "etcd.service"]);
+    k.lab.exec("cp2", &["systemctl", "stop", "etcd.service"]);
+    k.lab.exec_ok("cp2", &["rm", "-rf", "/var/lib/etcd"]);
+    let started = Instant::now();
+    let out = k.hactl(&["replace", "cp2", "--reuse-host", "--yes"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "replace --reuse-host failed: {}",
+        text(&out)
+    );
+    println!(
+        "{name}: replace cp2 --reuse-host took {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        eventually(Duration::from_secs(180), || k.readyz_on("cp2")),
+        "cp2's apiserver does not answer /readyz after replace --reuse-host"
+    );
+    for c in COMPONENTS {
+        let mut running = vec![];
+        assert!(
+            eventually(Duration::from_secs(120), || {
+                running = pids(k, "cp2", c);
+                running.len() == 1
+            }),
+            "cp2: {c} processes after replace --reuse-host: {running:?}"
+        );
+        let unit = k
+            .lab
+            .exec("cp2", &["systemctl", "is-active", &format!("{c}.service")]);
+        assert_ne!(
+            String::from_utf8_lossy(&unit.stdout).trim(),
+            "active",
+            "cp2: {c} runs as a unit after replace --reuse-host"
+        );
+    }
+    let mut last = vec![];
+    let mirrored = eventually(Duration::from_secs(180), || {
+        last = mirror_pods(k);
+        COMPONENTS
+            .iter()
+            .all(|c| last.iter().any(|(comp, node, _)| comp == c && node == "cp2"))
+    });
+    assert!(mirrored, "cp2's mirror pods are not in kube-system: {last:?}");
+    if let Err(doc) = k.wait_healthy(Duration::from_secs(180)) {
+        panic!("status is not healthy after replace --reuse-host: {doc}");
+    }
+    let after = member_id("cp2");
+    assert!(
+        !after.is_empty() && after != before,
+        "cp2's member ID after replace --reuse-host: {after:?} (before: {before})"
+    );
+    k.assert_up_no_changes("after replace --reuse-host");
+    check(name, "replace --reuse-host", t0);
 }
 
 /// `binary roll`: the control-plane images rebuilt under the same tag (the real binaries with
