@@ -6,9 +6,9 @@
 //!   the three runs or is enabled (their files stay), each manifest is written and runs one
 //!   process, every mirror pod shows, and a second `up` has nothing to do;
 //! - back to `systemd`, cut by Ctrl-C on the second host (its manifests aside, no unit started
-//!   yet: it runs neither mode) and carried on by the next `up`: the manifests are moved aside (`/etc/kubernetes/manifests.hactl-previous`,
-//!   not deleted), the units run and are enabled, one process each, and a second `up` has
-//!   nothing to do.
+//!   yet: it runs neither mode) and carried on by the next `up`: the manifests are moved aside
+//!   (`/etc/kubernetes/manifests.hactl-previous`, not deleted), the units run and are enabled,
+//!   one process each, and a second `up` has nothing to do.
 //!
 //! Needs root and the Kubernetes binaries (see `support/kube.rs`).
 
@@ -135,9 +135,9 @@ pub fn the_control_plane_switches_to_static_pods_and_back_while_the_api_answers(
         &cps,
         "Switch the control plane from static-pod to systemd, one host at a time",
     );
-    // Cut in the middle (Ctrl-C on the second host, its manifests moved aside and its first
-    // unit enabled, nothing started yet): the host runs neither mode and its server is kept out
-    // of the load balancers' rotation; the next `up` carries the switch on from what the hosts run.
+    // Cut in the middle (Ctrl-C as the second host's first unit is enabled, its manifests moved
+    // aside, nothing started yet): the host runs neither mode and its server is kept out of the
+    // load balancers' rotation; the next `up` carries the switch on from what the hosts run.
     let t = Instant::now();
     let second = &cps[1];
     let (code, seen) =
