@@ -78,11 +78,12 @@ pub fn hactl_env(inv: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     run(Some(inv), args, env, None)
 }
 
-/// Exit code, stdout and stderr, for assertion messages.
+/// Exit code (or the signal that ended it), stdout and stderr, for assertion messages.
 pub fn text(out: &Output) -> String {
     format!(
-        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        "exit {:?} ({})\nstdout:\n{}\nstderr:\n{}",
         out.status.code(),
+        out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )

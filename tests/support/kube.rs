@@ -44,11 +44,12 @@ pub fn version_of(dir: &Path) -> semver::Version {
         .unwrap_or_else(|| panic!("cannot read the version of {}", dir.display()))
 }
 
-/// stdout and stderr of `out`, for messages.
+/// Exit code (or the signal that ended it), stdout and stderr of `out`, for messages.
 pub fn text(out: &Output) -> String {
     format!(
-        "exit {:?}\n{}{}",
+        "exit {:?} ({})\n{}{}",
         out.status.code(),
+        out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
