@@ -384,14 +384,7 @@ fn static_pod_control_plane_runs_under_the_kubelet() {
     for c in COMPONENTS {
         let running = pids(&k, "spare1", c);
         assert_eq!(running.len(), 1, "spare1: {c} processes: {running:?}");
-        let unit = k
-            .lab
-            .exec("spare1", &["systemctl", "is-active", &format!("{c}.service")]);
-        assert_ne!(
-            String::from_utf8_lossy(&unit.stdout).trim(),
-            "active",
-            "spare1: {c} unit"
-        );
+        assert_no_unit(&k, "spare1", c, "after replace");
         assert!(pids(&k, "cp3", c).is_empty(), "cp3 still runs {c}");
     }
     let listing = k.lab.exec_ok("cp3", &["ls", "-A", "/etc/kubernetes/manifests"]);
@@ -574,6 +567,18 @@ fn recovered_as_static_pods(k: &KubeLab, cps: &[String], configmap: &str, when: 
     assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), "no changes");
 }
 
+/// `component` does not run as a systemd unit on `host` (static-pod mode); `when` is for the message.
+fn assert_no_unit(k: &KubeLab, host: &str, component: &str, when: &str) {
+    let unit = k
+        .lab
+        .exec(host, &["systemctl", "is-active", &format!("{component}.service")]);
+    assert_ne!(
+        String::from_utf8_lossy(&unit.stdout).trim(),
+        "active",
+        "{host}: {component} runs as a unit {when}"
+    );
+}
+
 /// `replace --reuse-host`: cp2's etcd data lost (its member killed and the data dir gone);
 /// `hactl replace cp2 --reuse-host` rebuilds the member on the same host with a new ID, and its
 /// control plane runs again as static pods (one process of each component, no unit of theirs,
@@ -619,14 +624,7 @@ fn reuse_host(k: &KubeLab, name: &str, t0: Instant) {
             }),
             "cp2: {c} processes after replace --reuse-host: {running:?}"
         );
-        let unit = k
-            .lab
-            .exec("cp2", &["systemctl", "is-active", &format!("{c}.service")]);
-        assert_ne!(
-            String::from_utf8_lossy(&unit.stdout).trim(),
-            "active",
-            "cp2: {c} runs as a unit after replace --reuse-host"
-        );
+        assert_no_unit(k, "cp2", c, "after replace --reuse-host");
     }
     let mut last = vec![];
     let mirrored = eventually(Duration::from_secs(180), || {
