@@ -16,7 +16,9 @@
 //! renewed certificate, a rotated CA), the phase rolls instead, one host at a time: a restart
 //! leaves the running pods alone, but a bad binary or configuration then fails on the first node
 //! (its kubelet, and a restarted kube-proxy, must answer their health endpoints again before the
-//! next node restarts) rather than on every node at once.
+//! next node restarts) rather than on every node at once. The roll does not wait for the Node to
+//! be Ready in the API: a restarted kubelet can report NotReady for up to one status period,
+//! which can evict pods that tolerate `not-ready` for less (docs/development/known-gaps.md).
 
 use std::time::Duration;
 
