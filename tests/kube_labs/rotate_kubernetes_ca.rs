@@ -14,7 +14,8 @@
 //! - the controller-manager signs an approved CertificateSigningRequest with the new CA;
 //! - the etcd and front-proxy CAs are untouched, and a second `hactl up` plans no changes.
 //!
-//! Then, on the same lab, the front-proxy CA's rotation (`rotate_front_proxy_ca.rs`).
+//! Then, on the same lab, the front-proxy CA's rotation (`rotate_front_proxy_ca.rs`). A second
+//! test runs the Kubernetes CA's rotation with the same checks on a control plane of static pods.
 //!
 //! Needs root and the Kubernetes binaries (see `support/kube.rs`).
 
@@ -110,6 +111,30 @@ fn rotating_the_kubernetes_ca_keeps_kubectl_answering_and_leaves_only_the_new_ca
     let Some(k) = KubeLab::up(name, 3, 2, 0) else {
         return;
     };
+    rotate_and_check(name, &k);
+
+    // The front-proxy CA's rotation on the same lab (no bring-up of its own).
+    crate::rotate_front_proxy_ca::rotating_the_front_proxy_ca_keeps_the_apiservers_answering_and_publishes_only_the_new_ca(&k);
+}
+
+/// The same rotation with the control plane as static pods (`kubernetes.mode: static-pod`): each
+/// roll is then `up`'s manifest roll, the kubelet restarting the pods whose files changed. Before
+/// and after, every component runs as one static pod per host and as no unit.
+#[test]
+fn rotating_the_kubernetes_ca_with_a_static_pod_control_plane_keeps_kubectl_answering() {
+    let name = "rotating_the_kubernetes_ca_with_a_static_pod_control_plane_keeps_kubectl_answering";
+    let Some(k) = KubeLab::up_static_pods(name, 3, 2, 0) else {
+        return;
+    };
+    let cps = k.control_planes();
+    crate::static_pods::assert_runs_as_static_pods(&k, &cps, "before the rotation");
+    rotate_and_check(name, &k);
+    crate::static_pods::assert_runs_as_static_pods(&k, &cps, "after the rotation");
+}
+
+/// The rotation (paused after C1.roll, cut after C2, resumed) with its checks, described at the top
+/// of this file; `name` is for the messages.
+fn rotate_and_check(name: &str, k: &KubeLab) {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let pki = k.state.join("pki");
     let read = |rel: &str| std::fs::read_to_string(pki.join(rel)).unwrap();
@@ -118,12 +143,12 @@ fn rotating_the_kubernetes_ca_keeps_kubectl_answering_and_leaves_only_the_new_ca
     let etcd_ca = read("etcd/ca.crt");
     let front_proxy_ca = read("front-proxy/ca.crt");
     assert_eq!(
-        certs(&published(&k)),
+        certs(&published(k)),
         certs(&old_ca),
         "before the rotation the cluster publishes the kubernetes CA alone"
     );
     let (token_ca, root_ca) = wait_for(Duration::from_secs(60), &(old_ca.clone(), old_ca.clone()), || {
-        pod_cas(&k)
+        pod_cas(k)
     });
     assert_eq!(
         certs(&token_ca),
@@ -193,12 +218,12 @@ fn rotating_the_kubernetes_ca_keeps_kubectl_answering_and_leaves_only_the_new_ca
     both.sort();
     let both_pems = |pem: &str| certs(pem) == both;
     let (token_ca, root_ca) = wait_for(Duration::from_secs(60), &(true, true), || {
-        let (t, r) = pod_cas(&k);
+        let (t, r) = pod_cas(k);
         (both_pems(&t), both_pems(&r))
     });
     assert!(token_ca && root_ca, "pods are not given both CAs at the pause");
     assert_eq!(
-        wait_for(Duration::from_secs(30), &both, || certs(&published(&k))),
+        wait_for(Duration::from_secs(30), &both, || certs(&published(k))),
         both,
         "while both CAs are trusted, both are published"
     );
@@ -238,15 +263,15 @@ fn rotating_the_kubernetes_ca_keeps_kubectl_answering_and_leaves_only_the_new_ca
 
     // Published, and given to pods: the new CA alone.
     let new = certs(&new_ca);
-    assert_eq!(certs(&published(&k)), new, "the ConfigMap still holds the old CA");
+    assert_eq!(certs(&published(k)), new, "the ConfigMap still holds the old CA");
     let (token_ca, root_ca) = wait_for(Duration::from_secs(60), &(new_ca.clone(), new_ca.clone()), || {
-        pod_cas(&k)
+        pod_cas(k)
     });
     assert_eq!(certs(&token_ca), new, "the token Secret's ca.crt");
     assert_eq!(certs(&root_ca), new, "kube-root-ca.crt");
     std::thread::sleep(Duration::from_secs(5));
     assert_eq!(
-        certs(&published(&k)),
+        certs(&published(k)),
         new,
         "an apiserver published the old CA again"
     );
@@ -373,7 +398,4 @@ fn rotating_the_kubernetes_ca_keeps_kubectl_answering_and_leaves_only_the_new_ca
     assert_eq!(again.trim(), "no changes");
     assert_eq!(k.hactl(&["certs", "check"]).status.code(), Some(0));
     println!("{name}: passed");
-
-    // The front-proxy CA's rotation on the same lab (no bring-up of its own).
-    crate::rotate_front_proxy_ca::rotating_the_front_proxy_ca_keeps_the_apiservers_answering_and_publishes_only_the_new_ca(&k);
 }

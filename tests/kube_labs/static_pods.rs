@@ -567,6 +567,27 @@ fn recovered_as_static_pods(k: &KubeLab, cps: &[String], configmap: &str, when: 
     assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), "no changes");
 }
 
+/// On every host of `cps`: each control-plane component runs as one process, from its manifest
+/// in /etc/kubernetes/manifests, and as no systemd unit (the kubelet may still be restarting a
+/// pod: up to 120 s); `when` is for the messages.
+pub(crate) fn assert_runs_as_static_pods(k: &KubeLab, cps: &[String], when: &str) {
+    for h in cps {
+        for c in COMPONENTS {
+            k.lab
+                .exec_ok(h, &["test", "-f", &format!("/etc/kubernetes/manifests/{c}.yaml")]);
+            assert_no_unit(k, h, c, when);
+            let mut running = vec![];
+            assert!(
+                eventually(Duration::from_secs(120), || {
+                    running = pids(k, h, c);
+                    running.len() == 1
+                }),
+                "{h}: {c} processes {when}: {running:?}"
+            );
+        }
+    }
+}
+
 /// `component` does not run as a systemd unit on `host` (static-pod mode); `when` is for the message.
 fn assert_no_unit(k: &KubeLab, host: &str, component: &str, when: &str) {
     let unit = k

@@ -96,7 +96,21 @@ impl KubeLab {
             opts.suite = "trixie".to_string();
         })?;
         let inv = lab.inventory().to_path_buf();
-        Some(Self::bring_up(test_name, lab, inv, bin_dir, version, None))
+        Some(Self::bring_up(test_name, lab, inv, bin_dir, version, None, |t| t))
+    }
+
+    /// Like [`KubeLab::up`], with `kubernetes.mode: static-pod` in the inventory before the first
+    /// `up`: the control plane runs as static pods of each control-plane host's kubelet.
+    pub fn up_static_pods(test_name: &str, cps: u8, lbs: u8, spares: u8) -> Option<KubeLab> {
+        let bin_dir = bin_dir(test_name)?;
+        let version = version_of(&bin_dir);
+        let lab = TestLab::up(test_name, cps, lbs, spares, "trixie")?;
+        let inv = lab.inventory().to_path_buf();
+        Some(Self::bring_up(test_name, lab, inv, bin_dir, version, None, |t| {
+            let moved = t.replacen("  kubernetes:\n", "  kubernetes:\n    mode: static-pod\n", 1);
+            assert_ne!(moved, t, "no kubernetes section:\n{t}");
+            moved
+        }))
     }
 
     /// `hactl init`'s inventory on `suite` (3 control planes, 2 load balancers, as `init`
@@ -110,7 +124,15 @@ impl KubeLab {
         let rt = tokio::runtime::Runtime::new().unwrap();
         let (url, _) = super::init::serve_etcd_release(&rt);
         let inv = super::init::write_inventory(&lab, &url);
-        Some(Self::bring_up(test_name, lab, inv, bin_dir, version, Some(rt)))
+        Some(Self::bring_up(
+            test_name,
+            lab,
+            inv,
+            bin_dir,
+            version,
+            Some(rt),
+            |t| t,
+        ))
     }
 
     fn bring_up(
@@ -120,6 +142,7 @@ impl KubeLab {
         bin_dir: PathBuf,
         version: semver::Version,
         release_server: Option<tokio::runtime::Runtime>,
+        edit: impl FnOnce(String) -> String,
     ) -> KubeLab {
         hactl::lab::kubernetes::add_to_inventory(&inv, &version.to_string(), &bin_dir).unwrap();
         let state = inv.parent().unwrap().join("state");
@@ -132,6 +155,7 @@ impl KubeLab {
             up_seconds: 0.0,
             release_server,
         };
+        k.set_inventory(edit);
         let started = Instant::now();
         let out = k.hactl(&["up", "--yes"]);
         assert!(out.status.success(), "hactl up failed: {}", text(&out));
