@@ -457,6 +457,14 @@ fn web_pods(k: &KubeLab) -> Vec<WebPod> {
         .collect()
 }
 
+/// Those of `pods` that are Ready and not being deleted.
+fn ready_pods(pods: &[WebPod]) -> Vec<WebPod> {
+    pods.iter()
+        .filter(|p| p.ready && !p.terminating)
+        .cloned()
+        .collect()
+}
+
 /// Node name → (`Ready` condition status, taints as `key:effect`, pod CIDR).
 fn nodes(k: &KubeLab) -> BTreeMap<String, (String, Vec<String>, String)> {
     let out = k.kubectl(&["get", "nodes", "-o", "json"]);
@@ -591,11 +599,7 @@ fn pods_run_on_the_workers_and_reach_each_other_and_the_services() {
     k.kubectl_input(&["apply", "-f", "-"], Some(&WEB.replace("@IMAGE@", &busybox)));
     let pods = wait_some(Duration::from_secs(240), "2 web pods Ready", || {
         let pods = web_pods(&k);
-        let ready: Vec<WebPod> = pods
-            .iter()
-            .filter(|p| p.ready && !p.terminating)
-            .cloned()
-            .collect();
+        let ready = ready_pods(&pods);
         if ready.len() == 2 {
             Ok(ready)
         } else {
@@ -813,11 +817,7 @@ fn pods_run_on_the_workers_and_reach_each_other_and_the_services() {
     step("the web pods, one on each worker, after the kubelets restarted");
     let pods = wait_some(Duration::from_secs(240), "a Ready web pod on each worker", || {
         let now = web_pods(&k);
-        let ready: Vec<WebPod> = now
-            .iter()
-            .filter(|p| p.ready && !p.terminating)
-            .cloned()
-            .collect();
+        let ready = ready_pods(&now);
         let mut on: Vec<&str> = ready.iter().map(|p| p.node.as_str()).collect();
         on.sort();
         (on == workers).then_some(ready).ok_or(format!("{now:?}"))
@@ -845,7 +845,7 @@ fn pods_run_on_the_workers_and_reach_each_other_and_the_services() {
         "the Service answering from w1's pod",
         || {
             let now = web_pods(&k);
-            let Some(on_w1) = now.iter().find(|p| p.node == "w1" && p.ready && !p.terminating) else {
+            let Some(on_w1) = ready_pods(&now).into_iter().find(|p| p.node == "w1") else {
                 return Err(format!("no Ready web pod on w1: {now:?}"));
             };
             let (ok, got) = fetch(&k, &on_w1.name, &url);
@@ -863,7 +863,7 @@ fn pods_run_on_the_workers_and_reach_each_other_and_the_services() {
         || {
             let taints = nodes(&k).get("w2").map(|n| n.1.clone()).unwrap_or_default();
             let now = web_pods(&k);
-            let running: Vec<&WebPod> = now.iter().filter(|p| p.ready && !p.terminating).collect();
+            let running = ready_pods(&now);
             let done = taints
                 .iter()
                 .any(|t| t == "node.kubernetes.io/unreachable:NoExecute")

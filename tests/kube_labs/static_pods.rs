@@ -536,17 +536,8 @@ fn recovered_as_static_pods(k: &KubeLab, cps: &[String], configmap: &str, when: 
             "{h}: /readyz does not answer after {what}"
         );
         for c in COMPONENTS {
-            k.lab
-                .exec_ok(h, &["test", "-f", &format!("/etc/kubernetes/manifests/{c}.yaml")]);
             // The kubelet starts the pods of the manifests put back in its own time.
-            let mut running = vec![];
-            assert!(
-                eventually(Duration::from_secs(120), || {
-                    running = pids(k, h, c);
-                    running.len() == 1
-                }),
-                "{h}: {c} processes after {what}: {running:?}"
-            );
+            assert_one_process_from_its_manifest(k, h, c, &format!("after {what}"));
         }
     }
     // What the survivor held is served through the VIP, the Leases are taken again, every
@@ -573,19 +564,31 @@ fn recovered_as_static_pods(k: &KubeLab, cps: &[String], configmap: &str, when: 
 pub(crate) fn assert_runs_as_static_pods(k: &KubeLab, cps: &[String], when: &str) {
     for h in cps {
         for c in COMPONENTS {
-            k.lab
-                .exec_ok(h, &["test", "-f", &format!("/etc/kubernetes/manifests/{c}.yaml")]);
             assert_no_unit(k, h, c, when);
-            let mut running = vec![];
-            assert!(
-                eventually(Duration::from_secs(120), || {
-                    running = pids(k, h, c);
-                    running.len() == 1
-                }),
-                "{h}: {c} processes {when}: {running:?}"
-            );
+            assert_one_process_from_its_manifest(k, h, c, when);
         }
     }
+}
+
+/// `component`'s manifest is in /etc/kubernetes/manifests on `host` and one process of it runs
+/// (waited for up to 120 s: the kubelet starts or restarts the pod in its own time).
+fn assert_one_process_from_its_manifest(k: &KubeLab, host: &str, component: &str, when: &str) {
+    k.lab.exec_ok(
+        host,
+        &[
+            "test",
+            "-f",
+            &format!("/etc/kubernetes/manifests/{component}.yaml"),
+        ],
+    );
+    let mut running = vec![];
+    assert!(
+        eventually(Duration::from_secs(120), || {
+            running = pids(k, host, component);
+            running.len() == 1
+        }),
+        "{host}: {component} processes {when}: {running:?}"
+    );
 }
 
 /// `component` does not run as a systemd unit on `host` (static-pod mode); `when` is for the message.
