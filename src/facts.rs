@@ -180,6 +180,8 @@ pub struct RegisteredNode {
     pub labels: std::collections::BTreeMap<String, String>,
     /// `key=value:effect` (`key:effect` without a value).
     pub taints: Vec<String>,
+    /// Its `Ready` condition is `True`: a roll waits for it again after restarting the kubelet.
+    pub ready: bool,
 }
 
 impl RegisteredNode {
@@ -191,7 +193,20 @@ impl RegisteredNode {
             metadata: RawMeta,
             #[serde(default)]
             spec: RawSpec,
+            #[serde(default)]
+            status: RawStatus,
             kind: String,
+        }
+        #[derive(serde::Deserialize, Default)]
+        struct RawStatus {
+            #[serde(default)]
+            conditions: Vec<RawCondition>,
+        }
+        #[derive(serde::Deserialize)]
+        struct RawCondition {
+            #[serde(rename = "type")]
+            kind: String,
+            status: String,
         }
         #[derive(serde::Deserialize, Default)]
         struct RawMeta {
@@ -228,6 +243,11 @@ impl RegisteredNode {
                     }
                 })
                 .collect(),
+            ready: raw
+                .status
+                .conditions
+                .iter()
+                .any(|c| c.kind == "Ready" && c.status == "True"),
         })
     }
 }
@@ -826,6 +846,10 @@ podroute 10.244.4.0/24 10.0.0.42\nnode {node}\n",
         let r = n.api.registered().unwrap();
         assert_eq!(r.pod_cidr.as_deref(), Some("10.244.3.0/24"));
         assert_eq!(r.labels["kubernetes.io/hostname"], "w1");
+        assert!(r.ready);
+        let not_ready = node.replace(r#""status":"True""#, r#""status":"False""#);
+        let f = parse(&format!("node {not_ready}\n"));
+        assert!(!f.node.unwrap().api.registered().unwrap().ready);
         assert_eq!(
             r.taints,
             ["node-role.kubernetes.io/master:NoSchedule", "k=v:NoExecute"]

@@ -15,10 +15,12 @@
 //! yet. When the plan restarts a running kubelet, kube-proxy or containerd (a new bundle, a
 //! renewed certificate, a rotated CA), the phase rolls instead, one host at a time: a restart
 //! leaves the running pods alone, but a bad binary or configuration then fails on the first node
-//! (its kubelet, and a restarted kube-proxy, must answer their health endpoints again before the
-//! next node restarts) rather than on every node at once. The roll does not wait for the Node to
-//! be Ready in the API: a restarted kubelet can report NotReady for up to one status period,
-//! which can evict pods that tolerate `not-ready` for less (docs/development/known-gaps.md).
+//! (its kubelet, and a restarted kube-proxy, must answer their health endpoints again, and a
+//! Node that was Ready must be Ready again with a heartbeat from the restarted kubelet, before
+//! the next node restarts) rather than on every node at once. A restarted kubelet can still
+//! report NotReady for up to one status period (kubernetes#93747), which can evict pods that
+//! tolerate `not-ready` for less; the roll keeps that to one Node at a time
+//! (docs/development/known-gaps.md).
 
 use std::time::Duration;
 
@@ -90,6 +92,41 @@ pub fn wait_ready(inv: &Inventory, host: &Host) -> Check {
     )
     .diagnose_with(journal(node::KUBELET_UNIT))
 }
+
+/// Waits until the Node of `host` is Ready again after its kubelet restarted: its `Ready`
+/// condition `True` with a heartbeat no older than the kubelet's start, so neither the Ready of
+/// before the restart nor the NotReady a kubelet may post at its start (kubernetes#93747) counts.
+/// Both times are the host's own clock (the kubelet stamps the heartbeat); systemd prints its
+/// timestamp in UTC here so that `date -d` reads it whatever the host's zone.
+pub fn wait_ready_since_restart(inv: &Inventory, host: &Host) -> Check {
+    let q = node::node_query(inv, host);
+    Check::command(
+        format!(
+            "Node {} is Ready again, reported by its restarted kubelet",
+            host.name
+        ),
+        RemoteCommand::read_only([
+            "sh".to_string(),
+            "-c".to_string(),
+            READY_SINCE_RESTART.to_string(),
+            "hactl-node-ready".to_string(),
+            q.ca,
+            q.cert,
+            q.key,
+            q.server,
+            q.name,
+            node::KUBELET_UNIT.to_string(),
+        ])
+        .with_timeout(Duration::from_secs(10)),
+        Duration::from_secs(180),
+    )
+    .diagnose_with(journal(node::KUBELET_UNIT))
+}
+
+/// [`wait_ready_since_restart`]'s script: `$1`-`$3` the CA, client certificate and key, `$4` the
+/// apiserver, `$5` the Node, `$6` the kubelet's unit. Succeeds when the Node's `Ready` is `True`
+/// with a heartbeat at or after the unit's start (whole seconds, both).
+const READY_SINCE_RESTART: &str = "since=$(TZ=UTC systemctl show -p ActiveEnterTimestamp --value \"$6\") && since=$(TZ=UTC date -d \"$since\" +%s) && beat=$(curl -fsS --max-time 5 --cacert \"$1\" --cert \"$2\" --key \"$3\" \"$4/api/v1/nodes/$5\" | tr -d ' \\n' | sed -n 's/.*\"type\":\"Ready\",\"status\":\"True\",\"lastHeartbeatTime\":\"\\([^\"]*\\)\".*/\\1/p') && [ -n \"$beat\" ] && [ \"$(date -d \"$beat\" +%s)\" -ge \"$since\" ]";
 
 /// Waits until `what` on the host answers its local health endpoint `url`; a timeout shows
 /// `unit`'s journal.
@@ -222,6 +259,17 @@ pub fn runs_control_plane(inv: &Inventory, host: &Host) -> bool {
             .is_some_and(|k| k.mode == crate::inventory::KubernetesMode::StaticPod)
 }
 
+/// Whether a kubelet brought as `kubelet` is waited for until its Node is Ready again: a restart
+/// of one whose Node the facts showed Ready (see [`kubelet_steps`]).
+fn waits_until_ready_again(kubelet: Bring, f: &HostFacts) -> bool {
+    let was_ready = f
+        .node
+        .as_ref()
+        .and_then(|n| n.api.registered())
+        .is_some_and(|n| n.ready);
+    kubelet == Bring::Restart && was_ready
+}
+
 /// The first part of a node's start: the kernel settings, containerd, the images it must hold,
 /// and the kubelet, waited for when it was (re)started. Nothing here needs an apiserver: in
 /// static-pod mode it runs before the control plane, on the hosts whose kubelets run it.
@@ -268,6 +316,14 @@ pub fn kubelet_steps(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError>
     steps.extend(bring_steps(node::KUBELET_UNIT, kubelet, f));
     if kubelet != Bring::Nothing {
         steps.push(Step::Wait(wait_kubelet(host)));
+    }
+    // A restart in a roll: the next host restarts once this Node is Ready again in the API, so
+    // a kubelet that answers its health endpoint but cannot report to the apiservers (a bad
+    // client certificate, say) stops the roll on its first host, and a kubelet's NotReady at
+    // its start touches one Node at a time. Only for a Node that was Ready before: one that was
+    // not is no worse for the restart, and `up` does not wait on what it did not break.
+    if waits_until_ready_again(kubelet, f) {
+        steps.push(Step::Wait(wait_ready_since_restart(ctx.inv, host)));
     }
     Ok(steps)
 }
@@ -385,6 +441,97 @@ mod tests {
             assert_eq!(pending(&with_api(api.clone())), want, "{api:?}");
         }
         assert!(pending(&HostFacts::default()), "no facts of a node: pending");
+    }
+
+    #[test]
+    fn only_a_restarted_kubelet_whose_node_was_ready_is_waited_for_until_ready_again() {
+        let registered = |ready| {
+            NodeApi::Registered(RegisteredNode {
+                ready,
+                ..RegisteredNode::default()
+            })
+        };
+        // (how the kubelet is brought, what the API said of its Node, waited for)
+        let table = [
+            (Bring::Restart, registered(true), true),
+            (Bring::Restart, registered(false), false),
+            (Bring::Restart, NodeApi::Absent, false),
+            (Bring::Restart, NodeApi::Unknown("timeout".into()), false),
+            (Bring::Start, registered(true), false),
+            (Bring::Nothing, registered(true), false),
+        ];
+        for (how, api, want) in table {
+            let f = with_api(api.clone());
+            assert_eq!(waits_until_ready_again(how, &f), want, "{how:?} {api:?}");
+        }
+        assert!(!waits_until_ready_again(Bring::Restart, &HostFacts::default()));
+    }
+
+    /// Runs [`READY_SINCE_RESTART`] with a `systemctl` that says the kubelet started at
+    /// 2026-11-27 15:05:22 UTC and a `curl` that answers `node` (the real `sh`, `tr`, `sed` and
+    /// `date`).
+    fn ready_since_restart(node: &str) -> bool {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = |name: &str, body: &str| {
+            use std::os::unix::fs::PermissionsExt;
+            let path = dir.path().join(name);
+            std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        fake(
+            "systemctl",
+            "[ \"$TZ\" = UTC ] && echo 'Fri 2026-11-27 15:05:22 UTC'",
+        );
+        fake("curl", &format!("cat <<'EOF'\n{node}\nEOF"));
+        let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap());
+        std::process::Command::new("sh")
+            .args(["-c", READY_SINCE_RESTART, "test", "ca", "crt", "key"])
+            .args(["https://a:6443", "w1", node::KUBELET_UNIT])
+            .env("PATH", path)
+            .env("TZ", "Asia/Tokyo")
+            .status()
+            .unwrap()
+            .success()
+    }
+
+    #[test]
+    fn a_node_is_ready_again_only_with_a_ready_heartbeat_from_after_the_kubelets_start() {
+        // As the apiserver writes a Node: indented, the conditions' fields in this order.
+        let node = |ready: &str, beat: &str| {
+            format!(
+                r#"{{
+  "kind": "Node",
+  "status": {{
+    "conditions": [
+      {{
+        "type": "MemoryPressure",
+        "status": "False",
+        "lastHeartbeatTime": "2026-11-27T15:09:00Z"
+      }},
+      {{
+        "type": "Ready",
+        "status": "{ready}",
+        "lastHeartbeatTime": "{beat}",
+        "lastTransitionTime": "2026-11-27T15:00:00Z",
+        "reason": "KubeletReady",
+        "message": "kubelet is posting ready status"
+      }}
+    ]
+  }}
+}}"#
+            )
+        };
+        assert!(ready_since_restart(&node("True", "2026-11-27T15:05:32Z")));
+        assert!(ready_since_restart(&node("True", "2026-11-27T15:05:22Z")));
+        assert!(
+            !ready_since_restart(&node("True", "2026-11-27T15:05:21Z")),
+            "the Ready of before the restart"
+        );
+        assert!(
+            !ready_since_restart(&node("False", "2026-11-27T15:05:32Z")),
+            "the NotReady a starting kubelet posts"
+        );
+        assert!(!ready_since_restart("curl: (7) Failed to connect"));
     }
 
     #[test]
