@@ -13,7 +13,7 @@ fn kubernetes_up_bench_runs() {
         name,
         "kubernetes_up.sh",
         &["--quick"],
-        "RESULT no-op up with Kubernetes",
+        "RESULT cold up with Kubernetes",
         Some(&dir),
     );
 }
