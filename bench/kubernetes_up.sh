@@ -31,10 +31,9 @@ run() { # $1 = label, $2 = short tag (lab names have at most 20 characters), $3.
   names+=("$name")
   local inv="/tmp/$name.yaml"
   "$HACTL" lab up --name "$name" --control-planes 3 --load-balancers 2 --out "$inv" "$@" >/dev/null 2>&1
-  local t; t=$(now)
   # What the cold `up` uploads (plan changes nothing; not timed), for the floor below.
   "$HACTL" plan -i "$inv" -o json >"/tmp/$name.plan.json" 2>/dev/null
-  t=$(now)
+  local t; t=$(now)
   "$HACTL" up -i "$inv" --yes >/dev/null 2>&1
   local cold; cold=$(since "$t")
   # Let a fresh control plane settle (controllers start, kubelets register) before timing.
@@ -90,7 +89,7 @@ floor() {
       "${ssh[@]}" "root@$ip" "mkdir -p $scratch && tar -xf - -C $scratch") &
     pids+=($!)
   done
-  local p; for p in "${pids[@]}"; do wait "$p"; done
+  local p; for p in "${pids[@]}"; do wait "$p" || { echo "the floor's copy to a host of $lab failed" >&2; exit 1; }; done
   floor_copy=$(since "$t")
   for h in $(cut -d' ' -f1 "$plan.large" | sort -u); do
     "$HACTL" lab ssh --name "$lab" "$h" -- rm -rf "$scratch"
