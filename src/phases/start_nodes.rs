@@ -46,23 +46,34 @@ pub fn pending(facts: &HostFacts) -> bool {
     }
 }
 
-/// The read-only command that succeeds when `host`'s Node answers with `pattern` in its JSON
-/// (asked with the kubelet's credentials, as the facts probe asks).
-fn node_has(inv: &Inventory, host: &Host, pattern: &str) -> RemoteCommand {
+/// The read-only `sh -c script` that asks about `host`'s Node with the kubelet's credentials (as
+/// the facts probe asks): the script gets the CA, client certificate, key, apiserver and Node
+/// name as `$1`-`$5`, and `extra` as `$6`.
+fn node_command(inv: &Inventory, host: &Host, script: &str, extra: &str) -> RemoteCommand {
     let q = node::node_query(inv, host);
     RemoteCommand::read_only([
         "sh".to_string(),
         "-c".to_string(),
-        "curl -fsS --max-time 5 --cacert \"$1\" --cert \"$2\" --key \"$3\" \"$4/api/v1/nodes/$5\" | tr -d ' \\n' | grep -qF \"$6\"".to_string(),
+        script.to_string(),
         "hactl-node".to_string(),
         q.ca,
         q.cert,
         q.key,
         q.server,
         q.name,
-        pattern.to_string(),
+        extra.to_string(),
     ])
     .with_timeout(Duration::from_secs(10))
+}
+
+/// The read-only command that succeeds when `host`'s Node answers with `pattern` in its JSON.
+fn node_has(inv: &Inventory, host: &Host, pattern: &str) -> RemoteCommand {
+    node_command(
+        inv,
+        host,
+        "curl -fsS --max-time 5 --cacert \"$1\" --cert \"$2\" --key \"$3\" \"$4/api/v1/nodes/$5\" | tr -d ' \\n' | grep -qF \"$6\"",
+        pattern,
+    )
 }
 
 /// The last lines of a unit's journal.
@@ -99,25 +110,12 @@ pub fn wait_ready(inv: &Inventory, host: &Host) -> Check {
 /// Both times are the host's own clock (the kubelet stamps the heartbeat); systemd prints its
 /// timestamp in UTC here so that `date -d` reads it whatever the host's zone.
 pub fn wait_ready_since_restart(inv: &Inventory, host: &Host) -> Check {
-    let q = node::node_query(inv, host);
     Check::command(
         format!(
             "Node {} is Ready again, reported by its restarted kubelet",
             host.name
         ),
-        RemoteCommand::read_only([
-            "sh".to_string(),
-            "-c".to_string(),
-            READY_SINCE_RESTART.to_string(),
-            "hactl-node-ready".to_string(),
-            q.ca,
-            q.cert,
-            q.key,
-            q.server,
-            q.name,
-            node::KUBELET_UNIT.to_string(),
-        ])
-        .with_timeout(Duration::from_secs(10)),
+        node_command(inv, host, READY_SINCE_RESTART, node::KUBELET_UNIT),
         Duration::from_secs(180),
     )
     .diagnose_with(journal(node::KUBELET_UNIT))
