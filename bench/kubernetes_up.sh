@@ -68,21 +68,21 @@ run() { # $1 = label, $2 = short tag (lab names have at most 20 characters), $3.
 floor() {
   local lab=$1 plan=$2 dir="${HACTL_LAB_DIR:-/var/lib/hactl-lab}/labs/$1"
   local scratch=/var/tmp/hactl-bench-floor h
-  # host, path of every upload of 1 MiB or more.
+  # host, path, size of every upload of 1 MiB or more (each once per host), and those hosts.
   jq -r '.phases[].hosts[] | .host as $h | .steps[]
-         | select(.kind == "upload" and .size >= 1048576) | "\($h) \(.path)"' "$plan" |
+         | select(.kind == "upload" and .size >= 1048576) | "\($h) \(.path) \(.size)"' "$plan" |
     sort -u >"$plan.large"
   [ -s "$plan.large" ] || { echo "the cold up's plan uploads no file of 1 MiB or more" >&2; exit 1; }
-  floor_hosts=$(cut -d' ' -f1 "$plan.large" | sort -u | wc -l)
-  floor_mib=$(jq '[.phases[].hosts[].steps[] | select(.kind == "upload" and .size >= 1048576)
-                   | .size] | add / 1048576 | floor' "$plan")
+  local hosts; mapfile -t hosts < <(cut -d' ' -f1 "$plan.large" | sort -u)
+  floor_hosts=${#hosts[@]}
+  floor_mib=$(awk '{ s += $3 } END { printf "%d", s / 1048576 }' "$plan.large")
   local ssh=(ssh -i "$dir/id_ed25519" -o UserKnownHostsFile="$dir/known_hosts"
              -o StrictHostKeyChecking=yes -o BatchMode=yes)
   # The same bytes `up` uploaded, read from where it put them (the hosts' roots are on this
   # machine), each host's over its own connection, all hosts at once.
   local t pids=()
   t=$(now)
-  for h in $(cut -d' ' -f1 "$plan.large" | sort -u); do
+  for h in "${hosts[@]}"; do
     local ip; ip=$(jq -r --arg h "$h" '.hosts[] | select(.name == $h) | .ip' "$dir/lab.json")
     (cd "$(jq -r --arg h "$h" '.hosts[] | select(.name == $h) | .merged' "$dir/lab.json")" &&
       awk -v h="$h" '$1 == h {print substr($2, 2)}' "$plan.large" | tar -cf - -T - |
@@ -91,7 +91,7 @@ floor() {
   done
   local p; for p in "${pids[@]}"; do wait "$p" || { echo "the floor's copy to a host of $lab failed" >&2; exit 1; }; done
   floor_copy=$(since "$t")
-  for h in $(cut -d' ' -f1 "$plan.large" | sort -u); do
+  for h in "${hosts[@]}"; do
     "$HACTL" lab ssh --name "$lab" "$h" -- rm -rf "$scratch"
   done
   # Each apiserver's own start to /readyz, timed on its host; all three at once.
