@@ -55,7 +55,8 @@ for ip in "${order[@]}"; do
   ssh_to "$ip" systemctl restart etcd
   until ssh_to "$ip" "$ctl endpoint health" >/dev/null 2>&1; do sleep 0.05; done
 done
-until ssh_to "${ips[0]}" "curl -sf --cacert /etc/hactl/pki/etcd/ca.crt --cert /etc/hactl/pki/etcd/client.crt --key /etc/hactl/pki/etcd/client.key https://127.0.0.1:2379/version" | grep -q '"etcdcluster":"3.5.0"'; do sleep 0.05; done
+# The cluster version at /version: etcd 3.5 serves HTTP on loopback port 2382 under hactl's unit.
+until ssh_to "${ips[0]}" "curl -sf --cacert /etc/hactl/pki/etcd/ca.crt --cert /etc/hactl/pki/etcd/client.crt --key /etc/hactl/pki/etcd/client.key https://127.0.0.1:2382/version" | grep -q '"etcdcluster":"3.5.0"'; do sleep 0.05; done
 floor=$(since "$t")
 
 printf '3-member etcd upgrade 3.4.23 -> 3.5.16: hactl up %ss, by hand %ss (%sx)\n' "$hactl_time" "$floor" "$(ratio "$hactl_time" "$floor")"

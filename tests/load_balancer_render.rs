@@ -185,7 +185,7 @@ fn a_fresh_load_balancer_gets_everything_and_the_vip_is_verified() {
         "hactl-start haproxy.service",
         "hactl-start keepalived.service",
         "== Verify the VIP",
-        "cp1: wait up to 30s: etcd answers through the VIP (https://10.0.0.100:2379/health)",
+        "cp1: wait up to 30s: etcd answers through the VIP (https://10.0.0.100:2379) (sudo -n -- /usr/local/sbin/hactl-etcdctl --endpoints=https://10.0.0.100:2379",
     ] {
         assert!(text.contains(line), "missing {line:?} in:\n{text}");
     }

@@ -130,6 +130,8 @@ pub fn ports_for(inv: &Inventory, host: &Host) -> Vec<(u16, &'static str)> {
         ports.push((inv.etcd.peer_port, "etcd"));
         // The metrics listener: loopback always, the host address when balancers check it.
         ports.push((crate::etcd::METRICS_PORT, "etcd"));
+        // HTTP client services (etcd 3.5), loopback.
+        ports.push((crate::etcd::HTTP_PORT, "etcd"));
     }
     if host.has(Role::ControlPlane) && inv.kubernetes.is_some() {
         ports.push((6443, "kube-apiserver"));

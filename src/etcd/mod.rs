@@ -38,6 +38,10 @@ pub const BIN_DIR: &str = "/usr/local/bin";
 /// etcd's metrics and plain `/health` listener: on loopback, and on the member's address when
 /// load balancers health-check it (plain HTTP, no certificate; it serves no key).
 pub const METRICS_PORT: u16 = 2381;
+/// etcd's HTTP client services (`/health`, `/version`, the JSON gateway), with a client
+/// certificate, on loopback only: the client URLs serve gRPC alone, so a stopping member drains
+/// its clients gracefully (docs/how-to/upgrades.md, "Direct clients during a restart").
+pub const HTTP_PORT: u16 = 2382;
 
 /// In the state directory: the token of the current lineage, written by `hactl recover`.
 pub const TOKEN_FILE: &str = "etcd-token";

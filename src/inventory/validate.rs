@@ -1914,6 +1914,7 @@ const ETCD_FLAGS_SET: &[(&str, Option<&str>)] = &[
     ("listen-peer-urls", Some("etcd.peerPort")),
     ("initial-advertise-peer-urls", Some("etcd.peerPort")),
     ("listen-metrics-urls", None),
+    ("listen-client-http-urls", None),
     ("cert-file", None),
     ("key-file", None),
     ("trusted-ca-file", None),

@@ -158,6 +158,7 @@ fn unit_text(host: &Host, ctx: &Ctx<'_>, allowed_cn: Option<&str>) -> Result<Str
             client_port: inv.etcd.client_port,
             peer_port: inv.etcd.peer_port,
             metrics_port: etcd::METRICS_PORT,
+            http_port: etcd::HTTP_PORT,
             health_on_address: !inv.with_role(crate::inventory::Role::LoadBalancer).is_empty(),
             pki_dir: etcd::PKI_DIR.to_string(),
             heartbeat_interval: inv.etcd.heartbeat_interval_ms,

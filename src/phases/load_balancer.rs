@@ -292,31 +292,22 @@ pub fn haproxy_answers(host: &str, timeout: Duration) -> Check {
     ]))
 }
 
-/// etcd answers `/health` through the VIP's etcd frontend (proves VIP, HAProxy, TLS to a member
-/// and the member itself). Run on an etcd host, with that host's client certificate: the load
-/// balancers hold no etcd credential.
+/// etcd answers a health check (a read, and no alarm) through the VIP's etcd frontend: proves
+/// the VIP, HAProxy, TLS to a member and the member itself. gRPC, as every etcd client speaks:
+/// the client port serves nothing else (`etcd::HTTP_PORT`). Run on an etcd host, with that
+/// host's client certificate: the load balancers hold no etcd credential.
 pub fn vip_serves_etcd(inv: &Inventory, timeout: Duration) -> Option<Check> {
     let vip = inv.vip.as_ref()?;
-    let url = format!(
-        "https://{}:{}/health",
-        url_host(vip.address),
-        inv.etcd.client_port
-    );
-    let pki = crate::etcd::PKI_DIR;
+    let url = format!("https://{}:{}", url_host(vip.address), inv.etcd.client_port);
     Some(Check::command(
         format!("etcd answers through the VIP ({url})"),
         RemoteCommand::read_only([
-            "curl".to_string(),
-            "-sSf".into(),
-            "--max-time".into(),
-            "2".into(),
-            "--cacert".into(),
-            format!("{pki}/ca.crt"),
-            "--cert".into(),
-            format!("{pki}/client.crt"),
-            "--key".into(),
-            format!("{pki}/client.key"),
-            url,
+            crate::etcd::ETCDCTL_WRAPPER.to_string(),
+            format!("--endpoints={url}"),
+            "--dial-timeout=2s".into(),
+            "--command-timeout=2s".into(),
+            "endpoint".into(),
+            "health".into(),
         ]),
         timeout,
     ))

@@ -183,6 +183,8 @@ pub struct EtcdUnit {
     pub client_port: u16,
     pub peer_port: u16,
     pub metrics_port: u16,
+    /// etcd's HTTP client services, on loopback (the client URLs serve gRPC alone).
+    pub http_port: u16,
     /// Also serve the metrics listener (`/health`, `/metrics`: no key is readable there) on the
     /// member's address, for the load balancers' health checks, which then need no client
     /// certificate (one that passes `--client-cert-auth` could read and write every key).
@@ -238,6 +240,7 @@ mod tests {
                 client_port: 2379,
                 peer_port: 2380,
                 metrics_port: 2381,
+                http_port: 2382,
                 health_on_address: true,
                 pki_dir: "/etc/hactl/pki/etcd".into(),
                 heartbeat_interval: 100,

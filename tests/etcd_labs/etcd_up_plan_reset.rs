@@ -82,7 +82,23 @@ fn up_twice_then_plan_says_no_changes(lab: &TestLab, n: usize) {
         ],
     );
     assert!(!no_cert.status.success(), "a client without a certificate got in");
-    let with_cert = lab.exec_ok(
+    // With a certificate, gRPC: the client port serves nothing else (etcd 3.5).
+    let with_cert = lab.exec(
+        "cp2",
+        &[
+            "hactl-etcdctl",
+            &format!("--endpoints=https://{ip}:2379"),
+            "endpoint",
+            "health",
+        ],
+    );
+    let said =
+        String::from_utf8_lossy(&with_cert.stderr).into_owned() + &String::from_utf8_lossy(&with_cert.stdout);
+    assert!(
+        with_cert.status.success() && said.contains("is healthy"),
+        "{said}"
+    );
+    let http_on_client_port = lab.exec(
         "cp2",
         &[
             "curl",
@@ -98,7 +114,28 @@ fn up_twice_then_plan_says_no_changes(lab: &TestLab, n: usize) {
             &format!("https://{ip}:2379/health"),
         ],
     );
-    assert!(with_cert.contains("true"), "{with_cert}");
+    assert!(
+        !String::from_utf8_lossy(&http_on_client_port.stdout).contains("\"health\":\"true\""),
+        "the client port still serves HTTP"
+    );
+    // HTTP (/health, /version, the gateway) on loopback, with a certificate.
+    let http = lab.exec_ok(
+        "cp1",
+        &[
+            "curl",
+            "-sS",
+            "-m",
+            "5",
+            "--cacert",
+            "/etc/hactl/pki/etcd/ca.crt",
+            "--cert",
+            "/etc/hactl/pki/etcd/client.crt",
+            "--key",
+            "/etc/hactl/pki/etcd/client.key",
+            "https://127.0.0.1:2382/health",
+        ],
+    );
+    assert!(http.contains("\"health\":\"true\""), "{http}");
 
     let hosts: Vec<String> = (1..=n).map(|i| format!("cp{i}")).collect();
     let pids: Vec<String> = hosts.iter().map(|h| etcd_main_pid(lab, h)).collect();
@@ -341,7 +378,7 @@ fn a_power_cut_during_a_config_rollout_stops_it_and_quorum_holds() {
         .spawn()
         .unwrap();
     // The roll restarts one member at a time (followers first, the leader last). `up` logs
-    // `<host>: run systemctl restart etcd…` as it restarts a member: at the first such line it is
+    // `<host>: run /usr/local/sbin/hactl-etcd-member restart …` as it restarts a member: at the first such line it is
     // paused (SIGSTOP), another member's power is cut before its turn can come, and it goes on.
     // No race with the roll's pace: on a loaded machine, polling the members' pids missed the
     // window between two restarts.
@@ -354,7 +391,7 @@ fn a_power_cut_during_a_config_rollout_stops_it_and_quorum_holds() {
         log.push_str(&line);
         if let Some((host, _)) = line
             .split_once(": run ")
-            .filter(|(_, cmd)| cmd.contains("systemctl restart etcd"))
+            .filter(|(_, cmd)| cmd.contains("hactl-etcd-member restart "))
         {
             let host = host.split_whitespace().last().unwrap_or_default();
             let Some(i) = hosts.iter().position(|h| *h == host) else {

@@ -91,7 +91,11 @@ fn member_versions(lab: &TestLab, host: &str) -> Vec<String> {
 }
 
 /// The cluster version the member's `/version` reports (`etcdcluster`), through its client port.
-fn cluster_version(lab: &TestLab, host: &str) -> String {
+/// The cluster version `host`'s member reports at `/version`: on the client port under etcd 3.4,
+/// on loopback port 2382 under 3.5 (whose client port hactl's unit leaves to gRPC alone), so the
+/// port also shows which listener layout the member runs.
+fn cluster_version(lab: &TestLab, host: &str, port: u16) -> String {
+    let url = format!("https://127.0.0.1:{port}/version");
     let out = lab.exec(
         host,
         &[
@@ -103,7 +107,7 @@ fn cluster_version(lab: &TestLab, host: &str) -> String {
             "/etc/hactl/pki/etcd/client.crt",
             "--key",
             "/etc/hactl/pki/etcd/client.key",
-            "https://127.0.0.1:2379/version",
+            &url,
         ],
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
@@ -129,7 +133,7 @@ fn a_bookworm_cluster_upgrades_from_etcd_3_4_to_3_5_under_a_writer_through_the_v
     let inv = lab.inventory().to_path_buf();
     assert!(hactl(&inv, &["up", "--yes"]).status.success());
     assert_eq!(member_versions(&lab, "cp1"), ["3.4.23"; 3]);
-    assert_eq!(cluster_version(&lab, "cp1"), "3.4.0");
+    assert_eq!(cluster_version(&lab, "cp1", 2379), "3.4.0");
 
     // A bundle that is not the declared version is refused before anything changes.
     set_etcd(&inv, Some("3.5.17"), Some(&bundle));
@@ -150,11 +154,7 @@ fn a_bookworm_cluster_upgrades_from_etcd_3_4_to_3_5_under_a_writer_through_the_v
         "{plan}"
     );
     assert!(plan.contains(&format!("reports etcd {TARGET}")), "{plan}");
-    assert_eq!(
-        plan.matches("run systemctl restart etcd.service").count(),
-        3,
-        "{plan}"
-    );
+    assert_eq!(plan.matches("hactl-etcd-member restart ").count(), 3, "{plan}");
 
     // A writer through VIP:2379 from lb1 would need etcdctl there; cp3's etcdctl speaks to the VIP.
     let lab = Arc::new(lab);
@@ -176,10 +176,10 @@ fn a_bookworm_cluster_upgrades_from_etcd_3_4_to_3_5_under_a_writer_through_the_v
 
     assert_eq!(member_versions(&lab, "cp1"), [TARGET; 3]);
     assert!(
-        eventually(Duration::from_secs(30), || cluster_version(&lab, "cp1")
+        eventually(Duration::from_secs(30), || cluster_version(&lab, "cp1", 2382)
             == "3.5.0"),
         "cluster version: {}",
-        cluster_version(&lab, "cp1")
+        cluster_version(&lab, "cp1", 2382)
     );
     let o = hactl(&inv, &["plan"]);
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "no changes");
