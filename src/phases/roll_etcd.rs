@@ -5,7 +5,9 @@
 //! version) and the cluster after, so the cluster never loses quorum; the leader goes last, so
 //! leadership moves once at most; a member that does not come back stops the rollout, with its
 //! HAProxy `etcd-client` backend still in maintenance (the load balancers send a restarting
-//! member no new client connection, so clients through the VIP see no failed request).
+//! member no new client connection, so clients through the VIP see no failed request). The
+//! clients that reach a member directly, the apiservers, are drained by etcd itself (see
+//! `steps_for`).
 //!
 //! A version change is checked against the rules in `etcd::upgrade` before anything is planned:
 //! a minor skip, a minor downgrade and a binary that is not the declared version are refused.
@@ -186,7 +188,7 @@ impl Phase for RollEtcd {
         true
     }
     fn steps(&self, host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
-        Ok(steps_for(host, &decide(ctx)?))
+        Ok(steps_for(host, ctx.inv.etcd.client_port, &decide(ctx)?))
     }
     /// The members in roll order (the leader last), after a check of the new binary on every
     /// member that changes version; a minor change ends with the cluster version at the new minor.
@@ -202,7 +204,7 @@ impl Phase for RollEtcd {
                 .map(|h| HostSteps {
                     host: h.name.clone(),
                     sudo: h.ssh.sudo,
-                    steps: steps_for(h, &rolls),
+                    steps: steps_for(h, ctx.inv.etcd.client_port, &rolls),
                 })
                 .collect(),
         };
@@ -305,8 +307,11 @@ impl Phase for RollEtcd {
     }
 }
 
-/// The restart of one member, with its gates; nothing when it needs none.
-fn steps_for(host: &Host, rolls: &BTreeMap<String, MemberRoll>) -> Vec<Step> {
+/// The restart of one member, with its gates; nothing when it needs none. The restart drains
+/// the member's direct clients (the apiservers, which no HAProxy drain moves): its client URLs
+/// serve gRPC alone, which etcd stops gracefully, and `hactl-etcd-member restart` resets the
+/// streams still open a second after the listener closed (docs/how-to/upgrades.md).
+fn steps_for(host: &Host, client_port: u16, rolls: &BTreeMap<String, MemberRoll>) -> Vec<Step> {
     let Some(roll) = rolls.get(&host.name) else {
         return vec![];
     };
@@ -320,7 +325,12 @@ fn steps_for(host: &Host, rolls: &BTreeMap<String, MemberRoll>) -> Vec<Step> {
         )),
         // Leadership moves off the member first, so its restart costs no election.
         Step::Run(RemoteCommand::new([crate::etcd::MEMBER_SCRIPT, "step-down"])),
-        Step::Run(RemoteCommand::new(["systemctl", "restart", UNIT])),
+        Step::Run(RemoteCommand::new([
+            crate::etcd::MEMBER_SCRIPT,
+            "restart",
+            &host.address.to_string(),
+            &client_port.to_string(),
+        ])),
         Step::Wait(probe::member_healthy(&host.name, Duration::from_secs(60))),
     ];
     if let Some(target) = roll.target.as_ref().filter(|_| roll.version_change) {
@@ -339,6 +349,87 @@ fn steps_for(host: &Host, rolls: &BTreeMap<String, MemberRoll>) -> Vec<Step> {
 
 #[cfg(test)]
 mod tests {
+    /// Runs `hactl-etcd-member restart ADDR 2379` (the real `sh`, `sleep` and `kill`) with fakes
+    /// that log their arguments: `systemctl show` names `old` as etcd's main PID and `systemctl
+    /// restart` takes 1.5 s and exits `rc`; `ss -Htln` lists a listener when `listening`.
+    /// Returns the exit code and the `ss` lines of the log, with whether `systemctl restart` ran.
+    fn run_restart(addr: &str, old: u32, listening: bool, rc: i32) -> (i32, Vec<String>, bool) {
+        let script = crate::render::render("hactl-etcd-member", &serde_json::json!({})).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("log");
+        let fake = |name: &str, body: &str| {
+            use std::os::unix::fs::PermissionsExt;
+            let path = dir.path().join(name);
+            let text = format!("#!/bin/sh\necho \"{name} $*\" >> {}\n{body}\n", log.display());
+            std::fs::write(&path, text).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        fake(
+            "systemctl",
+            &format!("case \"$1\" in show) echo {old} ;; restart) sleep 1.5; exit {rc} ;; esac"),
+        );
+        let listener = if listening { "echo LISTEN" } else { "true" };
+        fake("ss", &format!("case \"$1\" in -Htln) {listener} ;; esac"));
+        let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap());
+        let o = std::process::Command::new("/bin/sh")
+            .args(["-c", &script, "hactl-etcd-member", "restart", addr, "2379"])
+            .env("PATH", path)
+            .output()
+            .unwrap();
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        (
+            o.status.code().unwrap_or(-1),
+            log.lines()
+                .filter(|l| l.starts_with("ss "))
+                .map(str::to_string)
+                .collect(),
+            log.contains("systemctl restart etcd.service"),
+        )
+    }
+
+    #[test]
+    fn a_restart_resets_the_connections_still_open_a_moment_after_the_listener_closed() {
+        let mut stopping = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = stopping.id();
+        let closed = "ss -Htln ( sport = :2379 ) src 10.0.0.11";
+        let reset = "ss -K state established ( sport = :2379 ) src 10.0.0.11";
+        // The old etcd still runs a while after its listener closed: its streams are reset.
+        assert_eq!(
+            run_restart("10.0.0.11", pid, false, 0),
+            (0, vec![closed.into(), reset.into()], true)
+        );
+        // The restart's own exit code.
+        assert_eq!(run_restart("10.0.0.11", pid, false, 1).0, 1);
+        // IPv6: ss's address in brackets.
+        let (_, ss, _) = run_restart("fd00::11", pid, false, 0);
+        assert_eq!(
+            ss.last().unwrap(),
+            "ss -K state established ( sport = :2379 ) src [fd00::11]"
+        );
+        // Still listening (not stopping yet) until it has gone: nothing is reset.
+        let mut short = std::process::Command::new("sleep").arg("0.5").spawn().unwrap();
+        let pid = short.id();
+        let reaper = std::thread::spawn(move || short.wait()); // no zombie to answer `kill -0`
+        let (rc, ss, restarted) = run_restart("10.0.0.11", pid, true, 0);
+        reaper.join().unwrap().unwrap();
+        assert!(
+            rc == 0 && restarted && !ss.iter().any(|l| l.starts_with("ss -K")),
+            "{ss:?}"
+        );
+        // No etcd running: a plain restart.
+        assert_eq!(run_restart("10.0.0.11", 0, false, 0), (0, vec![], true));
+        stopping.kill().unwrap();
+        stopping.wait().unwrap();
+        // A wrong call restarts nothing.
+        let script = crate::render::render("hactl-etcd-member", &serde_json::json!({})).unwrap();
+        let o = std::process::Command::new("/bin/sh")
+            .args(["-c", &script, "hactl-etcd-member", "restart", "10.0.0.11"])
+            .env("PATH", "/nonexistent")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2));
+    }
+
     #[test]
     fn only_unit_binary_and_member_certificates_need_a_restart() {
         assert!(super::needs_restart("/etc/systemd/system/etcd.service"));

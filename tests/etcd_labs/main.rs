@@ -31,4 +31,5 @@ mod recover;
 mod remove_members;
 mod replace_five_members;
 mod replace_heal_maintenance;
+mod roll_direct_clients;
 mod state_identity;
