@@ -98,43 +98,14 @@ fn up_twice_then_plan_says_no_changes(lab: &TestLab, n: usize) {
         with_cert.status.success() && said.contains("is healthy"),
         "{said}"
     );
-    let http_on_client_port = lab.exec(
-        "cp2",
-        &[
-            "curl",
-            "-sS",
-            "-m",
-            "5",
-            "--cacert",
-            "/etc/hactl/pki/etcd/ca.crt",
-            "--cert",
-            "/etc/hactl/pki/etcd/client.crt",
-            "--key",
-            "/etc/hactl/pki/etcd/client.key",
-            &format!("https://{ip}:2379/health"),
-        ],
-    );
+    let http_on_client_port = lab.curl_etcd("cp2", &format!("https://{ip}:2379/health"));
     assert!(
         !String::from_utf8_lossy(&http_on_client_port.stdout).contains("\"health\":\"true\""),
         "the client port still serves HTTP"
     );
     // HTTP (/health, /version, the gateway) on loopback, with a certificate.
-    let http = lab.exec_ok(
-        "cp1",
-        &[
-            "curl",
-            "-sS",
-            "-m",
-            "5",
-            "--cacert",
-            "/etc/hactl/pki/etcd/ca.crt",
-            "--cert",
-            "/etc/hactl/pki/etcd/client.crt",
-            "--key",
-            "/etc/hactl/pki/etcd/client.key",
-            "https://127.0.0.1:2382/health",
-        ],
-    );
+    let http = lab.curl_etcd("cp1", "https://127.0.0.1:2382/health");
+    let http = String::from_utf8_lossy(&http.stdout);
     assert!(http.contains("\"health\":\"true\""), "{http}");
 
     let hosts: Vec<String> = (1..=n).map(|i| format!("cp{i}")).collect();

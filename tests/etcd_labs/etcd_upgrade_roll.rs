@@ -90,26 +90,11 @@ fn member_versions(lab: &TestLab, host: &str) -> Vec<String> {
         .collect()
 }
 
-/// The cluster version the member's `/version` reports (`etcdcluster`), through its client port.
-/// The cluster version `host`'s member reports at `/version`: on the client port under etcd 3.4,
-/// on loopback port 2382 under 3.5 (whose client port hactl's unit leaves to gRPC alone), so the
-/// port also shows which listener layout the member runs.
+/// The cluster version (`etcdcluster`) `host`'s member reports at `/version`: on the client port
+/// under etcd 3.4, on loopback port 2382 under 3.5 (whose client port hactl's unit leaves to gRPC
+/// alone), so the port also shows which listener layout the member runs.
 fn cluster_version(lab: &TestLab, host: &str, port: u16) -> String {
-    let url = format!("https://127.0.0.1:{port}/version");
-    let out = lab.exec(
-        host,
-        &[
-            "curl",
-            "-sf",
-            "--cacert",
-            "/etc/hactl/pki/etcd/ca.crt",
-            "--cert",
-            "/etc/hactl/pki/etcd/client.crt",
-            "--key",
-            "/etc/hactl/pki/etcd/client.key",
-            &url,
-        ],
-    );
+    let out = lab.curl_etcd(host, &format!("https://127.0.0.1:{port}/version"));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     v["etcdcluster"].as_str().unwrap_or_default().to_string()
 }

@@ -202,13 +202,31 @@ impl TestLab {
             .unwrap_or_else(|e| panic!("{host}: {argv:?}: {e}"))
     }
 
-    /// Runs `argv` on `host` and returns its stdout; panics unless it exits 0.
     /// The executable `unit`'s main process on `host` runs, as `/proc/<pid>/exe` links it.
     pub fn main_exe(&self, host: &str, unit: &str) -> String {
         let script = format!("readlink /proc/$(systemctl show -p MainPID --value {unit})/exe");
         self.exec_ok(host, &["sh", "-c", &script]).trim().to_string()
     }
 
+    /// `curl -sS -m 5 URL` on `host` with that host's etcd CA and client certificate (what
+    /// `hactl up` installs under /etc/hactl/pki/etcd): etcd's HTTP services, as a client of the
+    /// cluster asks them.
+    pub fn curl_etcd(&self, host: &str, url: &str) -> Output {
+        let pki = "/etc/hactl/pki/etcd";
+        let (ca, cert, key) = (
+            format!("{pki}/ca.crt"),
+            format!("{pki}/client.crt"),
+            format!("{pki}/client.key"),
+        );
+        self.exec(
+            host,
+            &[
+                "curl", "-sS", "-m", "5", "--cacert", &ca, "--cert", &cert, "--key", &key, url,
+            ],
+        )
+    }
+
+    /// Runs `argv` on `host` and returns its stdout; panics unless it exits 0.
     pub fn exec_ok(&self, host: &str, argv: &[&str]) -> String {
         let out = self.exec(host, argv);
         assert!(
