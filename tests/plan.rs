@@ -188,7 +188,7 @@ fn a_changed_unit_restarts_running_members_one_at_a_time_with_health_gates() {
     let restarts: Vec<usize> = ["cp1", "cp2", "cp3"]
         .iter()
         .map(|h| {
-            text.find(&format!("{h}: run /usr/local/sbin/hactl-etcd-member restart "))
+            text.find(&format!("{h}: run systemctl restart etcd.service"))
                 .unwrap()
         })
         .collect();
@@ -335,7 +335,7 @@ fn an_etcd_upgrade_checks_the_binaries_then_rolls_followers_first_and_the_leader
     let restarts: Vec<usize> = ["cp1", "cp3", "cp2"]
         .iter()
         .map(|h| {
-            text.find(&format!("{h}: run /usr/local/sbin/hactl-etcd-member restart "))
+            text.find(&format!("{h}: run systemctl restart etcd.service"))
                 .unwrap()
         })
         .collect();

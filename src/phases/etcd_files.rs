@@ -159,6 +159,7 @@ fn unit_text(host: &Host, ctx: &Ctx<'_>, allowed_cn: Option<&str>) -> Result<Str
             peer_port: inv.etcd.peer_port,
             metrics_port: etcd::METRICS_PORT,
             http_port: etcd::HTTP_PORT,
+            member_script: etcd::MEMBER_SCRIPT.to_string(),
             health_on_address: !inv.with_role(crate::inventory::Role::LoadBalancer).is_empty(),
             pki_dir: etcd::PKI_DIR.to_string(),
             heartbeat_interval: inv.etcd.heartbeat_interval_ms,

@@ -188,7 +188,7 @@ impl Phase for RollEtcd {
         true
     }
     fn steps(&self, host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
-        Ok(steps_for(host, ctx.inv.etcd.client_port, &decide(ctx)?))
+        Ok(steps_for(host, &decide(ctx)?))
     }
     /// The members in roll order (the leader last), after a check of the new binary on every
     /// member that changes version; a minor change ends with the cluster version at the new minor.
@@ -204,7 +204,7 @@ impl Phase for RollEtcd {
                 .map(|h| HostSteps {
                     host: h.name.clone(),
                     sudo: h.ssh.sudo,
-                    steps: steps_for(h, ctx.inv.etcd.client_port, &rolls),
+                    steps: steps_for(h, &rolls),
                 })
                 .collect(),
         };
@@ -309,9 +309,10 @@ impl Phase for RollEtcd {
 
 /// The restart of one member, with its gates; nothing when it needs none. The restart drains
 /// the member's direct clients (the apiservers, which no HAProxy drain moves): its client URLs
-/// serve gRPC alone, which etcd stops gracefully, and `hactl-etcd-member restart` resets the
-/// streams still open a second after the listener closed (docs/how-to/upgrades.md).
-fn steps_for(host: &Host, client_port: u16, rolls: &BTreeMap<String, MemberRoll>) -> Vec<Step> {
+/// serve gRPC alone, which etcd stops gracefully, and the unit's `ExecStop=`
+/// (`hactl-etcd-member stop`) resets the streams still open a second after the listener closed
+/// (docs/how-to/upgrades.md).
+fn steps_for(host: &Host, rolls: &BTreeMap<String, MemberRoll>) -> Vec<Step> {
     let Some(roll) = rolls.get(&host.name) else {
         return vec![];
     };
@@ -325,12 +326,7 @@ fn steps_for(host: &Host, client_port: u16, rolls: &BTreeMap<String, MemberRoll>
         )),
         // Leadership moves off the member first, so its restart costs no election.
         Step::Run(RemoteCommand::new([crate::etcd::MEMBER_SCRIPT, "step-down"])),
-        Step::Run(RemoteCommand::new([
-            crate::etcd::MEMBER_SCRIPT,
-            "restart",
-            &host.address.to_string(),
-            &client_port.to_string(),
-        ])),
+        Step::Run(RemoteCommand::new(["systemctl", "restart", "etcd.service"])),
         Step::Wait(probe::member_healthy(&host.name, Duration::from_secs(60))),
     ];
     if let Some(target) = roll.target.as_ref().filter(|_| roll.version_change) {
@@ -349,81 +345,93 @@ fn steps_for(host: &Host, client_port: u16, rolls: &BTreeMap<String, MemberRoll>
 
 #[cfg(test)]
 mod tests {
-    /// Runs `hactl-etcd-member restart ADDR 2379` (the real `sh`, `sleep` and `kill`) with fakes
-    /// that log their arguments: `systemctl show` names `old` as etcd's main PID and `systemctl
-    /// restart` takes 1.5 s and exits `rc`; `ss -Htln` lists a listener when `listening`.
-    /// Returns the exit code and the `ss` lines of the log, with whether `systemctl restart` ran.
-    fn run_restart(addr: &str, old: u32, listening: bool, rc: i32) -> (i32, Vec<String>, bool) {
+    /// A process standing for etcd: it ignores SIGTERM and exits after `secs`, reaped by a
+    /// thread as soon as it exits (a zombie would still answer `kill -0`).
+    fn etcd_standin(secs: f32) -> (u32, std::thread::JoinHandle<()>) {
+        let mut child = std::process::Command::new("/bin/sh")
+            .args(["-c", &format!("trap '' TERM; sleep {secs}")])
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // Let the shell set its trap before any signal comes.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        (pid, std::thread::spawn(move || drop(child.wait())))
+    }
+
+    /// Runs `hactl-etcd-member stop ADDR 2379` as etcd.service's `ExecStop=` would (the real
+    /// `sh`, `sleep` and `kill`; `MAINPID` as given) with a fake `ss` that logs its arguments
+    /// and lists a listener when `listening`. Returns the exit code, the `ss` calls and stdout.
+    fn run_stop(addr: &str, main_pid: Option<u32>, listening: bool) -> (i32, Vec<String>, String) {
         let script = crate::render::render("hactl-etcd-member", &serde_json::json!({})).unwrap();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("log");
-        let fake = |name: &str, body: &str| {
-            use std::os::unix::fs::PermissionsExt;
-            let path = dir.path().join(name);
-            let text = format!("#!/bin/sh\necho \"{name} $*\" >> {}\n{body}\n", log.display());
-            std::fs::write(&path, text).unwrap();
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        };
-        fake(
-            "systemctl",
-            &format!("case \"$1\" in show) echo {old} ;; restart) sleep 1.5; exit {rc} ;; esac"),
-        );
         let listener = if listening { "echo LISTEN" } else { "true" };
-        fake("ss", &format!("case \"$1\" in -Htln) {listener} ;; esac"));
+        let ss = dir.path().join("ss");
+        let body = format!(
+            "#!/bin/sh\necho \"ss $*\" >> {}\ncase \"$1\" in -Htln) {listener} ;; -Htn) echo CONN ;; esac\n",
+            log.display()
+        );
+        std::fs::write(&ss, body).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&ss, std::fs::Permissions::from_mode(0o755)).unwrap();
         let path = format!("{}:{}", dir.path().display(), std::env::var("PATH").unwrap());
-        let o = std::process::Command::new("/bin/sh")
-            .args(["-c", &script, "hactl-etcd-member", "restart", addr, "2379"])
+        let mut cmd = std::process::Command::new("/bin/sh");
+        cmd.args(["-c", &script, "hactl-etcd-member", "stop", addr, "2379"])
             .env("PATH", path)
-            .output()
-            .unwrap();
+            .env_remove("MAINPID");
+        if let Some(pid) = main_pid {
+            cmd.env("MAINPID", pid.to_string());
+        }
+        let o = cmd.output().unwrap();
         let log = std::fs::read_to_string(&log).unwrap_or_default();
         (
             o.status.code().unwrap_or(-1),
-            log.lines()
-                .filter(|l| l.starts_with("ss "))
-                .map(str::to_string)
-                .collect(),
-            log.contains("systemctl restart etcd.service"),
+            log.lines().map(str::to_string).collect(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
         )
     }
 
     #[test]
-    fn a_restart_resets_the_connections_still_open_a_moment_after_the_listener_closed() {
-        let mut stopping = std::process::Command::new("sleep").arg("30").spawn().unwrap();
-        let pid = stopping.id();
+    fn a_stop_resets_the_connections_still_open_a_moment_after_the_listener_closed() {
         let closed = "ss -Htln ( sport = :2379 ) src 10.0.0.11";
+        let count = "ss -Htn state established ( sport = :2379 ) src 10.0.0.11";
         let reset = "ss -K state established ( sport = :2379 ) src 10.0.0.11";
-        // The old etcd still runs a while after its listener closed: its streams are reset.
-        assert_eq!(
-            run_restart("10.0.0.11", pid, false, 0),
-            (0, vec![closed.into(), reset.into()], true)
-        );
-        // The restart's own exit code.
-        assert_eq!(run_restart("10.0.0.11", pid, false, 1).0, 1);
-        // IPv6: ss's address in brackets.
-        let (_, ss, _) = run_restart("fd00::11", pid, false, 0);
-        assert_eq!(
-            ss.last().unwrap(),
-            "ss -K state established ( sport = :2379 ) src [fd00::11]"
-        );
-        // Still listening (not stopping yet) until it has gone: nothing is reset.
-        let mut short = std::process::Command::new("sleep").arg("0.5").spawn().unwrap();
-        let pid = short.id();
-        let reaper = std::thread::spawn(move || short.wait()); // no zombie to answer `kill -0`
-        let (rc, ss, restarted) = run_restart("10.0.0.11", pid, true, 0);
-        reaper.join().unwrap().unwrap();
-        assert!(
-            rc == 0 && restarted && !ss.iter().any(|l| l.starts_with("ss -K")),
-            "{ss:?}"
-        );
-        // No etcd running: a plain restart.
-        assert_eq!(run_restart("10.0.0.11", 0, false, 0), (0, vec![], true));
-        stopping.kill().unwrap();
-        stopping.wait().unwrap();
-        // A wrong call restarts nothing.
+        // The member still runs a while after its listener closed: its streams are reset, and
+        // the stop waits until it has exited.
+        let (pid, reaper) = etcd_standin(2.0);
+        let (rc, ss, out) = run_stop("10.0.0.11", Some(pid), false);
+        assert_eq!((rc, ss), (0, vec![closed.into(), count.into(), reset.into()]));
+        assert!(out.contains("reset 1 client connection(s)"), "{out}");
+        assert!(reaper.is_finished(), "the stop returned before the member exited");
+        reaper.join().unwrap();
+        // IPv6, as the unit writes it (in brackets) or not: ss's address in brackets.
+        for addr in ["[fd00::11]", "fd00::11"] {
+            let (pid, reaper) = etcd_standin(1.5);
+            let (_, ss, _) = run_stop(addr, Some(pid), false);
+            assert_eq!(
+                ss.last().unwrap(),
+                "ss -K state established ( sport = :2379 ) src [fd00::11]"
+            );
+            reaper.join().unwrap();
+        }
+        // Listening until it has gone: nothing is reset.
+        let (pid, reaper) = etcd_standin(0.5);
+        let (rc, ss, _) = run_stop("10.0.0.11", Some(pid), true);
+        assert!(rc == 0 && !ss.iter().any(|l| l.starts_with("ss -K")), "{ss:?}");
+        reaper.join().unwrap();
+        // A member that exits on SIGTERM at once: nothing is reset.
+        let mut quick = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = quick.id();
+        let reaper = std::thread::spawn(move || drop(quick.wait()));
+        let (rc, ss, _) = run_stop("10.0.0.11", Some(pid), false);
+        assert!(rc == 0 && !ss.iter().any(|l| l.starts_with("ss -K")), "{ss:?}");
+        reaper.join().unwrap();
+        // No main process (it exited on its own): nothing to do.
+        assert_eq!(run_stop("10.0.0.11", None, false), (0, vec![], String::new()));
+        // A wrong call stops nothing.
         let script = crate::render::render("hactl-etcd-member", &serde_json::json!({})).unwrap();
         let o = std::process::Command::new("/bin/sh")
-            .args(["-c", &script, "hactl-etcd-member", "restart", "10.0.0.11"])
+            .args(["-c", &script, "hactl-etcd-member", "stop", "10.0.0.11"])
             .env("PATH", "/nonexistent")
             .output()
             .unwrap();

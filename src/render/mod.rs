@@ -185,6 +185,8 @@ pub struct EtcdUnit {
     pub metrics_port: u16,
     /// etcd's HTTP client services, on loopback (the client URLs serve gRPC alone).
     pub http_port: u16,
+    /// `hactl-etcd-member`, whose `stop` is the unit's `ExecStop=`.
+    pub member_script: String,
     /// Also serve the metrics listener (`/health`, `/metrics`: no key is readable there) on the
     /// member's address, for the load balancers' health checks, which then need no client
     /// certificate (one that passes `--client-cert-auth` could read and write every key).
@@ -241,6 +243,7 @@ mod tests {
                 peer_port: 2380,
                 metrics_port: 2381,
                 http_port: 2382,
+                member_script: "/usr/local/sbin/hactl-etcd-member".into(),
                 health_on_address: true,
                 pki_dir: "/etc/hactl/pki/etcd".into(),
                 heartbeat_interval: 100,

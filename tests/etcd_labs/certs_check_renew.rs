@@ -112,11 +112,8 @@ fn renewing_a_member_server_certificate_serves_the_new_serial_while_the_cluster_
         err.contains("etcd/server-cp1.crt: expires") && err.contains("nothing was changed"),
         "{err}"
     );
-    assert!(
-        out.contains("cp1: run /usr/local/sbin/hactl-etcd-member restart "),
-        "{out}"
-    );
-    assert_eq!(out.matches("hactl-etcd-member restart ").count(), 1, "{out}");
+    assert!(out.contains("cp1: run systemctl restart etcd.service"), "{out}");
+    assert_eq!(out.matches("systemctl restart etcd.service").count(), 1, "{out}");
     let o = hactl(&inv, &["certs", "renew", "--all", "--dry-run", "-o", "json"]);
     let json: serde_json::Value = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)));
@@ -141,12 +138,12 @@ fn renewing_a_member_server_certificate_serves_the_new_serial_while_the_cluster_
     assert!(o.status.success());
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(
-        stderr.matches("hactl-etcd-member restart ").count(),
+        stderr.matches("systemctl restart etcd.service").count(),
         1,
         "only cp1 restarts: {stderr}"
     );
     assert!(
-        stderr.contains("cp1: run /usr/local/sbin/hactl-etcd-member restart "),
+        stderr.contains("cp1: run systemctl restart etcd.service"),
         "{stderr}"
     );
     eprintln!(

@@ -139,7 +139,11 @@ fn a_bookworm_cluster_upgrades_from_etcd_3_4_to_3_5_under_a_writer_through_the_v
         "{plan}"
     );
     assert!(plan.contains(&format!("reports etcd {TARGET}")), "{plan}");
-    assert_eq!(plan.matches("hactl-etcd-member restart ").count(), 3, "{plan}");
+    assert_eq!(
+        plan.matches("systemctl restart etcd.service").count(),
+        3,
+        "{plan}"
+    );
 
     // A writer through VIP:2379 from lb1 would need etcdctl there; cp3's etcdctl speaks to the VIP.
     let lab = Arc::new(lab);

@@ -6,9 +6,11 @@
 //! empty HTTP 200 ("missing content-type", code Unknown), and one in flight is cut ("without
 //! sending trailers", code Internal); a client retries neither. With plain restarts in rolls,
 //! this test saw 1 such failure in 12 restarts and 2 in 39. hactl's unit moves etcd's HTTP
-//! services off the client URLs, so they serve gRPC alone and stop gracefully, and the roll's
-//! `hactl-etcd-member restart` cuts the streams (a watch here) that would hold a stopping member
-//! for 7 s; the watch resumes on another member (docs/how-to/upgrades.md).
+//! services off the client URLs, so they serve gRPC alone and stop gracefully, and the unit's
+//! `ExecStop=` (`hactl-etcd-member stop`) cuts the streams (a watch here) that would hold a
+//! stopping member for 7 s, on every stop: a roll's restart, and a plain `systemctl stop` as
+//! maintenance, replace and recover give. The watch resumes on another member
+//! (docs/how-to/upgrades.md).
 
 use crate::support::cli as cli_support;
 use crate::support::lab as lab_support;
@@ -24,12 +26,29 @@ fn roll(inventory: &std::path::Path) -> usize {
     let o = hactl(&["up", "-i", inventory.to_str().unwrap(), "--yes"]);
     assert!(o.status.success(), "hactl up failed:\n{}", text(&o));
     String::from_utf8_lossy(&o.stderr)
-        .matches("/usr/local/sbin/hactl-etcd-member restart ")
+        .matches("run systemctl restart etcd.service")
         .count()
 }
 
+/// How many times the members' `ExecStop=` reset client connections (their journals).
+fn resets(lab: &TestLab) -> usize {
+    let script = "journalctl -u etcd.service -o cat | grep -c 'hactl-etcd-member: reset [1-9]' || true";
+    ["cp1", "cp2", "cp3"]
+        .iter()
+        .map(|h| {
+            lab.exec_ok(h, &["sh", "-c", script])
+                .trim()
+                .parse::<usize>()
+                .unwrap()
+        })
+        .sum()
+}
+
+/// Checks the stop race's two errors only (`missing content-type`, `without sending trailers`);
+/// it prints every other error `check perf` saw (a proposal dropped at a leadership hand-over is
+/// one no client retries either: docs/development/known-gaps.md).
 #[test]
-fn rolling_restarts_under_direct_clients_fail_no_request_with_an_error_clients_do_not_retry() {
+fn rolls_and_stops_under_direct_clients_fail_no_request_mid_stop_and_the_watch_resumes() {
     let name = "rolling_restarts_under_direct_clients";
     let Some(lab) = TestLab::up(name, 3, 0, 0, "trixie") else {
         return;
@@ -78,7 +97,25 @@ fn rolling_restarts_under_direct_clients_fail_no_request_with_an_error_clients_d
         restarts += if under_load { n } else { 0 };
     }
     let took = t0.elapsed().as_secs_f64();
-    // The watch resumed after every cut: it sees a key written after the last roll.
+    let after_rolls = resets(&lab);
+    assert!(
+        after_rolls >= 1,
+        "no stop in the rolls reset the watch's connection"
+    );
+    // A plain stop, as maintenance, replace and recover stop a member, gets the same cut.
+    for h in ["cp1", "cp2", "cp3"] {
+        let t = Instant::now();
+        lab.exec_ok(h, &["systemctl", "stop", "etcd.service"]);
+        let stop = t.elapsed().as_secs_f64();
+        lab.exec_ok(h, &["systemctl", "start", "etcd.service"]);
+        println!("{name}: `systemctl stop etcd.service` on {h} with the watch open: {stop:.1} s");
+    }
+    let after_stops = resets(&lab);
+    assert!(
+        after_stops > after_rolls,
+        "no plain stop reset the watch's connection ({after_rolls} resets before them, {after_stops} after)"
+    );
+    // The watch resumed after every cut: it sees a key written after the last stop.
     lab.exec_ok("cp1", &["hactl-etcdctl", "put", "roll-watch/after", "seen"]);
     std::thread::sleep(Duration::from_secs(2));
     lab.exec("cp2", &["pkill", "-f", "watch --prefix roll-watch/"]);
