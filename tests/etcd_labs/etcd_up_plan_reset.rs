@@ -349,7 +349,7 @@ fn a_power_cut_during_a_config_rollout_stops_it_and_quorum_holds() {
         .spawn()
         .unwrap();
     // The roll restarts one member at a time (followers first, the leader last). `up` logs
-    // `<host>: run /usr/local/sbin/hactl-etcd-member restart …` as it restarts a member: at the first such line it is
+    // `<host>: run systemctl restart etcd.service` as it restarts a member: at the first such line it is
     // paused (SIGSTOP), another member's power is cut before its turn can come, and it goes on.
     // No race with the roll's pace: on a loaded machine, polling the members' pids missed the
     // window between two restarts.
@@ -362,7 +362,7 @@ fn a_power_cut_during_a_config_rollout_stops_it_and_quorum_holds() {
         log.push_str(&line);
         if let Some((host, _)) = line
             .split_once(": run ")
-            .filter(|(_, cmd)| cmd.contains("hactl-etcd-member restart "))
+            .filter(|(_, cmd)| cmd.contains("systemctl restart etcd.service"))
         {
             let host = host.split_whitespace().last().unwrap_or_default();
             let Some(i) = hosts.iter().position(|h| *h == host) else {
