@@ -30,15 +30,6 @@ fn rotating_the_etcd_ca_with_kubernetes_keeps_kubectl_answering_through_the_vip(
     let Some(k) = kube_support::KubeLab::up(name, 3, 2, 0) else {
         return;
     };
-    rotate_and_check(name, &k);
-    the_lost_state_directory_is_adopted_back_with_writes_flowing(name, k);
-}
-
-/// `certs rotate-ca etcd --yes` under kubectl reads through the VIP (none may fail); then every
-/// apiserver trusts the new CA alone and presents a client certificate it signed, a write goes
-/// through, and `plan` says `no changes`. Also run on a control plane of static pods
-/// (`rotate_kubernetes_ca`'s static-pod test).
-pub(crate) fn rotate_and_check(name: &str, k: &kube_support::KubeLab) {
     let pki = k.state.join("pki");
     let poller = k.poll_reads();
     assert!(
@@ -72,13 +63,10 @@ pub(crate) fn rotate_and_check(name: &str, k: &kube_support::KubeLab) {
             .exec_ok(&host, &["cat", "/etc/hactl/pki/apiserver-etcd/client.crt"]);
         assert!(hactl::pki::is_signed_by(&client, &new_ca).unwrap(), "{host}");
     }
-    k.kubectl_ok(&[
-        "create",
-        "configmap",
-        "after-etcd-ca-rotation",
-        "--from-literal=a=1",
-    ]);
+    k.kubectl_ok(&["create", "configmap", "after-rotation", "--from-literal=a=1"]);
     assert_eq!(k.hactl_ok(&["plan"]).trim(), "no changes");
+
+    the_lost_state_directory_is_adopted_back_with_writes_flowing(name, k);
 }
 
 /// Every file under /etc/hactl and hactl's units on every host, with mode and sha256, and

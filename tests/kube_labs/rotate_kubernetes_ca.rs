@@ -15,8 +15,7 @@
 //! - the etcd and front-proxy CAs are untouched, and a second `hactl up` plans no changes.
 //!
 //! Then, on the same lab, the front-proxy CA's rotation (`rotate_front_proxy_ca.rs`). A second
-//! test runs both rotations with the same checks on a control plane of static pods, and the etcd
-//! CA's rotation after them (`rotate_etcd_ca::rotate_and_check`).
+//! test runs both rotations with the same checks on a control plane of static pods.
 //!
 //! Needs root and the Kubernetes binaries (see `support/kube.rs`).
 
@@ -120,8 +119,8 @@ fn rotating_the_kubernetes_ca_keeps_kubectl_answering_and_leaves_only_the_new_ca
 
 /// The same rotation with the control plane as static pods (`kubernetes.mode: static-pod`): each
 /// roll is then `up`'s manifest roll, the kubelet restarting the pods whose files changed. Then
-/// the front-proxy CA's rotation and the etcd CA's on the same lab. Before and after each, every
-/// component runs as one static pod per host and as no unit.
+/// the front-proxy CA's rotation on the same lab. Before and after each, every component runs as
+/// one static pod per host and as no unit.
 #[test]
 fn rotating_the_kubernetes_ca_with_a_static_pod_control_plane_keeps_kubectl_answering() {
     let name = "rotating_the_kubernetes_ca_with_a_static_pod_control_plane_keeps_kubectl_answering";
@@ -136,11 +135,6 @@ fn rotating_the_kubernetes_ca_with_a_static_pod_control_plane_keeps_kubectl_answ
     // The front-proxy CA's rotation on the same lab, as in systemd mode.
     crate::rotate_front_proxy_ca::rotating_the_front_proxy_ca_keeps_the_apiservers_answering_and_publishes_only_the_new_ca(&k);
     crate::static_pods::assert_runs_as_static_pods(&k, &cps, "after the front-proxy CA's rotation");
-
-    // And the etcd CA's: the members roll, then each apiserver's pod for its new etcd client
-    // certificate, kubectl answering throughout.
-    crate::rotate_etcd_ca::rotate_and_check(name, &k);
-    crate::static_pods::assert_runs_as_static_pods(&k, &cps, "after the etcd CA's rotation");
 }
 
 /// The rotation (paused after C1.roll, cut after C2, resumed) with its checks, described at the top
