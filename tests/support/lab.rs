@@ -209,10 +209,10 @@ impl TestLab {
     }
 
     /// `curl -sS -m 5 URL` on `host` with that host's etcd CA and client certificate (what
-    /// `hactl up` installs under /etc/hactl/pki/etcd): etcd's HTTP services, as a client of the
-    /// cluster asks them.
+    /// `hactl up` installs under [`hactl::etcd::PKI_DIR`]): etcd's HTTP services, as a client of
+    /// the cluster asks them.
     pub fn curl_etcd(&self, host: &str, url: &str) -> Output {
-        let pki = "/etc/hactl/pki/etcd";
+        let pki = hactl::etcd::PKI_DIR;
         let (ca, cert, key) = (
             format!("{pki}/ca.crt"),
             format!("{pki}/client.crt"),
