@@ -5,7 +5,8 @@
 //! refuses and names `hactl remove`, and the two removals run while a writer creates ConfigMaps
 //! through the VIP (each write goes through an apiserver to etcd; one answered with etcd's
 //! leader-change error is sent once more, every other failure counts, and the acknowledged
-//! writes read back). Afterwards the removed hosts' servers are gone from both HAProxy backends on every
+//! writes read back). The first removal puts both hosts' apiservers in MAINT (cp5's still names
+//! cp4's member). Afterwards the removed hosts' servers are gone from both HAProxy backends on every
 //! load balancer, every remaining apiserver runs (and its unit names) an `--etcd-servers` without
 //! them, the member list has three members, their apiserver, controller-manager, scheduler and
 //! etcd are stopped and fenced, their data dirs renamed aside, their Nodes deleted with their
@@ -137,6 +138,24 @@ fn remove_of_control_plane_hosts_takes_them_out_of_etcd_haproxy_and_the_apiserve
         lost.is_empty(),
         "acknowledged ConfigMap writes missing on read-back: {lost:?}"
     );
+
+    // The first removal's RM2 put cp5's apiserver in MAINT too, before cp4's member left: cp5
+    // leaves in the same edit and its apiserver still named cp4 in `--etcd-servers`, so a request
+    // through the VIP in flight to it when cp4 left would fail. HAProxy's own log says so.
+    for lb in ["lb1", "lb2"] {
+        let log = k.lab.exec_ok(
+            lb,
+            &["journalctl", "-u", "haproxy.service", "--no-pager", "-o", "cat"],
+        );
+        for s in ["cp4", "cp5"] {
+            assert!(
+                log.contains(&format!(
+                    "Server kubernetes-api/{s} is going DOWN for maintenance"
+                )),
+                "{lb}: HAProxy never put kubernetes-api/{s} in MAINT:\n{log}"
+            );
+        }
+    }
 
     // etcd: two members fewer, seen from a remaining host.
     assert_eq!(member_names(&k, "cp1"), ["cp1", "cp2", "cp3"]);

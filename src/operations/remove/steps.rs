@@ -127,37 +127,84 @@ for c in "$@"; do
   if [ -e "/etc/kubernetes/manifests/$c.yaml" ]; then mkdir -p "$dest" && mv -f "/etc/kubernetes/manifests/$c.yaml" "$dest/$c.yaml"; fi
 done"#;
 
-/// `awk` over `hactl-haproxy show stat`: exit 1 when `server` is in some backend and not MAINT.
-fn servers_drained(server: &str) -> RemoteCommand {
+/// `awk` over `hactl-haproxy show stat` (with `m`: the member, `k`: the names to keep, space
+/// separated with a space on each side): one line `BACKEND SERVER STATUS` per server RM2 puts in
+/// MAINT. Those are the member's server in each backend, and every apiserver the inventory no
+/// longer lists as a control plane (the other hosts leaving in the same edit: their apiservers
+/// still name the member in `--etcd-servers`, and a request of theirs in flight to it when it
+/// leaves fails). Those others are drained only while a kept apiserver is in the backend, so
+/// names that match nothing never drain it empty. Fail-open twins follow their server
+/// (`hactl-haproxy state` sets both), so they are not listed.
+fn drain_targets_awk() -> String {
+    format!(
+        r#"awk -F, -v m="$m" -v k="$k" -v e={etcd} -v a={api} -v t={twin} '
+($1 == e || $1 == a) && $2 != "BACKEND" && $2 != "FRONTEND" {{
+  if (length($2) > length(t) && substr($2, length($2) - length(t) + 1) == t) next
+  if ($2 == m) {{ print $1, $2, $18; next }}
+  if ($1 != a) next
+  if (index(k, " " $2 " ")) kept = 1; else others[++n] = $1 " " $2 " " $18
+}}
+END {{ if (kept) for (i = 1; i <= n; i++) print others[i] }}'"#,
+        etcd = lb::ETCD_BACKEND,
+        api = lb::KUBERNETES_BACKEND,
+        twin = lb::FAILOPEN_SUFFIX,
+    )
+}
+
+/// The shell prologue of the RM2 scripts: `$1` is the member, the rest the names to keep;
+/// `targets` prints [`drain_targets_awk`]'s lines for this HAProxy.
+fn drain_prologue() -> String {
+    format!(
+        r#"m=$1; shift; k=" $* "
+targets() {{ {cli} "show stat" | {awk}; }}"#,
+        cli = lb::HAPROXY_CLI,
+        awk = drain_targets_awk()
+    )
+}
+
+/// The arguments of the RM2 scripts: the member, then the inventory's control-plane hosts.
+fn drain_args<'a>(member: &'a str, keep: &'a [String]) -> Vec<&'a str> {
+    std::iter::once(member)
+        .chain(keep.iter().map(String::as_str))
+        .collect()
+}
+
+/// Read-only: exit 1 while a server RM2 drains ([`drain_targets_awk`]) is not in MAINT.
+fn servers_drained(member: &str, keep: &[String]) -> RemoteCommand {
     read_only(sh(
         &format!(
-            r#"{cli} "show stat" | awk -F, -v s="$1" '$2 == s && $18 !~ /^MAINT/ {{ bad = 1 }} END {{ exit bad }}'"#,
-            cli = lb::HAPROXY_CLI
+            r#"{prologue}
+out=$(targets) || exit 1
+! printf '%s\n' "$out" | awk '$3 != "" && $3 !~ /^MAINT/ {{ f = 1 }} END {{ exit !f }}'"#,
+            prologue = drain_prologue()
         ),
         "hactl-remove-drained",
-        &[server],
+        &drain_args(member, keep),
     ))
 }
 
-/// Puts `server` in MAINT in every backend of this HAProxy that has it: drained first and its
-/// open sessions left to end (up to 10 s), since going straight to MAINT cuts them
-/// ([`crate::phases::load_balancer::drain_backend_steps`] says why).
-fn drain_servers(server: &str) -> RemoteCommand {
+/// Puts every server of [`drain_targets_awk`] in MAINT on this HAProxy: all drained first, their
+/// open sessions left to end (up to 10 s, in all), then MAINT, since going straight to MAINT
+/// cuts them ([`crate::phases::load_balancer::drain_backend_steps`] says why).
+fn drain_servers(member: &str, keep: &[String]) -> RemoteCommand {
     sh(
         &format!(
-            r#"for b in {etcd} {api}; do
-  {cli} "show stat" | awk -F, -v b="$b" -v s="$1" '$1 == b && $2 == s {{ f = 1 }} END {{ exit !f }}' || continue
-  {cli} state "$b" "$1" drain
-  {cli} idle "$b" "$1" {secs}
-  {cli} state "$b" "$1" maint
-done"#,
-            etcd = lb::ETCD_BACKEND,
-            api = lb::KUBERNETES_BACKEND,
+            r#"{prologue}
+out=$(targets)
+[ -n "$out" ] || exit 0
+printf '%s\n' "$out" | while read -r b s st; do {cli} state "$b" "$s" drain || exit 1; done || exit 1
+end=$(( $(date +%s) + {secs} ))
+printf '%s\n' "$out" | while read -r b s st; do
+  left=$(( end - $(date +%s) )); [ "$left" -gt 0 ] || left=1
+  {cli} idle "$b" "$s" "$left"
+done
+printf '%s\n' "$out" | while read -r b s st; do {cli} state "$b" "$s" maint || exit 1; echo "$b/$s: MAINT"; done"#,
+            prologue = drain_prologue(),
             cli = lb::HAPROXY_CLI,
             secs = crate::phases::load_balancer::DRAIN_SESSIONS.as_secs()
         ),
         "hactl-remove-drain",
-        &[server],
+        &drain_args(member, keep),
     )
 }
 
@@ -220,22 +267,30 @@ pub fn build(d: &Decisions, inputs: &Arc<Inputs>) -> Vec<JournaledStep> {
             .run(fence_units(run, &BALANCER_UNITS)),
         );
     }
-    // RM2: its servers in MAINT on every load balancer, before anything on it stops.
+    // RM2: its servers in MAINT on every load balancer, before anything on it stops, with the
+    // apiservers of other hosts leaving the control plane in the same edit.
+    let keep: Vec<String> = crate::phases::install_kubernetes::control_plane_hosts(inv)
+        .iter()
+        .map(|h| h.name.clone())
+        .collect();
     for lbh in inv.with_role(Role::LoadBalancer) {
         steps.push(
             JournaledStep::new(
                 Rm::Drain.at(&lbh.name),
-                format!("put {} in MAINT in every HAProxy backend that has it", d.member),
+                format!(
+                    "put {} in MAINT in every HAProxy backend that has it, and apiservers the inventory no longer lists",
+                    d.member
+                ),
                 Some(&lbh.name),
             )
-            .done_when(servers_drained(&d.member))
-            .run(drain_servers(&d.member))
+            .done_when(servers_drained(&d.member, &keep))
+            .run(drain_servers(&d.member, &keep))
             .verify(Check::command(
                 format!(
                     "HAProxy on {} shows {} in MAINT (or not at all)",
                     lbh.name, d.member
                 ),
-                servers_drained(&d.member),
+                servers_drained(&d.member, &keep),
                 Duration::from_secs(10),
             )),
         );
@@ -437,8 +492,8 @@ mod tests {
             fence_units("remove-1", &BALANCER_UNITS),
             read_only(sh(&fence::is_fenced(etcd::UNIT), "x", &[])),
             units_fenced(&BALANCER_UNITS),
-            servers_drained("cp4"),
-            drain_servers("cp4"),
+            servers_drained("cp4", &["cp1".to_string()]),
+            drain_servers("cp4", &["cp1".to_string()]),
             member_gone("abc"),
             not_leader("https://10.0.0.14:2379"),
             etcd_stopped(),
@@ -446,6 +501,70 @@ mod tests {
         ] {
             parses(&cmd);
         }
+    }
+
+    /// `show stat` CSV rows: backend, server, status in column 18 (HAProxy's layout).
+    fn stat(rows: &[(&str, &str, &str)]) -> String {
+        rows.iter()
+            .map(|(b, s, st)| format!("{b},{s}{}{st},\n", ",".repeat(16)))
+            .collect()
+    }
+
+    /// What RM2 drains, by [`drain_targets_awk`] under the real `awk`, on `csv`, keeping `keep`.
+    fn targets(csv: &str, member: &str, keep: &[&str]) -> Vec<String> {
+        let script = format!(
+            "m=$1; shift; k=\" $* \"\nprintf '%s' \"$CSV\" | {}",
+            drain_targets_awk()
+        );
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script, "x", member])
+            .args(keep)
+            .env("CSV", csv)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn the_drain_takes_the_member_and_the_apiservers_of_other_leaving_hosts_only() {
+        let (e, a) = (lb::ETCD_BACKEND, lb::KUBERNETES_BACKEND);
+        let csv = stat(&[
+            ("stats", "FRONTEND", "OPEN"),
+            (e, "cp1", "UP"),
+            (e, "cp4", "UP"),
+            (e, "cp5", "UP"),
+            (e, "BACKEND", "UP"),
+            (a, "cp1", "UP"),
+            (a, "cp1_failopen", "UP"),
+            (a, "cp4", "UP 1/2"),
+            (a, "cp4_failopen", "UP"),
+            (a, "cp5", "MAINT (via x)"),
+            (a, "cp5_failopen", "MAINT"),
+            (a, "BACKEND", "UP"),
+        ]);
+        // cp5 leaves in the same edit: its apiserver is drained, its etcd member is not (it
+        // is still a member, and its own removal takes it out).
+        assert_eq!(
+            targets(&csv, "cp4", &["cp1", "cp2", "cp3"]),
+            [
+                format!("{e} cp4 UP"),
+                format!("{a} cp4 UP 1/2"),
+                format!("{a} cp5 MAINT (via x)")
+            ]
+        );
+        // Names that keep nothing in the backend never drain it empty: only the member goes.
+        assert_eq!(
+            targets(&csv, "cp4", &["node9"]),
+            [format!("{e} cp4 UP"), format!("{a} cp4 UP 1/2")]
+        );
+        // A member without servers (already re-rendered away), and nothing else leaving.
+        let after = stat(&[(e, "cp1", "UP"), (a, "cp1", "UP"), (a, "cp1_failopen", "UP")]);
+        assert!(targets(&after, "cp4", &["cp1"]).is_empty());
     }
 
     /// The fence and the drain run for real in a local shell where they can: `fence_units` on a
