@@ -367,6 +367,7 @@ pub struct NodeQuery {
 /// `--version`). The `r:` words name the records, so that all of them are read in one batch.
 const PROBE: &str = r#"
 dd=$1; shift
+@JOBS_FN@
 known=; names=
 for a in "$@"; do case $a in v:*) known="$known${a#v:}
 " ;; r:*) names="$names${a#r:}
@@ -382,15 +383,18 @@ echo "boot $(awk '/^btime/ {print $2}' /proc/stat 2>/dev/null)"
 echo "arch $(uname -m)"
 if [ "$(id -u)" = 0 ]; then echo "privileged yes"; else echo "privileged no"; fi
 command -v apt-get >/dev/null 2>&1 && echo "apt yes"
-ss -Hltnp 2>/dev/null | awk '@LISTEN_AWK@'
+hactl_job_listen() { ss -Hltnp 2>/dev/null | awk '@LISTEN_AWK@'; }
+hactl_bg hactl_job_listen
 d=$dd; while [ ! -e "$d" ] && [ "$d" != / ]; do d=$(dirname "$d"); done
 echo "free $(df -PB1 "$d" 2>/dev/null | awk 'NR==2 {print $4}')"
 [ -d "$dd/member" ] && echo "member yes"
 [ -d "$dd" ] && echo "datadir $(stat -c '%a %U %G' "$dd")"
 id etcd >/dev/null 2>&1 && echo "etcduser yes"
 if [ -x /usr/local/sbin/hactl-etcdctl ] && [ "$(systemctl is-active etcd.service 2>/dev/null)" = active ]; then
-  m=$(/usr/local/sbin/hactl-etcdctl --command-timeout=3s member list -w json 2>/dev/null | tr -d '\n') && echo "members $m"
-  s=$(/usr/local/sbin/hactl-etcdctl --command-timeout=3s endpoint status -w json 2>/dev/null | tr -d '\n') && echo "status $s"
+  hactl_job_members() { m=$(/usr/local/sbin/hactl-etcdctl --command-timeout=3s member list -w json 2>/dev/null | tr -d '\n') && echo "members $m"; }
+  hactl_job_status() { s=$(/usr/local/sbin/hactl-etcdctl --command-timeout=3s endpoint status -w json 2>/dev/null | tr -d '\n') && echo "status $s"; }
+  hactl_bg hactl_job_members
+  hactl_bg hactl_job_status
 fi
 # The binary `etcd` names on PATH is started once, whichever list it is in.
 ep=$(command -v etcd 2>/dev/null); ev=
@@ -402,9 +406,12 @@ ip -o addr show 2>/dev/null | awk '{print "addr", $2, $4}'
 for k in kube-apiserver kube-controller-manager kube-scheduler; do
   [ -x "/usr/local/bin/$k" ] && echo "kubeversion $k $(hactl_version "/usr/local/bin/$k")"
 done
-for c in /etc/hactl/pki/etcd/ca.crt /etc/hactl/pki/apiserver-etcd/ca.crt /etc/hactl/pki/kubernetes/ca.crt /etc/hactl/pki/kubernetes/signing-ca.crt /etc/hactl/pki/front-proxy/ca.crt; do
-  [ -f "$c" ] && echo "trust $c $(base64 -w0 "$c" 2>/dev/null)"
-done
+hactl_job_trust() {
+  for c in /etc/hactl/pki/etcd/ca.crt /etc/hactl/pki/apiserver-etcd/ca.crt /etc/hactl/pki/kubernetes/ca.crt /etc/hactl/pki/kubernetes/signing-ca.crt /etc/hactl/pki/front-proxy/ca.crt; do
+    [ -f "$c" ] && echo "trust $c $(base64 -w0 "$c" 2>/dev/null)"
+  done
+}
+hactl_bg hactl_job_trust
 # Units and files are gathered in the loop and read in batches after it: a process or two for
 # all of them, not several per file (a host with Kubernetes has about 70 managed files).
 units=; files=
@@ -416,71 +423,82 @@ for a in "$@"; do
   b:*) b=${a#b:}; w=$(command -v "$b" 2>/dev/null) && echo "bin $b $w" ;;
   h:*) held_dir=${a#h:}; hcli=${held_dir#*|}; held_dir=${held_dir%%|*} ;;
   n:*) set -- $(printf '%s' "${a#n:}" | tr '|' ' ')
+       n_name=$1 n_server=$2 n_ca=$3 n_cert=$4 n_key=$5
        d=/var/lib/containerd; while [ ! -e "$d" ] && [ "$d" != / ]; do d=$(dirname "$d"); done
        echo "snapfs $(stat -f -c %T "$d" 2>/dev/null)"
        c=/proc/sys/net/netfilter/nf_conntrack_max
        if [ ! -e "$c" ]; then echo "conntrackmax absent"; elif [ -w "$c" ]; then echo "conntrackmax writable"; else echo "conntrackmax readonly"; fi
        if command -v ctr >/dev/null 2>&1 && [ "$(systemctl is-active containerd.service 2>/dev/null)" = active ]; then
-         ctr -n k8s.io images ls 2>/dev/null | awk 'NR > 1 && $3 ~ /^sha256:/ {print "ctrimage", $1, $3}'
+         hactl_job_images() { ctr -n k8s.io images ls 2>/dev/null | awk 'NR > 1 && $3 ~ /^sha256:/ {print "ctrimage", $1, $3}'; }
+         hactl_bg hactl_job_images
        fi
        ip -o route show proto @PROTO@ 2>/dev/null | awk '$2 == "via" {print "podroute", $1, $3}'
-       if [ -r "$5" ] && [ -r "$4" ] && [ -r "$3" ]; then
-         # Asked twice before it counts as unknown: one slow answer under load is no news.
-         for try in 1 2; do
-           out=$(curl -sS --max-time 4 -w '\n%{http_code}' --cacert "$3" --cert "$4" --key "$5" "$2/api/v1/nodes/$1" 2>&1)
-           code=$(printf '%s\n' "$out" | tail -n 1)
-           case $code in 200|404) break ;; esac
-         done
-         case $code in
-         200) echo "node $(printf '%s\n' "$out" | sed '$d' | tr -d '\n')" ;;
-         404) echo "node absent" ;;
-         *) echo "node unknown $(printf '%s\n' "$out" | head -n 1)" ;;
-         esac
+       if [ -r "$n_key" ] && [ -r "$n_cert" ] && [ -r "$n_ca" ]; then
+         hactl_job_node() {
+           # Asked twice before it counts as unknown: one slow answer under load is no news.
+           for try in 1 2; do
+             out=$(curl -sS --max-time 4 -w '\n%{http_code}' --cacert "$n_ca" --cert "$n_cert" --key "$n_key" "$n_server/api/v1/nodes/$n_name" 2>&1)
+             code=$(printf '%s\n' "$out" | tail -n 1)
+             case $code in 200|404) break ;; esac
+           done
+           case $code in
+           200) echo "node $(printf '%s\n' "$out" | sed '$d' | tr -d '\n')" ;;
+           404) echo "node absent" ;;
+           *) echo "node unknown $(printf '%s\n' "$out" | head -n 1)" ;;
+           esac
+         }
+         hactl_bg hactl_job_node
        fi ;;
   esac
 done
 if [ -n "$units" ]; then
   # One systemctl for every unit; its blocks (blank-line separated) come in the order asked.
-  systemctl show -p ActiveState -p MainPID -p UnitFileState -p ExecMainStartTimestampMonotonic $units 2>/dev/null |
-    awk -v names="$units" 'BEGIN { n = split(names, u, " "); i = 1 }
-      /^$/ { if (i <= n) print "unit", u[i], s; i++; s = ""; next }
-      { s = s $0 " " }
-      END { for (; i <= n; i++) { print "unit", u[i], s; s = "" } }'
+  hactl_job_units() {
+    systemctl show -p ActiveState -p MainPID -p UnitFileState -p ExecMainStartTimestampMonotonic $units 2>/dev/null |
+      awk -v names="$units" 'BEGIN { n = split(names, u, " "); i = 1 }
+        /^$/ { if (i <= n) print "unit", u[i], s; i++; s = ""; next }
+        { s = s $0 " " }
+        END { for (; i <= n; i++) { print "unit", u[i], s; s = "" } }'
+  }
+  hactl_bg hactl_job_units
 fi
 if [ -n "$files" ]; then
-  # One stat for every file: size, mode, owner, group, mtime, path.
-  st=$(printf '%s' "$files" | tr '\n' '\0' | xargs -0 stat -c '%s %a %U %G %Y %n' 2>/dev/null)
-  # A large file's digest from its record (read above, in `recs`); the others, and a large file
-  # without a record that matches it, hashed by one sha256sum.
-  split=$(printf '%s\n--\n%s\n' "$recs" "$st" | awk -v min=@MIN_SIZE@ '
-    $0 == "--" { s = 1; next }
-    !s { if (NF > 1) { p = $0; sub(/^[^ ]* /, "", p); r[p] = $1 }; next }
-    NF < 6 { next }
-    { p = $0; sub(/^[^ ]* [^ ]* [^ ]* [^ ]* [^ ]* /, "", p)
-      if ($1 + 0 >= min && (p in r)) print "file", p, r[p], $2, $3, $4, $5; else print "hash", p }')
-  small=
-  while read -r k rest; do
-    case $k in
-    file) echo "file $rest" ;;
-    hash) small="$small$rest
+  hactl_job_files() {
+    # One stat for every file: size, mode, owner, group, mtime, path.
+    st=$(printf '%s' "$files" | tr '\n' '\0' | xargs -0 stat -c '%s %a %U %G %Y %n' 2>/dev/null)
+    # A large file's digest from its record (read above, in `recs`); the others, and a large file
+    # without a record that matches it, hashed by one sha256sum.
+    split=$(printf '%s\n--\n%s\n' "$recs" "$st" | awk -v min=@MIN_SIZE@ '
+      $0 == "--" { s = 1; next }
+      !s { if (NF > 1) { p = $0; sub(/^[^ ]* /, "", p); r[p] = $1 }; next }
+      NF < 6 { next }
+      { p = $0; sub(/^[^ ]* [^ ]* [^ ]* [^ ]* [^ ]* /, "", p)
+        if ($1 + 0 >= min && (p in r)) print "file", p, r[p], $2, $3, $4, $5; else print "hash", p }')
+    small=
+    while read -r k rest; do
+      case $k in
+      file) echo "file $rest" ;;
+      hash) small="$small$rest
 " ;;
-    esac
-  done <<HACTL_SPLIT
+      esac
+    done <<HACTL_SPLIT
 $split
 HACTL_SPLIT
-  if [ -n "$small" ]; then
-    sums=$(printf '%s' "$small" | tr '\n' '\0' | xargs -0 sha256sum 2>/dev/null)
-    printf '%s\n--\n%s\n' "$st" "$sums" | awk '
-      $0 == "--" { h = 1; next }
-      !h { p = $0; sub(/^[^ ]* [^ ]* [^ ]* [^ ]* [^ ]* /, "", p); m[p] = $2 " " $3 " " $4 " " $5; next }
-      length($0) > 66 { p = substr($0, 67); if (p in m) print "file", p, $1, m[p] }'
-  fi
-  # A file hactl did not write: no "Managed by hactl" in its first 3 lines.
-  printf '%s' "$files" | tr '\n' '\0' | xargs -0 awk '
-    BEGIN { for (i = 1; i < ARGC; i++) m[ARGV[i]] = 0 }
-    FNR <= 3 && /Managed by hactl/ { m[FILENAME] = 1 }
-    FNR >= 3 { nextfile }
-    END { for (f in m) if (!m[f]) print "foreign", f }' 2>/dev/null
+    if [ -n "$small" ]; then
+      sums=$(printf '%s' "$small" | tr '\n' '\0' | xargs -0 sha256sum 2>/dev/null)
+      printf '%s\n--\n%s\n' "$st" "$sums" | awk '
+        $0 == "--" { h = 1; next }
+        !h { p = $0; sub(/^[^ ]* [^ ]* [^ ]* [^ ]* [^ ]* /, "", p); m[p] = $2 " " $3 " " $4 " " $5; next }
+        length($0) > 66 { p = substr($0, 67); if (p in m) print "file", p, $1, m[p] }'
+    fi
+    # A file hactl did not write: no "Managed by hactl" in its first 3 lines.
+    printf '%s' "$files" | tr '\n' '\0' | xargs -0 awk '
+      BEGIN { for (i = 1; i < ARGC; i++) m[ARGV[i]] = 0 }
+      FNR <= 3 && /Managed by hactl/ { m[FILENAME] = 1 }
+      FNR >= 3 { nextfile }
+      END { for (f in m) if (!m[f]) print "foreign", f }' 2>/dev/null
+  }
+  hactl_bg hactl_job_files
 fi
 # A load balancer: the servers a cut `up` left out of a backend (their notes), with HAProxy's
 # status of each (column 18 of `show stat`, read raw so any version of the helper serves), all
@@ -493,9 +511,56 @@ if [ -n "${held_dir:-}" ]; then
     { st[$1 "," $2] = $18 }
     END { for (i = 1; i <= k; i++) print "heldserver", n[i], t[n[i]], st[n[i]] }'
 fi
+hactl_jobs_collect
 # What is missing is a fact, not a failure (dash's `command -v` of a missing binary is 127).
 exit 0
 "#;
+
+/// The probe's slow reads run side by side: each of etcdctl's two calls, `ss`, `systemctl show`,
+/// `ctr images ls` and the Node's read through the API spends tens of milliseconds in its own
+/// process start, TLS or D-Bus round trip, and one after another they were most of a host's
+/// probe. `hactl_bg FN` runs the function `FN` (no arguments; it reads the probe's variables) in
+/// the background, its output to a file of a private directory under `/dev/shm` or `/tmp`;
+/// `hactl_jobs_collect` waits for them all, prints each one's output whole (facts are lines, in
+/// no order the parser needs), and removes the directory. A job whose output did not end with
+/// its completion mark (a full disk, a failed write) runs again in the foreground, as every job
+/// does when no directory can be made, so a lost write never becomes a missing fact.
+const JOBS_FN: &str = r#"hactl_jobs=$(mktemp -d /dev/shm/hactl-facts.XXXXXX 2>/dev/null || mktemp -d 2>/dev/null) || hactl_jobs=
+[ -z "$hactl_jobs" ] || trap 'rm -rf "$hactl_jobs"' EXIT
+[ -z "$hactl_jobs" ] || trap 'rm -rf "$hactl_jobs"; exit 1' HUP INT TERM
+hactl_njobs=0
+hactl_bg() {
+  hactl_njobs=$((hactl_njobs + 1))
+  eval "hactl_fn_$hactl_njobs=\$1"
+  if [ -n "$hactl_jobs" ]; then
+    { "$1"; echo hactl-job-done; } > "$hactl_jobs/$hactl_njobs" 2>/dev/null &
+  else
+    "$1"
+  fi
+}
+hactl_jobs_collect() {
+  [ -n "$hactl_jobs" ] || return 0
+  wait
+  # A job that left no output (no file, or an empty one) runs again; awk reads the others.
+  hj_i=1; hj_files=; hj_again=
+  while [ "$hj_i" -le "$hactl_njobs" ]; do
+    if [ -s "$hactl_jobs/$hj_i" ]; then hj_files="$hj_files $hactl_jobs/$hj_i"; else hj_again="$hj_again $hj_i"; fi
+    hj_i=$((hj_i + 1))
+  done
+  # One awk for all: a job's lines but its mark when the mark ends them; its number otherwise.
+  if [ -n "$hj_files" ]; then
+    { hj_more=$(awk '
+        function flush() { if (f == "") return; if (n > 0 && l[n] == "hactl-job-done") { for (j = 1; j < n; j++) print l[j] } else { k = f; sub(/.*\//, "", k); print k > "/dev/stderr" }; n = 0 }
+        FNR == 1 { flush(); f = FILENAME }
+        { l[++n] = $0 }
+        END { flush() }' $hj_files 2>&1 >&3); } 3>&1
+    hj_again="$hj_again $hj_more"
+  fi
+  for hj_i in $hj_again; do
+    case $hj_i in ''|*[!0-9]*) continue ;; esac
+    eval "\"\$hactl_fn_$hj_i\""
+  done
+}"#;
 
 /// The awk program that turns `ss -Hltnp` lines into `listen <port> <process>` facts: the port
 /// after the local address's last colon, the process from `users:(("name",…` (`-` when `ss`
@@ -542,6 +607,7 @@ pub fn probe_command(query: &Query) -> RemoteCommand {
             "{}{}",
             crate::digest_cache::shell_functions(),
             PROBE
+                .replace("@JOBS_FN@", JOBS_FN)
                 .replace("@VERSION_FN@", VERSION_FN)
                 .replace("@HELD_NOTES_FN@", HELD_NOTES_FN)
                 .replace("@LISTEN_AWK@", LISTEN_AWK)
@@ -973,6 +1039,53 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
                 (6443, vec!["kube-apiserver"])
             ]
         );
+    }
+
+    /// The probe's background jobs under the real `sh`: every job's lines come out once, whole;
+    /// a job whose output lost its end (here it closed its own output before the mark) or whose
+    /// file is gone runs again in the foreground; the scratch directory is removed.
+    #[test]
+    fn background_jobs_print_each_output_once_and_run_a_lost_one_again() {
+        let script = format!(
+            r#"{JOBS_FN}
+a() {{ echo "one 1"; echo "one 2"; }}
+b() {{ sleep 0.2; echo "two"; }}
+c() {{ echo "three"; [ -n "$fg" ] || exec >/dev/null; }}
+d() {{ [ -n "$fg" ] || rm -f "$hactl_jobs/4"; echo "four"; }}
+hactl_bg a; hactl_bg b; hactl_bg c; hactl_bg d
+fg=yes
+hactl_jobs_collect
+echo "dir $hactl_jobs""#
+        );
+        let out = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8(out.stdout).unwrap();
+        let mut lines: Vec<&str> = text.lines().collect();
+        let dir = lines.pop().unwrap().strip_prefix("dir ").unwrap().to_string();
+        assert!(!dir.is_empty(), "{text}");
+        lines.sort();
+        assert_eq!(lines, ["four", "one 1", "one 2", "three", "two"], "{text}");
+        assert!(!std::path::Path::new(&dir).exists(), "{dir} left behind");
+        // The whole probe cleans up after itself too (its EXIT trap), here told to name its
+        // directory just before it exits.
+        let mut cmd = probe_command(&Query {
+            units: vec!["hactl-no-such.service".into()],
+            ..Query::default()
+        });
+        assert!(cmd.argv[2].ends_with("\nexit 0\n"), "{}", cmd.argv[2]);
+        cmd.argv[2] = cmd.argv[2].replace("\nexit 0\n", "\necho \"jobsdir $hactl_jobs\"\nexit 0\n");
+        let out = String::from_utf8_lossy(&cmd.run_in("sh").stdout).into_owned();
+        let f = parse(&out);
+        assert!(f.units.contains_key("hactl-no-such.service"), "{out}");
+        let dir = out
+            .lines()
+            .find_map(|l| l.strip_prefix("jobsdir "))
+            .unwrap_or_default();
+        assert!(!dir.is_empty(), "the probe made no directory: {out}");
+        assert!(!std::path::Path::new(dir).exists(), "the probe left {dir}");
     }
 
     #[test]
