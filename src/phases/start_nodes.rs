@@ -34,6 +34,38 @@ use crate::plan::{Check, Parallelism, PlannedPhase, RemoteCommand, Step, Upload}
 
 pub struct StartNodes;
 
+/// The environment variable that bounds how long `up` waits for a Node to register, to be Ready,
+/// or to be Ready again after its kubelet restarted (docs/reference/environment.md).
+pub const NODE_WAIT_VAR: &str = "HACTL_NODE_READY_TIMEOUT_SECS";
+/// The default of [`NODE_WAIT_VAR`]: a kubelet on a loaded 2-core machine registers and reports
+/// within a minute; three leave room for a slow image import before it.
+pub const NODE_WAIT_DEFAULT_SECS: u64 = 180;
+/// The longest [`NODE_WAIT_VAR`] accepted (a day): longer is a typo, not a slow node.
+const NODE_WAIT_MAX_SECS: u64 = 86_400;
+
+/// How long to wait for a Node: [`NODE_WAIT_VAR`] when set (unset or empty: the default), a
+/// refusal naming the variable when it is not a whole number of seconds from 1 to a day.
+pub fn node_wait_timeout(value: Option<&str>) -> Result<Duration, PlanError> {
+    let value = value.map(str::trim).unwrap_or_default();
+    if value.is_empty() {
+        return Ok(Duration::from_secs(NODE_WAIT_DEFAULT_SECS));
+    }
+    match value.parse::<u64>() {
+        Ok(secs) if (1..=NODE_WAIT_MAX_SECS).contains(&secs) => Ok(Duration::from_secs(secs)),
+        _ => Err(PlanError::BadEnvironment {
+            var: NODE_WAIT_VAR,
+            value: value.to_string(),
+            expected: format!("a whole number of seconds from 1 to {NODE_WAIT_MAX_SECS}"),
+            default: NODE_WAIT_DEFAULT_SECS.to_string(),
+        }),
+    }
+}
+
+/// [`node_wait_timeout`] of this process's environment.
+fn node_wait_from_env() -> Result<Duration, PlanError> {
+    node_wait_timeout(std::env::var(NODE_WAIT_VAR).ok().as_deref())
+}
+
 /// Whether `host`'s Node has no pod CIDR the facts know of (not registered yet, or no
 /// credentials to ask with): the pod network cannot be planned for it in this round.
 pub fn pending(facts: &HostFacts) -> bool {
@@ -76,30 +108,50 @@ fn node_has(inv: &Inventory, host: &Host, pattern: &str) -> RemoteCommand {
     )
 }
 
-/// The last lines of a unit's journal.
+/// How many distinct messages a node component's journal shows when a wait for it runs out.
+const JOURNAL_MESSAGES: usize = 25;
+
+/// An awk program over klog lines (the kubelet's and kube-proxy's: `E1128 11:15:25.321066    4011
+/// kubelet.go:2243] message`): each distinct message without its time and thread, after the
+/// line number it was last seen at and a tab, and with how often it came when more than once.
+/// Sorted by that number and cut to the last ones, it shows what the component kept saying: a
+/// kubelet that cannot reach the apiservers logs `node "cp1" not found` ten times a second,
+/// which would fill a plain tail of its journal and hide the line that says why.
+const DISTINCT_MESSAGES: &str = r#"{ m = $0; sub(/^[IWEF][0-9][0-9][0-9][0-9] [0-9:.]+ +[0-9]+ /, "", m); last[m] = NR; n[m]++ } END { for (m in last) print last[m] "	" (n[m] > 1 ? n[m] " times: " : "") m }"#;
+
+/// The last distinct messages of a node component's journal (see [`DISTINCT_MESSAGES`]), for
+/// a wait on it that ran out.
 fn journal(unit: &str) -> RemoteCommand {
-    RemoteCommand::read_only(["journalctl", "-u", unit, "-n", "25", "--no-pager", "-o", "cat"])
+    RemoteCommand::read_only([
+        "sh".to_string(),
+        "-c".to_string(),
+        format!(
+            "journalctl -u \"$1\" -n 2000 --no-pager -o cat | awk '{DISTINCT_MESSAGES}' | sort -n | tail -n {JOURNAL_MESSAGES} | cut -f 2-"
+        ),
+        "hactl-journal".to_string(),
+        unit.to_string(),
+    ])
 }
 
 /// Waits until the Node of `host` is registered and has its pod CIDR.
-pub fn wait_registered(inv: &Inventory, host: &Host) -> Check {
+pub fn wait_registered(inv: &Inventory, host: &Host, timeout: Duration) -> Check {
     Check::command(
         format!(
             "the kubelet on {} registered Node {} and it has a pod CIDR",
             host.name, host.name
         ),
         node_has(inv, host, "\"podCIDR\":"),
-        Duration::from_secs(180),
+        timeout,
     )
     .diagnose_with(journal(node::KUBELET_UNIT))
 }
 
 /// Waits until the Node of `host` is Ready.
-pub fn wait_ready(inv: &Inventory, host: &Host) -> Check {
+pub fn wait_ready(inv: &Inventory, host: &Host, timeout: Duration) -> Check {
     Check::command(
         format!("Node {} is Ready", host.name),
         node_has(inv, host, "\"type\":\"Ready\",\"status\":\"True\""),
-        Duration::from_secs(180),
+        timeout,
     )
     .diagnose_with(journal(node::KUBELET_UNIT))
 }
@@ -109,14 +161,14 @@ pub fn wait_ready(inv: &Inventory, host: &Host) -> Check {
 /// before the restart nor the NotReady a kubelet may post at its start (kubernetes#93747) counts.
 /// Both times are the host's own clock (the kubelet stamps the heartbeat); systemd prints its
 /// timestamp in UTC here so that `date -d` reads it whatever the host's zone.
-pub fn wait_ready_since_restart(inv: &Inventory, host: &Host) -> Check {
+pub fn wait_ready_since_restart(inv: &Inventory, host: &Host, timeout: Duration) -> Check {
     Check::command(
         format!(
             "Node {} is Ready again, reported by its restarted kubelet",
             host.name
         ),
         node_command(inv, host, READY_SINCE_RESTART, node::KUBELET_UNIT),
-        Duration::from_secs(180),
+        timeout,
     )
     .diagnose_with(journal(node::KUBELET_UNIT))
 }
@@ -321,7 +373,11 @@ pub fn kubelet_steps(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError>
     // its start touches one Node at a time. Only for a Node that was Ready before: one that was
     // not is no worse for the restart, and `up` does not wait on what it did not break.
     if waits_until_ready_again(kubelet, f) {
-        steps.push(Step::Wait(wait_ready_since_restart(ctx.inv, host)));
+        steps.push(Step::Wait(wait_ready_since_restart(
+            ctx.inv,
+            host,
+            node_wait_from_env()?,
+        )));
     }
     Ok(steps)
 }
@@ -396,9 +452,9 @@ impl Phase for StartNodes {
         }
 
         if pending(f) {
-            steps.push(Step::Wait(wait_registered(ctx.inv, host)));
+            steps.push(Step::Wait(wait_registered(ctx.inv, host, node_wait_from_env()?)));
         } else if network_changed && !files.network.is_empty() {
-            steps.push(Step::Wait(wait_ready(ctx.inv, host)));
+            steps.push(Step::Wait(wait_ready(ctx.inv, host, node_wait_from_env()?)));
         }
         Ok(steps)
     }
@@ -408,6 +464,89 @@ impl Phase for StartNodes {
 mod tests {
     use super::*;
     use crate::facts::{NodeApi, NodeFacts, RegisteredNode, UnitState};
+
+    #[test]
+    fn a_node_components_journal_shows_its_last_distinct_messages_with_their_counts() {
+        let mut lines = vec![
+            "I1128 11:15:20.000001    4011 server.go:416] Version: v1.20.2".to_string(),
+            "E1128 11:15:20.500000    4011 kubelet_node_status.go:93] Unable to register node \"cp1\" with API server: Post \"https://10.0.0.1:6443/api/v1/nodes\": proxyconnect tcp: dial tcp 127.0.0.1:9: connect: connection refused".to_string(),
+        ];
+        for i in 0..40 {
+            lines.push(format!(
+                "E1128 11:15:{:02}.{i:06}    4011 kubelet.go:2243] node \"cp1\" not found",
+                21 + i / 10
+            ));
+        }
+        for i in 0..30 {
+            lines.push(format!(
+                "I1128 11:15:30.{i:06}    4011 other.go:{i}] distinct message {i}"
+            ));
+        }
+        lines.push("E1128 11:15:31.000000    4011 kubelet.go:2243] node \"cp1\" not found".to_string());
+        lines.push("a line not from klog".to_string());
+        let input = lines.join("\n") + "\n";
+        // The pipeline of `journal` after journalctl, run by the local awk, sort and cut.
+        let script = format!("awk '{DISTINCT_MESSAGES}' | sort -n | tail -n {JOURNAL_MESSAGES} | cut -f 2-");
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write as _;
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success());
+        let shown: Vec<String> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        assert_eq!(shown.len(), JOURNAL_MESSAGES, "{shown:#?}");
+        // The repeated line once, with its count, where it was last seen (before the last line).
+        assert_eq!(
+            shown[JOURNAL_MESSAGES - 2],
+            "41 times: kubelet.go:2243] node \"cp1\" not found"
+        );
+        assert_eq!(shown[JOURNAL_MESSAGES - 1], "a line not from klog");
+        assert_eq!(shown[0], "other.go:7] distinct message 7", "{shown:#?}");
+        assert!(shown.iter().all(|l| !l.contains("11:15")), "{shown:#?}");
+        // The journal command hands the unit to the script as an argument.
+        let cmd = journal(node::KUBELET_UNIT);
+        assert!(cmd.read_only);
+        assert_eq!(cmd.argv.last().unwrap(), node::KUBELET_UNIT);
+        assert!(
+            cmd.argv[2].starts_with("journalctl -u \"$1\" -n 2000 "),
+            "{:?}",
+            cmd.argv
+        );
+        assert!(cmd.argv[2].ends_with(&script), "{:?}", cmd.argv);
+    }
+
+    #[test]
+    fn the_node_wait_is_three_minutes_unless_the_environment_names_a_sane_number_of_seconds() {
+        let default = Duration::from_secs(NODE_WAIT_DEFAULT_SECS);
+        assert_eq!(node_wait_timeout(None).unwrap(), default);
+        assert_eq!(node_wait_timeout(Some("")).unwrap(), default);
+        assert_eq!(node_wait_timeout(Some(" 30 ")).unwrap(), Duration::from_secs(30));
+        assert_eq!(
+            node_wait_timeout(Some("86400")).unwrap(),
+            Duration::from_secs(86_400)
+        );
+        for bad in ["0", "-5", "30s", "1.5", "86401", "ninety"] {
+            let err = node_wait_timeout(Some(bad)).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.starts_with(&format!("{NODE_WAIT_VAR}={bad:?} is not")),
+                "{text}"
+            );
+            assert!(
+                text.contains("from 1 to 86400") && text.contains("default (180)"),
+                "{text}"
+            );
+            assert!(!err.is_refusal(), "a typo is not a safety refusal: {text}");
+        }
+    }
 
     fn with_api(api: NodeApi) -> HostFacts {
         HostFacts {

@@ -7,7 +7,7 @@
 //! Then a binary written after its unit started (a run that stopped between upload and restart)
 //! is restarted by the next `up`, and nothing else is. Last, a roll cut (Ctrl-C) after it took
 //! an apiserver out of the load balancers: `status` reports the server left out, and the next
-//! `up` returns it.
+//! `up` returns it. Last, a kubelet roll whose first kubelet cannot report stops there.
 //!
 //! Needs root and the Kubernetes binaries (see `support/kube.rs`).
 
@@ -235,6 +235,102 @@ fn a_rebuilt_kubernetes_binary_rolls_one_host_at_a_time_while_kubectl_answers_th
     assert_eq!(k.hactl_ok(&["plan"]).trim(), "no changes");
 
     a_roll_cut_after_its_drain_leaves_a_server_that_status_reports_and_up_returns(&k, &cps[1]);
+    a_kubelet_that_cannot_report_stops_the_node_roll_on_its_first_node(&k, &cps[0], &cps[1]);
+}
+
+/// A kubelet roll whose first node's kubelet restarts and answers its health endpoint but
+/// cannot report to the apiservers (its client requests go to a proxy that refuses them, so the
+/// host's own requests are untouched): `up` fails on that node, naming it and showing the
+/// kubelet's journal, and `second`'s kubelet is not restarted. Once the cause is gone, `up`
+/// finishes the roll. The Node wait is cut to 30 s by `HACTL_NODE_READY_TIMEOUT_SECS`.
+fn a_kubelet_that_cannot_report_stops_the_node_roll_on_its_first_node(
+    k: &KubeLab,
+    first: &str,
+    second: &str,
+) {
+    let name = "a_kubelet_that_cannot_report";
+    let dropin = "/run/systemd/system/kubelet.service.d/50-hactl-test-no-api.conf";
+    let proxy = "http://127.0.0.1:9";
+    k.lab.exec_ok(
+        first,
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "mkdir -p \"$(dirname {dropin})\" && printf '[Service]\\nEnvironment=HTTPS_PROXY={proxy} https_proxy={proxy}\\n' > {dropin} && systemctl daemon-reload"
+            ),
+        ],
+    );
+    // Both kubelets' binaries written after their units started: the next `up` restarts them,
+    // one node at a time, `first` first.
+    for h in [first, second] {
+        k.lab
+            .exec_ok(h, &["sh", "-c", "sleep 2; touch /usr/local/bin/kubelet"]);
+    }
+    let plan = k.hactl_ok(&["plan"]);
+    let nodes = plan
+        .find("== Start the node components (one host at a time)")
+        .unwrap_or_else(|| panic!("no node roll planned:\n{plan}"));
+    let restart = |h: &str| {
+        plan[nodes..]
+            .find(&format!("{h}: run systemctl restart kubelet.service"))
+            .unwrap_or_else(|| panic!("{h}'s kubelet restart is not planned:\n{plan}"))
+    };
+    assert!(
+        restart(first) < restart(second),
+        "{first} does not roll first:\n{plan}"
+    );
+    assert!(
+        plan[nodes..].contains(&format!("Node {first} is Ready again")),
+        "the roll does not wait for {first}'s Node:\n{plan}"
+    );
+
+    let second_before = started_us(k, second, "kubelet.service");
+    let first_before = started_us(k, first, "kubelet.service");
+    let out = k.hactl_env(&["up", "--yes"], &[("HACTL_NODE_READY_TIMEOUT_SECS", "30")]);
+    let said = kube_support::text(&out);
+    assert!(
+        !out.status.success(),
+        "up succeeded with a kubelet that cannot report:\n{said}"
+    );
+    assert!(
+        said.contains(&format!(
+            "timed out after 30s waiting for: Node {first} is Ready again, reported by its restarted kubelet"
+        )),
+        "the failure does not name {first}'s Node wait:\n{said}"
+    );
+    assert!(
+        said.contains("hactl-journal kubelet.service") && said.contains("proxyconnect"),
+        "the failure does not show the kubelet's journal and its cause:\n{said}"
+    );
+    assert!(
+        started_us(k, first, "kubelet.service") > first_before,
+        "{first}'s kubelet was not restarted"
+    );
+    assert_eq!(
+        started_us(k, second, "kubelet.service"),
+        second_before,
+        "{second}'s kubelet restarted after {first}'s failed: the roll did not stop"
+    );
+    println!("{name}: up stopped on {first}; {second}'s kubelet untouched");
+
+    // The cause removed (and the kubelet's binary newer than its start again, as a fix that
+    // reinstalls it would leave it): `up` restarts it, waits for its Node, and rolls on.
+    k.lab.exec_ok(
+        first,
+        &[
+            "sh",
+            "-c",
+            &format!("rm {dropin} && systemctl daemon-reload && sleep 2 && touch /usr/local/bin/kubelet"),
+        ],
+    );
+    k.hactl_ok(&["up", "--yes"]);
+    assert!(
+        started_us(k, second, "kubelet.service") > second_before,
+        "{second}'s kubelet was not restarted once {first} was fixed"
+    );
+    assert_eq!(k.hactl_ok(&["plan"]).trim(), "no changes");
+    println!("{name}: passed");
 }
 
 /// `hactl up --yes`, sent SIGINT (Ctrl-C) once it logs `when`: it stops before its next step.
