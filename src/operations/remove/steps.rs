@@ -287,7 +287,7 @@ pub fn build(d: &Decisions, inputs: &Arc<Inputs>) -> Vec<JournaledStep> {
             .run(drain_servers(&d.member, &keep))
             .verify(Check::command(
                 format!(
-                    "HAProxy on {} shows {} in MAINT (or not at all)",
+                    "HAProxy on {} shows {} and the apiservers the inventory no longer lists in MAINT (or not at all)",
                     lbh.name, d.member
                 ),
                 servers_drained(&d.member, &keep),
