@@ -1016,16 +1016,9 @@ file /bin/etcd aa 755 root root 1400\nfile /ca.crt bb 644 root root 1502\nfile /
         let lines = "LISTEN 0      4096   127.0.0.1:2379  0.0.0.0:*   users:((\"etcd\",pid=81,fd=7))\n\
             LISTEN 0 4096 [::]:6443 [::]:* users:((\"kube-apiserver\",pid=9,fd=3),(\"x\",pid=1,fd=2))\n\
             LISTEN 0 128 0.0.0.0:22 0.0.0.0:*\n";
-        let mut child = std::process::Command::new("awk")
-            .arg(LISTEN_AWK)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write as _;
-        child.stdin.take().unwrap().write_all(lines.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        let f = parse(&String::from_utf8_lossy(&out.stdout));
+        let (ok, out) = crate::local_command::sh_with_input("awk \"$1\"", &[LISTEN_AWK], lines.as_bytes());
+        assert!(ok, "{out}");
+        let f = parse(&out);
         let got: Vec<(u16, Vec<&str>)> = f
             .listeners
             .iter()

@@ -54,6 +54,31 @@ pub fn new(program: impl AsRef<OsStr>) -> Command {
     cmd
 }
 
+/// Tests: `sh -c script sh args…` (`sh` is dash here, as on the hosts), from [`new`]'s
+/// environment, with `input` on its stdin: whether it succeeded, and its stdout. The shell, awk
+/// and grep programs hactl sends to hosts are checked with it on this machine.
+#[cfg(test)]
+pub fn sh_with_input(script: &str, args: &[&str], input: &[u8]) -> (bool, String) {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let mut child = new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg("sh")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run sh");
+    // A program that exits without reading all of its input closes the pipe: not an error here.
+    let _ = child.stdin.take().expect("stdin").write_all(input);
+    let out = child.wait_with_output().expect("wait for sh");
+    (
+        out.status.success(),
+        String::from_utf8(out.stdout).expect("UTF-8 output"),
+    )
+}
+
 /// The environment a program run by hactl gets, from hactl's `vars` (see the module's doc).
 /// Sorted by name.
 pub fn environment(vars: impl IntoIterator<Item = (OsString, OsString)>) -> Vec<(OsString, OsString)> {

@@ -263,25 +263,10 @@ mod tests {
 
     /// The command lines `grep -E` (the regex dialect of `pgrep -f`) selects among `lines`.
     fn matching(pattern: &str, lines: &[&str]) -> Vec<String> {
-        use std::io::Write as _;
-        let mut child = std::process::Command::new("grep")
-            .args(["-E", pattern])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(lines.join("\n").as_bytes())
-            .unwrap();
-        let out = child.wait_with_output().unwrap();
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(str::to_string)
-            .collect()
+        // grep exits 1 when nothing matched: the output tells.
+        let (_, out) =
+            crate::local_command::sh_with_input("grep -E \"$1\"", &[pattern], lines.join("\n").as_bytes());
+        out.lines().map(str::to_string).collect()
     }
 
     #[test]

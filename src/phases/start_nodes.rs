@@ -487,21 +487,9 @@ mod tests {
         let input = lines.join("\n") + "\n";
         // The pipeline of `journal` after journalctl, run by the local awk, sort and cut.
         let script = format!("awk '{DISTINCT_MESSAGES}' | sort -n | tail -n {JOURNAL_MESSAGES} | cut -f 2-");
-        let mut child = std::process::Command::new("sh")
-            .args(["-c", &script])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        use std::io::Write as _;
-        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(out.status.success());
-        let shown: Vec<String> = String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(str::to_string)
-            .collect();
+        let (ok, out) = crate::local_command::sh_with_input(&script, &[], input.as_bytes());
+        assert!(ok, "{out}");
+        let shown: Vec<String> = out.lines().map(str::to_string).collect();
         assert_eq!(shown.len(), JOURNAL_MESSAGES, "{shown:#?}");
         // The repeated line once, with its count, where it was last seen (before the last line).
         assert_eq!(

@@ -1340,21 +1340,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a/b/file").to_string_lossy().into_owned();
         let tmp = temp_path(&path);
-        let sh = |script: &str, args: &[&str], stdin: &[u8]| {
-            use std::io::Write;
-            let mut child = std::process::Command::new("sh")
-                .arg("-c")
-                .arg(script)
-                .arg("sh")
-                .args(args)
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            child.stdin.take().unwrap().write_all(stdin).unwrap();
-            let out = child.wait_with_output().unwrap();
-            (out.status.success(), String::from_utf8(out.stdout).unwrap())
-        };
+        let sh = crate::local_command::sh_with_input;
         let (ok, out) = sh(PROBE_SCRIPT, &[&path], b"");
         assert!(ok);
         assert_eq!(RemoteFile::parse(&out), RemoteFile::default());

@@ -512,22 +512,11 @@ mod tests {
 
     /// What RM2 drains, by [`drain_targets_awk`] under the real `awk`, on `csv`, keeping `keep`.
     fn targets(csv: &str, member: &str, keep: &[&str]) -> Vec<String> {
-        let script = format!(
-            "m=$1; shift; k=\" $* \"\nprintf '%s' \"$CSV\" | {}",
-            drain_targets_awk()
-        );
-        let out = std::process::Command::new("sh")
-            .args(["-c", &script, "x", member])
-            .args(keep)
-            .env("CSV", csv)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(str::to_string)
-            .collect()
+        let script = format!("m=$1; shift; k=\" $* \"\n{}", drain_targets_awk());
+        let args: Vec<&str> = std::iter::once(member).chain(keep.iter().copied()).collect();
+        let (ok, out) = crate::local_command::sh_with_input(&script, &args, csv.as_bytes());
+        assert!(ok, "{out}");
+        out.lines().map(str::to_string).collect()
     }
 
     #[test]
