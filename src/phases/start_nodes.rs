@@ -117,7 +117,7 @@ const JOURNAL_MESSAGES: usize = 25;
 /// Sorted by that number and cut to the last ones, it shows what the component kept saying: a
 /// kubelet that cannot reach the apiservers logs `node "cp1" not found` ten times a second,
 /// which would fill a plain tail of its journal and hide the line that says why.
-const DISTINCT_MESSAGES: &str = r#"{ m = $0; sub(/^[IWEF][0-9][0-9][0-9][0-9] [0-9:.]+ +[0-9]+ /, "", m); last[m] = NR; n[m]++ } END { for (m in last) print last[m] "	" (n[m] > 1 ? n[m] " times: " : "") m }"#;
+const DISTINCT_MESSAGES: &str = r#"{ m = $0; sub(/^[IWEF][0-9][0-9][0-9][0-9] [0-9:.]+ +[0-9]+ /, "", m); last[m] = NR; n[m]++ } END { for (m in last) print last[m] "\t" (n[m] > 1 ? n[m] " times: " : "") m }"#;
 
 /// The last distinct messages of a node component's journal (see [`DISTINCT_MESSAGES`]), for
 /// a wait on it that ran out.
