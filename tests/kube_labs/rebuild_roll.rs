@@ -5,7 +5,7 @@
 //! time, then the controllers, then the kubelets and kube-proxies (rebuilt too) one node at a
 //! time, and kubectl through the VIP answers throughout (0 failed requests).
 //! Then a binary written after its unit started (a run that stopped between upload and restart)
-//! is restarted by the next `up`, and nothing else is. Last, a roll cut (Ctrl-C) after it took
+//! is restarted by the next `up`, and nothing else is. Then a roll cut (Ctrl-C) after it took
 //! an apiserver out of the load balancers: `status` reports the server left out, and the next
 //! `up` returns it. Last, a kubelet roll whose first kubelet cannot report stops there.
 //!

@@ -8,8 +8,9 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-/// The `hactl` binary built for these tests, with the test-only variables (`HACTL_CRASH_AFTER`,
-/// `HACTL_PROMOTE_TIMEOUT_SECS`, `HACTL_NODE_READY_TIMEOUT_SECS`, `HACTL_MACHINE_ID`) cleared, so a crash request never leaks
+/// The `hactl` binary built for these tests, with the variables tests set for one command
+/// (`HACTL_CRASH_AFTER`, `HACTL_MACHINE_ID`, and the timeouts `HACTL_PROMOTE_TIMEOUT_SECS` and
+/// `HACTL_NODE_READY_TIMEOUT_SECS`) cleared, so a crash request or a short timeout never leaks
 /// into the next command; a caller that wants one sets it afterwards.
 pub fn hactl_command() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_hactl"));
