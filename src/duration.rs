@@ -105,6 +105,55 @@ pub fn format_millis(d: Duration) -> String {
     }
 }
 
+/// A timeout in whole seconds that an environment variable may set (docs/reference/environment.md):
+/// unset or empty gives `default`; a value from 1 to `max` (surrounding blanks allowed) is taken;
+/// anything else is an [`EnvSecondsError`] naming the variable, so a typo is never silently
+/// replaced by the default.
+pub fn env_seconds(
+    var: &'static str,
+    value: Option<&str>,
+    default: u64,
+    max: u64,
+) -> Result<Duration, EnvSecondsError> {
+    let value = value.map(str::trim).unwrap_or_default();
+    if value.is_empty() {
+        return Ok(Duration::from_secs(default));
+    }
+    match value.parse::<u64>() {
+        Ok(secs) if (1..=max).contains(&secs) => Ok(Duration::from_secs(secs)),
+        _ => Err(EnvSecondsError {
+            var,
+            value: value.to_string(),
+            max,
+            default,
+        }),
+    }
+}
+
+/// [`env_seconds`] of this process's environment (a value that is not UTF-8 counts as bad).
+pub fn env_seconds_from_env(var: &'static str, default: u64, max: u64) -> Result<Duration, EnvSecondsError> {
+    match std::env::var(var) {
+        Ok(v) => env_seconds(var, Some(&v), default, max),
+        Err(std::env::VarError::NotPresent) => env_seconds(var, None, default, max),
+        Err(std::env::VarError::NotUnicode(v)) => Err(EnvSecondsError {
+            var,
+            value: v.to_string_lossy().into_owned(),
+            max,
+            default,
+        }),
+    }
+}
+
+/// A timeout variable holding something other than a whole number of seconds in its range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{var}={value:?} is not a whole number of seconds from 1 to {max}: set it to one, or unset it for the default ({default})")]
+pub struct EnvSecondsError {
+    pub var: &'static str,
+    pub value: String,
+    pub max: u64,
+    pub default: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,5 +215,32 @@ mod tests {
         }
         assert_eq!(format(Duration::from_secs(5_400)), "1h30m");
         assert_eq!(format(Duration::from_secs(172_800)), "2d");
+    }
+
+    #[test]
+    fn an_environment_timeout_is_its_default_or_a_sane_number_of_seconds_never_a_silent_default() {
+        const VAR: &str = "HACTL_TEST_TIMEOUT_SECS";
+        let env = |v| env_seconds(VAR, v, 180, 86_400);
+        assert_eq!(env(None), Ok(Duration::from_secs(180)));
+        assert_eq!(env(Some("")), Ok(Duration::from_secs(180)));
+        assert_eq!(env(Some("  ")), Ok(Duration::from_secs(180)));
+        assert_eq!(env(Some(" 30 ")), Ok(Duration::from_secs(30)));
+        assert_eq!(env(Some("1")), Ok(Duration::from_secs(1)));
+        assert_eq!(env(Some("86400")), Ok(Duration::from_secs(86_400)));
+        for bad in [
+            "0",
+            "-5",
+            "30s",
+            "1.5",
+            "86401",
+            "ninety",
+            "99999999999999999999999",
+        ] {
+            let text = env(Some(bad)).unwrap_err().to_string();
+            assert_eq!(
+                text,
+                format!("{VAR}={bad:?} is not a whole number of seconds from 1 to 86400: set it to one, or unset it for the default (180)")
+            );
+        }
     }
 }

@@ -1,8 +1,9 @@
 //! The conventions users know from other tools, checked on the built binary: usage errors with an
 //! exit code of their own, `--version` naming the commit, shell completions, man pages, JSON from
-//! `validate`, colour only on a terminal and never with `NO_COLOR`, `kubeconfig`, and a refusal
-//! that needs no host (replace's retry limit) given before any host is reached, and output to a
-//! closed pipe or a closed stream ending quietly with the command's own exit code.
+//! `validate`, colour only on a terminal and never with `NO_COLOR`, `kubeconfig`, refusals that
+//! need no host (replace's retry limit, a typo in a timeout variable) given before any host is
+//! reached, and output to a closed pipe or a closed stream ending quietly with the command's own
+//! exit code.
 
 #[path = "support/cli.rs"]
 mod cli_support;
@@ -309,6 +310,76 @@ fn replace_refuses_at_the_retry_limit_before_reaching_any_host() {
     // Below the limit the same command goes on to the hosts, and fails there.
     std::fs::write(state.join("heal.json"), r#"{"members":{}}"#).unwrap();
     let out = hactl(&args);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot reach"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// A timeout variable holding a typo stops the command before it reaches any host (exit 1,
+/// naming the variable, its value and the fix), never falling back to the default in silence:
+/// `HACTL_PROMOTE_TIMEOUT_SECS` for `replace`, `HACTL_NODE_READY_TIMEOUT_SECS` for `up` and
+/// `plan`. Every host here is on loopback port 1, where nothing listens, so reaching one would
+/// say "cannot reach".
+#[test]
+fn a_timeout_variable_with_a_typo_stops_the_command_before_any_host_is_reached() {
+    let dir = tempfile::tempdir().unwrap();
+    let inv = loopback_inventory(dir.path());
+    let state = dir.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    std::fs::set_permissions(&state, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let state = state.to_str().unwrap();
+    let inv = inv.to_str().unwrap();
+    let cases: [(&str, &str, Vec<&str>); 3] = [
+        (
+            "HACTL_PROMOTE_TIMEOUT_SECS",
+            "10m",
+            vec!["replace", "cp1", "--reuse-host", "--yes"],
+        ),
+        ("HACTL_NODE_READY_TIMEOUT_SECS", "0", vec!["up", "--yes"]),
+        ("HACTL_NODE_READY_TIMEOUT_SECS", "ninety", vec!["plan"]),
+    ];
+    for (var, value, args) in cases {
+        let mut cmd = cli_support::hactl_command();
+        cmd.args(&args)
+            .args(["-i", inv, "--state-dir", state])
+            .env(var, value);
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{var}={value} {args:?}: {}",
+            text(&out)
+        );
+        assert!(
+            stderr.contains(&format!("{var}={value:?} is not a whole number of seconds from 1 to 86400: set it to one, or unset it for the default")),
+            "{var}={value} {args:?}: {}",
+            text(&out)
+        );
+        assert!(
+            !stderr.contains("cannot reach"),
+            "{var}={value} {args:?}: {}",
+            text(&out)
+        );
+    }
+    // With the variables sane the same commands go on to the hosts, and fail there.
+    let out = cli_support::hactl_command()
+        .args([
+            "replace",
+            "cp1",
+            "--reuse-host",
+            "--yes",
+            "-i",
+            inv,
+            "--state-dir",
+            state,
+        ])
+        .env("HACTL_PROMOTE_TIMEOUT_SECS", "600")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("cannot reach"),

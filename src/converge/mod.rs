@@ -334,6 +334,9 @@ async fn reach_and_check(
     digests: &LocalDigests,
 ) -> anyhow::Result<Reached> {
     crate::kubernetes::inputs::refuse_bad_bundle(inv, digests)?;
+    // A typo in a timeout variable stops `up` and `plan` here, before any host is reached, not
+    // after the gathering, in the middle of planning.
+    crate::phases::start_nodes::node_wait_from_env()?;
     let mut hosts: Vec<&Host> = inv.hosts.iter().filter(|h| !h.roles.is_empty()).collect();
     // Hosts without roles (a replaced member's old host) are asked too, best effort: only for a
     // leftover etcd unit to disable (phases/retire_etcd.rs). One that does not answer (powered

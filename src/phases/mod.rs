@@ -144,13 +144,8 @@ pub enum PlanError {
     /// Boxed: the refusal carries versions and names, and every phase returns this error.
     #[error(transparent)]
     EtcdUpgrade(Box<crate::etcd::upgrade::UpgradeRefusal>),
-    #[error("{var}={value:?} is not {expected}: set it to one, or unset it for the default ({default})")]
-    BadEnvironment {
-        var: &'static str,
-        value: String,
-        expected: String,
-        default: String,
-    },
+    #[error(transparent)]
+    BadEnvironment(#[from] crate::duration::EnvSecondsError),
 }
 
 impl From<crate::etcd::upgrade::UpgradeRefusal> for PlanError {

@@ -46,24 +46,21 @@ const NODE_WAIT_MAX_SECS: u64 = 86_400;
 /// How long to wait for a Node: [`NODE_WAIT_VAR`] when set (unset or empty: the default), a
 /// refusal naming the variable when it is not a whole number of seconds from 1 to a day.
 pub fn node_wait_timeout(value: Option<&str>) -> Result<Duration, PlanError> {
-    let value = value.map(str::trim).unwrap_or_default();
-    if value.is_empty() {
-        return Ok(Duration::from_secs(NODE_WAIT_DEFAULT_SECS));
-    }
-    match value.parse::<u64>() {
-        Ok(secs) if (1..=NODE_WAIT_MAX_SECS).contains(&secs) => Ok(Duration::from_secs(secs)),
-        _ => Err(PlanError::BadEnvironment {
-            var: NODE_WAIT_VAR,
-            value: value.to_string(),
-            expected: format!("a whole number of seconds from 1 to {NODE_WAIT_MAX_SECS}"),
-            default: NODE_WAIT_DEFAULT_SECS.to_string(),
-        }),
-    }
+    Ok(crate::duration::env_seconds(
+        NODE_WAIT_VAR,
+        value,
+        NODE_WAIT_DEFAULT_SECS,
+        NODE_WAIT_MAX_SECS,
+    )?)
 }
 
-/// [`node_wait_timeout`] of this process's environment.
-fn node_wait_from_env() -> Result<Duration, PlanError> {
-    node_wait_timeout(std::env::var(NODE_WAIT_VAR).ok().as_deref())
+/// [`NODE_WAIT_VAR`] of this process's environment, as [`node_wait_timeout`] reads it.
+pub fn node_wait_from_env() -> Result<Duration, PlanError> {
+    Ok(crate::duration::env_seconds_from_env(
+        NODE_WAIT_VAR,
+        NODE_WAIT_DEFAULT_SECS,
+        NODE_WAIT_MAX_SECS,
+    )?)
 }
 
 /// Whether `host`'s Node has no pod CIDR the facts know of (not registered yet, or no

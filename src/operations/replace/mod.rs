@@ -72,8 +72,15 @@ use crate::state::StateDir;
 
 pub use decide::Decisions;
 
-/// How long a learner may take to catch up before P7 rolls back.
+/// How long a learner may take to catch up before P7 rolls back, unless [`PROMOTE_TIMEOUT_VAR`]
+/// says otherwise.
 pub const PROMOTE_TIMEOUT_SECS: u64 = 600;
+/// The environment variable that bounds P7's wait (docs/reference/environment.md); a value that is
+/// not a whole number of seconds from 1 to [`PROMOTE_TIMEOUT_MAX_SECS`] stops the run before it
+/// reaches any host.
+pub const PROMOTE_TIMEOUT_VAR: &str = "HACTL_PROMOTE_TIMEOUT_SECS";
+/// The longest P7 wait accepted (a day): longer is a typo, not a slow learner.
+const PROMOTE_TIMEOUT_MAX_SECS: u64 = 86_400;
 
 /// The order of flow F1's steps. Remove comes before add: etcd refuses any add while a voter is
 /// down (docs/recovery.md, "Replace and heal (P0–P10)"), and this table is what the tests hold the flow to.
@@ -150,6 +157,8 @@ pub(crate) struct Run {
     observer: TunnelObserver,
     /// How P11's `up` connects (the operation's own settings).
     connect: crate::exec::connect::ConnectSettings,
+    /// How long P7 waits for the learner ([`PROMOTE_TIMEOUT_VAR`]).
+    promote_timeout: Duration,
 }
 
 /// The deadline of each request an observation makes (and of each connection it opens): a member
@@ -163,6 +172,8 @@ const OBSERVE_DEADLINE: Duration = Duration::from_secs(5);
 /// `hactl replace` as an [`Operation`].
 pub struct Replace {
     opts: Options,
+    /// P7's wait, read from the environment before any host is reached.
+    promote_timeout: Duration,
     reached: Option<(Reach, Balancers)>,
     run: Option<Arc<Run>>,
 }
@@ -171,6 +182,7 @@ impl Replace {
     pub fn new(opts: Options) -> Replace {
         Replace {
             opts,
+            promote_timeout: Duration::from_secs(PROMOTE_TIMEOUT_SECS),
             reached: None,
             run: None,
         }
@@ -202,7 +214,13 @@ impl Operation for Replace {
     async fn reach(&mut self, ctx: &Context<'_>) -> anyhow::Result<Transports> {
         let inv = ctx.inv;
         let target = self.opts.member.as_str();
-        // P0.10 first: it reads only the state dir, so no host needs to answer for it (a slow
+        // A typo in the timeout stops the run here, not at P7 with the old member gone.
+        self.promote_timeout = crate::duration::env_seconds_from_env(
+            PROMOTE_TIMEOUT_VAR,
+            PROMOTE_TIMEOUT_SECS,
+            PROMOTE_TIMEOUT_MAX_SECS,
+        )?;
+        // P0.10 next: it reads only the state dir, so no host needs to answer for it (a slow
         // SSH connect must neither delay nor hide this refusal).
         decide::retry_limit(
             &operations::remediation::load_records(ctx.state),
@@ -291,6 +309,7 @@ impl Operation for Replace {
             verdict: Mutex::new(None),
             observer: TunnelObserver::new(tls, inv.etcd.client_port, OBSERVE_DEADLINE),
             connect: ctx.connect.clone(),
+            promote_timeout: self.promote_timeout,
         };
         let resumed_old = if run.resumed {
             resumed_old(ctx.state, &run.id)?

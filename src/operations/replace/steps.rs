@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::acts::{AllOf, BalanceOff, Fact, Gate, Propagate, RemoteOn, RollbackLearner, Rule, Serve, Verify};
 use super::decide::Decisions;
 use super::member::{fence_kube_steps, fence_steps, initial_env, move_aside_step, remove_step, unfence_step};
-use super::{Run, F1_ORDER, F2_ORDER, PROMOTE_TIMEOUT_SECS};
+use super::{Run, F1_ORDER, F2_ORDER};
 use crate::etcd::health::Observation;
 use crate::etcd::{self, hex_id, probe, Member, UNIT};
 use crate::exit::{self, refuse};
@@ -507,10 +507,7 @@ fn p6_start(run: &Run, obs: &Observation, observer: &str) -> anyhow::Result<Jour
 fn p7_promote(run: &Arc<Run>, observer: &str) -> JournaledStep {
     let r = &run.replacement;
     let old = run.old.as_ref().map(|o| o.id);
-    let timeout = std::env::var("HACTL_PROMOTE_TIMEOUT_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(PROMOTE_TIMEOUT_SECS);
+    let timeout = run.promote_timeout.as_secs();
     JournaledStep::new(
         P::Promote,
         format!("promote {} once it caught up (up to {timeout} s)", r.name),
