@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 /// `kubernetes.mode` in the inventory: `Some(mode)` written, `None` taken out (systemd, the
 /// default).
-fn set_mode(k: &KubeLab, mode: Option<&str>) {
+pub(crate) fn set_mode(k: &KubeLab, mode: Option<&str>) {
     k.set_inventory(|t| {
         let without: String = t
             .lines()

@@ -4,8 +4,9 @@
 //! the `worker` role, and the node images importing into containerd in a host; then the proof
 //! that pods run: one lab of 3 control planes, 2 load balancers and 2 workers brought up by
 //! `hactl up`, on which a Deployment of the local busybox image runs, reaches across nodes and
-//! through Services, keeps answering after a worker's power cut, and `reset` leaves no node
-//! state behind.
+//! through Services; the control plane then switches to static pods without touching the workers
+//! or their pods, and, in that mode, the pods keep answering after a worker's power cut and
+//! `reset` leaves no node state behind.
 //! They need root; without it each prints `SKIPPED <name>: needs root`.
 
 use crate::support::kube::{text, KubeLab};
@@ -551,6 +552,118 @@ fn wait_some<T>(timeout: Duration, what: &str, mut read: impl FnMut() -> Result<
 /// NotReady, `status` degraded, the Service still answering from the other worker; the pod's
 /// recreation elsewhere is a known gap) and `reset` (no node component left, their data moved
 /// aside).
+/// When `unit` on `host` entered the active state, microseconds after boot (0: never).
+fn active_since(k: &KubeLab, host: &str, unit: &str) -> String {
+    k.lab
+        .exec_ok(
+            host,
+            &[
+                "systemctl",
+                "show",
+                unit,
+                "-p",
+                "ActiveEnterTimestampMonotonic",
+                "--value",
+            ],
+        )
+        .trim()
+        .to_string()
+}
+
+/// `kubernetes.mode: static-pod` on a cluster with workers running `pods`: the plan switches
+/// the control-plane hosts one at a time and has no line for a worker; after `up` the control
+/// plane runs as static pods, the workers' containerd, kubelet and kube-proxy were not
+/// restarted, the same pods are Ready with no container restarted, `/readyz` through the VIP
+/// never failed, and a second `up` has nothing to do. The rest of the test (the DNS roll, a
+/// worker's power cut, `reset`) then runs with the control plane in static-pod mode.
+fn switch_to_static_pods_beside_workers(k: &KubeLab, workers: &[&str], pods: &[WebPod]) {
+    use hactl::kubernetes::node::{CONTAINERD_UNIT, KUBELET_UNIT, KUBE_PROXY_UNIT};
+    let cps = k.control_planes();
+    let units = [CONTAINERD_UNIT, KUBELET_UNIT, KUBE_PROXY_UNIT];
+    let since = |k: &KubeLab| -> Vec<(String, &str, String)> {
+        workers
+            .iter()
+            .flat_map(|w| units.iter().map(move |u| (w.to_string(), *u)))
+            .map(|(w, u)| {
+                let t = active_since(k, &w, u);
+                (w, u, t)
+            })
+            .collect()
+    };
+    let before = since(k);
+    assert!(
+        before.iter().all(|(_, _, t)| t != "0" && !t.is_empty()),
+        "a worker unit is not active: {before:?}"
+    );
+    let restarts = |k: &KubeLab| {
+        k.kubectl_ok(&[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name} {.status.containerStatuses[0].restartCount}{\"\\n\"}{end}",
+        ])
+    };
+    let restarts_before = restarts(k);
+    let poller = k.poll_readyz();
+    assert!(
+        poller.wait_answered(3, Duration::from_secs(30)),
+        "/readyz through the VIP did not answer before the switch"
+    );
+    let t0 = Instant::now();
+    crate::mode_switch::set_mode(k, Some("static-pod"));
+    let plan = k.hactl_ok(&["plan"]);
+    crate::mode_switch::assert_one_host_at_a_time(
+        &plan,
+        &cps,
+        "Switch the control plane from systemd to static-pod, one host at a time",
+    );
+    for w in workers {
+        assert!(
+            !plan.lines().any(|l| l.starts_with(&format!("{w}: "))),
+            "the switch plans changes on worker {w}:\n{plan}"
+        );
+    }
+    let out = k.hactl(&["up", "--yes"]);
+    assert!(
+        out.status.success(),
+        "the switch to static pods failed: {}",
+        text(&out)
+    );
+    println!(
+        "pods_run_on_the_workers: systemd → static-pod with 2 workers took {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    crate::static_pods::assert_runs_as_static_pods(k, &cps, "after the switch beside workers");
+    assert_eq!(
+        since(k),
+        before,
+        "a worker's node component restarted in the switch"
+    );
+    let now = ready_pods(&web_pods(k));
+    let names = |p: &[WebPod]| p.iter().map(|p| p.name.clone()).collect::<BTreeSet<_>>();
+    assert_eq!(
+        names(&now),
+        names(pods),
+        "the web pods changed in the switch: {now:?}"
+    );
+    assert_eq!(
+        restarts(k),
+        restarts_before,
+        "a web pod's container restarted in the switch"
+    );
+    k.assert_up_no_changes("after the switch to static pods beside workers");
+    std::thread::sleep(Duration::from_secs(2));
+    let attempts = poller.stop();
+    let failed = crate::support::kube::report_failures("switch beside workers", t0, &attempts);
+    assert!(attempts.len() > 20, "the poller barely ran: {}", attempts.len());
+    assert_eq!(
+        failed, 0,
+        "/readyz through the VIP failed during the switch beside workers"
+    );
+}
+
 #[test]
 fn pods_run_on_the_workers_and_reach_each_other_and_the_services() {
     let name = "pods_run_on_the_workers";
@@ -706,6 +819,9 @@ fn pods_run_on_the_workers_and_reach_each_other_and_the_services() {
     let again = k.hactl(&["up", "--yes"]);
     assert!(again.status.success(), "{}", text(&again));
     assert_eq!(String::from_utf8_lossy(&again.stdout).trim(), "no changes");
+
+    step("the control plane switches to static pods; the workers and their pods are not touched");
+    switch_to_static_pods_beside_workers(&k, &workers, &pods);
 
     // hactl ships no CoreDNS image and none can be had on the machines these tests run on (no
     // registry, no Debian package): the lab names one that no node holds or can pull, so what is
