@@ -5,6 +5,11 @@
 //! `d` (days), `h`, `m`, `s`, `ms`. So `30s`, `10m`, `1h30m`, `2d`, `1d12h`, `500ms`, `1s500ms`. A bare number is seconds
 //! (`90`), as the inventory has always accepted. Invariant: pure; the same text gives the same
 //! duration (or the same error) wherever it is written.
+//!
+//! Also the one reading of the timeout variables (`HACTL_*_TIMEOUT_SECS`: whole seconds, in a
+//! range, a bad value an error naming the variable): [`env_seconds`] is pure, and
+//! [`env_seconds_from_env`], the only function here that reads anything, reads the process's
+//! environment.
 
 use std::time::Duration;
 

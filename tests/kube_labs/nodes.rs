@@ -544,14 +544,6 @@ fn wait_some<T>(timeout: Duration, what: &str, mut read: impl FnMut() -> Result<
     }
 }
 
-/// Issue 21's first proof, on one lab of 3 control planes, 2 load balancers and 2 workers
-/// brought up by `hactl up`: every Node Ready (control planes tainted), a Deployment of the local
-/// busybox image on the workers with addresses from their nodes' pod CIDRs, pod to pod across
-/// nodes, pod to the `kubernetes` Service through kube-proxy, a Service with 2 endpoints, the
-/// Nodes in `hactl status`, `no changes` the second time; then a worker powered off (its Node
-/// NotReady, `status` degraded, the Service still answering from the other worker; the pod's
-/// recreation elsewhere is a known gap) and `reset` (no node component left, their data moved
-/// aside).
 /// When `unit` on `host` entered the active state, microseconds after boot (0: never).
 fn active_since(k: &KubeLab, host: &str, unit: &str) -> String {
     k.lab
@@ -664,6 +656,15 @@ fn switch_to_static_pods_beside_workers(k: &KubeLab, workers: &[&str], pods: &[W
     );
 }
 
+/// Issue 21's first proof, on one lab of 3 control planes, 2 load balancers and 2 workers
+/// brought up by `hactl up`: every Node Ready (control planes tainted), a Deployment of the local
+/// busybox image on the workers with addresses from their nodes' pod CIDRs, pod to pod across
+/// nodes, pod to the `kubernetes` Service through kube-proxy, a Service with 2 endpoints, the
+/// Nodes in `hactl status`, `no changes` the second time; then the control plane switched to
+/// static pods beside the workers ([`switch_to_static_pods_beside_workers`]), `kubernetes.dns`
+/// applied (every kubelet rolled), a worker powered off (its Node NotReady, `status` degraded,
+/// the Service still answering from the other worker, its pod recreated there) and `reset` (no
+/// node component left, their data moved aside).
 #[test]
 fn pods_run_on_the_workers_and_reach_each_other_and_the_services() {
     let name = "pods_run_on_the_workers";
