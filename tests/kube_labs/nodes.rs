@@ -544,24 +544,6 @@ fn wait_some<T>(timeout: Duration, what: &str, mut read: impl FnMut() -> Result<
     }
 }
 
-/// When `unit` on `host` entered the active state, microseconds after boot (0: never).
-fn active_since(k: &KubeLab, host: &str, unit: &str) -> String {
-    k.lab
-        .exec_ok(
-            host,
-            &[
-                "systemctl",
-                "show",
-                unit,
-                "-p",
-                "ActiveEnterTimestampMonotonic",
-                "--value",
-            ],
-        )
-        .trim()
-        .to_string()
-}
-
 /// `kubernetes.mode: static-pod` on a cluster with workers running `pods`: the plan switches
 /// the control-plane hosts one at a time and has no line for a worker; after `up` the control
 /// plane runs as static pods, the workers' containerd, kubelet and kube-proxy were not
@@ -572,19 +554,19 @@ fn switch_to_static_pods_beside_workers(k: &KubeLab, workers: &[&str], pods: &[W
     use hactl::kubernetes::node::{CONTAINERD_UNIT, KUBELET_UNIT, KUBE_PROXY_UNIT};
     let cps = k.control_planes();
     let units = [CONTAINERD_UNIT, KUBELET_UNIT, KUBE_PROXY_UNIT];
-    let since = |k: &KubeLab| -> Vec<(String, &str, String)> {
+    let since = |k: &KubeLab| -> Vec<(String, &str, u64)> {
         workers
             .iter()
             .flat_map(|w| units.iter().map(move |u| (w.to_string(), *u)))
             .map(|(w, u)| {
-                let t = active_since(k, &w, u);
+                let t = k.lab.active_since_us(&w, u);
                 (w, u, t)
             })
             .collect()
     };
     let before = since(k);
     assert!(
-        before.iter().all(|(_, _, t)| t != "0" && !t.is_empty()),
+        before.iter().all(|(_, _, t)| *t != 0),
         "a worker unit is not active: {before:?}"
     );
     let restarts = |k: &KubeLab| {

@@ -47,25 +47,6 @@ fn sha256(path: &Path) -> String {
     hex::encode(Sha256::digest(std::fs::read(path).unwrap()))
 }
 
-/// When `unit` on `host` entered the active state, microseconds after boot.
-fn started_us(k: &KubeLab, host: &str, unit: &str) -> u64 {
-    k.lab
-        .exec_ok(
-            host,
-            &[
-                "systemctl",
-                "show",
-                unit,
-                "-p",
-                "ActiveEnterTimestampMonotonic",
-                "--value",
-            ],
-        )
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 #[test]
 fn a_rebuilt_kubernetes_binary_rolls_one_host_at_a_time_while_kubectl_answers_through_the_vip() {
     let name = "a_rebuilt_kubernetes_binary_rolls_one_host_at_a_time_while_kubectl_answers_through_the_vip";
@@ -129,7 +110,7 @@ fn a_rebuilt_kubernetes_binary_rolls_one_host_at_a_time_while_kubectl_answers_th
 
     let earlier: Vec<u64> = cps
         .iter()
-        .map(|h| started_us(&k, h, "kube-apiserver.service"))
+        .map(|h| k.lab.active_since_us(h, "kube-apiserver.service"))
         .collect();
     let poller = k.poll_readyz();
     assert!(
@@ -169,7 +150,7 @@ fn a_rebuilt_kubernetes_binary_rolls_one_host_at_a_time_while_kubectl_answers_th
             ],
         );
         assert!(!exe.contains("deleted"), "{h} still runs the old binary: {exe}");
-        let s = started_us(&k, h, "kube-apiserver.service");
+        let s = k.lab.active_since_us(h, "kube-apiserver.service");
         assert!(s > earlier[i], "{h}'s apiserver did not restart");
         api_starts.push((s, h.clone()));
     }
@@ -187,7 +168,7 @@ fn a_rebuilt_kubernetes_binary_rolls_one_host_at_a_time_while_kubectl_answers_th
     for h in &cps {
         for unit in ["kube-controller-manager.service", "kube-scheduler.service"] {
             assert!(
-                started_us(&k, h, unit) > last_api,
+                k.lab.active_since_us(h, unit) > last_api,
                 "{h}: {unit} restarted before the last apiserver"
             );
         }
@@ -196,8 +177,8 @@ fn a_rebuilt_kubernetes_binary_rolls_one_host_at_a_time_while_kubectl_answers_th
     // it had its kubelet answer /healthz and its kube-proxy restarted.
     let mut last_node: Option<(String, u64)> = None;
     for h in &cps {
-        let kubelet = started_us(&k, h, "kubelet.service");
-        let proxy = started_us(&k, h, "kube-proxy.service");
+        let kubelet = k.lab.active_since_us(h, "kubelet.service");
+        let proxy = k.lab.active_since_us(h, "kube-proxy.service");
         assert!(
             kubelet > last_api,
             "{h}: the kubelet restarted before the apiservers' roll ended"
@@ -285,8 +266,8 @@ fn a_kubelet_that_cannot_report_stops_the_node_roll_on_its_first_node(
         "the roll does not wait for {first}'s Node:\n{plan}"
     );
 
-    let second_before = started_us(k, second, "kubelet.service");
-    let first_before = started_us(k, first, "kubelet.service");
+    let second_before = k.lab.active_since_us(second, "kubelet.service");
+    let first_before = k.lab.active_since_us(first, "kubelet.service");
     let out = k.hactl_env(&["up", "--yes"], &[("HACTL_NODE_READY_TIMEOUT_SECS", "30")]);
     let said = kube_support::text(&out);
     assert!(
@@ -304,11 +285,11 @@ fn a_kubelet_that_cannot_report_stops_the_node_roll_on_its_first_node(
         "the failure does not show the kubelet's journal and its cause:\n{said}"
     );
     assert!(
-        started_us(k, first, "kubelet.service") > first_before,
+        k.lab.active_since_us(first, "kubelet.service") > first_before,
         "{first}'s kubelet was not restarted"
     );
     assert_eq!(
-        started_us(k, second, "kubelet.service"),
+        k.lab.active_since_us(second, "kubelet.service"),
         second_before,
         "{second}'s kubelet restarted after {first}'s failed: the roll did not stop"
     );
@@ -326,7 +307,7 @@ fn a_kubelet_that_cannot_report_stops_the_node_roll_on_its_first_node(
     );
     k.hactl_ok(&["up", "--yes"]);
     assert!(
-        started_us(k, second, "kubelet.service") > second_before,
+        k.lab.active_since_us(second, "kubelet.service") > second_before,
         "{second}'s kubelet was not restarted once {first} was fixed"
     );
     assert_eq!(k.hactl_ok(&["plan"]).trim(), "no changes");

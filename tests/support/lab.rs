@@ -239,6 +239,25 @@ impl TestLab {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// When `unit` on `host` last entered the active state, in microseconds after the host
+    /// booted (0: never since boot); a unit restarted in between shows a later figure.
+    pub fn active_since_us(&self, host: &str, unit: &str) -> u64 {
+        let out = self.exec_ok(
+            host,
+            &[
+                "systemctl",
+                "show",
+                unit,
+                "-p",
+                "ActiveEnterTimestampMonotonic",
+                "--value",
+            ],
+        );
+        out.trim()
+            .parse()
+            .unwrap_or_else(|e| panic!("{host}: {unit}: ActiveEnterTimestampMonotonic {out:?}: {e}"))
+    }
+
     pub fn fault(&mut self, host: &str, fault: Fault) {
         self.lab
             .fault(host, fault)
