@@ -1,6 +1,6 @@
 //! Switching an installed control plane's mode (`kubernetes.mode`) with `hactl up`, on the lab of
-//! `up.rs` (3 control planes in systemd mode, 2 load balancers), while `/readyz` through the VIP
-//! is polled throughout (0 failed requests):
+//! `up.rs` (3 control planes in systemd mode, 2 load balancers), while a read through the VIP
+//! (the kube-system Namespace) is polled throughout (0 failed requests):
 //! - to `static-pod`: the plan shows the switch one host at a time (each host's apiserver backend
 //!   drained before and made ready after, before the next host's drain); afterwards no unit of
 //!   the three runs or is enabled (their files stay), each manifest is written and runs one
@@ -61,10 +61,10 @@ pub(crate) fn assert_one_host_at_a_time(plan: &str, cps: &[String], title: &str)
 pub fn the_control_plane_switches_to_static_pods_and_back_while_the_api_answers(k: &KubeLab) {
     let name = "the_control_plane_switches_to_static_pods_and_back_while_the_api_answers";
     let cps = k.control_planes();
-    let poller = k.poll_readyz();
+    let poller = k.poll_reads();
     assert!(
         poller.wait_answered(3, Duration::from_secs(30)),
-        "/readyz through the VIP did not answer before the switch"
+        "the API did not answer through the VIP before the switch"
     );
     let t0 = Instant::now();
 
@@ -195,6 +195,6 @@ pub fn the_control_plane_switches_to_static_pods_and_back_while_the_api_answers(
     let attempts = poller.stop();
     let failed = report_failures(name, t0, &attempts);
     assert!(attempts.len() > 20, "the poller barely ran: {}", attempts.len());
-    assert_eq!(failed, 0, "/readyz through the VIP failed during the switches");
+    assert_eq!(failed, 0, "a read through the VIP failed during the switches");
     println!("{name}: passed");
 }

@@ -547,8 +547,8 @@ fn wait_some<T>(timeout: Duration, what: &str, mut read: impl FnMut() -> Result<
 /// `kubernetes.mode: static-pod` on a cluster with workers running `pods`: the plan switches
 /// the control-plane hosts one at a time and has no line for a worker; after `up` the control
 /// plane runs as static pods, the workers' containerd, kubelet and kube-proxy were not
-/// restarted, the same pods are Ready with no container restarted, `/readyz` through the VIP
-/// never failed, and a second `up` has nothing to do. The rest of the test (the DNS roll, a
+/// restarted, the same pods are Ready with no container restarted, no read through the VIP
+/// failed, and a second `up` has nothing to do. The rest of the test (the DNS roll, a
 /// worker's power cut, `reset`) then runs with the control plane in static-pod mode.
 fn switch_to_static_pods_beside_workers(k: &KubeLab, workers: &[&str], pods: &[WebPod]) {
     use hactl::kubernetes::node::{CONTAINERD_UNIT, KUBELET_UNIT, KUBE_PROXY_UNIT};
@@ -580,10 +580,10 @@ fn switch_to_static_pods_beside_workers(k: &KubeLab, workers: &[&str], pods: &[W
         ])
     };
     let restarts_before = restarts(k);
-    let poller = k.poll_readyz();
+    let poller = k.poll_reads();
     assert!(
         poller.wait_answered(3, Duration::from_secs(30)),
-        "/readyz through the VIP did not answer before the switch"
+        "the API did not answer through the VIP before the switch"
     );
     let t0 = Instant::now();
     crate::mode_switch::set_mode(k, Some("static-pod"));
@@ -634,7 +634,7 @@ fn switch_to_static_pods_beside_workers(k: &KubeLab, workers: &[&str], pods: &[W
     assert!(attempts.len() > 20, "the poller barely ran: {}", attempts.len());
     assert_eq!(
         failed, 0,
-        "/readyz through the VIP failed during the switch beside workers"
+        "a read through the VIP failed during the switch beside workers"
     );
 }
 

@@ -112,7 +112,7 @@ fn a_rebuilt_kubernetes_binary_rolls_one_host_at_a_time_while_kubectl_answers_th
         .iter()
         .map(|h| k.lab.active_since_us(h, "kube-apiserver.service"))
         .collect();
-    let poller = k.poll_readyz();
+    let poller = k.poll_reads();
     assert!(
         poller.wait_answered(3, Duration::from_secs(30)),
         "kubectl through the VIP did not answer before the roll"

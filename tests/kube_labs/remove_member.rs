@@ -78,7 +78,7 @@ fn remove_of_control_plane_hosts_takes_them_out_of_etcd_haproxy_and_the_apiserve
     // Each write goes through an apiserver to etcd. A write the apiserver answers with etcd's
     // leader-change error (a proposal dropped while cp4 or cp5, if leader, hands leadership
     // over) is sent once more, as a client of etcd's would; every other failure counts, and so
-    // does a second one. (10 s per request: see `KubeLab::poll_api`.)
+    // does a second one. (10 s per request: see `KubeLab::poll_api_writes`.)
     let writer = k.poll_api_writes(
         |n, server| {
             vec![

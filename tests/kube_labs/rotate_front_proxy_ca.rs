@@ -2,7 +2,7 @@
 //! 1.20.2 binaries, 2 load balancers; the lab of `rotate_kubernetes_ca`, after its rotation): the
 //! rotation, cut after its C2 step (`HACTL_CRASH_AFTER`)
 //! and resumed by running the command again, keeps kubectl through the VIP answering
-//! throughout (0 failed `/readyz`); while both CAs are trusted the apiservers publish both in
+//! throughout (0 failed reads of the kube-system Namespace); while both CAs are trusted the apiservers publish both in
 //! kube-system/extension-apiserver-authentication; afterwards that ConfigMap holds the new CA
 //! alone (the apiservers only add to it: the rotation's C5.publish step removes the old one),
 //! every control-plane host's front-proxy-client certificate verifies against the new CA and
@@ -57,7 +57,7 @@ pub fn rotating_the_front_proxy_ca_keeps_the_apiservers_answering_and_publishes_
     }
     assert!(!pki.join("front-proxy/rotation").exists());
 
-    let poller = k.poll_readyz();
+    let poller = k.poll_reads();
     assert!(
         poller.wait_answered(3, Duration::from_secs(30)),
         "kubectl through the VIP did not answer before the rotation"

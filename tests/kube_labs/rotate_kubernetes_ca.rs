@@ -181,16 +181,11 @@ fn rotate_and_check(name: &str, k: &KubeLab) {
         "the dry run changed nothing"
     );
 
-    // An authenticated request (RBAC needs the admin's client certificate): both the server's
+    // An authenticated read (RBAC needs the admin's client certificate): both the server's
     // certificate and the client's must be trusted by the other side for it to answer.
-    // (10 s per request: see `KubeLab::poll_api`; a failed request still counts.)
-    let poller = k.poll_api(
-        |_, server| vec![format!("{server}/api/v1/namespaces/kube-system")],
-        |o| {
-            let out = String::from_utf8_lossy(&o.stdout);
-            o.status.success() && out.ends_with("\nHTTP 200") && out.contains("\"kube-system\"")
-        },
-    );
+    // (`KubeLab::poll_reads`: 10 s per request, a failed request still counts, and one
+    // answered with etcd's leader-change error is sent once more.)
+    let poller = k.poll_reads();
     assert!(
         poller.wait_answered(3, Duration::from_secs(30)),
         "kubectl through the VIP did not answer before the rotation"

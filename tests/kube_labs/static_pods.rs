@@ -33,7 +33,7 @@
 //!   member (a new ID) on the same host and its control plane runs as static pods again, with
 //!   its mirror pods, a healthy `status` and nothing left for `up`;
 //! - `binary roll`: the control-plane images rebuilt under the same tag roll through `up`, one
-//!   host at a time behind the drained backend, 0 failed `/readyz` through the VIP, each component
+//!   host at a time behind the drained backend, 0 failed reads through the VIP, each component
 //!   running the rebuilt binary afterwards.
 
 use crate::support::kube as kube_support;
@@ -673,7 +673,7 @@ fn reuse_host(k: &KubeLab, name: &str, t0: Instant) {
 /// `binary roll`: the control-plane images rebuilt under the same tag (the real binaries with
 /// bytes appended, packed by `scripts/node-images.sh` into a directory of the test's own, which
 /// the inventory then names). `up` imports them and rolls every component one host at a time,
-/// each apiserver behind its drained backend, with `/readyz` through the VIP answering
+/// each apiserver behind its drained backend, with reads through the VIP answered
 /// throughout (0 failed); afterwards each component runs the rebuilt binary (its process's
 /// executable hashes as the rebuilt file does) and a second `up` has nothing to do.
 fn image_roll(k: &KubeLab, name: &str, t0: Instant) {
@@ -728,7 +728,7 @@ fn image_roll(k: &KubeLab, name: &str, t0: Instant) {
     let cps = k.control_planes();
     let plan = k.hactl_ok(&["plan"]);
     crate::mode_switch::assert_one_host_at_a_time(&plan, &cps, "Restart changed apiservers");
-    let poller = k.poll_readyz();
+    let poller = k.poll_reads();
     let started = Instant::now();
     let out = k.hactl(&["up", "--yes"]);
     let took = started.elapsed().as_secs_f64();
@@ -737,7 +737,7 @@ fn image_roll(k: &KubeLab, name: &str, t0: Instant) {
     assert!(out.status.success(), "the image roll failed: {}", text(&out));
     let failed = crate::support::kube::report_failures(&format!("{name}: image roll"), started, &attempts);
     println!("{name}: the rebuilt control-plane images rolled in {took:.1} s");
-    assert_eq!(failed, 0, "/readyz through the VIP failed during the image roll");
+    assert_eq!(failed, 0, "a read through the VIP failed during the image roll");
     // Each rebuilt binary hashed once, for every host.
     let wants: Vec<String> = COMPONENTS
         .iter()

@@ -518,35 +518,13 @@ impl KubeLab {
         cm["data"][key].as_str().unwrap_or_default().to_string()
     }
 
-    /// Starts polling `GET /readyz` through the VIP with the admin credentials until the
-    /// returned poller is stopped; every attempt is recorded.
-    pub fn poll_readyz(&self) -> Poller {
-        self.poll_readyz_with(self.state.join("admin.kubeconfig"))
-    }
-
-    /// [`KubeLab::poll_readyz`] with another kubeconfig (one kept from a state directory since
-    /// lost, say).
-    ///
-    /// Each request is one `curl` with the kubeconfig's server, CA and client certificate: the
-    /// request kubectl makes (a new TLS connection through the VIP, the same credentials), at a
-    /// fifth of the CPU (14 ms a request against kubectl's 68 ms, measured on a lab). Five
-    /// kubectl processes a second took a third of a core from the 2-core machine the lab tests
-    /// share, and a starved machine is what made other requests slow.
-    pub fn poll_readyz_with(&self, kubeconfig: PathBuf) -> Poller {
-        poll_curl(
-            kubeconfig,
-            |_, server| vec![format!("{server}/readyz")],
-            |o| o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == "ok\nHTTP 200",
-            false,
-        )
-    }
-
     /// Starts polling `GET /api/v1/namespaces/kube-system` through the VIP with the admin
     /// credentials (what `kubectl get namespace kube-system` asks: an object read from etcd)
-    /// until the returned poller is stopped; every attempt is recorded. For tests that restart
-    /// etcd members under the apiservers: there `/readyz` can answer `[-]etcd failed` for a
-    /// moment (its etcd check meets the member going down; docs/development/known-gaps.md) while
-    /// the API's reads keep being answered, and the reads are what a client sees.
+    /// until the returned poller is stopped; every attempt is recorded. Every availability check
+    /// of the Kubernetes labs polls this, not `/readyz`: `/readyz` can answer `[-]etcd failed`
+    /// for a moment (its etcd check meets a member going down, or an etcd leader change on a
+    /// starved machine; docs/development/known-gaps.md) while the API's reads keep being
+    /// answered, and the reads are what a client sees.
     ///
     /// A read answered with one of etcd's leader-change errors is sent once more, as a client
     /// of Kubernetes before 1.23 must: those apiservers pass etcd's transient errors on even for
@@ -557,7 +535,14 @@ impl KubeLab {
         self.poll_reads_with(self.state.join("admin.kubeconfig"))
     }
 
-    /// [`KubeLab::poll_reads`] with another kubeconfig.
+    /// [`KubeLab::poll_reads`] with another kubeconfig (one kept from a state directory since
+    /// lost, say).
+    ///
+    /// Each request is one `curl` with the kubeconfig's server, CA and client certificate: the
+    /// request kubectl makes (a new TLS connection through the VIP, the same credentials), at a
+    /// fifth of the CPU (14 ms a request against kubectl's 68 ms, measured on a lab). Five
+    /// kubectl processes a second took a third of a core from the 2-core machine the lab tests
+    /// share, and a starved machine is what made other requests slow.
     pub fn poll_reads_with(&self, kubeconfig: PathBuf) -> Poller {
         poll_curl(
             kubeconfig,
@@ -567,20 +552,8 @@ impl KubeLab {
         )
     }
 
-    /// Starts running `curl ARGS(n, server)` through the VIP with the admin credentials (n = 1,
-    /// 2, …, 200 ms apart; `server` the kubeconfig's, `https://<VIP>:6443`) until the returned
-    /// poller is stopped; `ok` judges each answer (stdout: the body, a newline, `HTTP <code>`).
-    /// Each request has 10 s, and one refused, reset or failed counts as failed. The request
-    /// kubectl would make at a fifth of its CPU: see [`KubeLab::poll_readyz_with`].
-    pub fn poll_api(
-        &self,
-        args: impl Fn(u32, &str) -> Vec<String> + Send + 'static,
-        ok: impl Fn(&Output) -> bool + Send + 'static,
-    ) -> Poller {
-        poll_curl(self.state.join("admin.kubeconfig"), args, ok, false)
-    }
-
-    /// [`KubeLab::poll_api`] for writes (`POST`s of objects named by `n`), sent as a client
+    /// Starts sending writes (`POST`s of objects named by `n`) through the VIP with the admin
+    /// credentials, as [`poll_curl`] does (each request 10 s), as a client
     /// that resends on etcd's transient answers: a write the apiserver answered with one of
     /// etcd's leader-change errors ([`super::writer::LEADER_CHANGE_ERRORS`]: a proposal raft dropped while its
     /// leader handed over, which no apiserver resends) is sent once more, as the etcd labs' VIP
@@ -626,7 +599,11 @@ impl KubeLab {
     }
 }
 
-/// [`KubeLab::poll_api`] with the kubeconfig `kubeconfig`.
+/// Starts running `curl ARGS(n, server)` through the VIP with the credentials of `kubeconfig`
+/// (n = 1, 2, …, 200 ms apart; `server` the kubeconfig's, `https://<VIP>:6443`) until the
+/// returned poller is stopped; `ok` judges each answer (stdout: the body, a newline,
+/// `HTTP <code>`). Each request has 10 s, and one refused, reset or failed counts as failed. The
+/// request kubectl would make at a fifth of its CPU: see [`KubeLab::poll_reads_with`].
 fn poll_curl(
     kubeconfig: PathBuf,
     args: impl Fn(u32, &str) -> Vec<String> + Send + 'static,
