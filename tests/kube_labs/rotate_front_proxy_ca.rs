@@ -1,8 +1,8 @@
 //! `hactl certs rotate-ca front-proxy` on a real control plane (3 control planes with the real
 //! 1.20.2 binaries, 2 load balancers; the lab of `rotate_kubernetes_ca`, after its rotation): the
-//! rotation, cut after its C2 step (`HACTL_CRASH_AFTER`)
-//! and resumed by running the command again, keeps kubectl through the VIP answering
-//! throughout (0 failed reads of the kube-system Namespace); while both CAs are trusted the apiservers publish both in
+//! rotation, cut after its C2 step (`HACTL_CRASH_AFTER`) and resumed by running the command
+//! again, keeps kubectl through the VIP answering throughout (0 failed reads of the kube-system
+//! Namespace); while both CAs are trusted the apiservers publish both in
 //! kube-system/extension-apiserver-authentication; afterwards that ConfigMap holds the new CA
 //! alone (the apiservers only add to it: the rotation's C5.publish step removes the old one),
 //! every control-plane host's front-proxy-client certificate verifies against the new CA and

@@ -547,14 +547,18 @@ impl KubeLab {
         poll_curl(
             kubeconfig,
             |_, server| vec![format!("{server}/api/v1/namespaces/kube-system")],
-            |o| o.status.success() && String::from_utf8_lossy(&o.stdout).ends_with("\nHTTP 200"),
+            // Answered, and with the object asked for (not some other 200).
+            |o| {
+                let out = String::from_utf8_lossy(&o.stdout);
+                o.status.success() && out.ends_with("\nHTTP 200") && out.contains("\"kube-system\"")
+            },
             true,
         )
     }
 
     /// Starts sending writes (`POST`s of objects named by `n`) through the VIP with the admin
-    /// credentials, as [`poll_curl`] does (each request 10 s), as a client
-    /// that resends on etcd's transient answers: a write the apiserver answered with one of
+    /// credentials ([`poll_curl`]: 10 s per request), resending on etcd's transient answers as a
+    /// client must: a write the apiserver answered with one of
     /// etcd's leader-change errors ([`super::writer::LEADER_CHANGE_ERRORS`]: a proposal raft dropped while its
     /// leader handed over, which no apiserver resends) is sent once more, as the etcd labs' VIP
     /// writer does, and on that second send `409 AlreadyExists` counts as written (the first was
