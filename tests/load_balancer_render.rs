@@ -177,22 +177,107 @@ fn a_fresh_load_balancer_gets_everything_and_the_vip_is_verified() {
         "== Install load balancers",
         "lb1: write /etc/sysctl.d/90-hactl-load-balancer.conf mode=0644",
         "lb1: run sudo -n -- sysctl -q -p /etc/sysctl.d/90-hactl-load-balancer.conf",
-        "== Configure load balancers (one host at a time)",
+        "== Configure load balancers\n",
         "lb1: write /etc/hactl/pki/haproxy/kubernetes-ca.crt mode=0644",
         "lb1: write /etc/keepalived/keepalived.conf mode=0600 owner=root:root",
         "lb1: run sudo -n -- haproxy -c -q -f /etc/haproxy/haproxy.cfg",
         "lb1: run sudo -n -- sh -c 'systemctl start \"$1\" || {",
         "hactl-start haproxy.service",
+        "== Start keepalived, highest priority first (one host at a time)\n",
         "hactl-start keepalived.service",
+        "lb1: wait up to 30s: lb1 holds the VIP 10.0.0.100",
         "== Verify the VIP",
         "cp1: wait up to 30s: etcd answers through the VIP (https://10.0.0.100:2379) (sudo -n -- /usr/local/sbin/hactl-etcdctl --endpoints=https://10.0.0.100:2379",
     ] {
         assert!(text.contains(line), "missing {line:?} in:\n{text}");
     }
+    // Nothing serves through the VIP yet: HAProxy starts on both at once, keepalived after it
+    // everywhere, one host at a time, and the first (highest priority) holds the VIP before the
+    // second starts.
+    let at = |line: &str| {
+        text.find(line)
+            .unwrap_or_else(|| panic!("missing {line:?} in:\n{text}"))
+    };
+    let keepalived = at("== Start keepalived");
+    assert!(at("lb2: run sudo -n -- haproxy -c") < keepalived, "{text}");
+    let lb2_start = keepalived
+        + text[keepalived..]
+            .find("lb2: run")
+            .expect("lb2 starts keepalived");
+    assert!(at("lb1: wait up to 30s: lb1 holds the VIP") < lb2_start, "{text}");
+    assert!(
+        text[lb2_start..].starts_with("lb2: run sudo -n -- sh -c 'systemctl start"),
+        "{text}"
+    );
+    assert!(!text.contains("lb2 holds the VIP"), "{text}");
+    // Enabled with the rest; started only in its own phase.
+    assert!(
+        at("lb2: run sudo -n -- systemctl enable keepalived.service") < keepalived,
+        "{text}"
+    );
+    assert!(
+        !text[..keepalived].contains("hactl-start keepalived.service"),
+        "{text}"
+    );
     // The load balancers get no etcd credential at all (no key, no etcd CA).
     assert!(!text.contains("lb1: write /etc/hactl/pki/haproxy/etcd"), "{text}");
     // Only path, mode, owner, size and sha256 of secrets: no key.
     assert!(!text.contains("PRIVATE KEY"), "{text}");
+}
+
+/// A load balancer added beside one that serves (or one whose facts are unknown) is configured
+/// as before, one host at a time with keepalived started in the same phase: the VIP is held
+/// already, and nothing is started on two hosts at once.
+#[test]
+fn beside_a_running_load_balancer_the_configure_phase_stays_one_host_at_a_time() {
+    let fx = fixture();
+    let fresh = |facts: &mut BTreeMap<String, HostFacts>, lb: &str| {
+        let f = facts.get_mut(lb).unwrap();
+        f.files.clear();
+        f.units.clear();
+    };
+    // lb2 new, lb1 running.
+    let mut facts = converged(&fx);
+    fresh(&mut facts, "lb2");
+    let text = plan(&fx, &facts).unwrap().to_string();
+    assert!(
+        text.contains("== Configure load balancers (one host at a time)\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("lb2: run sudo -n -- sh -c 'systemctl start"),
+        "{text}"
+    );
+    assert!(text.contains("hactl-start keepalived.service"), "{text}");
+    assert!(!text.contains("== Start keepalived"), "{text}");
+    assert!(!text.contains("holds the VIP"), "{text}");
+    assert!(!text.contains("lb1:"), "{text}");
+    // Both new, but nothing known of lb2 (not asked; its interface named in the inventory):
+    // as above.
+    let mut fx = fixture();
+    for h in fx.inv.hosts.iter_mut().filter(|h| h.name == "lb2") {
+        h.interface = Some("ens3".into());
+    }
+    let mut facts = converged(&fx);
+    fresh(&mut facts, "lb1");
+    fresh(&mut facts, "lb2");
+    facts.remove("lb2");
+    let text = plan(&fx, &facts).unwrap().to_string();
+    assert!(
+        text.contains("== Configure load balancers (one host at a time)\n"),
+        "{text}"
+    );
+    assert!(!text.contains("== Start keepalived"), "{text}");
+    // Only keepalived running on lb1 (its HAProxy stopped): the VIP may be held, as above.
+    let mut facts = converged(&fx);
+    fresh(&mut facts, "lb2");
+    facts.get_mut("lb1").unwrap().units.remove("haproxy.service");
+    let text = plan(&fx, &facts).unwrap().to_string();
+    assert!(
+        text.contains("== Configure load balancers (one host at a time)\n"),
+        "{text}"
+    );
+    assert!(!text.contains("== Start keepalived"), "{text}");
 }
 
 #[test]
