@@ -557,10 +557,9 @@ fn switch_to_static_pods_beside_workers(k: &KubeLab, workers: &[&str], pods: &[W
     let since = |k: &KubeLab| -> Vec<(String, &str, u64)> {
         workers
             .iter()
-            .flat_map(|w| units.iter().map(move |u| (w.to_string(), *u)))
-            .map(|(w, u)| {
-                let t = k.lab.active_since_us(&w, u);
-                (w, u, t)
+            .flat_map(|w| {
+                let times = k.lab.active_since_us_of(w, &units);
+                units.iter().zip(times).map(move |(u, t)| (w.to_string(), *u, t))
             })
             .collect()
     };
