@@ -12,7 +12,9 @@
 
 use std::time::Duration;
 
-use super::load_balancer::{haproxy_answers, haproxy_cli, haproxy_files, keepalived_files, vip_serves_etcd};
+use super::load_balancer::{
+    haproxy_answers, haproxy_cli, haproxy_files, journal_tail, keepalived_files, vip_serves_etcd,
+};
 use super::{differs, uploads_needed, Ctx, Phase, PlanError};
 use crate::inventory::{Host, Inventory, Role};
 use crate::load_balancer as lb;
@@ -50,10 +52,7 @@ impl Phase for ConfigureLoadBalancer {
         Parallelism::OneAtATime
     }
     fn steps(&self, host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
-        let mut steps = haproxy_steps(host, ctx)?;
-        let keepalived_changed = keepalived_files(host, ctx)?
-            .iter()
-            .any(|u| differs(ctx.facts(host), u));
+        let (mut steps, keepalived_changed) = haproxy_steps(host, ctx)?;
         unit_steps(ctx, host, lb::KEEPALIVED_UNIT, keepalived_changed, &mut steps);
         Ok(steps)
     }
@@ -70,7 +69,7 @@ impl Phase for ConfigureLoadBalancer {
             for (i, host) in hosts.iter().enumerate() {
                 // keepalived is enabled with the rest (enabling starts nothing); only its start
                 // waits for the hosts before it.
-                let mut steps = haproxy_steps(host, ctx)?;
+                let (mut steps, _) = haproxy_steps(host, ctx)?;
                 let unit = ctx.facts(host).units.get(lb::KEEPALIVED_UNIT);
                 if unit.map(|u| u.enabled.as_str()) != Some("enabled") {
                     steps.push(Step::Run(RemoteCommand::new([
@@ -166,26 +165,19 @@ fn holds_vip(inv: &Inventory, host: &Host, timeout: Duration) -> Option<Check> {
             ]),
             timeout,
         )
-        .diagnose_with(RemoteCommand::read_only([
-            "journalctl",
-            "-u",
-            lb::KEEPALIVED_UNIT,
-            "-n",
-            "25",
-            "--no-pager",
-            "-o",
-            "cat",
-        ])),
+        .diagnose_with(journal_tail(lb::KEEPALIVED_UNIT)),
     )
 }
 
 /// Everything but keepalived's unit: the files (HAProxy's and keepalived's), then HAProxy checked,
-/// enabled, started or reloaded, and answering.
-fn haproxy_steps(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
+/// enabled, started or reloaded, and answering. With the steps, whether keepalived's files
+/// change (its reload is the caller's).
+fn haproxy_steps(host: &Host, ctx: &Ctx<'_>) -> Result<(Vec<Step>, bool), PlanError> {
     let f = ctx.facts(host);
     let haproxy = haproxy_files(host, ctx)?;
     let keepalived = keepalived_files(host, ctx)?;
     let haproxy_changed = haproxy.iter().any(|u| differs(f, u));
+    let keepalived_changed = keepalived.iter().any(|u| differs(f, u));
     // The distribution's haproxy.cfg (or an operator's keepalived.conf) is kept once.
     let mut steps: Vec<Step> = haproxy
         .iter()
@@ -221,5 +213,5 @@ fn haproxy_steps(host: &Host, ctx: &Ctx<'_>) -> Result<Vec<Step>, PlanError> {
             lb::ETCD_HEALTHCHECK_PEM,
         ])));
     }
-    Ok(steps)
+    Ok((steps, keepalived_changed))
 }

@@ -280,16 +280,13 @@ pub fn haproxy_answers(host: &str, timeout: Duration) -> Check {
         RemoteCommand::read_only([lb::CHECK_SCRIPT]),
         timeout,
     )
-    .diagnose_with(RemoteCommand::read_only([
-        "journalctl",
-        "-u",
-        lb::HAPROXY_UNIT,
-        "-n",
-        "25",
-        "--no-pager",
-        "-o",
-        "cat",
-    ]))
+    .diagnose_with(journal_tail(lb::HAPROXY_UNIT))
+}
+
+/// The last 25 lines of `unit`'s journal: what a wait on HAProxy or keepalived shows when it
+/// runs out.
+pub fn journal_tail(unit: &str) -> RemoteCommand {
+    RemoteCommand::read_only(["journalctl", "-u", unit, "-n", "25", "--no-pager", "-o", "cat"])
 }
 
 /// etcd answers a health check (a read, and no alarm) through the VIP's etcd frontend: proves
